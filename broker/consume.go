@@ -1,0 +1,204 @@
+package broker
+
+import (
+	"context"
+	"crypto/rand"
+	"errors"
+	"fmt"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+)
+
+// ErrExclusiveConsumer is wrapped into Consume's error when the queue already
+// has a consumer (RabbitMQ answers 403 ACCESS_REFUSED to an exclusive consume).
+var ErrExclusiveConsumer = errors.New("queue already has a consumer")
+
+const (
+	// DefaultPrefetch is the prefetch when ConsumeOptions.Prefetch is 0.
+	DefaultPrefetch = 100
+	// MaxPrefetch caps ConsumeOptions.Prefetch. It stays far below 1000 so a
+	// window never holds more unacknowledged messages than one batch of the
+	// store can take in a reasonable time.
+	MaxPrefetch = 500
+)
+
+// ConsumeOptions tune Consume. The zero value is usable.
+type ConsumeOptions struct {
+	// Prefetch is the most unacknowledged deliveries in flight: 0 means
+	// DefaultPrefetch, at most MaxPrefetch.
+	Prefetch int
+	// MaxBatch is the most deliveries per HandleBatch call: 0 means Prefetch,
+	// which is also its upper bound.
+	MaxBatch int
+	// ConsumerTag names the consumer on the broker; empty means a random
+	// "brokerswitch-..." tag.
+	ConsumerTag string
+	// OnSettled, if set, is called synchronously from Consume once per
+	// delivery, in queue order, after its verdict was applied.
+	OnSettled func(Verdict)
+}
+
+func (o ConsumeOptions) withDefaults() (ConsumeOptions, error) {
+	if o.Prefetch == 0 {
+		o.Prefetch = DefaultPrefetch
+	}
+	if o.Prefetch < 0 || o.Prefetch > MaxPrefetch {
+		return o, fmt.Errorf("prefetch %d: must be between 1 and %d", o.Prefetch, MaxPrefetch)
+	}
+	if o.MaxBatch < 0 {
+		return o, fmt.Errorf("max batch %d: must not be negative", o.MaxBatch)
+	}
+	if o.MaxBatch == 0 || o.MaxBatch > o.Prefetch {
+		o.MaxBatch = o.Prefetch
+	}
+	if o.ConsumerTag == "" {
+		o.ConsumerTag = "brokerswitch-" + rand.Text()[:12]
+	}
+	return o, nil
+}
+
+// Consume consumes queue on broker index exclusively, with manual acks, until
+// ctx ends or something fails. It hands h batches of deliveries in queue
+// order: it waits for one delivery, then takes what else has already arrived,
+// up to MaxBatch, and settles the verdicts in order (see Verdict).
+//
+// When ctx ends, Consume settles the batch in hand, if any, with a context that
+// is not cancelled, then cancels the consumer, closes the channel and returns
+// nil: the caller knows why its ctx ended. It returns nil too when h fails
+// after ctx ended. Prefetched deliveries that were not handled go back to the
+// head of the queue.
+//
+// Consume returns an error, with nothing of the current batch settled, when
+// h fails; it returns an error too when the queue has another consumer (wrapping
+// ErrExclusiveConsumer), when the connection is lost or when the broker cancels
+// the consumer. Closing the channel then puts every unsettled delivery back at
+// the head of the queue, in order, so the caller can simply start again.
+func (p *Pool) Consume(ctx context.Context, index int, queue string, opts ConsumeOptions, h BatchHandler) error {
+	ep, err := p.endpoint(index)
+	if err != nil {
+		return err
+	}
+	opts, err = opts.withDefaults()
+	if err != nil {
+		return fmt.Errorf("consume %s on %s: %w", queue, ep, err)
+	}
+	ch, err := p.Channel(ctx, index)
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil
+		}
+		return fmt.Errorf("consume %s: %w", queue, err)
+	}
+	defer ch.Close()
+	closed := ch.NotifyClose(make(chan *amqp.Error, 1))
+
+	deliveries, err := subscribe(ch, queue, opts)
+	if err != nil {
+		return fmt.Errorf("consume %s on %s: %w", queue, ep, err)
+	}
+	stop := make(chan struct{})
+	defer close(stop)
+	buffered := forward(deliveries, opts.Prefetch, stop)
+
+	s := newSettler(p, ep, ch, queue, opts.OnSettled)
+	defer s.close()
+	for {
+		batch, open := nextBatch(ctx, buffered, opts.MaxBatch)
+		if !open {
+			return fmt.Errorf("consume %s on %s: %w", queue, ep, endReason(closed))
+		}
+		if ctx.Err() != nil {
+			// Unhandled deliveries go back to the queue when the channel closes.
+			p.cancel(ch, ep, queue, opts.ConsumerTag)
+			return nil
+		}
+		if _, err := s.handle(ctx, h, batch); err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			return fmt.Errorf("consume %s on %s: %w", queue, ep, err)
+		}
+	}
+}
+
+func subscribe(ch *amqp.Channel, queue string, opts ConsumeOptions) (<-chan amqp.Delivery, error) {
+	if err := ch.Qos(opts.Prefetch, 0, false); err != nil {
+		return nil, fmt.Errorf("set prefetch: %w", err)
+	}
+	deliveries, err := ch.Consume(queue, opts.ConsumerTag, false, true, false, false, nil)
+	if isCode(err, amqp.AccessRefused) {
+		return nil, fmt.Errorf("%w: %w", ErrExclusiveConsumer, err)
+	}
+	return deliveries, err
+}
+
+// forward moves deliveries into a buffered channel as soon as they arrive.
+// amqp091-go hands them over through an unbuffered channel, so without this
+// a non-blocking receive would miss deliveries that have in fact arrived, and
+// batches would stay small. Prefetch bounds the deliveries in flight, so the
+// buffer never fills up.
+func forward(deliveries <-chan amqp.Delivery, size int, stop <-chan struct{}) <-chan amqp.Delivery {
+	out := make(chan amqp.Delivery, size)
+	go func() {
+		defer close(out)
+		for d := range deliveries {
+			select {
+			case out <- d:
+			case <-stop:
+				return
+			}
+		}
+	}()
+	return out
+}
+
+// nextBatch waits for one delivery or the end of ctx, then takes the
+// deliveries that are already buffered, up to limit, without waiting. open is
+// false when the deliveries channel has closed; the batch in hand is then
+// useless because it can no longer be acknowledged.
+func nextBatch(ctx context.Context, deliveries <-chan amqp.Delivery, limit int) (batch []amqp.Delivery, open bool) {
+	select {
+	case <-ctx.Done():
+		return nil, true
+	case d, ok := <-deliveries:
+		if !ok {
+			return nil, false
+		}
+		batch = append(batch, d)
+	}
+	for len(batch) < limit {
+		select {
+		case d, ok := <-deliveries:
+			if !ok {
+				return nil, false
+			}
+			batch = append(batch, d)
+		default:
+			return batch, true
+		}
+	}
+	return batch, true
+}
+
+// cancel stops the broker from sending more before the channel closes; a
+// failure only means the channel is already gone.
+func (p *Pool) cancel(ch *amqp.Channel, ep Endpoint, queue, tag string) {
+	if err := ch.Cancel(tag, false); err != nil {
+		p.logger.Debug("cancel consumer", "broker", ep, "queue", queue, "error", err)
+	}
+}
+
+// endReason says why the deliveries channel closed. The library notifies the
+// close listeners before it closes the consumers, so a reason is there already
+// when there is one.
+func endReason(closed <-chan *amqp.Error) error {
+	select {
+	case e, ok := <-closed:
+		if ok && e != nil {
+			return fmt.Errorf("channel closed: %w", e)
+		}
+		return errors.New("channel closed")
+	default:
+		return errors.New("consumer cancelled by the broker")
+	}
+}

@@ -1,0 +1,156 @@
+package broker
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/url"
+	"strconv"
+	"strings"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+)
+
+// Endpoint is one configured broker. Its URL carries the password, so String,
+// GoString, LogValue and JSON encoding all leave it out.
+type Endpoint struct {
+	// Index is the position of the broker in the configuration, counted from 0.
+	Index int
+	// URL is the AMQP URI, credentials included. Never print or log it.
+	URL string `json:"-"`
+	// Host is the broker's host name, lowercased.
+	Host string
+	// Port is the broker's port: 5672 for amqp and 5671 for amqps unless the URL says otherwise.
+	Port int
+	// Vhost is the percent-decoded virtual host, "/" when the URL has no path.
+	Vhost string
+}
+
+// ParseEndpoints parses broker URLs separated by commas and/or newlines, ignoring
+// blank entries. Index is the position among the non-blank entries, from 0.
+// It fails when there is no URL, when a URL does not parse, or when two URLs
+// name the same host and vhost (FindEndpoint could not tell them apart).
+// Errors name the broker by position and never contain its credentials.
+// A comma inside a password must be percent-encoded (%2C).
+func ParseEndpoints(s string) ([]Endpoint, error) {
+	fields := strings.FieldsFunc(s, func(r rune) bool { return r == ',' || r == '\n' || r == '\r' })
+	var eps []Endpoint
+	for _, f := range fields {
+		raw := strings.TrimSpace(f)
+		if raw == "" {
+			continue
+		}
+		ep, err := parseEndpoint(len(eps), raw)
+		if err != nil {
+			return nil, err
+		}
+		if prev, dup := FindEndpoint(eps, ep.Host, ep.Vhost); dup {
+			return nil, fmt.Errorf("broker #%d: same host and vhost as broker %s", ep.Index, prev)
+		}
+		eps = append(eps, ep)
+	}
+	if len(eps) == 0 {
+		return nil, errors.New("no broker URL configured")
+	}
+	return eps, nil
+}
+
+func parseEndpoint(index int, raw string) (Endpoint, error) {
+	uri, err := amqp.ParseURI(raw)
+	if err != nil {
+		// url.Parse errors quote the whole URL, password included: keep only the cause.
+		if ue := (*url.Error)(nil); errors.As(err, &ue) {
+			err = ue.Err
+		}
+		return Endpoint{}, fmt.Errorf("broker #%d: %s", index, redact(err.Error(), raw))
+	}
+	return Endpoint{
+		Index: index,
+		URL:   raw,
+		Host:  strings.ToLower(uri.Host),
+		Port:  uri.Port,
+		Vhost: uri.Vhost,
+	}, nil
+}
+
+// redact removes the userinfo of raw (and the password alone) from msg. It is a
+// safety net for error texts that quote parts of a URL which failed to parse.
+func redact(msg, raw string) string {
+	_, rest, ok := strings.Cut(raw, "://")
+	if !ok {
+		rest = raw
+	}
+	authority, _, _ := strings.Cut(rest, "/")
+	at := strings.LastIndex(authority, "@")
+	if at < 0 {
+		return msg
+	}
+	userinfo := authority[:at]
+	secrets := []string{raw, userinfo}
+	if _, pw, ok := strings.Cut(userinfo, ":"); ok {
+		secrets = append(secrets, pw)
+		if dec, err := url.PathUnescape(pw); err == nil {
+			secrets = append(secrets, dec)
+		}
+	}
+	for _, s := range secrets {
+		if s != "" {
+			msg = strings.ReplaceAll(msg, s, "xxxxx")
+		}
+	}
+	return msg
+}
+
+// String names the broker for logs and errors, e.g. "#1 host:5672/vhost", without credentials.
+func (e Endpoint) String() string {
+	vhost := ""
+	if e.Vhost != "/" {
+		vhost = url.PathEscape(e.Vhost)
+	}
+	return fmt.Sprintf("#%d %s/%s", e.Index, net.JoinHostPort(e.Host, strconv.Itoa(e.Port)), vhost)
+}
+
+// GoString keeps %#v from printing the URL.
+func (e Endpoint) GoString() string {
+	return "broker.Endpoint(" + e.String() + ")"
+}
+
+// LogValue makes slog log the endpoint as its String, never its URL.
+func (e Endpoint) LogValue() slog.Value {
+	return slog.StringValue(e.String())
+}
+
+// Matches reports whether the endpoint is the broker with this host (case-insensitive)
+// and vhost (percent-encoded or not; "" means "/").
+func (e Endpoint) Matches(host, vhost string) bool {
+	return strings.EqualFold(e.Host, host) && e.Vhost == normalizeVhost(vhost)
+}
+
+func normalizeVhost(vhost string) string {
+	if dec, err := url.PathUnescape(vhost); err == nil {
+		vhost = dec
+	}
+	if vhost == "" {
+		return "/"
+	}
+	return vhost
+}
+
+// FindEndpoint returns the endpoint that Matches host and vhost.
+func FindEndpoint(eps []Endpoint, host, vhost string) (Endpoint, bool) {
+	for _, ep := range eps {
+		if ep.Matches(host, vhost) {
+			return ep, true
+		}
+	}
+	return Endpoint{}, false
+}
+
+// Resolver finds a configured broker's index by host and vhost.
+func Resolver(eps []Endpoint) func(host, vhost string) (int, bool) {
+	return func(host, vhost string) (int, bool) {
+		ep, ok := FindEndpoint(eps, host, vhost)
+		return ep.Index, ok
+	}
+}

@@ -1,0 +1,259 @@
+package broker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"sync/atomic"
+	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+)
+
+const (
+	// dialTimeout bounds TCP connect, TLS and AMQP handshake together.
+	dialTimeout = 15 * time.Second
+	heartbeat   = 10 * time.Second
+	// closeTimeout bounds Pool.Close on a broker that no longer answers.
+	closeTimeout = 5 * time.Second
+	// connectionName shows up in the RabbitMQ management UI.
+	connectionName = "brokerswitch"
+)
+
+// ErrUnreachable wraps a failure to connect to a broker, so that callers can tell a broker
+// that is down (a warning for a spare, a wait for the active one) from other failures.
+var ErrUnreachable = errors.New("broker unreachable")
+
+// ErrPoolClosed is returned by Pool methods called after Close.
+var ErrPoolClosed = errors.New("broker pool closed")
+
+// Pool holds exactly one AMQP connection per broker, dialed on first use and
+// redialed when the broker has closed it. Channels are opened per use and
+// closed by their user. A Pool is safe for concurrent use.
+//
+// We redial by hand instead of using amqp091-go's experimental Config.Recovery:
+// recovery would silently reopen channels and consumers underneath a consumer
+// whose delivery tags are then no longer valid. We want a consume window to END
+// on connection loss, so that unacknowledged messages go back to the head of
+// the queue and the caller starts over; that keeps the order.
+type Pool struct {
+	logger    *slog.Logger
+	endpoints []Endpoint
+	brokers   map[int]*brokerConn
+}
+
+// brokerConn is the connection of one broker.
+type brokerConn struct {
+	ep Endpoint
+	// lock is a mutex that a waiting caller can abandon when its ctx ends;
+	// concurrent callers share one dial by waiting on it.
+	lock   chan struct{}
+	conn   *amqp.Connection // guarded by lock
+	closed bool             // guarded by lock
+	dials  atomic.Int64
+}
+
+// NewPool returns a pool for endpoints; nothing is dialed yet. Brokers are
+// addressed by Endpoint.Index. A nil logger discards logs.
+func NewPool(endpoints []Endpoint, logger *slog.Logger) *Pool {
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
+	p := &Pool{
+		logger:    logger,
+		endpoints: append([]Endpoint(nil), endpoints...),
+		brokers:   make(map[int]*brokerConn, len(endpoints)),
+	}
+	for _, ep := range endpoints {
+		p.brokers[ep.Index] = &brokerConn{ep: ep, lock: make(chan struct{}, 1)}
+	}
+	return p
+}
+
+// Endpoints returns a copy of the pool's endpoints.
+func (p *Pool) Endpoints() []Endpoint {
+	return append([]Endpoint(nil), p.endpoints...)
+}
+
+// Dials returns how many times the pool has dialed broker index, failed
+// attempts included. Tests and benchmarks use it to check that there is one
+// connection per broker.
+func (p *Pool) Dials(index int) int64 {
+	b, ok := p.brokers[index]
+	if !ok {
+		return 0
+	}
+	return b.dials.Load()
+}
+
+// Channel opens a new channel on broker index, dialing first when there is no
+// open connection. The caller closes the channel.
+func (p *Pool) Channel(ctx context.Context, index int) (*amqp.Channel, error) {
+	b, err := p.broker(index)
+	if err != nil {
+		return nil, err
+	}
+	for attempt := 0; ; attempt++ {
+		conn, err := p.connection(ctx, b)
+		if err != nil {
+			return nil, err
+		}
+		ch, err := conn.Channel()
+		if err == nil {
+			return ch, nil
+		}
+		// The broker may have dropped the connection since it was last used
+		// (a restart, say): dial once more before giving up.
+		if !conn.IsClosed() || attempt > 0 {
+			return nil, fmt.Errorf("open channel on %s: %w", b.ep, err)
+		}
+	}
+}
+
+// Close closes all connections. Channels opened from them end too.
+func (p *Pool) Close() error {
+	var errs []error
+	for _, ep := range p.endpoints {
+		b := p.brokers[ep.Index]
+		b.lock <- struct{}{}
+		conn := b.conn
+		b.conn, b.closed = nil, true
+		<-b.lock
+		if conn != nil && !conn.IsClosed() {
+			if err := conn.CloseDeadline(time.Now().Add(closeTimeout)); err != nil && !errors.Is(err, amqp.ErrClosed) {
+				errs = append(errs, fmt.Errorf("close connection to %s: %w", ep, err))
+			}
+		}
+	}
+	return errors.Join(errs...)
+}
+
+func (p *Pool) broker(index int) (*brokerConn, error) {
+	b, ok := p.brokers[index]
+	if !ok {
+		return nil, fmt.Errorf("broker #%d is not configured", index)
+	}
+	return b, nil
+}
+
+func (p *Pool) endpoint(index int) (Endpoint, error) {
+	b, err := p.broker(index)
+	if err != nil {
+		return Endpoint{}, err
+	}
+	return b.ep, nil
+}
+
+// connection returns the open connection of b, dialing when there is none.
+func (p *Pool) connection(ctx context.Context, b *brokerConn) (*amqp.Connection, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("connect to %s: %w", b.ep, err)
+	}
+	select {
+	case b.lock <- struct{}{}:
+	case <-ctx.Done():
+		return nil, fmt.Errorf("connect to %s: %w", b.ep, ctx.Err())
+	}
+	defer func() { <-b.lock }()
+
+	if b.closed {
+		return nil, fmt.Errorf("connect to %s: %w", b.ep, ErrPoolClosed)
+	}
+	if b.conn != nil && !b.conn.IsClosed() {
+		return b.conn, nil
+	}
+	conn, err := dial(ctx, b.ep)
+	b.dials.Add(1)
+	if err != nil {
+		return nil, fmt.Errorf("connect to %s: %w: %w", b.ep, ErrUnreachable, err)
+	}
+	b.conn = conn
+	p.logger.Info("broker connected", "broker", b.ep)
+	p.watch(b.ep, conn)
+	return conn, nil
+}
+
+// watch logs why the connection ended. The library closes the notify channel
+// on any shutdown, so the goroutine always ends; the buffer keeps the library
+// from blocking on us.
+func (p *Pool) watch(ep Endpoint, conn *amqp.Connection) {
+	closed := conn.NotifyClose(make(chan *amqp.Error, 1))
+	go func() {
+		for err := range closed {
+			p.logger.Warn("broker connection lost", "broker", ep, "reason", err.Error())
+		}
+	}()
+}
+
+// dial connects to ep within dialTimeout, giving up early when ctx ends.
+// Errors never include the URL.
+func dial(ctx context.Context, ep Endpoint) (*amqp.Connection, error) {
+	ctx, cancel := context.WithTimeout(ctx, dialTimeout)
+	defer cancel()
+
+	props := amqp.NewConnectionProperties()
+	props.SetClientConnectionName(connectionName)
+
+	// stopAbort is set by the Dial func below: it undoes the hook that aborts
+	// the handshake when ctx ends.
+	stopAbort := func() bool { return true }
+	cfg := amqp.Config{
+		Heartbeat:  heartbeat,
+		Properties: props,
+		Dial: func(network, addr string) (net.Conn, error) {
+			var d net.Dialer
+			conn, err := d.DialContext(ctx, network, addr)
+			if err != nil {
+				return nil, err
+			}
+			// amqp091-go clears the deadline once the AMQP handshake is done.
+			deadline, _ := ctx.Deadline()
+			if err := conn.SetDeadline(deadline); err != nil {
+				conn.Close()
+				return nil, err
+			}
+			stopAbort = context.AfterFunc(ctx, func() { _ = conn.SetDeadline(time.Now()) })
+			return conn, nil
+		},
+	}
+	conn, err := amqp.DialConfig(ep.URL, cfg)
+	aborted := !stopAbort()
+	if err != nil {
+		if ctx.Err() != nil {
+			err = fmt.Errorf("%w (%v)", ctx.Err(), err)
+		}
+		return nil, scrub(err, ep)
+	}
+	if aborted {
+		// The abort hook may have fired after the handshake cleared the deadline.
+		conn.Close()
+		return nil, ctx.Err()
+	}
+	return conn, nil
+}
+
+// scrub is a safety net: should an error text ever quote the URL or password,
+// it is replaced by a redacted copy.
+func scrub(err error, ep Endpoint) error {
+	msg := err.Error()
+	if red := redact(msg, ep.URL); red != msg {
+		return errors.New(red)
+	}
+	return err
+}
+
+// amqpCode returns the AMQP reply code carried by err, or 0.
+func amqpCode(err error) int {
+	var ae *amqp.Error
+	if errors.As(err, &ae) {
+		return ae.Code
+	}
+	return 0
+}
+
+// isCode reports whether err is an AMQP error with reply code code.
+func isCode(err error, code int) bool {
+	return amqpCode(err) == code
+}

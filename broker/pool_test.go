@@ -1,0 +1,129 @@
+package broker
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/brokerswitch/brokerswitch/internal/testenv"
+)
+
+func TestPoolSharesOneConnectionPerBroker(t *testing.T) {
+	t.Parallel()
+	r := newRabbit(t)
+	ctx := context.Background()
+
+	var wg sync.WaitGroup
+	errs := make(chan error, 50)
+	for range 50 {
+		wg.Go(func() {
+			ch, err := r.pool.Channel(ctx, 0)
+			if err != nil {
+				errs <- err
+				return
+			}
+			_, err = ch.QueueDeclarePassive("amq.rabbitmq.trace", true, false, false, false, nil)
+			if isCode(err, amqp.NotFound) {
+				err = nil
+			}
+			errs <- errors.Join(err, ch.Close())
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		require.NoError(t, err)
+	}
+	for range 20 {
+		ch, err := r.pool.Channel(ctx, 0)
+		require.NoError(t, err)
+		require.NoError(t, ch.Close())
+	}
+	assert.Equal(t, int64(1), r.pool.Dials(0))
+	assert.NotContains(t, r.logs.String(), "guest:guest")
+}
+
+func TestPoolRedialsAfterTheBrokerClosedTheConnection(t *testing.T) {
+	t.Parallel()
+	r := newRabbit(t)
+	ctx := context.Background()
+	r.declare(Topology{Queues: []string{"issues"}, RetryTTL: time.Minute})
+	require.Equal(t, int64(1), r.pool.Dials(0))
+
+	// A consumer in progress must end with an error when the connection goes.
+	done := r.consume(ctx, "issues", ConsumeOptions{}, &recorder{})
+	require.Eventually(t, func() bool { return consumers(r, "issues") == 1 }, waitFor, 20*time.Millisecond)
+
+	testenv.CloseConnections(t, r.url)
+	err := waitDone(t, done)
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "consume issues on #0 127.0.0.1:5672/bs-test-")
+	assert.NotContains(t, err.Error(), "guest:guest")
+
+	require.Eventually(t, func() bool {
+		ch, err := r.pool.Channel(ctx, 0)
+		if err != nil {
+			return false
+		}
+		ch.Close()
+		return r.pool.Dials(0) == 2
+	}, waitFor, 20*time.Millisecond)
+	r.publish("issues", "after-restart")
+	assert.Equal(t, 1, r.count("issues"))
+	assert.Contains(t, r.logs.String(), "broker connection lost")
+}
+
+// consumers returns the consumer count of queue, or -1 when it cannot tell.
+// It runs inside require.Eventually, so it must not fail the test itself.
+func consumers(r *rabbit, queue string) int {
+	ch, err := r.pool.Channel(context.Background(), 0)
+	if err != nil {
+		return -1
+	}
+	defer ch.Close()
+	q, err := ch.QueueDeclarePassive(queue, true, false, false, false, nil)
+	if err != nil {
+		return -1
+	}
+	return q.Consumers
+}
+
+func TestPoolDialErrorHidesThePassword(t *testing.T) {
+	t.Parallel()
+	url := testenv.NewVhost(t)
+	eps, err := ParseEndpoints(strings.Replace(url, "guest:guest", "guest:wrongpassword", 1))
+	require.NoError(t, err)
+	pool := NewPool(eps, nil)
+	defer pool.Close()
+
+	_, err = pool.Channel(context.Background(), 0)
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "connect to #0 127.0.0.1:5672/bs-test-")
+	assert.NotContains(t, err.Error(), "wrongpassword")
+
+	_, err = pool.Channel(context.Background(), 7)
+	assert.ErrorContains(t, err, "broker #7 is not configured")
+
+	require.NoError(t, pool.Close())
+	_, err = pool.Channel(context.Background(), 0)
+	assert.ErrorIs(t, err, ErrPoolClosed)
+}
+
+func TestPoolChannelHonorsContext(t *testing.T) {
+	t.Parallel()
+	eps, err := ParseEndpoints("amqp://u:p@127.0.0.1:5672/")
+	require.NoError(t, err)
+	pool := NewPool(eps, nil)
+	defer pool.Close()
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	_, err = pool.Channel(ctx, 0)
+	assert.ErrorIs(t, err, context.Canceled)
+}

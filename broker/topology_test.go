@@ -1,0 +1,94 @@
+package broker
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+var testQueues = []string{"issues", "pull_request", "push", "release"}
+
+func TestDeclareTopologyIsIdempotent(t *testing.T) {
+	t.Parallel()
+	r := newRabbit(t)
+	topo := Topology{Queues: testQueues, RetryTTL: 30 * time.Second}
+	r.declare(topo)
+	r.declare(topo)
+
+	var all []string
+	for _, q := range testQueues {
+		all = append(all, q, RetryQueue(q), ErrorQueue(q))
+	}
+	require.Len(t, all, 12)
+	ch := r.channel()
+	for _, q := range all {
+		_, err := ch.QueueDeclarePassive(q, true, false, false, false, nil)
+		require.NoError(t, err, q)
+	}
+
+	// The producer's own declaration, with an int32 TTL, is equivalent.
+	_, err := ch.QueueDeclare("push-retry", true, false, false, false, amqp.Table{
+		"x-dead-letter-exchange":    "",
+		"x-dead-letter-routing-key": "push",
+		"x-message-ttl":             int32(30000),
+	})
+	require.NoError(t, err)
+}
+
+func TestDeclareTopologyMismatchNamesQueueAndArgument(t *testing.T) {
+	t.Parallel()
+	r := newRabbit(t)
+	_, err := r.channel().QueueDeclare("issues-retry", true, false, false, false, amqp.Table{
+		"x-dead-letter-exchange":    "",
+		"x-dead-letter-routing-key": "issues",
+		"x-message-ttl":             int64(5000),
+	})
+	require.NoError(t, err)
+
+	err = r.pool.DeclareTopology(context.Background(), 0, Topology{Queues: testQueues, RetryTTL: time.Second})
+	require.ErrorIs(t, err, ErrTopologyMismatch)
+	assert.Contains(t, err.Error(), "declare queue issues-retry on #0 127.0.0.1:5672/bs-test-")
+	assert.Contains(t, err.Error(), "inequivalent arg 'x-message-ttl'")
+	assert.NotContains(t, err.Error(), "guest:guest")
+	var ae *amqp.Error
+	require.ErrorAs(t, err, &ae)
+	t.Log(err)
+	assert.Equal(t, amqp.PreconditionFailed, ae.Code)
+
+	// The pool survives the refused declaration.
+	require.NoError(t, r.pool.DeclareTopology(context.Background(), 0, Topology{Queues: []string{"push"}, RetryTTL: time.Second}))
+}
+
+func TestDeclareTopologyValidates(t *testing.T) {
+	t.Parallel()
+	eps, err := ParseEndpoints("amqp://u:p@127.0.0.1:1/")
+	require.NoError(t, err)
+	pool := NewPool(eps, nil)
+	assert.ErrorContains(t, pool.DeclareTopology(context.Background(), 0, Topology{Queues: []string{"q"}}), "retry TTL")
+	assert.ErrorContains(t, pool.DeclareTopology(context.Background(), 0, Topology{Queues: []string{""}, RetryTTL: time.Second}), "empty queue name")
+}
+
+func TestReadyCounts(t *testing.T) {
+	t.Parallel()
+	r := newRabbit(t)
+	r.declare(Topology{Queues: []string{"issues"}, RetryTTL: time.Minute})
+	r.publish("issues", "a", "b", "c")
+	r.publish("issues-retry", "d", "e")
+
+	counts, err := r.pool.ReadyCounts(context.Background(), 0, []string{"issues", "missing", "issues-retry", "issues-error"})
+	require.NoError(t, err)
+	assert.Equal(t, map[string]int{"issues": 3, "missing": 0, "issues-retry": 2, "issues-error": 0}, counts)
+}
+
+func TestReadyCountsFailsWithoutBroker(t *testing.T) {
+	t.Parallel()
+	eps, err := ParseEndpoints("amqp://u:p@127.0.0.1:1/")
+	require.NoError(t, err)
+	pool := NewPool(eps, nil)
+	_, err = pool.ReadyCounts(context.Background(), 0, []string{"issues"})
+	assert.ErrorContains(t, err, "connect to #0 127.0.0.1:1/")
+}

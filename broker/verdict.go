@@ -1,0 +1,34 @@
+package broker
+
+import (
+	"context"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+)
+
+// Outcome says what the consumer does with one delivery once its batch is handled.
+type Outcome int
+
+const (
+	// Ack acknowledges the delivery: it was applied, ignored or is a known duplicate.
+	Ack Outcome = iota
+	// Retry rejects the delivery without requeue, so it dead-letters to {q}-retry
+	// and comes back after RETRY_TTL.
+	Retry
+	// Reject publishes the delivery to {q}-error with its reason, then acknowledges it.
+	Reject
+)
+
+// Verdict is the outcome for one delivery, with the reason for Retry and Reject.
+type Verdict struct {
+	Outcome Outcome
+	Reason  string
+}
+
+// BatchHandler handles deliveries in queue order and returns one verdict per delivery.
+// A returned error means nothing could be decided (the database is unreachable, say):
+// no delivery of the batch is settled and the consumer stops, so the unacknowledged
+// messages return to the head of the queue.
+type BatchHandler interface {
+	HandleBatch(ctx context.Context, queue string, deliveries []amqp.Delivery) ([]Verdict, error)
+}

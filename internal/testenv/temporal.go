@@ -1,0 +1,111 @@
+// Package testenv starts and isolates the real services that tests run against:
+// a Temporal dev server, Postgres databases and RabbitMQ vhosts. Tests only.
+package testenv
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"sync/atomic"
+	"testing"
+
+	"go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/testsuite"
+)
+
+// namespaceCount is how many namespaces a dev server registers at start; a namespace
+// registered later takes a while to become usable, so tests draw from these.
+const namespaceCount = 40
+
+// Temporal is a dev server shared by one test binary; each test takes its own namespace.
+type Temporal struct {
+	server *testsuite.DevServer
+	next   atomic.Int32
+}
+
+// StartTemporal starts the pinned Temporal CLI's dev server (bin/temporal, installed by
+// make); call it from TestMain and Stop it there.
+func StartTemporal(ctx context.Context) (*Temporal, error) {
+	exe, err := TemporalCLI()
+	if err != nil {
+		return nil, err
+	}
+	var args []string
+	for i := range namespaceCount {
+		args = append(args, "--namespace", fmt.Sprintf("test-%d", i))
+	}
+	srv, err := testsuite.StartDevServer(ctx, testsuite.DevServerOptions{
+		ExistingPath: exe,
+		LogLevel:     "error",
+		ExtraArgs:    args,
+		Stdout:       io.Discard,
+		Stderr:       os.Stderr,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("start temporal dev server: %w", err)
+	}
+	return &Temporal{server: srv}, nil
+}
+
+// Address is the dev server's frontend host:port.
+func (t *Temporal) Address() string { return t.server.FrontendHostPort() }
+
+// Stop ends the dev server.
+func (t *Temporal) Stop() error { return t.server.Stop() }
+
+// Namespace hands a test a namespace of its own and a client for it.
+func (t *Temporal) Namespace(tb testing.TB) (string, client.Client) {
+	tb.Helper()
+	n := t.next.Add(1) - 1
+	if n >= namespaceCount {
+		tb.Fatalf("testenv: more than %d tests asked for a Temporal namespace; raise namespaceCount", namespaceCount)
+	}
+	ns := fmt.Sprintf("test-%d", n)
+	c, err := client.Dial(client.Options{HostPort: t.Address(), Namespace: ns, Logger: quietLogger{}})
+	if err != nil {
+		tb.Fatalf("testenv: dial temporal: %v", err)
+	}
+	tb.Cleanup(c.Close)
+	return ns, c
+}
+
+// TemporalCLI finds bin/temporal at the module root.
+func TemporalCLI() (string, error) {
+	root, err := ModuleRoot()
+	if err != nil {
+		return "", err
+	}
+	exe := filepath.Join(root, "bin", "temporal")
+	if _, err := os.Stat(exe); err != nil {
+		return "", fmt.Errorf("testenv: %s is missing: run `make temporal-cli` (make test does it)", exe)
+	}
+	return exe, nil
+}
+
+// ModuleRoot is the folder of go.mod, found upwards from the working directory.
+func ModuleRoot() (string, error) {
+	dir, err := os.Getwd()
+	if err != nil {
+		return "", err
+	}
+	for {
+		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
+			return dir, nil
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			return "", fmt.Errorf("testenv: no go.mod above the working directory")
+		}
+		dir = parent
+	}
+}
+
+// quietLogger keeps the SDK's client logs out of test output.
+type quietLogger struct{}
+
+func (quietLogger) Debug(string, ...any) {}
+func (quietLogger) Info(string, ...any)  {}
+func (quietLogger) Warn(string, ...any)  {}
+func (quietLogger) Error(string, ...any) {}
