@@ -1,0 +1,145 @@
+package activities
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/brokerswitch/brokerswitch/broker"
+	"github.com/brokerswitch/brokerswitch/models"
+)
+
+// countingPool is what a drain check needs from the brokers.
+type countingPool interface {
+	Endpoints() []broker.Endpoint
+	ReadyCounts(ctx context.Context, index int, queues []string) (map[string]int, error)
+}
+
+// stateStore reads and changes the broker state.
+type stateStore interface {
+	Load(ctx context.Context) (models.BrokerState, error)
+	Update(ctx context.Context, fn func(models.BrokerState) (models.BrokerState, error)) (models.BrokerState, error)
+	RecordDrainCheck(ctx context.Context, check models.DrainCheck) error
+}
+
+// Switch holds the activities of the BrokerSwitch workflow.
+type Switch struct {
+	Pool   countingPool
+	Store  stateStore
+	Queues []string
+	Now    func() time.Time
+	Logger *slog.Logger
+}
+
+// LoadState reads the broker state.
+func (a *Switch) LoadState(ctx context.Context) (models.BrokerState, error) {
+	st, err := a.Store.Load(ctx)
+	if err != nil {
+		return st, fmt.Errorf("load broker state: %w", err)
+	}
+	return st, nil
+}
+
+// NotificationResult is the state after a notification and what the notification did.
+type NotificationResult struct {
+	State   models.BrokerState
+	Outcome string
+}
+
+// RecordNotification records the producer's notification as a Pending Switch, unless it
+// is stale or changes nothing.
+func (a *Switch) RecordNotification(ctx context.Context, n models.Notification) (NotificationResult, error) {
+	var outcome string
+	st, err := a.Store.Update(ctx, func(cur models.BrokerState) (models.BrokerState, error) {
+		next, o := cur.ApplyNotification(n, a.Now())
+		outcome = o
+		return next, nil
+	})
+	if err != nil {
+		return NotificationResult{}, fmt.Errorf("record notification for broker %d: %w", n.Index, err)
+	}
+	a.Logger.InfoContext(ctx, "pending switch notification", "target", n.Index, "outcome", outcome)
+	return NotificationResult{State: st, Outcome: outcome}, nil
+}
+
+// DrainCheckInput names the broker to check.
+type DrainCheckInput struct {
+	BrokerIndex int
+}
+
+// DrainCheck counts the ready messages of the logical queues and their -retry siblings on
+// a broker; -error is left out. An unreachable broker is not drained, and not an error:
+// the switch waits for it and says so.
+func (a *Switch) DrainCheck(ctx context.Context, in DrainCheckInput) (models.DrainCheck, error) {
+	queues := make([]string, 0, 2*len(a.Queues))
+	for _, q := range a.Queues {
+		queues = append(queues, q, q+"-retry")
+	}
+	check := models.DrainCheck{BrokerIndex: in.BrokerIndex, CheckedAt: a.Now()}
+	counts, err := a.Pool.ReadyCounts(ctx, in.BrokerIndex, queues)
+	if err != nil {
+		check.Error = err.Error()
+		a.Logger.WarnContext(ctx, "drain check: active broker unreachable, the switch waits", "broker", in.BrokerIndex, "error", err)
+	} else {
+		check.Reachable = true
+		check.Counts = counts
+	}
+	if err := a.Store.RecordDrainCheck(ctx, check); err != nil {
+		return check, fmt.Errorf("drain check %d: %w", in.BrokerIndex, err)
+	}
+	return check, nil
+}
+
+// CommitHopInput is a drained broker and the hop that follows it.
+type CommitHopInput struct {
+	From   int
+	Hop    models.Hop
+	Checks int
+}
+
+// CommitHop makes the hop's broker active, in one transaction; a retried or concurrent
+// commit finds the state moved on and changes nothing.
+func (a *Switch) CommitHop(ctx context.Context, in CommitHopInput) (models.BrokerState, error) {
+	st, err := a.Store.Update(ctx, func(cur models.BrokerState) (models.BrokerState, error) {
+		next, _ := cur.CompleteHop(in.From, in.Hop, in.Checks, a.Now())
+		return next, nil
+	})
+	if err != nil {
+		return st, fmt.Errorf("commit switch %d to %d: %w", in.From, in.Hop.Index, err)
+	}
+	a.Logger.InfoContext(ctx, "switch committed", "from", in.From, "to", in.Hop.Index, "checks", in.Checks)
+	return st, nil
+}
+
+// ForceSwitchInput is an operator's order to move now.
+type ForceSwitchInput struct {
+	Index int `json:"index"`
+}
+
+// ForceSwitch moves to the broker at once and drops any Pending Switch.
+func (a *Switch) ForceSwitch(ctx context.Context, in ForceSwitchInput) (models.BrokerState, error) {
+	if in.Index < 0 || in.Index >= len(a.Pool.Endpoints()) {
+		return models.BrokerState{}, fmt.Errorf("force switch: broker %d is not configured", in.Index)
+	}
+	st, err := a.Store.Update(ctx, func(cur models.BrokerState) (models.BrokerState, error) {
+		return cur.Force(in.Index, a.Now()), nil
+	})
+	if err != nil {
+		return st, fmt.Errorf("force switch to %d: %w", in.Index, err)
+	}
+	a.Logger.InfoContext(ctx, "switch forced", "to", in.Index)
+	return st, nil
+}
+
+// CancelPendingSwitch drops the Pending Switch without moving.
+func (a *Switch) CancelPendingSwitch(ctx context.Context) (models.BrokerState, error) {
+	st, err := a.Store.Update(ctx, func(cur models.BrokerState) (models.BrokerState, error) {
+		cur.Pending = nil
+		return cur, nil
+	})
+	if err != nil {
+		return st, fmt.Errorf("cancel pending switch: %w", err)
+	}
+	return st, nil
+}

@@ -1,0 +1,166 @@
+// Package config reads the service's configuration from the environment and
+// refuses to start on a value it cannot use, naming the variable.
+package config
+
+import (
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/brokerswitch/brokerswitch/broker"
+)
+
+// Config is everything the binary needs; each field names its variable and default.
+type Config struct {
+	// Brokers from RABBITMQ_CONNECTION_STRINGS (default amqp://guest:guest@127.0.0.1:5672/);
+	// a broker's index is its position in the list.
+	Brokers []broker.Endpoint
+	// DatabaseURL from DATABASE_URL (default a local Postgres database named brokerswitch).
+	DatabaseURL string
+	// TemporalAddress from TEMPORAL_ADDRESS (default 127.0.0.1:7233).
+	TemporalAddress string
+	// TemporalNamespace from TEMPORAL_NAMESPACE (default "default").
+	TemporalNamespace string
+	// TaskQueue from TEMPORAL_TASK_QUEUE (default "brokerswitch").
+	TaskQueue string
+	// Queues from QUEUES (default pull_requests,issues,pushes,installations): the logical queues.
+	Queues []string
+	// ConsumerWindow from CONSUMER_WINDOW (default 5m): the length of one consumer window.
+	ConsumerWindow time.Duration
+	// RetryTTL from RETRY_TTL (default 10m): the TTL of the -retry queues; must equal the producer's.
+	RetryTTL time.Duration
+	// MaxRetryCycles from MAX_RETRY_CYCLES (default 10): retry cycles before a message goes to -error.
+	MaxRetryCycles int
+	// Prefetch from PREFETCH (default 100, at most 500): unacknowledged messages per consumer,
+	// also the largest batch committed in one transaction. CloudAMQP's shared plans close a
+	// connection with more than 1,000 unacknowledged messages, so it stays well below that.
+	Prefetch int
+	// DrainCheckInterval from DRAIN_CHECK_INTERVAL (default 3s): the pause between drain checks
+	// while a switch is pending.
+	DrainCheckInterval time.Duration
+	// LeftoverDrainCap from LEFTOVER_DRAIN_CAP (default 500): messages one Leftover Drain takes
+	// per queue and window at most.
+	LeftoverDrainCap int
+	// HTTPAddr from HTTP_ADDR (default :8080).
+	HTTPAddr string
+	// ProducerToken from PRODUCER_TOKEN: may only post pending-switch notifications.
+	ProducerToken string
+	// OperatorToken from OPERATOR_TOKEN: may do everything.
+	OperatorToken string
+	// InsecureNoAuth from API_INSECURE_NO_AUTH (default false): lets the API start with no token,
+	// for local development only.
+	InsecureNoAuth bool
+	// LogLevel from LOG_LEVEL (default info): debug, info, warn or error.
+	LogLevel string
+}
+
+// Getenv looks a variable up; os.Getenv fits, and tests pass a map's lookup.
+type Getenv func(string) string
+
+// FromEnv reads and validates the configuration.
+func FromEnv(getenv Getenv) (Config, error) {
+	r := reader{getenv: getenv}
+	c := Config{
+		DatabaseURL:        r.str("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/brokerswitch?sslmode=disable"),
+		TemporalAddress:    r.str("TEMPORAL_ADDRESS", "127.0.0.1:7233"),
+		TemporalNamespace:  r.str("TEMPORAL_NAMESPACE", "default"),
+		TaskQueue:          r.str("TEMPORAL_TASK_QUEUE", "brokerswitch"),
+		Queues:             r.list("QUEUES", "pull_requests,issues,pushes,installations"),
+		ConsumerWindow:     r.duration("CONSUMER_WINDOW", "5m"),
+		RetryTTL:           r.duration("RETRY_TTL", "10m"),
+		MaxRetryCycles:     r.positiveInt("MAX_RETRY_CYCLES", "10"),
+		Prefetch:           r.positiveInt("PREFETCH", "100"),
+		DrainCheckInterval: r.duration("DRAIN_CHECK_INTERVAL", "3s"),
+		LeftoverDrainCap:   r.positiveInt("LEFTOVER_DRAIN_CAP", "500"),
+		HTTPAddr:           r.str("HTTP_ADDR", ":8080"),
+		ProducerToken:      getenv("PRODUCER_TOKEN"),
+		OperatorToken:      getenv("OPERATOR_TOKEN"),
+		InsecureNoAuth:     r.boolean("API_INSECURE_NO_AUTH"),
+		LogLevel:           r.str("LOG_LEVEL", "info"),
+	}
+	brokers, err := broker.ParseEndpoints(r.str("RABBITMQ_CONNECTION_STRINGS", "amqp://guest:guest@127.0.0.1:5672/"))
+	if err != nil {
+		r.fail("RABBITMQ_CONNECTION_STRINGS", err.Error())
+	} else if len(brokers) == 0 {
+		r.fail("RABBITMQ_CONNECTION_STRINGS", "no broker configured")
+	}
+	c.Brokers = brokers
+	if len(c.Queues) == 0 {
+		r.fail("QUEUES", "no queue configured")
+	}
+	if c.Prefetch > broker.MaxPrefetch {
+		r.fail("PREFETCH", fmt.Sprintf("must be at most %d: CloudAMQP closes connections with more than 1000 unacknowledged messages", broker.MaxPrefetch))
+	}
+	switch c.LogLevel {
+	case "debug", "info", "warn", "error":
+	default:
+		r.fail("LOG_LEVEL", "must be debug, info, warn or error")
+	}
+	return c, errors.Join(r.errs...)
+}
+
+// ValidateAPIAuth refuses an API with no token unless development mode was asked for.
+func (c Config) ValidateAPIAuth() error {
+	if c.ProducerToken == "" && c.OperatorToken == "" && !c.InsecureNoAuth {
+		return errors.New("config: OPERATOR_TOKEN and PRODUCER_TOKEN are both empty; set them, or API_INSECURE_NO_AUTH=true for local development")
+	}
+	return nil
+}
+
+// reader collects every bad variable so that one start reports them all.
+type reader struct {
+	getenv Getenv
+	errs   []error
+}
+
+func (r *reader) fail(name, why string) {
+	r.errs = append(r.errs, fmt.Errorf("config: %s: %s", name, why))
+}
+
+func (r *reader) str(name, def string) string {
+	if v := strings.TrimSpace(r.getenv(name)); v != "" {
+		return v
+	}
+	return def
+}
+
+func (r *reader) list(name, def string) []string {
+	var out []string
+	for _, part := range strings.FieldsFunc(r.str(name, def), func(c rune) bool { return c == ',' || c == '\n' }) {
+		if p := strings.TrimSpace(part); p != "" {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+func (r *reader) duration(name, def string) time.Duration {
+	v := r.str(name, def)
+	d, err := time.ParseDuration(v)
+	if err != nil || d <= 0 {
+		r.fail(name, fmt.Sprintf("%q is not a positive duration such as 30s or 5m", v))
+		return 0
+	}
+	return d
+}
+
+func (r *reader) positiveInt(name, def string) int {
+	v := r.str(name, def)
+	n, err := strconv.Atoi(v)
+	if err != nil || n <= 0 {
+		r.fail(name, fmt.Sprintf("%q is not a positive whole number", v))
+		return 0
+	}
+	return n
+}
+
+func (r *reader) boolean(name string) bool {
+	v := r.str(name, "false")
+	b, err := strconv.ParseBool(v)
+	if err != nil {
+		r.fail(name, fmt.Sprintf("%q is not true or false", v))
+	}
+	return b
+}

@@ -1,0 +1,199 @@
+package models
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strconv"
+	"time"
+
+	"gorm.io/gorm"
+	"gorm.io/gorm/clause"
+)
+
+// Setting is one row of the settings table.
+type Setting struct {
+	Key       string `gorm:"primaryKey"`
+	Value     string `gorm:"not null"`
+	UpdatedAt time.Time
+}
+
+// TableName keeps gorm on the table the migrations create.
+func (Setting) TableName() string { return "settings" }
+
+// Settings keys of the broker state.
+const (
+	KeyActiveIndex    = "broker.active_index"
+	KeyPendingSwitch  = "broker.pending_switch"
+	KeyLastSwitch     = "broker.last_switch"
+	KeyLastDrainCheck = "broker.last_drain_check"
+	KeySeenUntil      = "broker.notifications_seen_until"
+)
+
+// brokerStateLock serialises every change of the broker state across processes, so that a
+// retried or concurrent commit reads what the other one wrote.
+const brokerStateLock = 0x62726b72 // "brkr"
+
+// Resolver finds a configured broker by host and vhost, so that a stored hop follows its
+// broker when the configured list is reordered.
+type Resolver func(host, vhost string) (index int, ok bool)
+
+// BrokerStore reads and changes the broker state kept in settings.
+type BrokerStore struct {
+	DB          *gorm.DB
+	BrokerCount int
+	Resolve     Resolver
+}
+
+// Load reads the broker state.
+func (s *BrokerStore) Load(ctx context.Context) (BrokerState, error) {
+	return s.load(s.DB.WithContext(ctx))
+}
+
+// Update changes the broker state in one transaction under a lock: fn sees the current
+// state and returns the next one, which is written back.
+func (s *BrokerStore) Update(ctx context.Context, fn func(BrokerState) (BrokerState, error)) (BrokerState, error) {
+	var next BrokerState
+	err := s.DB.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
+		if err := tx.Exec("SELECT pg_advisory_xact_lock(?)", brokerStateLock).Error; err != nil {
+			return fmt.Errorf("lock broker state: %w", err)
+		}
+		cur, err := s.load(tx)
+		if err != nil {
+			return err
+		}
+		if next, err = fn(cur); err != nil {
+			return err
+		}
+		return s.save(tx, next)
+	})
+	return next, err
+}
+
+// RecordDrainCheck keeps the last drain check for GET /api/v1/broker.
+func (s *BrokerStore) RecordDrainCheck(ctx context.Context, check DrainCheck) error {
+	value, err := json.Marshal(check)
+	if err != nil {
+		return fmt.Errorf("encode drain check: %w", err)
+	}
+	return upsertSettings(s.DB.WithContext(ctx), map[string]string{KeyLastDrainCheck: string(value)})
+}
+
+func (s *BrokerStore) load(db *gorm.DB) (BrokerState, error) {
+	var rows []Setting
+	keys := []string{KeyActiveIndex, KeyPendingSwitch, KeyLastSwitch, KeyLastDrainCheck, KeySeenUntil}
+	if err := db.Where("key IN ?", keys).Find(&rows).Error; err != nil {
+		return BrokerState{}, fmt.Errorf("read broker settings: %w", err)
+	}
+	values := make(map[string]string, len(rows))
+	for _, r := range rows {
+		values[r.Key] = r.Value
+	}
+	var st BrokerState
+	if v := values[KeyActiveIndex]; v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil {
+			return st, fmt.Errorf("setting %s: %q is not a broker index", KeyActiveIndex, v)
+		}
+		st.ActiveIndex = n
+	}
+	if st.ActiveIndex < 0 || st.ActiveIndex >= s.BrokerCount {
+		return st, fmt.Errorf("setting %s: broker %d is not configured (%d brokers in RABBITMQ_CONNECTION_STRINGS); switch to a configured one",
+			KeyActiveIndex, st.ActiveIndex, s.BrokerCount)
+	}
+	if err := decodeSetting(values, KeyPendingSwitch, &st.Pending); err != nil {
+		return st, err
+	}
+	if err := decodeSetting(values, KeyLastSwitch, &st.LastSwitch); err != nil {
+		return st, err
+	}
+	if err := decodeSetting(values, KeyLastDrainCheck, &st.LastDrainCheck); err != nil {
+		return st, err
+	}
+	if v := values[KeySeenUntil]; v != "" {
+		t, err := time.Parse(time.RFC3339Nano, v)
+		if err != nil {
+			return st, fmt.Errorf("setting %s: %w", KeySeenUntil, err)
+		}
+		st.SeenUntil = t
+	}
+	st.Pending = s.resolveRoute(st.Pending)
+	return st, nil
+}
+
+// resolveRoute re-resolves each hop by endpoint; a route whose target is no longer
+// configured reads as no Pending Switch.
+func (s *BrokerStore) resolveRoute(p *PendingSwitch) *PendingSwitch {
+	if p == nil || len(p.Route) == 0 || s.Resolve == nil {
+		return p
+	}
+	var route []Hop
+	for _, h := range p.Route {
+		if idx, ok := s.Resolve(h.Host, h.Vhost); ok {
+			h.Index = idx
+			route = append(route, h)
+		}
+	}
+	if len(route) == 0 || route[len(route)-1].SwitchedAt != p.Target().SwitchedAt {
+		return nil
+	}
+	return &PendingSwitch{Route: route, RecordedAt: p.RecordedAt}
+}
+
+func (s *BrokerStore) save(db *gorm.DB, st BrokerState) error {
+	values := map[string]string{
+		KeyActiveIndex:   strconv.Itoa(st.ActiveIndex),
+		KeyPendingSwitch: "",
+		KeyLastSwitch:    "",
+		KeySeenUntil:     "",
+	}
+	if st.Pending != nil {
+		b, err := json.Marshal(st.Pending)
+		if err != nil {
+			return fmt.Errorf("encode pending switch: %w", err)
+		}
+		values[KeyPendingSwitch] = string(b)
+	}
+	if st.LastSwitch != nil {
+		b, err := json.Marshal(st.LastSwitch)
+		if err != nil {
+			return fmt.Errorf("encode last switch: %w", err)
+		}
+		values[KeyLastSwitch] = string(b)
+	}
+	if !st.SeenUntil.IsZero() {
+		values[KeySeenUntil] = st.SeenUntil.UTC().Format(time.RFC3339Nano)
+	}
+	return upsertSettings(db, values)
+}
+
+func upsertSettings(db *gorm.DB, values map[string]string) error {
+	now := time.Now()
+	rows := make([]Setting, 0, len(values))
+	for k, v := range values {
+		rows = append(rows, Setting{Key: k, Value: v, UpdatedAt: now})
+	}
+	err := db.Clauses(clause.OnConflict{
+		Columns:   []clause.Column{{Name: "key"}},
+		DoUpdates: clause.AssignmentColumns([]string{"value", "updated_at"}),
+	}).Create(&rows).Error
+	if err != nil {
+		return fmt.Errorf("write settings: %w", err)
+	}
+	return nil
+}
+
+// decodeSetting reads a JSON setting; the empty string stands for none because the
+// column is NOT NULL.
+func decodeSetting[T any](values map[string]string, key string, into **T) error {
+	v := values[key]
+	if v == "" {
+		return nil
+	}
+	var out T
+	if err := json.Unmarshal([]byte(v), &out); err != nil {
+		return fmt.Errorf("setting %s: %w", key, err)
+	}
+	*into = &out
+	return nil
+}

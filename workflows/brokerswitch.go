@@ -1,0 +1,279 @@
+package workflows
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"go.temporal.io/sdk/temporal"
+	"go.temporal.io/sdk/workflow"
+
+	"github.com/brokerswitch/brokerswitch/activities"
+	"github.com/brokerswitch/brokerswitch/models"
+)
+
+// BrokerSwitchInput configures the BrokerSwitch workflow and carries what a run hands to
+// the next one when it continues as new.
+type BrokerSwitchInput struct {
+	// Queues are the logical queues whose window workflows follow a committed switch.
+	Queues []string
+	// DrainCheckInterval is the pause between drain checks (default 3s).
+	DrainCheckInterval time.Duration
+	// Signals were received but not yet handled by the previous run.
+	Signals []Signal
+	// Checks counts the drain checks of the current hop so far.
+	Checks int
+}
+
+// Signal is one operator or producer message, kept in arrival order.
+type Signal struct {
+	Name         string
+	Notification models.Notification         `json:",omitzero"`
+	Force        activities.ForceSwitchInput `json:",omitzero"`
+	// Invalid says why the signal's input could not be read; such a signal is skipped.
+	Invalid string `json:",omitempty"`
+}
+
+// Status is what the status query answers.
+type Status struct {
+	State     models.BrokerState
+	Checks    int
+	LastCheck *models.DrainCheck
+	Waiting   string
+}
+
+// BrokerSwitch follows the producer from broker to broker. While a switch is pending it
+// checks the active broker until its queues and their -retry siblings are empty, then
+// commits the next hop and tells the windows; signals are handled in arrival order.
+// When nothing is pending it waits for a signal, so that operators can always signal it.
+func BrokerSwitch(ctx workflow.Context, in BrokerSwitchInput) error {
+	w, err := newSwitchRun(ctx, in)
+	if err != nil {
+		return err
+	}
+	return w.run(ctx)
+}
+
+type switchRun struct {
+	in      BrokerSwitchInput
+	status  Status
+	signals []Signal
+	act     *activities.Switch
+}
+
+// signalNames are the signals the BrokerSwitch workflow takes.
+var signalNames = []string{SignalPendingSwitch, SignalForceSwitch, SignalCancelPendingSwitch}
+
+func newSwitchRun(ctx workflow.Context, in BrokerSwitchInput) (*switchRun, error) {
+	if in.DrainCheckInterval <= 0 {
+		in.DrainCheckInterval = 3 * time.Second
+	}
+	w := &switchRun{in: in, signals: in.Signals, status: Status{Checks: in.Checks}}
+	if err := workflow.SetQueryHandler(ctx, QueryStatus, func() (Status, error) { return w.status, nil }); err != nil {
+		return nil, fmt.Errorf("register status query: %w", err)
+	}
+	return w, nil
+}
+
+func (w *switchRun) run(ctx workflow.Context) error {
+	if err := w.execute(ctx, "read broker state", w.act.LoadState, nil, &w.status.State); err != nil {
+		return err
+	}
+	for ctx.Err() == nil {
+		w.takeBufferedSignals(ctx)
+		if err := w.handleSignals(ctx); err != nil {
+			return err
+		}
+		if workflow.GetInfo(ctx).GetContinueAsNewSuggested() {
+			return w.continueAsNew(ctx)
+		}
+		pending := w.status.State.Pending
+		if pending == nil {
+			w.wait(ctx, "Nothing pending: waiting for a pending-switch, force-switch or cancel-pending-switch signal", 0)
+			continue
+		}
+		if err := w.checkAndCommit(ctx, pending.Next()); err != nil {
+			return err
+		}
+	}
+	return temporal.NewCanceledError("broker switch workflow canceled")
+}
+
+// checkAndCommit runs one drain check of the active broker and commits the hop when it is
+// empty; otherwise it waits for the next check or a signal.
+func (w *switchRun) checkAndCommit(ctx workflow.Context, hop models.Hop) error {
+	active := w.status.State.ActiveIndex
+	var check models.DrainCheck
+	if err := w.execute(ctx, fmt.Sprintf("drain check of broker %d", active), w.act.DrainCheck,
+		activities.DrainCheckInput{BrokerIndex: active}, &check); err != nil {
+		return err
+	}
+	w.status.Checks++
+	w.status.LastCheck = &check
+	if !check.Drained() {
+		why := fmt.Sprintf("Switch %d → %d waits: broker %d is not drained yet %v; next check in %s",
+			active, hop.Index, active, check.Counts, w.in.DrainCheckInterval)
+		if !check.Reachable {
+			why = fmt.Sprintf("Switch %d → %d waits: broker %d is unreachable (%s); it will be checked again in %s",
+				active, hop.Index, active, check.Error, w.in.DrainCheckInterval)
+			workflow.GetLogger(ctx).Warn("active broker unreachable, switch waits", "broker", active, "error", check.Error)
+		}
+		w.wait(ctx, why, w.in.DrainCheckInterval)
+		return nil
+	}
+	in := activities.CommitHopInput{From: active, Hop: hop, Checks: w.status.Checks}
+	if err := w.execute(ctx, fmt.Sprintf("commit switch %d → %d", active, hop.Index), w.act.CommitHop, in, &w.status.State); err != nil {
+		return err
+	}
+	w.status.Checks = 0
+	w.afterChange(ctx, true)
+	return nil
+}
+
+// handleSignals applies the signals received so far, in arrival order.
+func (w *switchRun) handleSignals(ctx workflow.Context) error {
+	for len(w.signals) > 0 {
+		s := w.signals[0]
+		w.signals = w.signals[1:]
+		moved := false
+		var err error
+		switch {
+		case s.Invalid != "":
+			workflow.GetLogger(ctx).Warn("signal ignored: its input is not valid", "signal", s.Name, "error", s.Invalid)
+			continue
+		case s.Name == SignalPendingSwitch:
+			var res activities.NotificationResult
+			err = w.execute(ctx, fmt.Sprintf("record notification for %s%s", s.Notification.Host, s.Notification.Vhost),
+				w.act.RecordNotification, s.Notification, &res)
+			w.status.State = res.State
+		case s.Name == SignalForceSwitch:
+			err = w.execute(ctx, fmt.Sprintf("force switch to broker %d", s.Force.Index), w.act.ForceSwitch, s.Force, &w.status.State)
+			moved = err == nil
+		case s.Name == SignalCancelPendingSwitch:
+			err = w.execute(ctx, "cancel the pending switch", w.act.CancelPendingSwitch, nil, &w.status.State)
+		}
+		if temporal.IsApplicationError(err) && isNonRetryable(err) {
+			// A refused order (an unknown broker) must not end the workflow.
+			workflow.GetLogger(ctx).Warn("signal refused", "signal", s.Name, "error", err)
+			continue
+		}
+		if err != nil {
+			return err
+		}
+		w.status.Checks = 0
+		w.afterChange(ctx, moved)
+	}
+	return nil
+}
+
+// afterChange shows the new state in the Web UI and, when the active broker moved, tells
+// every window to end its window and resolve the broker again.
+func (w *switchRun) afterChange(ctx workflow.Context, moved bool) {
+	memo := map[string]any{"activeIndex": w.status.State.ActiveIndex, "pendingSwitch": w.status.State.Pending}
+	if err := workflow.UpsertMemo(ctx, memo); err != nil {
+		workflow.GetLogger(ctx).Warn("memo not updated", "error", err)
+	}
+	if !moved {
+		return
+	}
+	futures := make([]workflow.Future, 0, len(w.in.Queues))
+	for _, q := range w.in.Queues {
+		futures = append(futures, workflow.SignalExternalWorkflow(ctx, QueueWindowWorkflowID(q), "", SignalBrokerChanged, nil))
+	}
+	for i, f := range futures {
+		if err := f.Get(ctx, nil); err != nil {
+			// A window that is not running resolves the broker when it starts anyway.
+			workflow.GetLogger(ctx).Warn("window not told of the switch", "queue", w.in.Queues[i], "error", err)
+		}
+	}
+}
+
+// wait shows why the workflow waits, then blocks until a signal arrives or d passes (d > 0).
+func (w *switchRun) wait(ctx workflow.Context, why string, d time.Duration) {
+	w.status.Waiting = why
+	workflow.SetCurrentDetails(ctx, why)
+	sel := workflow.NewSelector(ctx)
+	sel.AddReceive(ctx.Done(), func(workflow.ReceiveChannel, bool) {})
+	for _, name := range signalNames {
+		sel.AddReceive(workflow.GetSignalChannel(ctx, name), func(c workflow.ReceiveChannel, _ bool) {
+			w.signals = append(w.signals, receiveSignal(ctx, name, c))
+		})
+	}
+	if d > 0 {
+		timerCtx, cancelTimer := workflow.WithCancel(ctx)
+		defer cancelTimer()
+		sel.AddFuture(workflow.NewTimerWithOptions(timerCtx, d, workflow.TimerOptions{Summary: "next drain check"}),
+			func(workflow.Future) {})
+	}
+	sel.Select(ctx)
+}
+
+// takeBufferedSignals moves every signal already delivered into the queue without blocking.
+func (w *switchRun) takeBufferedSignals(ctx workflow.Context) {
+	for _, name := range signalNames {
+		c := workflow.GetSignalChannel(ctx, name)
+		for {
+			var raw json.RawMessage
+			if !c.ReceiveAsync(&raw) {
+				break
+			}
+			w.signals = append(w.signals, decodeSignal(name, raw))
+		}
+	}
+}
+
+// continueAsNew hands the state and the unhandled signals to a fresh run, so that a long
+// -retry tail does not grow one history without bound.
+func (w *switchRun) continueAsNew(ctx workflow.Context) error {
+	w.takeBufferedSignals(ctx)
+	next := w.in
+	next.Signals = w.signals
+	next.Checks = w.status.Checks
+	return workflow.NewContinueAsNewError(ctx, BrokerSwitch, next)
+}
+
+// execute runs one activity of the BrokerSwitch workflow, named in the Web UI by summary.
+func (w *switchRun) execute(ctx workflow.Context, summary string, activity any, arg any, result any) error {
+	actx := workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
+		StartToCloseTimeout: 30 * time.Second,
+		RetryPolicy:         retryForever,
+		Summary:             summary,
+	})
+	args := []any{}
+	if arg != nil {
+		args = append(args, arg)
+	}
+	if err := workflow.ExecuteActivity(actx, activity, args...).Get(ctx, result); err != nil {
+		return fmt.Errorf("%s: %w", summary, err)
+	}
+	return nil
+}
+
+// receiveSignal takes one signal as raw JSON: an operator's malformed input must be
+// reported and skipped, not block the workflow on a value it cannot decode.
+func receiveSignal(ctx workflow.Context, name string, c workflow.ReceiveChannel) Signal {
+	var raw json.RawMessage
+	c.Receive(ctx, &raw)
+	return decodeSignal(name, raw)
+}
+
+func decodeSignal(name string, raw json.RawMessage) Signal {
+	s := Signal{Name: name}
+	var err error
+	switch name {
+	case SignalPendingSwitch:
+		err = json.Unmarshal(raw, &s.Notification)
+	case SignalForceSwitch:
+		err = json.Unmarshal(raw, &s.Force)
+	}
+	if err != nil {
+		s.Invalid = err.Error()
+	}
+	return s
+}
+
+func isNonRetryable(err error) bool {
+	var appErr *temporal.ApplicationError
+	return errors.As(err, &appErr) && appErr.NonRetryable()
+}

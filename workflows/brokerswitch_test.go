@@ -1,0 +1,204 @@
+package workflows
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/mock"
+	"github.com/stretchr/testify/require"
+	"github.com/stretchr/testify/suite"
+	"go.temporal.io/sdk/testsuite"
+
+	"github.com/brokerswitch/brokerswitch/activities"
+	"github.com/brokerswitch/brokerswitch/models"
+)
+
+// These tests drive the BrokerSwitch workflow's logic in Temporal's test environment with
+// virtual time; the activities are replaced by an in-memory broker state built on the
+// same pure rules (models.BrokerState) the real activities use.
+
+type brokerSwitchSuite struct {
+	suite.Suite
+	testsuite.WorkflowTestSuite
+	env *testsuite.TestWorkflowEnvironment
+
+	state         models.BrokerState
+	backlog       map[int][]int // per broker: ready counts returned by successive drain checks
+	reachable     map[int]bool
+	checks        []int // broker of each drain check, in order
+	commits       []activities.CommitHopInput
+	windowSignals int
+}
+
+func TestBrokerSwitchWorkflow(t *testing.T) { suite.Run(t, new(brokerSwitchSuite)) }
+
+var t0 = time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
+
+func (s *brokerSwitchSuite) SetupTest() {
+	s.env = s.NewTestWorkflowEnvironment()
+	s.state = models.BrokerState{}
+	s.backlog = map[int][]int{}
+	s.reachable = map[int]bool{0: true, 1: true, 2: true}
+	s.checks, s.commits, s.windowSignals = nil, nil, 0
+
+	var a *activities.Switch
+	s.env.RegisterActivity(a)
+	s.env.OnActivity(a.LoadState, mock.Anything).Return(func(context.Context) (models.BrokerState, error) { return s.state, nil })
+	s.env.OnActivity(a.RecordNotification, mock.Anything, mock.Anything).Return(
+		func(_ context.Context, n models.Notification) (activities.NotificationResult, error) {
+			next, outcome := s.state.ApplyNotification(n, t0)
+			s.state = next
+			return activities.NotificationResult{State: next, Outcome: outcome}, nil
+		})
+	s.env.OnActivity(a.DrainCheck, mock.Anything, mock.Anything).Return(
+		func(_ context.Context, in activities.DrainCheckInput) (models.DrainCheck, error) {
+			s.checks = append(s.checks, in.BrokerIndex)
+			check := models.DrainCheck{BrokerIndex: in.BrokerIndex, Reachable: s.reachable[in.BrokerIndex], Counts: map[string]int{"issues": 0}}
+			if q := s.backlog[in.BrokerIndex]; len(q) > 0 {
+				check.Counts["issues"] = q[0]
+				s.backlog[in.BrokerIndex] = q[1:]
+			}
+			return check, nil
+		})
+	s.env.OnActivity(a.CommitHop, mock.Anything, mock.Anything).Return(
+		func(_ context.Context, in activities.CommitHopInput) (models.BrokerState, error) {
+			s.commits = append(s.commits, in)
+			s.state, _ = s.state.CompleteHop(in.From, in.Hop, in.Checks, t0)
+			return s.state, nil
+		})
+	s.env.OnActivity(a.ForceSwitch, mock.Anything, mock.Anything).Return(
+		func(_ context.Context, in activities.ForceSwitchInput) (models.BrokerState, error) {
+			s.state = s.state.Force(in.Index, t0)
+			return s.state, nil
+		})
+	s.env.OnActivity(a.CancelPendingSwitch, mock.Anything).Return(func(context.Context) (models.BrokerState, error) {
+		s.state.Pending = nil
+		return s.state, nil
+	})
+	s.env.OnSignalExternalWorkflow(mock.Anything, mock.Anything, "", SignalBrokerChanged, mock.Anything).Return(
+		func(_, _, _, _ string, _ any) error { s.windowSignals++; return nil })
+}
+
+func (s *brokerSwitchSuite) notify(at time.Duration, index int, switchedAt time.Time) {
+	s.env.RegisterDelayedCallback(func() {
+		s.env.SignalWorkflow(SignalPendingSwitch, models.Notification{Index: index, Host: "h", Vhost: "/", SwitchedAt: switchedAt})
+	}, at)
+}
+
+// run executes the workflow until the callback at `end` cancels it, and returns its status then.
+func (s *brokerSwitchSuite) run(end time.Duration) Status {
+	var status Status
+	s.env.RegisterDelayedCallback(func() {
+		v, err := s.env.QueryWorkflow(QueryStatus)
+		s.Require().NoError(err)
+		s.Require().NoError(v.Get(&status))
+		s.env.CancelWorkflow()
+	}, end)
+	s.env.ExecuteWorkflow(BrokerSwitch, BrokerSwitchInput{Queues: []string{"issues", "pushes"}, DrainCheckInterval: 3 * time.Second})
+	s.Require().True(s.env.IsWorkflowCompleted())
+	return status
+}
+
+func (s *brokerSwitchSuite) TestWaitsForTheDrainThenCommits() {
+	s.backlog[0] = []int{5, 2, 1} // three checks see messages, the fourth sees none
+	s.notify(time.Second, 1, t0)
+	status := s.run(time.Minute)
+
+	s.Equal([]int{0, 0, 0, 0}, s.checks, "one check per interval until broker 0 is empty, none after")
+	s.Require().Len(s.commits, 1)
+	s.Equal(activities.CommitHopInput{From: 0, Hop: models.Hop{Index: 1, Host: "h", Vhost: "/", SwitchedAt: t0}, Checks: 4}, s.commits[0])
+	s.Equal(1, status.State.ActiveIndex)
+	s.Nil(status.State.Pending)
+	s.Equal(2, s.windowSignals, "both windows are told to resolve the broker again")
+}
+
+func (s *brokerSwitchSuite) TestDoubleRotationIsFollowedHopByHop() {
+	s.backlog[0] = []int{3, 3}
+	s.backlog[1] = []int{7}
+	s.notify(time.Second, 1, t0)
+	s.notify(2*time.Second, 2, t0.Add(time.Minute))
+	status := s.run(time.Minute)
+
+	s.Require().Len(s.commits, 2)
+	s.Equal(0, s.commits[0].From)
+	s.Equal(1, s.commits[0].Hop.Index, "A to B first, once A is drained")
+	s.Equal(1, s.commits[1].From)
+	s.Equal(2, s.commits[1].Hop.Index, "then B to C, once B is drained")
+	s.Equal(2, status.State.ActiveIndex)
+	s.Equal([]int{0, 0, 0, 1, 1}, s.checks)
+}
+
+func (s *brokerSwitchSuite) TestStaleNotificationChangesNothing() {
+	s.backlog[0] = []int{9, 9, 9, 9, 9, 9, 9, 9, 9, 9, 9, 9, 9, 9, 9, 9, 9, 9, 9, 9, 9, 9, 9}
+	s.notify(time.Second, 1, t0)
+	s.notify(2*time.Second, 2, t0.Add(-time.Minute)) // older than what is on record
+	status := s.run(time.Minute)
+
+	s.Empty(s.commits)
+	s.Require().NotNil(status.State.Pending)
+	s.Equal([]models.Hop{{Index: 1, Host: "h", Vhost: "/", SwitchedAt: t0}}, status.State.Pending.Route)
+}
+
+func (s *brokerSwitchSuite) TestForceSwitchMovesAtOnceAndDropsThePendingSwitch() {
+	s.backlog[0] = []int{9, 9, 9, 9, 9, 9, 9, 9, 9, 9, 9, 9, 9, 9, 9, 9, 9, 9, 9, 9, 9, 9, 9}
+	s.notify(time.Second, 1, t0)
+	s.env.RegisterDelayedCallback(func() {
+		s.env.SignalWorkflow(SignalForceSwitch, map[string]int{"index": 2})
+	}, 10*time.Second)
+	status := s.run(time.Minute)
+
+	s.Empty(s.commits)
+	s.Equal(2, status.State.ActiveIndex)
+	s.Nil(status.State.Pending)
+	s.True(status.State.LastSwitch.Forced)
+	s.Equal(2, s.windowSignals)
+	s.LessOrEqual(len(s.checks), 5, "no drain check after the force: nothing is pending")
+}
+
+func (s *brokerSwitchSuite) TestCancelDropsThePendingSwitchWithoutMoving() {
+	s.backlog[0] = []int{9, 9, 9, 9, 9, 9, 9, 9, 9, 9, 9, 9, 9, 9, 9, 9, 9, 9, 9, 9, 9, 9, 9}
+	s.notify(time.Second, 1, t0)
+	s.env.RegisterDelayedCallback(func() { s.env.SignalWorkflow(SignalCancelPendingSwitch, nil) }, 7*time.Second)
+	status := s.run(time.Minute)
+
+	s.Empty(s.commits)
+	s.Equal(0, status.State.ActiveIndex)
+	s.Nil(status.State.Pending)
+	s.Equal(0, s.windowSignals)
+	s.Contains(status.Waiting, "Nothing pending")
+}
+
+func (s *brokerSwitchSuite) TestUnreachableActiveBrokerHoldsTheSwitch() {
+	s.reachable[0] = false
+	s.notify(time.Second, 1, t0)
+	status := s.run(30 * time.Second)
+
+	s.Empty(s.commits)
+	s.GreaterOrEqual(len(s.checks), 5, "it keeps checking")
+	s.Contains(status.Waiting, "unreachable")
+	s.Require().NotNil(status.LastCheck)
+	s.False(status.LastCheck.Reachable)
+}
+
+func (s *brokerSwitchSuite) TestMalformedSignalInputIsSkipped() {
+	s.env.RegisterDelayedCallback(func() {
+		s.env.SignalWorkflow(SignalForceSwitch, map[string]string{"index": "one"})
+	}, time.Second)
+	s.env.RegisterDelayedCallback(func() {
+		s.env.SignalWorkflow(SignalForceSwitch, map[string]int{"index": 1})
+	}, 2*time.Second)
+	status := s.run(time.Minute)
+
+	s.Equal(1, status.State.ActiveIndex, "the valid signal after the malformed one is handled")
+}
+
+func TestDecodeSignal(t *testing.T) {
+	s := decodeSignal(SignalForceSwitch, []byte(`{"index": 2}`))
+	require.Empty(t, s.Invalid)
+	require.Equal(t, 2, s.Force.Index)
+	s = decodeSignal(SignalPendingSwitch, []byte(`{"switchedAt": "yesterday"}`))
+	require.NotEmpty(t, s.Invalid)
+	s = decodeSignal(SignalCancelPendingSwitch, nil)
+	require.Empty(t, s.Invalid)
+}

@@ -1,0 +1,29 @@
+// Package workflows holds the control plane: one window workflow per logical queue and one
+// BrokerSwitch workflow. Messages never travel through them; they decide what to read and
+// when to move, and activities do the work.
+package workflows
+
+// Workflow ids, signal and query names. Operators type these in the Temporal CLI, so they
+// are plain words, and inputs are small JSON objects that tctl accepts too.
+const (
+	// BrokerSwitchWorkflowID is the id of the one BrokerSwitch workflow.
+	BrokerSwitchWorkflowID = "broker-switch"
+
+	// SignalPendingSwitch carries a producer's notification (models.Notification).
+	SignalPendingSwitch = "pending-switch"
+	// SignalForceSwitch moves at once: {"index": N}.
+	SignalForceSwitch = "force-switch"
+	// SignalCancelPendingSwitch drops the Pending Switch without moving.
+	SignalCancelPendingSwitch = "cancel-pending-switch"
+	// SignalBrokerChanged tells a window workflow to end its window and resolve the broker again.
+	SignalBrokerChanged = "broker-changed"
+
+	// QueryStatus returns a BrokerSwitch workflow's Status.
+	QueryStatus = "status"
+)
+
+// QueueWindowWorkflowID is the fixed id of a queue's window workflow: one id per queue
+// means one consumer per queue across all workers.
+func QueueWindowWorkflowID(queue string) string {
+	return "queue-window-" + queue
+}

@@ -1,0 +1,81 @@
+package workflows
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/mock"
+	"github.com/stretchr/testify/require"
+	"go.temporal.io/sdk/testsuite"
+	"go.temporal.io/sdk/workflow"
+
+	"github.com/brokerswitch/brokerswitch/activities"
+)
+
+func newWindowEnv(t *testing.T, plan activities.WindowPlan) (*testsuite.TestWorkflowEnvironment, *[]string) {
+	var s testsuite.WorkflowTestSuite
+	env := s.NewTestWorkflowEnvironment()
+	var a *activities.Window
+	env.RegisterActivity(a)
+	var calls []string
+	env.OnActivity(a.PlanWindow, mock.Anything).Return(func(context.Context) (activities.WindowPlan, error) {
+		calls = append(calls, "plan")
+		return plan, nil
+	})
+	env.OnActivity(a.LeftoverDrain, mock.Anything, mock.Anything).Return(
+		func(_ context.Context, in activities.LeftoverDrainInput) (activities.LeftoverDrainResult, error) {
+			require.Equal(t, plan.Leftover, in.Brokers)
+			require.Equal(t, plan.LeftoverDrainCap, in.Cap)
+			calls = append(calls, "leftover")
+			return activities.LeftoverDrainResult{}, nil
+		})
+	return env, &calls
+}
+
+func TestQueueWindowDrainsLeftoversThenConsumesAndContinuesAsNew(t *testing.T) {
+	plan := activities.WindowPlan{ActiveIndex: 1, Leftover: []int{0, 2}, Window: 5 * time.Minute, LeftoverDrainCap: 500}
+	env, calls := newWindowEnv(t, plan)
+	var a *activities.Window
+	env.OnActivity(a.Consume, mock.Anything, mock.Anything).Return(func(_ context.Context, in activities.ConsumeInput) error {
+		require.Equal(t, activities.ConsumeInput{Queue: "issues", BrokerIndex: 1, Window: 5 * time.Minute}, in)
+		*calls = append(*calls, "consume")
+		return nil
+	})
+
+	env.ExecuteWorkflow(QueueWindow, QueueWindowInput{Queue: "issues"})
+
+	require.True(t, env.IsWorkflowCompleted())
+	require.True(t, workflow.IsContinueAsNewError(env.GetWorkflowError()), "a window ends by continuing as new: %v", env.GetWorkflowError())
+	require.Equal(t, []string{"plan", "leftover", "consume"}, *calls, "leftovers are older than the active broker's messages")
+}
+
+func TestQueueWindowSkipsTheLeftoverDrainWithOneBroker(t *testing.T) {
+	env, calls := newWindowEnv(t, activities.WindowPlan{Window: time.Minute})
+	var a *activities.Window
+	env.OnActivity(a.Consume, mock.Anything, mock.Anything).Return(func(context.Context, activities.ConsumeInput) error {
+		*calls = append(*calls, "consume")
+		return nil
+	})
+	env.ExecuteWorkflow(QueueWindow, QueueWindowInput{Queue: "issues"})
+	require.True(t, workflow.IsContinueAsNewError(env.GetWorkflowError()))
+	require.Equal(t, []string{"plan", "consume"}, *calls)
+}
+
+func TestQueueWindowEndsItsWindowWhenTheBrokerChanges(t *testing.T) {
+	env, _ := newWindowEnv(t, activities.WindowPlan{Window: time.Hour})
+	var a *activities.Window
+	// A window that would run for an hour unless cancelled: if the workflow ignored the
+	// signal, this test would hit the test environment's timeout.
+	env.OnActivity(a.Consume, mock.Anything, mock.Anything).Return(func(ctx context.Context, _ activities.ConsumeInput) error {
+		<-ctx.Done()
+		return ctx.Err()
+	})
+	// Virtual time does not move while an activity runs, so the switch is signalled up front:
+	// the workflow must still start the window and then cut it short.
+	env.RegisterDelayedCallback(func() { env.SignalWorkflow(SignalBrokerChanged, nil) }, 0)
+
+	env.ExecuteWorkflow(QueueWindow, QueueWindowInput{Queue: "issues"})
+
+	require.True(t, workflow.IsContinueAsNewError(env.GetWorkflowError()), "%v", env.GetWorkflowError())
+}
