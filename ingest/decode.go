@@ -1,0 +1,288 @@
+package ingest
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"unicode"
+	"unicode/utf8"
+
+	"github.com/google/go-github/v75/github"
+	amqp "github.com/rabbitmq/amqp091-go"
+)
+
+// AMQP headers of the message contract.
+const (
+	// HeaderEvent is the webhook's event name, e.g. "pull_request"; required.
+	HeaderEvent = "x-github-event"
+	// HeaderDelivery is the delivery GUID, the ledger key; required.
+	HeaderDelivery = "x-github-delivery"
+	// HeaderHookID is the id of the webhook that sent the delivery; optional.
+	HeaderHookID = "x-github-hook-id"
+	// HeaderHookTargetID is the id of the resource the webhook is installed on; optional.
+	HeaderHookTargetID = "x-github-hook-installation-target-id"
+	// HeaderHookTargetType is the type of that resource; optional.
+	HeaderHookTargetType = "x-github-hook-installation-target-type"
+)
+
+const (
+	headerDeath         = "x-death"
+	deathReasonRejected = "rejected"
+	maxDeliveryIDLength = 255
+	maxEventTypeLength  = 100
+)
+
+// ErrMalformed marks a delivery that can never be applied, whatever the database does:
+// it is rejected to the -error queue instead of being retried.
+var ErrMalformed = errors.New("malformed delivery")
+
+// Event is a decoded delivery.
+type Event struct {
+	// DeliveryID is the x-github-delivery header: the ledger key.
+	DeliveryID string
+	// Type is the x-github-event header, e.g. "pull_request".
+	Type string
+	// Action is the payload's action; empty for events without one (push, create, delete).
+	Action string
+	// HookID, HookTargetID and HookTargetType are the optional x-github-hook-* headers.
+	HookID, HookTargetID, HookTargetType string
+	// Payload is the go-github typed event (*github.PullRequestEvent, ...), nil when
+	// go-github does not know the event type.
+	Payload any
+	// Sender is the payload's sender, nil when it has none.
+	Sender *github.User
+	// Deaths are the x-death entries RabbitMQ added on dead-lettering.
+	Deaths []Death
+}
+
+// Death is one x-death entry: how often the message died on Queue for Reason.
+type Death struct {
+	// Queue is the queue the message was dead-lettered from.
+	Queue string
+	// Reason is RabbitMQ's reason, e.g. "rejected" or "expired".
+	Reason string
+	// Count is how many times that happened.
+	Count int
+}
+
+// RetryCycles counts the trips through queue's -retry sibling: each one starts with the
+// consumer rejecting the message on queue, which RabbitMQ records as the x-death entry
+// {queue: queue, reason: rejected}.
+func (e Event) RetryCycles(queue string) int {
+	for _, d := range e.Deaths {
+		if d.Queue == queue && d.Reason == deathReasonRejected {
+			return d.Count
+		}
+	}
+	return 0
+}
+
+// Decode reads the headers and typed payload of a delivery. A delivery that cannot be
+// applied returns an error wrapping ErrMalformed; the returned Event then still holds the
+// headers that could be read, so the failure can be recorded under its delivery id. An
+// event type go-github does not know is not malformed: its Payload is nil.
+func Decode(d amqp.Delivery) (Event, error) {
+	var ev Event
+	ev.Deaths = deaths(d.Headers)
+
+	var err error
+	if ev.DeliveryID, err = requiredHeader(d.Headers, HeaderDelivery); err != nil {
+		return ev, err
+	}
+	if err := checkDeliveryID(ev.DeliveryID); err != nil {
+		ev.DeliveryID = ""
+		return ev, err
+	}
+	if ev.Type, err = requiredHeader(d.Headers, HeaderEvent); err != nil {
+		return ev, err
+	}
+	if err := checkEventType(ev.Type); err != nil {
+		ev.Type = ""
+		return ev, err
+	}
+	ev.HookID = optionalHeader(d.Headers, HeaderHookID)
+	ev.HookTargetID = optionalHeader(d.Headers, HeaderHookTargetID)
+	ev.HookTargetType = optionalHeader(d.Headers, HeaderHookTargetType)
+
+	if trimmed := bytes.TrimLeft(d.Body, " \t\r\n"); len(trimmed) == 0 || trimmed[0] != '{' {
+		if !json.Valid(d.Body) {
+			return ev, fmt.Errorf("%w: body is not valid JSON: %v", ErrMalformed, syntaxError(d.Body))
+		}
+		return ev, fmt.Errorf("%w: body is not a JSON object", ErrMalformed)
+	}
+
+	if github.EventForType(ev.Type) == nil {
+		// Unknown to go-github, so it has no table here: read just enough to record it.
+		var envelope struct {
+			Action string       `json:"action"`
+			Sender *github.User `json:"sender"`
+		}
+		if err := json.Unmarshal(d.Body, &envelope); err != nil {
+			return ev, bodyError(err, "a webhook")
+		}
+		ev.Action, ev.Sender = envelope.Action, envelope.Sender
+		return ev, nil
+	}
+
+	// ParseWebHook validates the whole body before decoding it, so a separate json.Valid
+	// pass would only double the dominant CPU cost of ingesting.
+	payload, err := github.ParseWebHook(ev.Type, d.Body)
+	if err != nil {
+		return ev, bodyError(err, "the "+ev.Type)
+	}
+	ev.Payload = payload
+	if p, ok := payload.(interface{ GetAction() string }); ok {
+		ev.Action = p.GetAction()
+	}
+	if p, ok := payload.(interface{ GetSender() *github.User }); ok {
+		ev.Sender = p.GetSender()
+	}
+	if err := validate(payload); err != nil {
+		return ev, fmt.Errorf("%w: %s event: %v", ErrMalformed, ev.Type, err)
+	}
+	return ev, nil
+}
+
+// bodyError tells invalid JSON apart from valid JSON of the wrong shape.
+func bodyError(err error, payload string) error {
+	var syntax *json.SyntaxError
+	if errors.As(err, &syntax) {
+		return fmt.Errorf("%w: body is not valid JSON: %v", ErrMalformed, err)
+	}
+	return fmt.Errorf("%w: body does not match %s payload: %v", ErrMalformed, payload, err)
+}
+
+// syntaxError describes where body stops being JSON.
+func syntaxError(body []byte) error {
+	return json.Unmarshal(body, new(json.RawMessage))
+}
+
+// requiredHeader returns a header that must be a non-empty string. AMQP tables carry
+// strings as either "S" (string) or "x" (byte array) depending on the publisher.
+func requiredHeader(h amqp.Table, name string) (string, error) {
+	raw, ok := h[name]
+	if !ok || raw == nil {
+		return "", fmt.Errorf("%w: missing header %s", ErrMalformed, name)
+	}
+	s, ok := headerString(raw)
+	if !ok {
+		return "", fmt.Errorf("%w: header %s is a %T, want a string", ErrMalformed, name, raw)
+	}
+	if s == "" {
+		return "", fmt.Errorf("%w: empty header %s", ErrMalformed, name)
+	}
+	return s, nil
+}
+
+// optionalHeader returns a string header, or "" when it is absent or not a string.
+func optionalHeader(h amqp.Table, name string) string {
+	s, _ := headerString(h[name])
+	if !utf8.ValidString(s) {
+		return ""
+	}
+	return s
+}
+
+func headerString(v any) (string, bool) {
+	switch v := v.(type) {
+	case string:
+		return v, true
+	case []byte:
+		return string(v), true
+	default:
+		return "", false
+	}
+}
+
+// checkDeliveryID keeps the ledger key printable and bounded: it is a primary key and
+// appears in logs and in the -error queue.
+func checkDeliveryID(id string) error {
+	if len(id) > maxDeliveryIDLength {
+		return fmt.Errorf("%w: header %s is longer than %d bytes", ErrMalformed, HeaderDelivery, maxDeliveryIDLength)
+	}
+	if !utf8.ValidString(id) {
+		return fmt.Errorf("%w: header %s is not valid UTF-8", ErrMalformed, HeaderDelivery)
+	}
+	for _, r := range id {
+		if !unicode.IsPrint(r) {
+			return fmt.Errorf("%w: header %s contains the non-printable character %q", ErrMalformed, HeaderDelivery, r)
+		}
+	}
+	return nil
+}
+
+// checkEventType accepts GitHub's event names (lower case and underscores), so an event
+// name can be used as-is in the ledger and in logs.
+func checkEventType(t string) error {
+	if len(t) > maxEventTypeLength {
+		return fmt.Errorf("%w: header %s is longer than %d bytes", ErrMalformed, HeaderEvent, maxEventTypeLength)
+	}
+	for _, r := range t {
+		if (r < 'a' || r > 'z') && r != '_' {
+			return fmt.Errorf("%w: header %s %q is not a GitHub event name", ErrMalformed, HeaderEvent, t)
+		}
+	}
+	return nil
+}
+
+// deaths reads RabbitMQ's x-death header. It is written by the broker, not the producer,
+// so entries that do not parse are skipped rather than making the delivery malformed.
+func deaths(h amqp.Table) []Death {
+	var entries []any
+	switch v := h[headerDeath].(type) {
+	case []any:
+		entries = v
+	case []amqp.Table:
+		for _, t := range v {
+			entries = append(entries, t)
+		}
+	default:
+		return nil
+	}
+	out := make([]Death, 0, len(entries))
+	for _, e := range entries {
+		var t amqp.Table
+		switch e := e.(type) {
+		case amqp.Table:
+			t = e
+		case map[string]any:
+			t = e
+		default:
+			continue
+		}
+		queue, _ := headerString(t["queue"])
+		reason, _ := headerString(t["reason"])
+		count, ok := toInt(t["count"])
+		if !ok {
+			continue
+		}
+		out = append(out, Death{Queue: queue, Reason: reason, Count: count})
+	}
+	return out
+}
+
+func toInt(v any) (int, bool) {
+	switch v := v.(type) {
+	case int64:
+		return int(v), true
+	case int32:
+		return int(v), true
+	case int:
+		return v, true
+	case int16:
+		return int(v), true
+	case int8:
+		return int(v), true
+	case uint8:
+		return int(v), true
+	case uint16:
+		return int(v), true
+	case uint32:
+		return int(v), true
+	case uint64:
+		return int(v), true
+	default:
+		return 0, false
+	}
+}

@@ -1,0 +1,299 @@
+package ingest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+	"gorm.io/gorm"
+
+	"github.com/brokerswitch/brokerswitch/broker"
+	"github.com/brokerswitch/brokerswitch/models"
+)
+
+// pingTimeout bounds the reachability check after a failed batch: long enough for a
+// healthy server under load, short enough not to stall the consumer when it is gone.
+const pingTimeout = 2 * time.Second
+
+// Ingester applies decoded deliveries to Postgres. Its fields are read on every batch and
+// must not change while handlers run.
+type Ingester struct {
+	// DB is the database to write to; required.
+	DB *gorm.DB
+	// MaxRetryCycles is how many trips through the -retry queue a message that fails on
+	// its own gets before it is rejected to -error; 0 rejects on the first failure.
+	MaxRetryCycles int
+	// Logger receives warnings about failed messages; nil uses slog.Default().
+	Logger *slog.Logger
+	// Now is the clock for ledger and tracking timestamps; nil uses time.Now.
+	Now func() time.Time
+}
+
+// ForBroker returns the BatchHandler for deliveries consumed from broker index, which is
+// recorded in the ledger.
+func (i *Ingester) ForBroker(index int) broker.BatchHandler {
+	return &batchHandler{ingester: i, broker: index, registry: newRegistry()}
+}
+
+// batchHandler is the BatchHandler of one broker.
+type batchHandler struct {
+	ingester *Ingester
+	broker   int
+	registry map[string]applyFunc
+}
+
+// message is one delivery of a batch, decoded.
+type message struct {
+	event       Event
+	malformed   error
+	retryCycles int
+}
+
+// HandleBatch applies deliveries in order and returns one verdict per delivery; see
+// broker.BatchHandler. The whole batch is applied in one transaction. If that fails and
+// Postgres is still reachable, each delivery is applied in its own transaction to find the
+// ones that fail by themselves; those are retried, then rejected after MaxRetryCycles.
+func (h *batchHandler) HandleBatch(ctx context.Context, queue string, deliveries []amqp.Delivery) ([]broker.Verdict, error) {
+	if len(deliveries) == 0 {
+		return nil, nil
+	}
+	if h.ingester.DB == nil {
+		return nil, errors.New("ingest: Ingester.DB is nil")
+	}
+	now := h.now()
+	msgs := make([]message, len(deliveries))
+	for i, d := range deliveries {
+		ev, err := Decode(d)
+		msgs[i] = message{event: ev, malformed: err, retryCycles: ev.RetryCycles(queue)}
+	}
+
+	verdicts, err := h.applyInTx(ctx, queue, msgs, now)
+	if err == nil {
+		return verdicts, nil
+	}
+	if h.cannotDecide(ctx, err) {
+		return nil, fmt.Errorf("ingest %d deliveries from %s: %w", len(msgs), queue, err)
+	}
+	if len(msgs) == 1 {
+		// Already isolated: no need to apply it a second time to know it fails alone.
+		v, err := h.fail(ctx, queue, msgs[0], now, err)
+		if err != nil {
+			return nil, err
+		}
+		return []broker.Verdict{v}, nil
+	}
+	h.logger().WarnContext(ctx, "batch transaction failed, applying its deliveries one by one",
+		"queue", queue, "broker", h.broker, "deliveries", len(msgs), "error", err)
+	return h.isolate(ctx, queue, msgs, now)
+}
+
+// isolate applies each message in its own transaction, in order. Messages committed
+// before Postgres becomes unreachable are in the ledger, so their redelivery is a no-op.
+func (h *batchHandler) isolate(ctx context.Context, queue string, msgs []message, now time.Time) ([]broker.Verdict, error) {
+	verdicts := make([]broker.Verdict, len(msgs))
+	for i := range msgs {
+		v, err := h.applyInTx(ctx, queue, msgs[i:i+1], now)
+		if err == nil {
+			verdicts[i] = v[0]
+			continue
+		}
+		if h.cannotDecide(ctx, err) {
+			return nil, fmt.Errorf("ingest delivery %d of %d from %s: %w", i+1, len(msgs), queue, err)
+		}
+		if verdicts[i], err = h.fail(ctx, queue, msgs[i], now, err); err != nil {
+			return nil, err
+		}
+	}
+	return verdicts, nil
+}
+
+// applyInTx applies msgs in one transaction and returns their verdicts; an error means
+// nothing was committed.
+func (h *batchHandler) applyInTx(ctx context.Context, queue string, msgs []message, now time.Time) ([]broker.Verdict, error) {
+	rows, owner := h.ledgerRows(queue, msgs, now)
+	verdicts := make([]broker.Verdict, len(msgs))
+	if len(rows) == 0 {
+		// Every well-formed delivery has a ledger row, so these are all malformed without a
+		// delivery id: nothing to record, and no reason to need the database to reject them.
+		for i, m := range msgs {
+			verdicts[i] = broker.Verdict{Outcome: broker.Reject, Reason: m.malformed.Error()}
+		}
+		return verdicts, nil
+	}
+	db := h.ingester.DB.WithContext(ctx).Session(&gorm.Session{NowFunc: func() time.Time { return now }})
+	err := db.Transaction(func(tx *gorm.DB) error {
+		claimed, err := claimLedger(ctx, tx, rows)
+		if err != nil {
+			return err
+		}
+		users := senders{}
+		for i, m := range msgs {
+			switch {
+			case m.malformed != nil:
+				verdicts[i] = broker.Verdict{Outcome: broker.Reject, Reason: m.malformed.Error()}
+			case !owner[i] || !claimed[m.event.DeliveryID]:
+				// Applied or ignored before, by an earlier attempt or earlier in this batch.
+				verdicts[i] = broker.Verdict{Outcome: broker.Ack}
+			default:
+				if apply := h.applyFor(m.event); apply != nil {
+					if err := apply(ctx, tx, m.event, now); err != nil {
+						return fmt.Errorf("apply %s delivery %s: %w", m.event.Type, m.event.DeliveryID, err)
+					}
+				}
+				users.add(m.event, now)
+				verdicts[i] = broker.Verdict{Outcome: broker.Ack}
+			}
+		}
+		return users.upsert(ctx, tx)
+	})
+	if err != nil {
+		return nil, err
+	}
+	return verdicts, nil
+}
+
+// applyFor returns the apply function of ev, or nil when ev has no table.
+func (h *batchHandler) applyFor(ev Event) applyFunc {
+	if ev.Payload == nil {
+		return nil
+	}
+	return h.registry[ev.Type]
+}
+
+// ledgerRows builds one ledger row per delivery id of msgs. owner[i] tells whether msgs[i]
+// is the message its row stands for: the first well-formed one, else the first malformed
+// one, so a malformed copy never hides a good delivery with the same id.
+func (h *batchHandler) ledgerRows(queue string, msgs []message, now time.Time) ([]models.Delivery, []bool) {
+	type slot struct{ row, msg int }
+	owner := make([]bool, len(msgs))
+	slots := make(map[string]slot, len(msgs))
+	var rows []models.Delivery
+	for i, m := range msgs {
+		id := m.event.DeliveryID
+		if id == "" {
+			continue
+		}
+		s, seen := slots[id]
+		switch {
+		case !seen:
+			slots[id] = slot{row: len(rows), msg: i}
+			rows = append(rows, h.ledgerRow(queue, m, now))
+			owner[i] = true
+		case m.malformed == nil && msgs[s.msg].malformed != nil:
+			rows[s.row] = h.ledgerRow(queue, m, now)
+			owner[s.msg], owner[i] = false, true
+			slots[id] = slot{row: s.row, msg: i}
+		}
+	}
+	return rows, owner
+}
+
+// ledgerRow is the ledger row of m as this attempt would leave it.
+func (h *batchHandler) ledgerRow(queue string, m message, now time.Time) models.Delivery {
+	row := models.Delivery{
+		DeliveryID:                 m.event.DeliveryID,
+		Event:                      m.event.Type,
+		Action:                     cleanText(m.event.Action),
+		Queue:                      queue,
+		BrokerIndex:                h.broker,
+		RetryCycles:                m.retryCycles,
+		HookID:                     cleanText(m.event.HookID),
+		HookInstallationTargetID:   cleanText(m.event.HookTargetID),
+		HookInstallationTargetType: cleanText(m.event.HookTargetType),
+		ReceivedAt:                 now,
+	}
+	switch {
+	case m.malformed != nil:
+		row.Outcome = models.OutcomeError
+		row.ErrorReason = cleanText(m.malformed.Error())
+	case h.applyFor(m.event) == nil:
+		row.Outcome = models.OutcomeIgnored
+		row.AppliedAt = &now
+	default:
+		row.Outcome = models.OutcomeApplied
+		row.AppliedAt = &now
+	}
+	return row
+}
+
+// fail turns the failure of a message applied on its own into Retry, or Reject once its
+// retry cycles are used up, and records it in the ledger. The returned error is set only
+// when Postgres turned out to be unreachable.
+func (h *batchHandler) fail(ctx context.Context, queue string, m message, now time.Time, cause error) (broker.Verdict, error) {
+	verdict := broker.Verdict{Outcome: broker.Retry, Reason: cleanText(cause.Error())}
+	switch {
+	case m.malformed != nil:
+		// Only its ledger row could have failed; retrying would not make it well-formed.
+		verdict = broker.Verdict{Outcome: broker.Reject, Reason: m.malformed.Error()}
+	case m.retryCycles >= h.ingester.MaxRetryCycles:
+		verdict = broker.Verdict{Outcome: broker.Reject, Reason: cleanText(fmt.Sprintf(
+			"failed after %d retry cycles (max %d): %v", m.retryCycles, h.ingester.MaxRetryCycles, cause))}
+	}
+	h.logger().WarnContext(ctx, "delivery failed",
+		"queue", queue, "broker", h.broker, "delivery", m.event.DeliveryID, "event", m.event.Type,
+		"retry_cycles", m.retryCycles, "outcome", outcomeName(verdict.Outcome), "error", cause)
+
+	if m.event.DeliveryID == "" {
+		return verdict, nil
+	}
+	row := h.ledgerRow(queue, m, now)
+	row.Outcome, row.ErrorReason, row.AppliedAt = models.OutcomeError, cleanText(verdict.Reason), nil
+	if _, err := claimLedger(ctx, h.ingester.DB, []models.Delivery{row}); err != nil {
+		if h.cannotDecide(ctx, err) {
+			return broker.Verdict{}, fmt.Errorf("record failure of delivery %s: %w", m.event.DeliveryID, err)
+		}
+		// The verdict stands without its ledger row: the broker still routes the message.
+		h.logger().ErrorContext(ctx, "could not record delivery failure in the ledger",
+			"delivery", m.event.DeliveryID, "error", err)
+	}
+	return verdict, nil
+}
+
+// cannotDecide tells whether a failed transaction says nothing about the messages:
+// the caller is stopping, Postgres is unreachable or cannot take writes at all. The batch
+// must then be left unsettled so it returns to the head of the queue in order.
+func (h *batchHandler) cannotDecide(ctx context.Context, err error) bool {
+	if ctx.Err() != nil || isConnectionError(err) || isDatabaseWide(err) {
+		return true
+	}
+	// A statement error can hide a server that died right after; ask it directly.
+	sqlDB, dbErr := h.ingester.DB.DB()
+	if dbErr != nil {
+		return true
+	}
+	pingCtx, cancel := context.WithTimeout(ctx, pingTimeout)
+	defer cancel()
+	return sqlDB.PingContext(pingCtx) != nil
+}
+
+func (h *batchHandler) now() time.Time {
+	now := time.Now
+	if h.ingester.Now != nil {
+		now = h.ingester.Now
+	}
+	// Postgres keeps microseconds; truncating keeps what is written equal to what is read.
+	return now().Truncate(time.Microsecond)
+}
+
+func (h *batchHandler) logger() *slog.Logger {
+	if h.ingester.Logger != nil {
+		return h.ingester.Logger
+	}
+	return slog.Default()
+}
+
+func outcomeName(o broker.Outcome) string {
+	switch o {
+	case broker.Ack:
+		return "ack"
+	case broker.Retry:
+		return "retry"
+	case broker.Reject:
+		return "reject"
+	default:
+		return fmt.Sprintf("outcome(%d)", int(o))
+	}
+}

@@ -1,0 +1,43 @@
+package ingest
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/google/go-github/v75/github"
+	"gorm.io/gorm"
+
+	"github.com/brokerswitch/brokerswitch/models"
+)
+
+// applyIssue applies an issues event to github_issues.
+func applyIssue(ctx context.Context, tx *gorm.DB, ev Event, now time.Time) error {
+	e := ev.Payload.(*github.IssuesEvent)
+	issue := e.GetIssue()
+	repo := refOf(e.GetRepo())
+	row := models.Issue{
+		NodeID:          issue.GetNodeID(),
+		ID:              issue.GetID(),
+		RepositoryID:    repo.ID,
+		RepositoryOwner: repo.Owner,
+		RepositoryName:  repo.Name,
+		Number:          issue.GetNumber(),
+		Title:           issue.GetTitle(),
+		State:           payloadState(issue.GetState(), issue.ClosedAt),
+		StateReason:     issue.GetStateReason(),
+		ClosedAt:        timeOf(issue.ClosedAt),
+		AuthorLogin:     issue.GetUser().GetLogin(),
+		HTMLURL:         issue.GetHTMLURL(),
+		InstallationID:  optionalID(e.GetInstallation().GetID()),
+		SenderLogin:     e.GetSender().GetLogin(),
+		GitHubUpdatedAt: timeOf(issue.UpdatedAt),
+	}
+	err := applyTracked(ctx, tx, ev, now, row.NodeID, row, func(r *models.Issue) (*models.Tracking, *string) {
+		return &r.Tracking, &r.State
+	})
+	if err != nil {
+		return fmt.Errorf("issue %s#%d: %w", e.GetRepo().GetFullName(), issue.GetNumber(), err)
+	}
+	return nil
+}

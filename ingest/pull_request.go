@@ -1,0 +1,49 @@
+package ingest
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/google/go-github/v75/github"
+	"gorm.io/gorm"
+
+	"github.com/brokerswitch/brokerswitch/models"
+)
+
+// applyPullRequest applies a pull_request event to github_pull_requests.
+func applyPullRequest(ctx context.Context, tx *gorm.DB, ev Event, now time.Time) error {
+	e := ev.Payload.(*github.PullRequestEvent)
+	pr := e.GetPullRequest()
+	repo := refOf(e.GetRepo())
+	row := models.PullRequest{
+		NodeID:          pr.GetNodeID(),
+		ID:              pr.GetID(),
+		RepositoryID:    repo.ID,
+		RepositoryOwner: repo.Owner,
+		RepositoryName:  repo.Name,
+		Number:          pr.GetNumber(),
+		Title:           pr.GetTitle(),
+		State:           payloadState(pr.GetState(), pr.ClosedAt),
+		Draft:           pr.GetDraft(),
+		Merged:          pr.GetMerged(),
+		MergedAt:        timeOf(pr.MergedAt),
+		ClosedAt:        timeOf(pr.ClosedAt),
+		HeadRef:         pr.GetHead().GetRef(),
+		HeadSHA:         pr.GetHead().GetSHA(),
+		BaseRef:         pr.GetBase().GetRef(),
+		BaseSHA:         pr.GetBase().GetSHA(),
+		AuthorLogin:     pr.GetUser().GetLogin(),
+		HTMLURL:         pr.GetHTMLURL(),
+		InstallationID:  optionalID(e.GetInstallation().GetID()),
+		SenderLogin:     e.GetSender().GetLogin(),
+		GitHubUpdatedAt: timeOf(pr.UpdatedAt),
+	}
+	err := applyTracked(ctx, tx, ev, now, row.NodeID, row, func(r *models.PullRequest) (*models.Tracking, *string) {
+		return &r.Tracking, &r.State
+	})
+	if err != nil {
+		return fmt.Errorf("pull request %s#%d: %w", e.GetRepo().GetFullName(), pr.GetNumber(), err)
+	}
+	return nil
+}

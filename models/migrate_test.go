@@ -1,0 +1,106 @@
+package models_test
+
+import (
+	"context"
+	"sort"
+	"sync"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"gorm.io/gorm"
+	"gorm.io/gorm/schema"
+
+	"github.com/brokerswitch/brokerswitch/internal/testenv"
+	"github.com/brokerswitch/brokerswitch/models"
+)
+
+func openMigrated(t *testing.T) *gorm.DB {
+	t.Helper()
+	ctx := context.Background()
+	db, err := models.Open(ctx, testenv.NewDatabase(t))
+	require.NoError(t, err)
+	sqlDB, err := db.DB()
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = sqlDB.Close() })
+	require.NoError(t, models.Migrate(ctx, sqlDB))
+	return db
+}
+
+func TestMigrateIsIdempotent(t *testing.T) {
+	db := openMigrated(t)
+	sqlDB, err := db.DB()
+	require.NoError(t, err)
+
+	require.NoError(t, models.Migrate(context.Background(), sqlDB), "second run")
+
+	var applied int
+	require.NoError(t, db.Raw("SELECT count(*) FROM goose_db_version WHERE version_id > 0").Scan(&applied).Error)
+	files, err := models.MigrationFiles()
+	require.NoError(t, err)
+	assert.Len(t, files, applied, "each migration recorded once")
+}
+
+func TestMigrateConcurrently(t *testing.T) {
+	ctx := context.Background()
+	dsn := testenv.NewDatabase(t)
+	var wg sync.WaitGroup
+	errs := make([]error, 3)
+	for i := range errs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			db, err := models.Open(ctx, dsn)
+			if err != nil {
+				errs[i] = err
+				return
+			}
+			sqlDB, _ := db.DB()
+			defer sqlDB.Close()
+			errs[i] = models.Migrate(ctx, sqlDB)
+		}()
+	}
+	wg.Wait()
+	for _, err := range errs {
+		assert.NoError(t, err)
+	}
+}
+
+// TestModelsMatchSchema keeps the gorm models and the SQL migrations in step: every
+// model field is a column and every column is a model field.
+func TestModelsMatchSchema(t *testing.T) {
+	db := openMigrated(t)
+	for _, model := range []any{
+		&models.Setting{}, &models.Delivery{}, &models.User{}, &models.Repository{}, &models.Installation{},
+		&models.PullRequest{}, &models.Issue{}, &models.Comment{}, &models.Push{}, &models.Branch{},
+	} {
+		s, err := schema.Parse(model, &sync.Map{}, db.NamingStrategy)
+		require.NoError(t, err)
+		var fromModel []string
+		for _, f := range s.Fields {
+			if f.DBName != "" {
+				fromModel = append(fromModel, f.DBName)
+			}
+		}
+		var fromTable []string
+		require.NoError(t, db.Raw(
+			"SELECT column_name FROM information_schema.columns WHERE table_schema = 'public' AND table_name = ?",
+			s.Table).Scan(&fromTable).Error)
+		sort.Strings(fromModel)
+		sort.Strings(fromTable)
+		assert.Equal(t, fromTable, fromModel, s.Table)
+	}
+}
+
+func TestProcessingStateIsIndexed(t *testing.T) {
+	db := openMigrated(t)
+	for _, table := range []string{
+		"github_users", "github_repositories", "github_installations", "github_pull_requests",
+		"github_issues", "github_comments", "github_pushes", "github_branches",
+	} {
+		var n int
+		require.NoError(t, db.Raw(
+			"SELECT count(*) FROM pg_indexes WHERE tablename = ? AND indexdef LIKE '%(processing_state%'", table).Scan(&n).Error)
+		assert.Equal(t, 1, n, table)
+	}
+}

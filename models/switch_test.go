@@ -1,0 +1,92 @@
+package models
+
+import (
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+var t0 = time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
+
+func note(index int, at time.Time) Notification {
+	return Notification{Index: index, Host: "H.example", Vhost: "/", SwitchedAt: at}
+}
+
+func TestApplyNotification(t *testing.T) {
+	st, outcome := BrokerState{}.ApplyNotification(note(1, t0), t0)
+	require.Equal(t, NotificationRecorded, outcome)
+	require.Equal(t, []Hop{{Index: 1, Host: "h.example", Vhost: "/", SwitchedAt: t0}}, st.Pending.Route)
+
+	again, outcome := st.ApplyNotification(note(1, t0), t0)
+	require.Equal(t, NotificationStale, outcome, "a repeated notification is stale")
+	require.Equal(t, st, again)
+
+	older, outcome := st.ApplyNotification(note(2, t0.Add(-time.Second)), t0)
+	require.Equal(t, NotificationStale, outcome, "an older notification cannot move us backwards")
+	require.Equal(t, st, older)
+
+	two, outcome := st.ApplyNotification(note(2, t0.Add(time.Minute)), t0)
+	require.Equal(t, NotificationRecorded, outcome)
+	require.Equal(t, []int{1, 2}, routeIndexes(two), "a second rotation extends the route: hop by hop")
+
+	back, outcome := two.ApplyNotification(note(1, t0.Add(2*time.Minute)), t0)
+	require.Equal(t, NotificationRecorded, outcome)
+	require.Equal(t, []int{1}, routeIndexes(back), "a return to a broker on the route cuts the route there")
+
+	home, outcome := two.ApplyNotification(note(0, t0.Add(3*time.Minute)), t0)
+	require.Equal(t, NotificationRouteCanceled, outcome, "a notification for the active broker cancels the route")
+	require.Nil(t, home.Pending)
+
+	idle, outcome := BrokerState{}.ApplyNotification(note(0, t0), t0)
+	require.Equal(t, NotificationAlreadyActive, outcome)
+	require.Nil(t, idle.Pending)
+}
+
+func TestCompleteHop(t *testing.T) {
+	st, _ := BrokerState{}.ApplyNotification(note(1, t0), t0)
+	st, _ = st.ApplyNotification(note(2, t0.Add(time.Minute)), t0)
+
+	next, ok := st.CompleteHop(0, st.Pending.Next(), 3, t0.Add(time.Hour))
+	require.True(t, ok)
+	require.Equal(t, 1, next.ActiveIndex)
+	require.Equal(t, []int{2}, routeIndexes(next))
+	require.Equal(t, &LastSwitch{From: 0, To: 1, SwitchedAt: t0, CompletedAt: t0.Add(time.Hour), Checks: 3}, next.LastSwitch)
+
+	retried, ok := next.CompleteHop(0, st.Pending.Next(), 3, t0.Add(2*time.Hour))
+	require.False(t, ok, "a retried commit finds the state moved on")
+	require.Equal(t, next, retried)
+
+	last, ok := next.CompleteHop(1, next.Pending.Next(), 1, t0.Add(3*time.Hour))
+	require.True(t, ok)
+	require.Equal(t, 2, last.ActiveIndex)
+	require.Nil(t, last.Pending)
+
+	stale, outcome := last.ApplyNotification(note(1, t0), t0)
+	require.Equal(t, NotificationStale, outcome, "a completed switch's notification stays stale")
+	require.Equal(t, last, stale)
+}
+
+func TestForce(t *testing.T) {
+	st, _ := BrokerState{}.ApplyNotification(note(1, t0), t0)
+	forced := st.Force(2, t0.Add(time.Minute))
+	require.Equal(t, 2, forced.ActiveIndex)
+	require.Nil(t, forced.Pending)
+	require.True(t, forced.LastSwitch.Forced)
+	_, outcome := forced.ApplyNotification(note(1, t0), t0)
+	require.Equal(t, NotificationStale, outcome, "the forced-away notification does not come back")
+}
+
+func TestDrainCheckDrained(t *testing.T) {
+	require.True(t, DrainCheck{Reachable: true, Counts: map[string]int{"a": 0, "a-retry": 0}}.Drained())
+	require.False(t, DrainCheck{Reachable: true, Counts: map[string]int{"a": 0, "a-retry": 1}}.Drained(), "-retry counts")
+	require.False(t, DrainCheck{Reachable: false}.Drained(), "an unreachable broker is not drained")
+}
+
+func routeIndexes(st BrokerState) []int {
+	var out []int
+	for _, h := range st.Pending.Route {
+		out = append(out, h.Index)
+	}
+	return out
+}

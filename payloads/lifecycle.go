@@ -1,0 +1,133 @@
+package payloads
+
+import (
+	"bytes"
+	"crypto/rand"
+	"encoding/json"
+	"fmt"
+)
+
+// Event is one webhook delivery as the producer publishes it.
+type Event struct {
+	Queue      string
+	Event      string // the x-github-event header
+	Action     string
+	DeliveryID string // the x-github-delivery header
+	// Entity names what the event changes ("pull_request:PR_3"), or is empty for an event
+	// with a row of its own (a push).
+	Entity string
+	Body   []byte
+}
+
+// QueueFor is the logical queue the producer routes an event type to.
+func QueueFor(event string) string {
+	switch event {
+	case "pull_request", "pull_request_review", "pull_request_review_comment", "pull_request_review_thread":
+		return "pull_requests"
+	case "issues", "issue_comment":
+		return "issues"
+	case "installation", "installation_repositories":
+		return "installations"
+	default:
+		return "pushes"
+	}
+}
+
+// Lifecycle builds events, in the order the producer would publish them, that change
+// real vendored payloads into n distinct pull requests, n issues and n pushes, each
+// entity going through a lifecycle whose order matters: opened, synchronize, closed,
+// a synchronize that arrives after closed, reopened, closed.
+func Lifecycle(n int) ([]Event, error) {
+	var out []Event
+	prActions := []string{"opened", "synchronize", "closed", "synchronize", "reopened", "closed"}
+	issueActions := []string{"opened", "edited", "closed", "edited", "reopened"}
+	for k := 1; k <= n; k++ {
+		for _, action := range prActions {
+			ev, err := entityEvent("pull_request", action, "pull_request", k)
+			if err != nil {
+				return nil, err
+			}
+			out = append(out, ev)
+		}
+		for _, action := range issueActions {
+			ev, err := entityEvent("issues", action, "issue", k)
+			if err != nil {
+				return nil, err
+			}
+			out = append(out, ev)
+		}
+		push, err := Build("push", "", nil)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, push)
+	}
+	return out, nil
+}
+
+// entityEvent makes event/action for entity number k out of the vendored example of
+// that action (or the "opened" one, with its action changed).
+func entityEvent(event, action, objectKey string, k int) (Event, error) {
+	nodeID := fmt.Sprintf("%s_bs_%d", objectKey, k)
+	ev, err := Build(event, action, func(p map[string]any) {
+		p["action"] = action
+		obj, _ := p[objectKey].(map[string]any)
+		if obj == nil {
+			return
+		}
+		obj["node_id"] = nodeID
+		obj["id"] = json.Number(fmt.Sprint(9_000_000 + k))
+		obj["number"] = json.Number(fmt.Sprint(k))
+		obj["title"] = fmt.Sprintf("%s %d", objectKey, k)
+		switch action {
+		case "closed":
+			obj["state"] = "closed"
+			obj["merged"] = false
+		case "opened", "reopened":
+			obj["state"] = "open"
+		}
+	})
+	ev.Entity = event + ":" + nodeID
+	return ev, err
+}
+
+// Build makes one event from the vendored example of event/action (falling back to any
+// example of the event), lets change edit the decoded payload, and gives it a fresh
+// delivery id.
+func Build(event, action string, change func(p map[string]any)) (Event, error) {
+	examples := Find(event, action)
+	if len(examples) == 0 {
+		examples = Find(event, "")
+	}
+	if len(examples) == 0 {
+		return Event{}, fmt.Errorf("payloads: no vendored example of %s", event)
+	}
+	body := examples[0].Body
+	if change != nil {
+		dec := json.NewDecoder(bytes.NewReader(body))
+		dec.UseNumber() // ids survive unchanged
+		var p map[string]any
+		if err := dec.Decode(&p); err != nil {
+			return Event{}, fmt.Errorf("payloads: decode %s: %w", examples[0].Name, err)
+		}
+		change(p)
+		var err error
+		if body, err = json.Marshal(p); err != nil {
+			return Event{}, fmt.Errorf("payloads: encode %s: %w", examples[0].Name, err)
+		}
+	}
+	return Event{
+		Queue:      QueueFor(event),
+		Event:      event,
+		Action:     action,
+		DeliveryID: NewDeliveryID(),
+		Body:       body,
+	}, nil
+}
+
+// NewDeliveryID makes a GUID shaped like GitHub's X-GitHub-Delivery.
+func NewDeliveryID() string {
+	b := make([]byte, 16)
+	_, _ = rand.Read(b) // crypto/rand.Read never fails
+	return fmt.Sprintf("%x-%x-%x-%x-%x", b[0:4], b[4:6], b[6:8], b[8:10], b[10:])
+}
