@@ -1,0 +1,201 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+	"github.com/stretchr/testify/require"
+
+	"github.com/brokerswitch/brokerswitch/models"
+	"github.com/brokerswitch/brokerswitch/payloads"
+)
+
+// TestConsumeAppliesEveryEventOnceInOrder publishes a few hundred real payloads, poison
+// messages and events with no table to one broker, and checks the tables afterwards.
+func TestConsumeAppliesEveryEventOnceInOrder(t *testing.T) {
+	s := newStack(t, 1, nil)
+	events, err := payloads.Lifecycle(25)
+	require.NoError(t, err)
+	checkRun, err := payloads.Build("check_run", "completed", nil)
+	require.NoError(t, err)
+	checkRun.Queue = "pull_requests"
+	events = append(events, checkRun)
+	s.publish(0, events...)
+	s.publishRaw(0, "issues", amqp.Table{"x-github-event": "issues", "x-github-delivery": "poison-json"}, []byte("{not json"))
+	s.publishRaw(0, "pushes", amqp.Table{"x-github-event": "push"}, []byte(`{}`))
+	s.publishRaw(0, "pull_requests", amqp.Table{"x-github-delivery": "poison-no-event"}, []byte(`{}`))
+
+	s.startWorker()
+	s.waitFor("every event in the ledger", 2*time.Minute, func() bool { return s.deliveries() >= int64(len(events))+1 })
+	s.waitFor("the poison in -error", time.Minute, func() bool {
+		c := s.counts(0, "issues-error", "pushes-error", "pull_requests-error")
+		return c["issues-error"] == 1 && c["pushes-error"] == 1 && c["pull_requests-error"] == 1
+	})
+
+	var ledger []models.Delivery
+	require.NoError(t, s.db.Find(&ledger).Error)
+	byID := map[string]models.Delivery{}
+	for _, d := range ledger {
+		byID[d.DeliveryID] = d
+	}
+	for _, ev := range events {
+		d, ok := byID[ev.DeliveryID]
+		require.True(t, ok, "delivery %s (%s %s) is in the ledger", ev.DeliveryID, ev.Event, ev.Action)
+		want := models.OutcomeApplied
+		if ev.Event == "check_run" {
+			want = models.OutcomeIgnored
+		}
+		require.Equal(t, want, d.Outcome, "delivery %s", ev.DeliveryID)
+	}
+	require.Equal(t, models.OutcomeError, byID["poison-json"].Outcome)
+
+	assertRows(t, s, expectRows(events))
+
+	var pushes int64
+	require.NoError(t, s.db.Model(&models.Push{}).Count(&pushes).Error)
+	require.EqualValues(t, 25, pushes)
+
+	for _, q := range []string{"issues-error", "pushes-error", "pull_requests-error"} {
+		reason := errorReason(t, s, q)
+		require.NotEmpty(t, reason, "%s carries its reason", q)
+	}
+	require.Equal(t, map[string]int{"pull_requests": 0, "issues": 0, "pushes": 0, "installations": 0},
+		s.counts(0, "pull_requests", "issues", "pushes", "installations"))
+}
+
+// TestRedeliveryHasNoSecondEffect republishes an old delivery after a later event of the
+// same pull request was applied: applying it again would reopen the pull request.
+func TestRedeliveryHasNoSecondEffect(t *testing.T) {
+	s := newStack(t, 1, nil)
+	events, err := payloads.Lifecycle(1)
+	require.NoError(t, err)
+	s.publish(0, events...)
+	s.startWorker()
+	s.waitFor("the lifecycle applied", time.Minute, func() bool { return s.deliveries() == int64(len(events)) })
+	before := loadPR(t, s, events[0].Entity)
+	require.Equal(t, "closed", before.State)
+
+	opened := events[0]
+	require.Equal(t, "opened", opened.Action)
+	s.publish(0, opened)
+	marker, err := payloads.Build("push", "", nil)
+	require.NoError(t, err)
+	marker.Queue = "pull_requests" // behind the redelivery on the same queue
+	s.publish(0, marker)
+	s.waitFor("the marker behind the redelivery", time.Minute, func() bool { return s.deliveries() == int64(len(events))+1 })
+
+	after := loadPR(t, s, events[0].Entity)
+	require.Equal(t, before.State, after.State)
+	require.Equal(t, before.LastDeliveryID, after.LastDeliveryID)
+	require.Equal(t, before.ProcessingState, after.ProcessingState)
+	require.Equal(t, 0, s.counts(0, "pull_requests")["pull_requests"])
+}
+
+// TestTransientFailureComesBackThroughRetry makes one delivery fail on its own (a trigger
+// refuses it while a flag is set): it must go to -retry, come back after RETRY_TTL and be
+// applied once the cause is gone; with the cause kept, it ends in -error after
+// MAX_RETRY_CYCLES.
+func TestTransientFailureComesBackThroughRetry(t *testing.T) {
+	s := newStack(t, 1, nil)
+	require.NoError(t, s.db.Exec(`
+		CREATE TABLE test_refuse (delivery_id text primary key);
+		CREATE FUNCTION test_refuse() RETURNS trigger LANGUAGE plpgsql AS $$
+		BEGIN
+			IF EXISTS (SELECT 1 FROM test_refuse WHERE delivery_id = NEW.delivery_id) THEN
+				RAISE EXCEPTION 'refused by test for %', NEW.delivery_id;
+			END IF;
+			RETURN NEW;
+		END $$;
+		CREATE TRIGGER test_refuse BEFORE INSERT OR UPDATE ON github_deliveries
+			FOR EACH ROW EXECUTE FUNCTION test_refuse();`).Error)
+
+	transient, err := payloads.Build("push", "", nil)
+	require.NoError(t, err)
+	permanent, err := payloads.Build("push", "", nil)
+	require.NoError(t, err)
+	other, err := payloads.Build("push", "", nil)
+	require.NoError(t, err)
+	require.NoError(t, s.db.Exec("INSERT INTO test_refuse VALUES (?), (?)", transient.DeliveryID, permanent.DeliveryID).Error)
+
+	s.publish(0, transient, permanent, other)
+	s.startWorker()
+	s.waitFor("the healthy neighbour applied", time.Minute, func() bool { return outcome(s, other.DeliveryID) == models.OutcomeApplied })
+	s.waitFor("the transient failure retried once", time.Minute, func() bool { return retried(t, s, transient.DeliveryID) })
+	require.NoError(t, s.db.Exec("DELETE FROM test_refuse WHERE delivery_id = ?", transient.DeliveryID).Error)
+
+	s.waitFor("the transient failure applied after its retry", time.Minute, func() bool {
+		return outcome(s, transient.DeliveryID) == models.OutcomeApplied
+	})
+	var d models.Delivery
+	require.NoError(t, s.db.First(&d, "delivery_id = ?", transient.DeliveryID).Error)
+	require.GreaterOrEqual(t, d.RetryCycles, 1, "it came back through pushes-retry")
+
+	s.waitFor("the permanent failure in -error", time.Minute, func() bool { return s.counts(0, "pushes-error")["pushes-error"] == 1 })
+	require.Contains(t, errorReason(t, s, "pushes-error"), "refused by test")
+	require.Equal(t, 0, s.counts(0, "pushes-retry")["pushes-retry"])
+}
+
+func outcome(s *stack, id string) models.DeliveryOutcome {
+	var d models.Delivery
+	if err := s.db.Where("delivery_id = ?", id).Limit(1).Find(&d).Error; err != nil {
+		return ""
+	}
+	return d.Outcome
+}
+
+// retried tells whether a message has been through the -retry queue: it is either waiting
+// there now or already back with an x-death count.
+func retried(t *testing.T, s *stack, id string) bool {
+	if s.counts(0, "pushes-retry")["pushes-retry"] > 0 {
+		return true
+	}
+	var d models.Delivery
+	return s.db.Where("delivery_id = ? AND retry_cycles > 0", id).Limit(1).Find(&d).Error == nil && d.DeliveryID != ""
+}
+
+func loadPR(t *testing.T, s *stack, entity string) models.PullRequest {
+	t.Helper()
+	var pr models.PullRequest
+	require.NoError(t, s.db.First(&pr, "node_id = ?", strings.TrimPrefix(entity, "pull_request:")).Error)
+	return pr
+}
+
+// assertRows compares every expected pull request and issue row with Postgres.
+func assertRows(t *testing.T, s *stack, want map[string]expectedRow) {
+	t.Helper()
+	var diffs []string
+	for entity, w := range want {
+		kind, nodeID, _ := strings.Cut(entity, ":")
+		var got expectedRow
+		table := map[string]string{"pull_request": "github_pull_requests", "issues": "github_issues"}[kind]
+		err := s.db.Table(table).Select("last_delivery_id, last_action, state, processing_state").
+			Where("node_id = ?", nodeID).Take(&got).Error
+		if err != nil {
+			diffs = append(diffs, fmt.Sprintf("%s: %v", entity, err))
+			continue
+		}
+		if got != w {
+			diffs = append(diffs, fmt.Sprintf("%s: got %+v, want %+v", entity, got, w))
+		}
+	}
+	require.Empty(t, diffs, "typed rows that differ from the events in publish order")
+}
+
+// errorReason reads the reason header of the first message in an -error queue and puts
+// the message back.
+func errorReason(t *testing.T, s *stack, queue string) string {
+	t.Helper()
+	ch, err := s.direct.Channel(context.Background(), 0)
+	require.NoError(t, err)
+	defer ch.Close()
+	msg, ok, err := ch.Get(queue, false)
+	require.NoError(t, err)
+	require.True(t, ok, "%s holds a message", queue)
+	defer msg.Nack(false, true)
+	reason, _ := msg.Headers["x-error-reason"].(string)
+	return reason
+}

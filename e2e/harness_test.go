@@ -1,0 +1,255 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net/url"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+	"github.com/stretchr/testify/require"
+	"go.temporal.io/sdk/client"
+	"gorm.io/gorm"
+
+	"github.com/brokerswitch/brokerswitch/broker"
+	"github.com/brokerswitch/brokerswitch/config"
+	"github.com/brokerswitch/brokerswitch/internal/testenv"
+	"github.com/brokerswitch/brokerswitch/models"
+	"github.com/brokerswitch/brokerswitch/payloads"
+	"github.com/brokerswitch/brokerswitch/worker"
+	"github.com/brokerswitch/brokerswitch/workflows"
+)
+
+var temporalServer *testenv.Temporal
+
+func TestMain(m *testing.M) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	srv, err := testenv.StartTemporal(ctx)
+	cancel()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	temporalServer = srv
+	code := m.Run()
+	_ = srv.Stop()
+	os.Exit(code)
+}
+
+// stack is one deployment under test: its brokers (vhosts behind proxies), its database,
+// its Temporal namespace and a running worker.
+type stack struct {
+	t        *testing.T
+	cfg      config.Config
+	db       *gorm.DB
+	store    *models.BrokerStore
+	temporal client.Client
+	// direct reaches each broker without its proxy: the producer's and the test's view.
+	direct  *broker.Pool
+	proxies []*testenv.Proxy
+	workers []context.CancelFunc
+}
+
+// newStack builds a deployment with n brokers; env overrides configuration variables.
+func newStack(t *testing.T, n int, env map[string]string) *stack {
+	t.Helper()
+	var proxied, direct []string
+	var proxies []*testenv.Proxy
+	for range n {
+		u := testenv.NewVhost(t)
+		direct = append(direct, u)
+		p := testenv.NewProxy(t, testenv.RabbitAddr)
+		proxies = append(proxies, p)
+		proxied = append(proxied, strings.Replace(u, testenv.RabbitAddr, p.Addr(), 1))
+	}
+	ns, tc := temporalServer.Namespace(t)
+	vars := map[string]string{
+		"RABBITMQ_CONNECTION_STRINGS": strings.Join(proxied, ","),
+		"DATABASE_URL":                testenv.NewDatabase(t),
+		"TEMPORAL_NAMESPACE":          ns,
+		"TEMPORAL_TASK_QUEUE":         "brokerswitch-" + ns,
+		"CONSUMER_WINDOW":             "1m",
+		"RETRY_TTL":                   "1s",
+		"MAX_RETRY_CYCLES":            "3",
+		"DRAIN_CHECK_INTERVAL":        "250ms",
+		"LOG_LEVEL":                   "warn",
+	}
+	for k, v := range env {
+		vars[k] = v
+	}
+	cfg, err := config.FromEnv(func(k string) string { return vars[k] })
+	require.NoError(t, err)
+
+	ctx := context.Background()
+	db, err := models.Open(ctx, cfg.DatabaseURL)
+	require.NoError(t, err)
+	sqlDB, err := db.DB()
+	require.NoError(t, err)
+	t.Cleanup(func() { sqlDB.Close() })
+	require.NoError(t, models.Migrate(ctx, sqlDB))
+
+	directEndpoints, err := broker.ParseEndpoints(strings.Join(direct, ","))
+	require.NoError(t, err)
+	s := &stack{
+		t: t, cfg: cfg, db: db, temporal: tc, proxies: proxies,
+		store:  worker.NewBrokerStore(db, cfg.Brokers),
+		direct: broker.NewPool(directEndpoints, nil),
+	}
+	t.Cleanup(func() { s.direct.Close() })
+	t.Cleanup(s.replayHistories) // runs after the workers stop: cleanups run last-in first-out
+	for i := range n {
+		require.NoError(t, s.direct.DeclareTopology(ctx, i, broker.Topology{Queues: cfg.Queues, RetryTTL: cfg.RetryTTL}))
+	}
+	return s
+}
+
+// startWorker runs one worker process's worth of the service until the test ends or stop.
+func (s *stack) startWorker() (stop func()) {
+	ctx, cancel := context.WithCancel(context.Background())
+	pool := broker.NewPool(s.cfg.Brokers, nil)
+	done := make(chan error, 1)
+	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	go func() {
+		done <- worker.Run(ctx, worker.Deps{Config: s.cfg, Client: s.temporal, Pool: pool, DB: s.db, Logger: logger})
+	}()
+	stopped := false
+	stop = func() {
+		if stopped {
+			return
+		}
+		stopped = true
+		cancel()
+		select {
+		case err := <-done:
+			require.NoError(s.t, err)
+		case <-time.After(time.Minute):
+			s.t.Error("worker did not stop within a minute")
+		}
+		pool.Close()
+	}
+	s.t.Cleanup(stop)
+	return stop
+}
+
+// publish sends events to broker index as the producer does.
+func (s *stack) publish(index int, events ...payloads.Event) {
+	s.t.Helper()
+	ctx := context.Background()
+	ch, err := s.direct.Channel(ctx, index)
+	require.NoError(s.t, err)
+	defer ch.Close()
+	require.NoError(s.t, ch.Confirm(false))
+	for _, ev := range events {
+		conf, err := ch.PublishWithDeferredConfirmWithContext(ctx, "", ev.Queue, false, false, amqp.Publishing{
+			ContentType:  "application/json",
+			DeliveryMode: amqp.Persistent,
+			Headers:      amqp.Table{"x-github-event": ev.Event, "x-github-delivery": ev.DeliveryID},
+			Body:         ev.Body,
+		})
+		require.NoError(s.t, err)
+		ok, err := conf.WaitContext(ctx)
+		require.NoError(s.t, err)
+		require.True(s.t, ok, "broker nacked a publish")
+	}
+}
+
+// publishRaw sends one message with the given headers and body to queue on broker index.
+func (s *stack) publishRaw(index int, queue string, headers amqp.Table, body []byte) {
+	s.t.Helper()
+	ch, err := s.direct.Channel(context.Background(), index)
+	require.NoError(s.t, err)
+	defer ch.Close()
+	require.NoError(s.t, ch.PublishWithContext(context.Background(), "", queue, false, false,
+		amqp.Publishing{ContentType: "application/json", DeliveryMode: amqp.Persistent, Headers: headers, Body: body}))
+}
+
+// counts reads the ready counts of queues on broker index, directly.
+func (s *stack) counts(index int, queues ...string) map[string]int {
+	s.t.Helper()
+	c, err := s.direct.ReadyCounts(context.Background(), index, queues)
+	require.NoError(s.t, err)
+	return c
+}
+
+// deliveries counts the ledger rows.
+func (s *stack) deliveries() int64 {
+	var n int64
+	require.NoError(s.t, s.db.Model(&models.Delivery{}).Count(&n).Error)
+	return n
+}
+
+// waitFor polls cond until it holds or the deadline passes.
+func (s *stack) waitFor(what string, within time.Duration, cond func() bool) {
+	s.t.Helper()
+	deadline := time.Now().Add(within)
+	for !cond() {
+		if time.Now().After(deadline) {
+			s.t.Fatalf("timed out after %s waiting for %s", within, what)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// state reads the broker state from Postgres.
+func (s *stack) state() models.BrokerState {
+	st, err := s.store.Load(context.Background())
+	require.NoError(s.t, err)
+	return st
+}
+
+// host and vhost of broker index as the producer names it.
+func (s *stack) endpoint(index int) (host, vhost string) {
+	ep := s.cfg.Brokers[index]
+	return ep.Host, url.PathEscape(ep.Vhost)
+}
+
+// notify tells the service, as the API does on the producer's notification, that the
+// producer now publishes to broker index: the Pending Switch is recorded, then the
+// BrokerSwitch workflow is signalled.
+func (s *stack) notify(index int, switchedAt time.Time) {
+	s.t.Helper()
+	ep := s.cfg.Brokers[index]
+	n := models.Notification{Index: index, Host: ep.Host, Vhost: ep.Vhost, SwitchedAt: switchedAt}
+	_, err := s.store.Update(context.Background(), func(cur models.BrokerState) (models.BrokerState, error) {
+		next, _ := cur.ApplyNotification(n, time.Now())
+		return next, nil
+	})
+	require.NoError(s.t, err)
+	s.signal(workflows.SignalPendingSwitch, n)
+}
+
+// signal sends a signal to the BrokerSwitch workflow, starting it if needed, as the API does.
+func (s *stack) signal(name string, arg any) {
+	s.t.Helper()
+	_, err := s.temporal.SignalWithStartWorkflow(context.Background(), workflows.BrokerSwitchWorkflowID, name, arg,
+		workflows.BrokerSwitchStartOptions(s.cfg.TaskQueue), workflows.BrokerSwitch, worker.BrokerSwitchInput(s.cfg))
+	require.NoError(s.t, err)
+}
+
+// requireBrokerOrder checks, queue by queue, that every delivery consumed from broker
+// before was applied no later than the first one consumed from broker after.
+func (s *stack) requireBrokerOrder(before, after int) {
+	s.t.Helper()
+	for _, q := range s.cfg.Queues {
+		var span struct{ BeforeLast, AfterFirst *time.Time }
+		require.NoError(s.t, s.db.Model(&models.Delivery{}).Select(
+			"max(applied_at) FILTER (WHERE broker_index = ?) AS before_last, min(applied_at) FILTER (WHERE broker_index = ?) AS after_first",
+			before, after).Where("queue = ? AND outcome = 'applied'", q).Scan(&span).Error)
+		if span.BeforeLast != nil && span.AfterFirst != nil && span.AfterFirst.Before(*span.BeforeLast) {
+			var rows []models.Delivery
+			s.db.Where("queue = ?", q).Order("applied_at").Find(&rows)
+			for _, r := range rows {
+				s.t.Logf("DEBUG %s b%d %s %s rc=%d", r.AppliedAt.Format("15:04:05.000000"), r.BrokerIndex, r.Event, r.Action, r.RetryCycles)
+			}
+		}
+		if span.BeforeLast != nil && span.AfterFirst != nil {
+			require.False(s.t, span.AfterFirst.Before(*span.BeforeLast),
+				"queue %s: an event from broker %d was applied at %s, before the last from broker %d at %s",
+				q, after, span.AfterFirst, before, span.BeforeLast)
+		}
+	}
+}
