@@ -1,0 +1,122 @@
+// Package api is the HTTP API of brokerswitch: the producer posts where it went, the
+// operator forces or cancels a switch and reads the broker state. Handlers never change
+// the broker state themselves: they hand orders to the BrokerSwitch workflow, which applies
+// them in one Postgres transaction each, so that concurrent requests stay consistent.
+package api
+
+import (
+	"context"
+	"log/slog"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/gin-gonic/gin"
+	"go.temporal.io/api/workflowservice/v1"
+	"go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/converter"
+
+	"github.com/brokerswitch/brokerswitch/config"
+	"github.com/brokerswitch/brokerswitch/models"
+)
+
+// DefaultCommitWait bounds how long a forced switch or a cancel waits for the workflow to
+// commit it before the API answers that the order was sent but is not committed yet.
+const DefaultCommitWait = 15 * time.Second
+
+// maxBodyBytes caps request bodies: a notification is a few hundred bytes.
+const maxBodyBytes = 64 << 10
+
+// TemporalClient is what the API needs from Temporal; client.Client has it.
+type TemporalClient interface {
+	SignalWithStartWorkflow(ctx context.Context, workflowID, signalName string, signalArg any,
+		options client.StartWorkflowOptions, workflow any, workflowArgs ...any) (client.WorkflowRun, error)
+	DescribeWorkflowExecution(ctx context.Context, workflowID, runID string) (*workflowservice.DescribeWorkflowExecutionResponse, error)
+	QueryWorkflow(ctx context.Context, workflowID, runID, queryType string, args ...any) (converter.EncodedValue, error)
+	CheckHealth(ctx context.Context, request *client.CheckHealthRequest) (*client.CheckHealthResponse, error)
+}
+
+// StateStore reads the broker state; *models.BrokerStore has it. The API writes one thing
+// itself, the producer's notification, so that a window that starts right after the 202
+// already sees the Pending Switch's route; moving brokers is left to the workflow.
+type StateStore interface {
+	Load(ctx context.Context) (models.BrokerState, error)
+	Update(ctx context.Context, fn func(models.BrokerState) (models.BrokerState, error)) (models.BrokerState, error)
+}
+
+// Deps are what the API is built from.
+type Deps struct {
+	// Config gives the brokers, the tokens, the task queue and the workflow input.
+	Config config.Config
+	// Temporal signals and describes the BrokerSwitch workflow. Required.
+	Temporal TemporalClient
+	// Store reads the broker state from Postgres; build it with hops resolved against
+	// Config.Brokers (worker.NewBrokerStore). Required.
+	Store StateStore
+	// Ping checks that Postgres answers, for /readyz (sql.DB.PingContext fits). Required.
+	Ping func(ctx context.Context) error
+	// Logger gets the request log and the errors clients are not shown; nil means slog.Default().
+	Logger *slog.Logger
+	// Now is the clock; nil means time.Now.
+	Now func() time.Time
+	// CommitWait bounds the wait for a forced switch or a cancel to commit; 0 means DefaultCommitWait.
+	CommitWait time.Duration
+}
+
+// withDefaults fills the optional fields.
+func (d Deps) withDefaults() Deps {
+	if d.Logger == nil {
+		d.Logger = slog.Default()
+	}
+	if d.Now == nil {
+		d.Now = time.Now
+	}
+	if d.CommitWait <= 0 {
+		d.CommitWait = DefaultCommitWait
+	}
+	return d
+}
+
+// server holds the handlers; it is stateless between requests.
+type server struct {
+	deps  Deps
+	auth  authenticator
+	log   *slog.Logger
+	scrub *strings.Replacer
+}
+
+// Router builds the HTTP handler. Deps.Temporal, Deps.Store and Deps.Ping must be set;
+// Serve checks that, Router trusts its caller.
+func Router(deps Deps) *gin.Engine {
+	deps = deps.withDefaults()
+	s := &server{
+		deps:  deps,
+		auth:  newAuthenticator(deps.Config),
+		log:   deps.Logger,
+		scrub: newScrubber(deps.Config.Brokers),
+	}
+
+	// Debug mode prints every route and a warning to stdout; release mode keeps the log ours.
+	gin.SetMode(gin.ReleaseMode)
+	r := gin.New()
+	r.HandleMethodNotAllowed = true
+	// A redirect would answer 307 with an HTML body where clients expect a JSON 404.
+	r.RedirectTrailingSlash = false
+	r.RedirectFixedPath = false
+	// Nothing here reads the client IP; trusting no proxy keeps X-Forwarded-For from
+	// ever being believed, and gin from warning about it.
+	_ = r.SetTrustedProxies(nil)
+	r.Use(s.requestLog, s.recoverPanic)
+	r.NoRoute(func(c *gin.Context) { s.fail(c, http.StatusNotFound, "no such endpoint") })
+	r.NoMethod(func(c *gin.Context) { s.fail(c, http.StatusMethodNotAllowed, "method not allowed on this endpoint") })
+
+	r.GET("/healthz", s.healthz)
+	r.GET("/readyz", s.readyz)
+
+	v1 := r.Group("/api/v1/broker")
+	v1.GET("", s.require(roleOperator), s.getBroker)
+	v1.POST("/pending-switch", s.require(roleProducer), s.limitBody, s.postPendingSwitch)
+	v1.DELETE("/pending-switch", s.require(roleOperator), s.deletePendingSwitch)
+	v1.POST("/switch/:index", s.require(roleOperator), s.postSwitch)
+	return r
+}

@@ -1,0 +1,263 @@
+package api
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/gin-gonic/gin"
+
+	"github.com/brokerswitch/brokerswitch/activities"
+	"github.com/brokerswitch/brokerswitch/broker"
+	"github.com/brokerswitch/brokerswitch/models"
+	"github.com/brokerswitch/brokerswitch/workflows"
+)
+
+// maxFutureSkew is how far ahead of our clock a notification's switchedAt may be. A
+// notification is stale unless it is newer than every one taken before, so one switchedAt
+// in the far future (a producer clock gone wrong) would make every later notification
+// stale until that time: such a notification is refused instead.
+const maxFutureSkew = time.Hour
+
+// pollEvery is how often a forced switch or a cancel re-reads the state while it waits.
+const pollEvery = 100 * time.Millisecond
+
+// notificationRequest is the producer's POST /api/v1/broker/pending-switch body. Pointers
+// tell a missing field from an empty one.
+type notificationRequest struct {
+	Host       *string `json:"host"`
+	Vhost      *string `json:"vhost"`
+	SwitchedAt *string `json:"switchedAt"`
+}
+
+// postPendingSwitch takes the producer's word that it now publishes to another broker.
+// The API predicts the outcome with the same pure rule the workflow applies, so that stale
+// and duplicate deliveries are answered without touching Temporal; everything else goes
+// to the workflow, which applies the rule again, authoritatively, in a transaction.
+func (s *server) postPendingSwitch(c *gin.Context) {
+	var req notificationRequest
+	if status, msg := decodeJSON(c.Request.Body, &req); status != 0 {
+		s.fail(c, status, msg)
+		return
+	}
+	if req.Host == nil || *req.Host == "" {
+		s.fail(c, http.StatusBadRequest, "host is required")
+		return
+	}
+	if req.SwitchedAt == nil || *req.SwitchedAt == "" {
+		s.fail(c, http.StatusBadRequest, "switchedAt is required (an RFC 3339 time such as 2026-01-02T15:04:05Z)")
+		return
+	}
+	switchedAt, err := time.Parse(time.RFC3339, *req.SwitchedAt)
+	if err != nil {
+		s.fail(c, http.StatusBadRequest, fmt.Sprintf("switchedAt %q is not an RFC 3339 time such as 2026-01-02T15:04:05Z", *req.SwitchedAt))
+		return
+	}
+	now := s.deps.Now()
+	if switchedAt.After(now.Add(maxFutureSkew)) {
+		s.fail(c, http.StatusBadRequest, fmt.Sprintf("switchedAt %s is more than %s ahead of this server's clock", *req.SwitchedAt, maxFutureSkew))
+		return
+	}
+	vhost := ""
+	if req.Vhost != nil {
+		vhost = *req.Vhost
+	}
+	// Matched by endpoint, never by index: the producer's list and ours need not be in
+	// the same order.
+	ep, ok := broker.FindEndpoint(s.deps.Config.Brokers, *req.Host, vhost)
+	if !ok {
+		s.fail(c, http.StatusNotFound, fmt.Sprintf("no configured broker has host %q and vhost %q", *req.Host, vhost))
+		return
+	}
+
+	ctx := c.Request.Context()
+	// The canonical host and decoded vhost are stored, so that the hop resolves against
+	// the configured brokers however the producer spelled them.
+	n := models.Notification{Index: ep.Index, Host: ep.Host, Vhost: ep.Vhost, SwitchedAt: switchedAt.UTC()}
+	var outcome string
+	next, err := s.deps.Store.Update(ctx, func(cur models.BrokerState) (models.BrokerState, error) {
+		var next models.BrokerState
+		next, outcome = cur.ApplyNotification(n, now)
+		return next, nil
+	})
+	if err != nil {
+		s.failInternal(c, http.StatusServiceUnavailable, "the notification could not be recorded; retry later", err)
+		return
+	}
+	answer := notificationAnswer{Outcome: outcome, Target: brokerRef{Index: ep.Index, Host: ep.Host, Vhost: ep.Vhost}}
+	answer.stateView = newStateView(next, s.scrub)
+	if outcome == models.NotificationStale {
+		answer.Ignored = outcome
+		c.JSON(http.StatusOK, answer)
+		return
+	}
+	// The workflow re-reads the state on the signal; should the signal be lost, it
+	// re-reads Postgres on its own within a minute, so the recorded switch is not lost.
+	if err := s.signal(ctx, workflows.SignalPendingSwitch, n); err != nil {
+		s.failInternal(c, http.StatusBadGateway, "the notification was recorded, but the workflow engine could not be told; it will find it within a minute", err)
+		return
+	}
+	s.log.InfoContext(ctx, "pending switch notification recorded", "target", ep, "switched_at", n.SwitchedAt, "outcome", outcome)
+	if outcome == models.NotificationAlreadyActive {
+		answer.Ignored = outcome
+		c.JSON(http.StatusOK, answer)
+		return
+	}
+	c.JSON(http.StatusAccepted, answer)
+}
+
+// postSwitch moves to a broker at once, dropping any Pending Switch, and waits until
+// Postgres shows it: the operator wants to know the switch happened, not that it was asked.
+func (s *server) postSwitch(c *gin.Context) {
+	raw := c.Param("index")
+	index, err := strconv.Atoi(raw)
+	if err != nil {
+		s.fail(c, http.StatusBadRequest, fmt.Sprintf("broker index %q is not an integer", raw))
+		return
+	}
+	if index < 0 || index >= len(s.deps.Config.Brokers) {
+		s.fail(c, http.StatusNotFound, fmt.Sprintf("no broker %d: %d brokers are configured (0 to %d)",
+			index, len(s.deps.Config.Brokers), len(s.deps.Config.Brokers)-1))
+		return
+	}
+	ctx := c.Request.Context()
+	// The last switch before the order tells our commit apart from an earlier one. Clocks
+	// are not compared: the worker that commits may run on another host.
+	before, err := s.deps.Store.Load(ctx)
+	if err != nil {
+		s.failInternal(c, http.StatusServiceUnavailable, "the broker state cannot be read; retry later", err)
+		return
+	}
+	if err := s.signal(ctx, workflows.SignalForceSwitch, activities.ForceSwitchInput{Index: index}); err != nil {
+		s.failInternal(c, http.StatusBadGateway, "the switch could not be handed to the workflow engine; nothing was changed, retry", err)
+		return
+	}
+	s.log.InfoContext(ctx, "forced switch sent to the workflow", "to", s.deps.Config.Brokers[index])
+	st, ok := s.waitForState(ctx, func(st models.BrokerState) bool {
+		ls := st.LastSwitch
+		return ls != nil && ls.Forced && ls.To == index && !sameSwitch(ls, before.LastSwitch)
+	})
+	if !ok {
+		s.fail(c, http.StatusGatewayTimeout, fmt.Sprintf(
+			"the switch to broker %d was sent to the workflow but is not committed yet; GET /api/v1/broker shows when it is", index))
+		return
+	}
+	c.JSON(http.StatusOK, orderAnswer{Committed: true, stateView: newStateView(st, s.scrub)})
+}
+
+// deletePendingSwitch drops the Pending Switch without moving. It is idempotent: with
+// nothing pending it changes nothing.
+func (s *server) deletePendingSwitch(c *gin.Context) {
+	ctx := c.Request.Context()
+	if err := s.signal(ctx, workflows.SignalCancelPendingSwitch, nil); err != nil {
+		s.failInternal(c, http.StatusBadGateway, "the cancel could not be handed to the workflow engine; nothing was changed, retry", err)
+		return
+	}
+	s.log.InfoContext(ctx, "cancel of the pending switch sent to the workflow")
+	st, ok := s.waitForState(ctx, func(st models.BrokerState) bool { return st.Pending == nil })
+	if !ok {
+		// The signal is durable: the workflow applies it once it runs. Not an error.
+		c.JSON(http.StatusAccepted, orderAnswer{Committed: false, stateView: newStateView(st, s.scrub)})
+		return
+	}
+	c.JSON(http.StatusOK, orderAnswer{Committed: true, stateView: newStateView(st, s.scrub)})
+}
+
+// signal hands an order to the BrokerSwitch workflow, starting it when it does not run:
+// the workflow may have ended or never been started by a worker yet, and the order must
+// not be lost for that.
+func (s *server) signal(ctx context.Context, name string, arg any) error {
+	cfg := s.deps.Config
+	input := workflows.BrokerSwitchInput{Queues: cfg.Queues, DrainCheckInterval: cfg.DrainCheckInterval}
+	_, err := s.deps.Temporal.SignalWithStartWorkflow(ctx, workflows.BrokerSwitchWorkflowID, name, arg,
+		workflows.BrokerSwitchStartOptions(cfg.TaskQueue), workflows.BrokerSwitch, input)
+	if err != nil {
+		return fmt.Errorf("signal %s to workflow %s: %w", name, workflows.BrokerSwitchWorkflowID, err)
+	}
+	return nil
+}
+
+// waitForState re-reads the state until done holds, the commit wait passes or the client
+// goes away. It returns the last state read, and whether done held. A failed read is
+// retried: the database may come back within the wait.
+func (s *server) waitForState(ctx context.Context, done func(models.BrokerState) bool) (models.BrokerState, bool) {
+	ctx, cancel := context.WithTimeout(ctx, s.deps.CommitWait)
+	defer cancel()
+	ticker := time.NewTicker(pollEvery)
+	defer ticker.Stop()
+	var last models.BrokerState
+	for {
+		st, err := s.deps.Store.Load(ctx)
+		switch {
+		case err == nil:
+			last = st
+			if done(st) {
+				return st, true
+			}
+		case ctx.Err() == nil:
+			s.log.WarnContext(ctx, "broker state read failed while waiting for a commit", "error", err)
+		}
+		select {
+		case <-ctx.Done():
+			return last, false
+		case <-ticker.C:
+		}
+	}
+}
+
+// sameSwitch reports whether a and b record the same completed switch.
+func sameSwitch(a, b *models.LastSwitch) bool {
+	if a == nil || b == nil {
+		return a == b
+	}
+	return a.From == b.From && a.To == b.To && a.Forced == b.Forced && a.Checks == b.Checks &&
+		a.CompletedAt.Equal(b.CompletedAt) && a.SwitchedAt.Equal(b.SwitchedAt)
+}
+
+// decodeJSON reads exactly one JSON object with known fields into v. It returns 0 when v
+// was read, otherwise the status and the message to answer.
+func decodeJSON(body io.Reader, v any) (int, string) {
+	dec := json.NewDecoder(body)
+	dec.DisallowUnknownFields()
+	err := dec.Decode(v)
+	if err == nil {
+		// Anything after the object, a second value or garbage, means the body is not
+		// one object.
+		var extra json.RawMessage
+		switch err = dec.Decode(&extra); {
+		case err == io.EOF:
+			return 0, ""
+		case isTooLarge(err):
+		default:
+			return http.StatusBadRequest, "request body must hold exactly one JSON object"
+		}
+	}
+	var syntax *json.SyntaxError
+	var typ *json.UnmarshalTypeError
+	switch {
+	case isTooLarge(err):
+		return http.StatusRequestEntityTooLarge, fmt.Sprintf("request body is larger than %d bytes", maxBodyBytes)
+	case errors.Is(err, io.EOF):
+		return http.StatusBadRequest, "request body is empty; send a JSON object"
+	case errors.Is(err, io.ErrUnexpectedEOF):
+		return http.StatusBadRequest, "request body is not valid JSON: it ends too early"
+	case errors.As(err, &syntax):
+		return http.StatusBadRequest, fmt.Sprintf("request body is not valid JSON at byte %d", syntax.Offset)
+	case errors.As(err, &typ):
+		if typ.Field == "" {
+			return http.StatusBadRequest, "request body must be a JSON object"
+		}
+		return http.StatusBadRequest, fmt.Sprintf("field %s must be a %s, not a JSON %s", typ.Field, typ.Type, typ.Value)
+	case strings.HasPrefix(err.Error(), "json: unknown field "):
+		// encoding/json has no typed error for unknown fields; its text names the field.
+		return http.StatusBadRequest, "request body has an " + strings.TrimPrefix(err.Error(), "json: ")
+	default:
+		return http.StatusBadRequest, "request body is not valid JSON"
+	}
+}

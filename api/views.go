@@ -1,0 +1,149 @@
+package api
+
+import (
+	"net/url"
+	"strings"
+	"time"
+
+	"github.com/brokerswitch/brokerswitch/broker"
+	"github.com/brokerswitch/brokerswitch/models"
+)
+
+// stateView is the broker state as the API shows it: models.BrokerState with the drain
+// check's error text scrubbed of broker credentials.
+type stateView struct {
+	ActiveIndex    int                   `json:"activeIndex"`
+	PendingSwitch  *models.PendingSwitch `json:"pendingSwitch"`
+	LastSwitch     *models.LastSwitch    `json:"lastSwitch"`
+	LastDrainCheck *models.DrainCheck    `json:"lastDrainCheck"`
+	SeenUntil      *time.Time            `json:"seenUntil,omitempty"`
+}
+
+// brokerView is one configured broker, without its URL: the URL carries the password.
+type brokerView struct {
+	Index  int    `json:"index"`
+	Host   string `json:"host"`
+	Port   int    `json:"port"`
+	Vhost  string `json:"vhost"`
+	Active bool   `json:"active"`
+	// OnRoute says the broker is a hop of the Pending Switch: the producer publishes, or
+	// published, to it and it is not read yet.
+	OnRoute bool `json:"onRoute"`
+}
+
+// brokerRef names the broker a notification resolved to.
+type brokerRef struct {
+	Index int    `json:"index"`
+	Host  string `json:"host"`
+	Vhost string `json:"vhost"`
+}
+
+// notificationAnswer is the answer to a notification: what it does, as the API's read of
+// the state predicts it, and the state it leads to.
+type notificationAnswer struct {
+	// Outcome is one of models' notification outcomes.
+	Outcome string `json:"outcome"`
+	// Ignored repeats Outcome when the notification changes nothing.
+	Ignored string    `json:"ignored,omitempty"`
+	Target  brokerRef `json:"target"`
+	stateView
+}
+
+// orderAnswer is the answer to an operator's force or cancel order.
+type orderAnswer struct {
+	// Committed says the state below already shows the order; false means it was sent to
+	// the workflow and is still to be applied.
+	Committed bool `json:"committed"`
+	stateView
+}
+
+// brokerStatus is GET /api/v1/broker.
+type brokerStatus struct {
+	Brokers []brokerView `json:"brokers"`
+	stateView
+	Workflow workflowView `json:"workflow"`
+}
+
+// workflowView is what Temporal says about the BrokerSwitch workflow.
+type workflowView struct {
+	ID string `json:"id"`
+	// Found is false when Temporal has no such workflow (none started yet) or cannot say.
+	Found bool `json:"found"`
+	// Status is Temporal's execution status (Running, Completed, ...), NotFound or Unknown.
+	Status    string     `json:"status"`
+	RunID     string     `json:"runId,omitempty"`
+	StartTime *time.Time `json:"startTime,omitempty"`
+	// Waiting is what the running workflow waits for, from its status query.
+	Waiting string `json:"waiting,omitempty"`
+	// Checks counts the drain checks of the current hop, from its status query.
+	Checks *int `json:"checks,omitempty"`
+	// Error says, without Temporal's own words, why Status is Unknown or Waiting is missing.
+	Error string `json:"error,omitempty"`
+}
+
+// newStateView copies st for an answer, scrubbing secrets out of the drain check's error
+// text: it comes from the AMQP client and should not name credentials, but the API is the
+// last place to make sure.
+func newStateView(st models.BrokerState, scrub *strings.Replacer) stateView {
+	v := stateView{
+		ActiveIndex:   st.ActiveIndex,
+		PendingSwitch: st.Pending,
+		LastSwitch:    st.LastSwitch,
+	}
+	if st.LastDrainCheck != nil {
+		check := *st.LastDrainCheck
+		check.Error = scrub.Replace(check.Error)
+		v.LastDrainCheck = &check
+	}
+	if !st.SeenUntil.IsZero() {
+		t := st.SeenUntil
+		v.SeenUntil = &t
+	}
+	return v
+}
+
+// newScrubber replaces every broker URL, userinfo and password with xxxxx.
+func newScrubber(eps []broker.Endpoint) *strings.Replacer {
+	var pairs []string
+	add := func(s string) {
+		if s != "" {
+			pairs = append(pairs, s, "xxxxx")
+		}
+	}
+	for _, ep := range eps {
+		add(ep.URL)
+		u, err := url.Parse(ep.URL)
+		if err != nil || u.User == nil {
+			continue
+		}
+		add(u.User.String())
+		if pw, ok := u.User.Password(); ok {
+			add(pw)
+			add(url.QueryEscape(pw))
+			add(url.PathEscape(pw))
+		}
+	}
+	return strings.NewReplacer(pairs...)
+}
+
+// brokerViews lists the configured brokers for GET /api/v1/broker.
+func brokerViews(eps []broker.Endpoint, st models.BrokerState) []brokerView {
+	onRoute := map[int]bool{}
+	if st.Pending != nil {
+		for _, h := range st.Pending.Route {
+			onRoute[h.Index] = true
+		}
+	}
+	out := make([]brokerView, 0, len(eps))
+	for _, ep := range eps {
+		out = append(out, brokerView{
+			Index:   ep.Index,
+			Host:    ep.Host,
+			Port:    ep.Port,
+			Vhost:   ep.Vhost,
+			Active:  ep.Index == st.ActiveIndex,
+			OnRoute: onRoute[ep.Index],
+		})
+	}
+	return out
+}

@@ -1,0 +1,158 @@
+// Command brokerswitch consumes GitHub webhook events from RabbitMQ into Postgres and
+// follows its producer from broker to broker. Run `brokerswitch help` for the subcommands.
+package main
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"go.temporal.io/sdk/client"
+	temporallog "go.temporal.io/sdk/log"
+	"golang.org/x/sync/errgroup"
+	"gorm.io/gorm"
+
+	"github.com/brokerswitch/brokerswitch/api"
+	"github.com/brokerswitch/brokerswitch/broker"
+	"github.com/brokerswitch/brokerswitch/config"
+	"github.com/brokerswitch/brokerswitch/models"
+	"github.com/brokerswitch/brokerswitch/worker"
+)
+
+const usage = `usage: brokerswitch <command>
+
+commands:
+  migrate   apply the versioned schema to DATABASE_URL
+  worker    run the Temporal worker; it also starts the window and BrokerSwitch workflows
+  api       run the HTTP API on HTTP_ADDR
+  serve     run worker and api in one process
+
+Configuration comes from the environment; see README.md.
+`
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := run(ctx, os.Args[1:], os.Getenv, os.Stderr); err != nil {
+		fmt.Fprintln(os.Stderr, "brokerswitch:", err)
+		os.Exit(1)
+	}
+}
+
+func run(ctx context.Context, args []string, getenv config.Getenv, stderr io.Writer) error {
+	if len(args) != 1 || args[0] == "help" || args[0] == "-h" || args[0] == "--help" {
+		fmt.Fprint(stderr, usage)
+		if len(args) == 1 && args[0] != "help" && args[0][0] != '-' {
+			return fmt.Errorf("unknown command %q", args[0])
+		}
+		return nil
+	}
+	cfg, err := config.FromEnv(getenv)
+	if err != nil {
+		return err
+	}
+	logger := newLogger(cfg.LogLevel, stderr)
+	switch args[0] {
+	case "migrate":
+		return migrate(ctx, cfg)
+	case "worker":
+		return withServices(ctx, cfg, logger, func(ctx context.Context, s services) error {
+			return worker.Run(ctx, s.workerDeps(cfg, logger))
+		})
+	case "api":
+		if err := cfg.ValidateAPIAuth(); err != nil {
+			return err
+		}
+		return withServices(ctx, cfg, logger, func(ctx context.Context, s services) error {
+			return api.Serve(ctx, s.apiDeps(cfg, logger))
+		})
+	case "serve":
+		if err := cfg.ValidateAPIAuth(); err != nil {
+			return err
+		}
+		return withServices(ctx, cfg, logger, func(ctx context.Context, s services) error {
+			g, ctx := errgroup.WithContext(ctx)
+			g.Go(func() error { return worker.Run(ctx, s.workerDeps(cfg, logger)) })
+			g.Go(func() error { return api.Serve(ctx, s.apiDeps(cfg, logger)) })
+			return g.Wait()
+		})
+	default:
+		fmt.Fprint(stderr, usage)
+		return fmt.Errorf("unknown command %q", args[0])
+	}
+}
+
+func newLogger(level string, w io.Writer) *slog.Logger {
+	var lv slog.Level
+	_ = lv.UnmarshalText([]byte(level)) // config has validated it
+	return slog.New(slog.NewJSONHandler(w, &slog.HandlerOptions{Level: lv}))
+}
+
+func migrate(ctx context.Context, cfg config.Config) error {
+	db, err := models.Open(ctx, cfg.DatabaseURL)
+	if err != nil {
+		return err
+	}
+	sqlDB, err := db.DB()
+	if err != nil {
+		return fmt.Errorf("migrate: %w", err)
+	}
+	defer sqlDB.Close()
+	return models.Migrate(ctx, sqlDB)
+}
+
+// services are the connections one process shares: Postgres, Temporal and the brokers.
+type services struct {
+	db       *gorm.DB
+	sqlDB    *sql.DB
+	temporal client.Client
+	pool     *broker.Pool
+}
+
+func withServices(ctx context.Context, cfg config.Config, logger *slog.Logger, fn func(context.Context, services) error) error {
+	db, err := models.Open(ctx, cfg.DatabaseURL)
+	if err != nil {
+		return err
+	}
+	sqlDB, err := db.DB()
+	if err != nil {
+		return fmt.Errorf("database: %w", err)
+	}
+	defer sqlDB.Close()
+	tc, err := client.DialContext(ctx, client.Options{
+		HostPort:  cfg.TemporalAddress,
+		Namespace: cfg.TemporalNamespace,
+		Logger:    temporallog.NewStructuredLogger(logger),
+	})
+	if err != nil {
+		return fmt.Errorf("temporal at %s (TEMPORAL_ADDRESS): %w", cfg.TemporalAddress, err)
+	}
+	defer tc.Close()
+	pool := broker.NewPool(cfg.Brokers, logger)
+	defer pool.Close()
+	err = fn(ctx, services{db: db, sqlDB: sqlDB, temporal: tc, pool: pool})
+	if errors.Is(err, context.Canceled) {
+		return nil
+	}
+	return err
+}
+
+func (s services) workerDeps(cfg config.Config, logger *slog.Logger) worker.Deps {
+	return worker.Deps{Config: cfg, Client: s.temporal, Pool: s.pool, DB: s.db, Logger: logger}
+}
+
+func (s services) apiDeps(cfg config.Config, logger *slog.Logger) api.Deps {
+	return api.Deps{
+		Config:   cfg,
+		Temporal: s.temporal,
+		Store:    worker.NewBrokerStore(s.db, cfg.Brokers),
+		Ping:     s.sqlDB.PingContext,
+		Logger:   logger,
+	}
+}
