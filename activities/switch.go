@@ -6,6 +6,8 @@ import (
 	"log/slog"
 	"time"
 
+	"go.temporal.io/sdk/temporal"
+
 	"github.com/brokerswitch/brokerswitch/broker"
 	"github.com/brokerswitch/brokerswitch/models"
 )
@@ -120,7 +122,9 @@ type ForceSwitchInput struct {
 // ForceSwitch moves to the broker at once and drops any Pending Switch.
 func (a *Switch) ForceSwitch(ctx context.Context, in ForceSwitchInput) (models.BrokerState, error) {
 	if in.Index < 0 || in.Index >= len(a.Pool.Endpoints()) {
-		return models.BrokerState{}, fmt.Errorf("force switch: broker %d is not configured", in.Index)
+		// Retrying cannot help, and every later signal would wait behind it.
+		return models.BrokerState{}, temporal.NewNonRetryableApplicationError(
+			fmt.Sprintf("force switch: broker %d is not configured (%d brokers)", in.Index, len(a.Pool.Endpoints())), "UnknownBroker", nil)
 	}
 	st, err := a.Store.Update(ctx, func(cur models.BrokerState) (models.BrokerState, error) {
 		return cur.Force(in.Index, a.Now()), nil

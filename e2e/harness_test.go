@@ -3,7 +3,10 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"io"
 	"log/slog"
+	"net/http"
+	"net/http/httptest"
 	"net/url"
 	"os"
 	"strings"
@@ -15,6 +18,7 @@ import (
 	"go.temporal.io/sdk/client"
 	"gorm.io/gorm"
 
+	"github.com/brokerswitch/brokerswitch/api"
 	"github.com/brokerswitch/brokerswitch/broker"
 	"github.com/brokerswitch/brokerswitch/config"
 	"github.com/brokerswitch/brokerswitch/internal/testenv"
@@ -51,8 +55,13 @@ type stack struct {
 	// direct reaches each broker without its proxy: the producer's and the test's view.
 	direct  *broker.Pool
 	proxies []*testenv.Proxy
-	workers []context.CancelFunc
+	api     *httptest.Server
 }
+
+const (
+	producerToken = "producer-token-for-tests"
+	operatorToken = "operator-token-for-tests"
+)
 
 // newStack builds a deployment with n brokers; env overrides configuration variables.
 func newStack(t *testing.T, n int, env map[string]string) *stack {
@@ -77,6 +86,8 @@ func newStack(t *testing.T, n int, env map[string]string) *stack {
 		"MAX_RETRY_CYCLES":            "3",
 		"DRAIN_CHECK_INTERVAL":        "250ms",
 		"LOG_LEVEL":                   "warn",
+		"PRODUCER_TOKEN":              producerToken,
+		"OPERATOR_TOKEN":              operatorToken,
 	}
 	for k, v := range env {
 		vars[k] = v
@@ -100,6 +111,11 @@ func newStack(t *testing.T, n int, env map[string]string) *stack {
 		direct: broker.NewPool(directEndpoints, nil),
 	}
 	t.Cleanup(func() { s.direct.Close() })
+	s.api = httptest.NewServer(api.Router(api.Deps{
+		Config: cfg, Temporal: tc, Store: s.store, Ping: sqlDB.PingContext,
+		Logger: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})),
+	}))
+	t.Cleanup(s.api.Close)
 	t.Cleanup(s.replayHistories) // runs after the workers stop: cleanups run last-in first-out
 	for i := range n {
 		require.NoError(t, s.direct.DeclareTopology(ctx, i, broker.Topology{Queues: cfg.Queues, RetryTTL: cfg.RetryTTL}))
@@ -207,19 +223,29 @@ func (s *stack) endpoint(index int) (host, vhost string) {
 	return ep.Host, url.PathEscape(ep.Vhost)
 }
 
-// notify tells the service, as the API does on the producer's notification, that the
-// producer now publishes to broker index: the Pending Switch is recorded, then the
-// BrokerSwitch workflow is signalled.
+// notify posts the producer's notification that it now publishes to broker index.
 func (s *stack) notify(index int, switchedAt time.Time) {
 	s.t.Helper()
 	ep := s.cfg.Brokers[index]
-	n := models.Notification{Index: index, Host: ep.Host, Vhost: ep.Vhost, SwitchedAt: switchedAt}
-	_, err := s.store.Update(context.Background(), func(cur models.BrokerState) (models.BrokerState, error) {
-		next, _ := cur.ApplyNotification(n, time.Now())
-		return next, nil
-	})
+	body := fmt.Sprintf(`{"host": %q, "vhost": %q, "switchedAt": %q}`, strings.ToUpper(ep.Host), url.PathEscape(ep.Vhost),
+		switchedAt.UTC().Format(time.RFC3339Nano))
+	status, answer := s.call(http.MethodPost, "/api/v1/broker/pending-switch", producerToken, body)
+	require.Contains(s.t, []int{http.StatusOK, http.StatusAccepted}, status, "notification answered %s", answer)
+}
+
+// call sends a request to the API with a token and returns the status and body.
+func (s *stack) call(method, path, token, body string) (int, string) {
+	s.t.Helper()
+	req, err := http.NewRequest(method, s.api.URL+path, strings.NewReader(body))
 	require.NoError(s.t, err)
-	s.signal(workflows.SignalPendingSwitch, n)
+	req.Header.Set("Authorization", "Bearer "+token)
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := s.api.Client().Do(req)
+	require.NoError(s.t, err)
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	require.NoError(s.t, err)
+	return resp.StatusCode, string(b)
 }
 
 // signal sends a signal to the BrokerSwitch workflow, starting it if needed, as the API does.

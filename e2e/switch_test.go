@@ -3,6 +3,7 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"net/http"
 	"os/exec"
 	"testing"
 	"time"
@@ -114,7 +115,7 @@ func TestStaleAndRepeatedNotificationsChangeNothing(t *testing.T) {
 	s.notify(1, at)                     // repeated
 	s.notify(2, at.Add(-time.Minute))   // older than the switch on record
 	s.notify(0, at.Add(-2*time.Minute)) // back to the start, and older
-	marker := time.Now().Add(time.Hour)
+	marker := time.Now().Add(30 * time.Minute)
 	s.notify(1, marker) // newer, but for the active broker: changes nothing either
 	s.waitFor("the notifications handled", 30*time.Second, func() bool { return s.state().SeenUntil.Equal(marker) })
 
@@ -146,6 +147,39 @@ func TestForceAndCancelFromTheTemporalCLI(t *testing.T) {
 	s.temporalCLI("workflow", "signal", "--workflow-id", workflows.BrokerSwitchWorkflowID, "--name", workflows.SignalCancelPendingSwitch)
 	s.waitFor("the cancel", 30*time.Second, func() bool { return s.state().Pending == nil })
 	require.Equal(t, 2, s.state().ActiveIndex, "cancel does not move")
+	s.proxies[0].Restore(t)
+}
+
+// TestForceAndCancelOverHTTP: the operator's endpoints move at once, dropping the Pending
+// Switch, or drop it without moving; the producer's token may do neither.
+func TestForceAndCancelOverHTTP(t *testing.T) {
+	s := newStack(t, 3, nil)
+	s.startWorker()
+	s.proxies[0].Cut()
+	s.notify(1, time.Now())
+	s.waitFor("the pending switch", 30*time.Second, func() bool { return s.state().Pending != nil })
+
+	status, body := s.call(http.MethodPost, "/api/v1/broker/switch/2", producerToken, "")
+	require.Equal(t, http.StatusForbidden, status, body)
+	status, body = s.call(http.MethodPost, "/api/v1/broker/switch/2", operatorToken, "")
+	require.Equal(t, http.StatusOK, status, body)
+	st := s.state()
+	require.Equal(t, 2, st.ActiveIndex, "answered only once committed")
+	require.Nil(t, st.Pending)
+
+	s.notify(1, time.Now().Add(time.Minute))
+	s.waitFor("a new pending switch", 30*time.Second, func() bool { return s.state().Pending != nil })
+	for range 2 { // idempotent
+		status, body = s.call(http.MethodDelete, "/api/v1/broker/pending-switch", operatorToken, "")
+		require.Contains(t, []int{http.StatusOK, http.StatusAccepted}, status, body)
+	}
+	s.waitFor("the cancel", 30*time.Second, func() bool { return s.state().Pending == nil })
+	require.Equal(t, 2, s.state().ActiveIndex)
+
+	status, body = s.call(http.MethodPost, "/api/v1/broker/pending-switch", producerToken,
+		fmt.Sprintf(`{"host": "unknown.example.com", "vhost": "/", "switchedAt": %q}`, time.Now().Add(2*time.Minute).UTC().Format(time.RFC3339)))
+	require.Equal(t, http.StatusNotFound, status, body)
+	require.Nil(t, s.state().Pending, "an unknown endpoint changes nothing")
 	s.proxies[0].Restore(t)
 }
 

@@ -90,7 +90,13 @@ func (w *switchRun) run(ctx workflow.Context) error {
 		}
 		pending := w.status.State.Pending
 		if pending == nil {
-			w.wait(ctx, "Nothing pending: waiting for a pending-switch, force-switch or cancel-pending-switch signal", 0)
+			if !w.wait(ctx, "Nothing pending: waiting for a pending-switch, force-switch or cancel-pending-switch signal", idleReload) {
+				// Postgres is the source of truth: a switch recorded whose signal was lost
+				// is found here.
+				if err := w.execute(ctx, "read broker state", w.act.LoadState, nil, &w.status.State); err != nil {
+					return err
+				}
+			}
 			continue
 		}
 		if err := w.checkAndCommit(ctx, pending.Next()); err != nil {
@@ -189,8 +195,12 @@ func (w *switchRun) afterChange(ctx workflow.Context, moved bool) {
 	}
 }
 
-// wait shows why the workflow waits, then blocks until a signal arrives or d passes (d > 0).
-func (w *switchRun) wait(ctx workflow.Context, why string, d time.Duration) {
+// idleReload is how often an idle BrokerSwitch workflow re-reads the broker state.
+const idleReload = time.Minute
+
+// wait shows why the workflow waits, then blocks until a signal arrives or d passes; it
+// reports whether a signal arrived.
+func (w *switchRun) wait(ctx workflow.Context, why string, d time.Duration) (signalled bool) {
 	w.status.Waiting = why
 	workflow.SetCurrentDetails(ctx, why)
 	sel := workflow.NewSelector(ctx)
@@ -198,15 +208,14 @@ func (w *switchRun) wait(ctx workflow.Context, why string, d time.Duration) {
 	for _, name := range signalNames {
 		sel.AddReceive(workflow.GetSignalChannel(ctx, name), func(c workflow.ReceiveChannel, _ bool) {
 			w.signals = append(w.signals, receiveSignal(ctx, name, c))
+			signalled = true
 		})
 	}
-	if d > 0 {
-		timerCtx, cancelTimer := workflow.WithCancel(ctx)
-		defer cancelTimer()
-		sel.AddFuture(workflow.NewTimerWithOptions(timerCtx, d, workflow.TimerOptions{Summary: "next drain check"}),
-			func(workflow.Future) {})
-	}
+	timerCtx, cancelTimer := workflow.WithCancel(ctx)
+	defer cancelTimer()
+	sel.AddFuture(workflow.NewTimerWithOptions(timerCtx, d, workflow.TimerOptions{Summary: "next check"}), func(workflow.Future) {})
 	sel.Select(ctx)
+	return signalled
 }
 
 // takeBufferedSignals moves every signal already delivered into the queue without blocking.
