@@ -1,0 +1,111 @@
+// Package worker runs the Temporal worker: it builds the activities from configuration,
+// registers them with the workflows, and makes sure the long-running workflows exist.
+package worker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"go.temporal.io/sdk/client"
+	sdkworker "go.temporal.io/sdk/worker"
+	"gorm.io/gorm"
+
+	"github.com/brokerswitch/brokerswitch/activities"
+	"github.com/brokerswitch/brokerswitch/broker"
+	"github.com/brokerswitch/brokerswitch/config"
+	"github.com/brokerswitch/brokerswitch/ingest"
+	"github.com/brokerswitch/brokerswitch/models"
+	"github.com/brokerswitch/brokerswitch/workflows"
+)
+
+// heartbeatEvery bounds how long a cancelled window keeps consuming: Temporal delivers
+// cancellation in a heartbeat's answer, and switch lag is measured in seconds.
+const heartbeatEvery = 500 * time.Millisecond
+
+// Deps are what a worker process shares between its parts.
+type Deps struct {
+	Config config.Config
+	Client client.Client
+	Pool   *broker.Pool
+	DB     *gorm.DB
+	Logger *slog.Logger
+}
+
+// Run serves workflows and activities until ctx ends.
+func Run(ctx context.Context, d Deps) error {
+	w := sdkworker.New(d.Client, d.Config.TaskQueue, sdkworker.Options{
+		MaxHeartbeatThrottleInterval:     heartbeatEvery,
+		DefaultHeartbeatThrottleInterval: heartbeatEvery,
+	})
+	Register(w, d)
+	if err := w.Start(); err != nil {
+		return fmt.Errorf("start worker on task queue %s: %w", d.Config.TaskQueue, err)
+	}
+	defer w.Stop()
+	if err := EnsureWorkflows(ctx, d.Client, d.Config); err != nil {
+		return err
+	}
+	d.Logger.InfoContext(ctx, "worker running", "task_queue", d.Config.TaskQueue, "queues", d.Config.Queues)
+	<-ctx.Done()
+	return nil
+}
+
+// Register adds the workflows and their activities, built from d, to a worker.
+func Register(w sdkworker.Registry, d Deps) {
+	store := NewBrokerStore(d.DB, d.Pool.Endpoints())
+	w.RegisterWorkflow(workflows.QueueWindow)
+	w.RegisterWorkflow(workflows.BrokerSwitch)
+	w.RegisterActivity(&activities.Window{
+		Pool: d.Pool,
+		Handlers: &ingest.Ingester{
+			DB: d.DB, MaxRetryCycles: d.Config.MaxRetryCycles, Logger: d.Logger, Now: time.Now,
+		},
+		State:            store,
+		Topology:         broker.Topology{Queues: d.Config.Queues, RetryTTL: d.Config.RetryTTL},
+		Prefetch:         d.Config.Prefetch,
+		WindowLength:     d.Config.ConsumerWindow,
+		LeftoverDrainCap: d.Config.LeftoverDrainCap,
+		Heartbeat:        heartbeatEvery,
+		Logger:           d.Logger,
+	})
+	w.RegisterActivity(&activities.Switch{
+		Pool:   d.Pool,
+		Store:  store,
+		Queues: d.Config.Queues,
+		Now:    time.Now,
+		Logger: d.Logger,
+	})
+}
+
+// NewBrokerStore reads the broker state with hops resolved against the configured brokers.
+func NewBrokerStore(db *gorm.DB, endpoints []broker.Endpoint) *models.BrokerStore {
+	return &models.BrokerStore{
+		DB:          db,
+		BrokerCount: len(endpoints),
+		Resolve:     broker.Resolver(endpoints),
+	}
+}
+
+// BrokerSwitchInput is the input every starter of the BrokerSwitch workflow gives it.
+func BrokerSwitchInput(cfg config.Config) workflows.BrokerSwitchInput {
+	return workflows.BrokerSwitchInput{Queues: cfg.Queues, DrainCheckInterval: cfg.DrainCheckInterval}
+}
+
+// EnsureWorkflows starts the window workflows and the BrokerSwitch workflow unless they
+// run already, so that any number of workers can start at once.
+func EnsureWorkflows(ctx context.Context, c client.Client, cfg config.Config) error {
+	var errs []error
+	for _, q := range cfg.Queues {
+		opts := workflows.QueueWindowStartOptions(cfg.TaskQueue, q)
+		if _, err := c.ExecuteWorkflow(ctx, opts, workflows.QueueWindow, workflows.QueueWindowInput{Queue: q}); err != nil {
+			errs = append(errs, fmt.Errorf("start window workflow for %s: %w", q, err))
+		}
+	}
+	if _, err := c.ExecuteWorkflow(ctx, workflows.BrokerSwitchStartOptions(cfg.TaskQueue), workflows.BrokerSwitch, BrokerSwitchInput(cfg)); err != nil {
+		errs = append(errs, fmt.Errorf("start broker switch workflow: %w", err))
+	}
+	return errors.Join(errs...)
+}
