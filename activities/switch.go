@@ -136,11 +136,16 @@ func (a *Switch) ForceSwitch(ctx context.Context, in ForceSwitchInput) (models.B
 	return st, nil
 }
 
+// CancelPendingSwitchInput names the Pending Switch to cancel by its target's switchedAt;
+// empty cancels whatever is pending (the Temporal CLI's plain signal).
+type CancelPendingSwitchInput struct {
+	SwitchedAt time.Time `json:"switchedAt,omitzero"`
+}
+
 // CancelPendingSwitch drops the Pending Switch without moving.
-func (a *Switch) CancelPendingSwitch(ctx context.Context) (models.BrokerState, error) {
+func (a *Switch) CancelPendingSwitch(ctx context.Context, in CancelPendingSwitchInput) (models.BrokerState, error) {
 	st, err := a.Store.Update(ctx, func(cur models.BrokerState) (models.BrokerState, error) {
-		cur.Pending = nil
-		return cur, nil
+		return cur.CancelPending(in.SwitchedAt), nil
 	})
 	if err != nil {
 		return st, fmt.Errorf("cancel pending switch: %w", err)

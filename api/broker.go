@@ -155,12 +155,26 @@ func (s *server) postSwitch(c *gin.Context) {
 // nothing pending it changes nothing.
 func (s *server) deletePendingSwitch(c *gin.Context) {
 	ctx := c.Request.Context()
-	if err := s.signal(ctx, workflows.SignalCancelPendingSwitch, nil); err != nil {
+	cur, err := s.deps.Store.Load(ctx)
+	if err != nil {
+		s.failInternal(c, http.StatusServiceUnavailable, "the broker state cannot be read; retry later", err)
+		return
+	}
+	if cur.Pending == nil {
+		c.JSON(http.StatusOK, orderAnswer{Committed: true, stateView: newStateView(cur, s.scrub)})
+		return
+	}
+	// The cancel names the switch it cancels, so that a notification recorded before the
+	// workflow gets to the cancel survives it.
+	upTo := cur.Pending.Target().SwitchedAt
+	if err := s.signal(ctx, workflows.SignalCancelPendingSwitch, activities.CancelPendingSwitchInput{SwitchedAt: upTo}); err != nil {
 		s.failInternal(c, http.StatusBadGateway, "the cancel could not be handed to the workflow engine; nothing was changed, retry", err)
 		return
 	}
-	s.log.InfoContext(ctx, "cancel of the pending switch sent to the workflow")
-	st, ok := s.waitForState(ctx, func(st models.BrokerState) bool { return st.Pending == nil })
+	s.log.InfoContext(ctx, "cancel of the pending switch sent to the workflow", "switched_at", upTo)
+	st, ok := s.waitForState(ctx, func(st models.BrokerState) bool {
+		return st.Pending == nil || st.Pending.Target().SwitchedAt.After(upTo)
+	})
 	if !ok {
 		// The signal is durable: the workflow applies it once it runs. Not an error.
 		c.JSON(http.StatusAccepted, orderAnswer{Committed: false, stateView: newStateView(st, s.scrub)})

@@ -11,7 +11,9 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 	"github.com/stretchr/testify/require"
 	enumspb "go.temporal.io/api/enums/v1"
+	"go.temporal.io/sdk/converter"
 
+	"github.com/brokerswitch/brokerswitch/activities"
 	"github.com/brokerswitch/brokerswitch/internal/testenv"
 	"github.com/brokerswitch/brokerswitch/payloads"
 	"github.com/brokerswitch/brokerswitch/workflows"
@@ -247,7 +249,7 @@ func TestLeftoverDrainCollectsStragglers(t *testing.T) {
 // TestLeftoverDrainStopsAtItsCap: one Leftover Drain takes at most LEFTOVER_DRAIN_CAP
 // messages; the rest waits for the next window.
 func TestLeftoverDrainStopsAtItsCap(t *testing.T) {
-	s := newStack(t, 2, map[string]string{"LEFTOVER_DRAIN_CAP": "500"})
+	s := newStack(t, 2, map[string]string{"LEFTOVER_DRAIN_CAP": "500", "CONSUMER_WINDOW": "3s"})
 	var leftovers []payloads.Event
 	for range 700 {
 		ev, err := payloads.Build("push", "", nil)
@@ -256,9 +258,33 @@ func TestLeftoverDrainStopsAtItsCap(t *testing.T) {
 	}
 	s.publish(1, leftovers...)
 	s.startWorker()
-	s.waitFor("the first Leftover Drain", time.Minute, func() bool { return s.counts(1, "pushes")["pushes"] <= 200 })
-	require.Equal(t, 200, s.counts(1, "pushes")["pushes"], "the first drain stopped at the cap")
-	require.EqualValues(t, 500, s.deliveries())
+	s.waitFor("the leftovers applied over two windows", time.Minute, func() bool { return s.deliveries() == 700 })
+	require.Equal(t, []int{500, 200}, s.leftoverDrainTakes("pushes", 1), "each Leftover Drain stops at the cap")
+}
+
+// leftoverDrainTakes lists, in order, how many messages each Leftover Drain of a queue took
+// from a broker, read from the results recorded in the window workflows' histories.
+func (s *stack) leftoverDrainTakes(queue string, brokerIndex int) []int {
+	s.t.Helper()
+	ctx := context.Background()
+	query := fmt.Sprintf("WorkflowId = '%s'", workflows.QueueWindowWorkflowID(queue))
+	resp, err := s.temporal.ListWorkflow(ctx, listRequest(query))
+	require.NoError(s.t, err)
+	var takes []int
+	runs := resp.GetExecutions()
+	for i := len(runs) - 1; i >= 0; i-- { // oldest first
+		for _, ev := range s.history(runs[i].GetExecution().GetWorkflowId(), runs[i].GetExecution().GetRunId()).GetEvents() {
+			done := ev.GetActivityTaskCompletedEventAttributes()
+			if done == nil {
+				continue
+			}
+			var res activities.LeftoverDrainResult
+			if converter.GetDefaultDataConverter().FromPayloads(done.GetResult(), &res) == nil && res.Taken[brokerIndex] > 0 {
+				takes = append(takes, res.Taken[brokerIndex])
+			}
+		}
+	}
+	return takes
 }
 
 // switchLag is how long after the last event from broker `from` was applied the switch away

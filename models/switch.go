@@ -141,3 +141,13 @@ func (s BrokerState) Force(index int, now time.Time) BrokerState {
 	s.Pending = nil
 	return s
 }
+
+// CancelPending drops the Pending Switch without moving, unless it was recorded after the
+// cancel was given: an operator's cancel must not undo a notification that came later.
+// A zero upTo cancels whatever is pending.
+func (s BrokerState) CancelPending(upTo time.Time) BrokerState {
+	if s.Pending != nil && (upTo.IsZero() || !s.Pending.Target().SwitchedAt.After(upTo)) {
+		s.Pending = nil
+	}
+	return s
+}

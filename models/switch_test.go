@@ -90,3 +90,11 @@ func routeIndexes(st BrokerState) []int {
 	}
 	return out
 }
+
+func TestCancelPendingSparesALaterNotification(t *testing.T) {
+	st, _ := BrokerState{}.ApplyNotification(note(1, t0), t0)
+	require.Nil(t, st.CancelPending(t0).Pending)
+	require.Nil(t, st.CancelPending(time.Time{}).Pending, "a cancel without a time cancels whatever is pending")
+	later, _ := st.ApplyNotification(note(2, t0.Add(time.Minute)), t0)
+	require.Equal(t, later, later.CancelPending(t0), "a cancel given before the second notification spares it")
+}

@@ -29,8 +29,9 @@ type BrokerSwitchInput struct {
 // Signal is one operator or producer message, kept in arrival order.
 type Signal struct {
 	Name         string
-	Notification models.Notification         `json:",omitzero"`
-	Force        activities.ForceSwitchInput `json:",omitzero"`
+	Notification models.Notification                 `json:",omitzero"`
+	Force        activities.ForceSwitchInput         `json:",omitzero"`
+	Cancel       activities.CancelPendingSwitchInput `json:",omitzero"`
 	// Invalid says why the signal's input could not be read; such a signal is skipped.
 	Invalid string `json:",omitempty"`
 }
@@ -157,7 +158,7 @@ func (w *switchRun) handleSignals(ctx workflow.Context) error {
 			err = w.execute(ctx, fmt.Sprintf("force switch to broker %d", s.Force.Index), w.act.ForceSwitch, s.Force, &w.status.State)
 			moved = err == nil
 		case s.Name == SignalCancelPendingSwitch:
-			err = w.execute(ctx, "cancel the pending switch", w.act.CancelPendingSwitch, nil, &w.status.State)
+			err = w.execute(ctx, "cancel the pending switch", w.act.CancelPendingSwitch, s.Cancel, &w.status.State)
 		}
 		if temporal.IsApplicationError(err) && isNonRetryable(err) {
 			// A refused order (an unknown broker) must not end the workflow.
@@ -275,6 +276,10 @@ func decodeSignal(name string, raw json.RawMessage) Signal {
 		err = json.Unmarshal(raw, &s.Notification)
 	case SignalForceSwitch:
 		err = json.Unmarshal(raw, &s.Force)
+	case SignalCancelPendingSwitch:
+		if len(raw) > 0 && string(raw) != "null" { // the plain CLI signal has no input
+			err = json.Unmarshal(raw, &s.Cancel)
+		}
 	}
 	if err != nil {
 		s.Invalid = err.Error()

@@ -2,12 +2,15 @@ package workflows
 
 import (
 	"context"
+	"log/slog"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/mock"
 	"github.com/stretchr/testify/require"
 	"github.com/stretchr/testify/suite"
+	"go.temporal.io/sdk/log"
 	"go.temporal.io/sdk/testsuite"
 
 	"github.com/brokerswitch/brokerswitch/activities"
@@ -23,6 +26,9 @@ type brokerSwitchSuite struct {
 	testsuite.WorkflowTestSuite
 	env *testsuite.TestWorkflowEnvironment
 
+	// mu guards what the mocked activities touch: the test environment runs them on
+	// goroutines of their own.
+	mu            sync.Mutex
 	state         models.BrokerState
 	backlog       map[int][]int // per broker: ready counts returned by successive drain checks
 	reachable     map[int]bool
@@ -36,6 +42,7 @@ func TestBrokerSwitchWorkflow(t *testing.T) { suite.Run(t, new(brokerSwitchSuite
 var t0 = time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
 
 func (s *brokerSwitchSuite) SetupTest() {
+	s.SetLogger(quietLogger())
 	s.env = s.NewTestWorkflowEnvironment()
 	s.state = models.BrokerState{}
 	s.backlog = map[int][]int{}
@@ -44,15 +51,23 @@ func (s *brokerSwitchSuite) SetupTest() {
 
 	var a *activities.Switch
 	s.env.RegisterActivity(a)
-	s.env.OnActivity(a.LoadState, mock.Anything).Return(func(context.Context) (models.BrokerState, error) { return s.state, nil })
+	s.env.OnActivity(a.LoadState, mock.Anything).Return(func(context.Context) (models.BrokerState, error) {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		return s.state, nil
+	})
 	s.env.OnActivity(a.RecordNotification, mock.Anything, mock.Anything).Return(
 		func(_ context.Context, n models.Notification) (activities.NotificationResult, error) {
+			s.mu.Lock()
+			defer s.mu.Unlock()
 			next, outcome := s.state.ApplyNotification(n, t0)
 			s.state = next
 			return activities.NotificationResult{State: next, Outcome: outcome}, nil
 		})
 	s.env.OnActivity(a.DrainCheck, mock.Anything, mock.Anything).Return(
 		func(_ context.Context, in activities.DrainCheckInput) (models.DrainCheck, error) {
+			s.mu.Lock()
+			defer s.mu.Unlock()
 			s.checks = append(s.checks, in.BrokerIndex)
 			check := models.DrainCheck{BrokerIndex: in.BrokerIndex, Reachable: s.reachable[in.BrokerIndex], Counts: map[string]int{"issues": 0}}
 			if q := s.backlog[in.BrokerIndex]; len(q) > 0 {
@@ -63,21 +78,33 @@ func (s *brokerSwitchSuite) SetupTest() {
 		})
 	s.env.OnActivity(a.CommitHop, mock.Anything, mock.Anything).Return(
 		func(_ context.Context, in activities.CommitHopInput) (models.BrokerState, error) {
+			s.mu.Lock()
+			defer s.mu.Unlock()
 			s.commits = append(s.commits, in)
 			s.state, _ = s.state.CompleteHop(in.From, in.Hop, in.Checks, t0)
 			return s.state, nil
 		})
 	s.env.OnActivity(a.ForceSwitch, mock.Anything, mock.Anything).Return(
 		func(_ context.Context, in activities.ForceSwitchInput) (models.BrokerState, error) {
+			s.mu.Lock()
+			defer s.mu.Unlock()
 			s.state = s.state.Force(in.Index, t0)
 			return s.state, nil
 		})
-	s.env.OnActivity(a.CancelPendingSwitch, mock.Anything).Return(func(context.Context) (models.BrokerState, error) {
-		s.state.Pending = nil
-		return s.state, nil
-	})
+	s.env.OnActivity(a.CancelPendingSwitch, mock.Anything, mock.Anything).Return(
+		func(_ context.Context, in activities.CancelPendingSwitchInput) (models.BrokerState, error) {
+			s.mu.Lock()
+			defer s.mu.Unlock()
+			s.state = s.state.CancelPending(in.SwitchedAt)
+			return s.state, nil
+		})
 	s.env.OnSignalExternalWorkflow(mock.Anything, mock.Anything, "", SignalBrokerChanged, mock.Anything).Return(
-		func(_, _, _, _ string, _ any) error { s.windowSignals++; return nil })
+		func(_, _, _, _ string, _ any) error {
+			s.mu.Lock()
+			defer s.mu.Unlock()
+			s.windowSignals++
+			return nil
+		})
 }
 
 func (s *brokerSwitchSuite) notify(at time.Duration, index int, switchedAt time.Time) {
@@ -97,6 +124,8 @@ func (s *brokerSwitchSuite) run(end time.Duration) Status {
 	}, end)
 	s.env.ExecuteWorkflow(BrokerSwitch, BrokerSwitchInput{Queues: []string{"issues", "pushes"}, DrainCheckInterval: 3 * time.Second})
 	s.Require().True(s.env.IsWorkflowCompleted())
+	s.mu.Lock() // pairs with the activities' unlocks, so the assertions read what they wrote
+	defer s.mu.Unlock()
 	return status
 }
 
@@ -202,3 +231,6 @@ func TestDecodeSignal(t *testing.T) {
 	s = decodeSignal(SignalCancelPendingSwitch, nil)
 	require.Empty(t, s.Invalid)
 }
+
+// quietLogger keeps the test environment's debug lines out of the test output.
+func quietLogger() log.Logger { return log.NewStructuredLogger(slog.New(slog.DiscardHandler)) }

@@ -13,7 +13,8 @@ const (
 	SignalPendingSwitch = "pending-switch"
 	// SignalForceSwitch moves at once: {"index": N}.
 	SignalForceSwitch = "force-switch"
-	// SignalCancelPendingSwitch drops the Pending Switch without moving.
+	// SignalCancelPendingSwitch drops the Pending Switch without moving; its optional input
+	// {"switchedAt": T} spares a switch recorded after T.
 	SignalCancelPendingSwitch = "cancel-pending-switch"
 	// SignalBrokerChanged tells a window workflow to end its window and resolve the broker again.
 	SignalBrokerChanged = "broker-changed"

@@ -15,6 +15,7 @@ import (
 
 func newWindowEnv(t *testing.T, plan activities.WindowPlan) (*testsuite.TestWorkflowEnvironment, *[]string) {
 	var s testsuite.WorkflowTestSuite
+	s.SetLogger(quietLogger())
 	env := s.NewTestWorkflowEnvironment()
 	var a *activities.Window
 	env.RegisterActivity(a)
