@@ -81,6 +81,7 @@ func (w *switchRun) run(ctx workflow.Context) error {
 	if err := w.execute(ctx, "read broker state", w.act.LoadState, nil, &w.status.State); err != nil {
 		return err
 	}
+	w.afterChange(ctx, false)
 	for ctx.Err() == nil {
 		w.takeBufferedSignals(ctx)
 		if err := w.handleSignals(ctx); err != nil {

@@ -97,7 +97,7 @@ func newLogger(level string, w io.Writer) *slog.Logger {
 func migrate(ctx context.Context, cfg config.Config) error {
 	db, err := models.Open(ctx, cfg.DatabaseURL)
 	if err != nil {
-		return err
+		return fmt.Errorf("DATABASE_URL: %w", err)
 	}
 	sqlDB, err := db.DB()
 	if err != nil {
@@ -118,7 +118,7 @@ type services struct {
 func withServices(ctx context.Context, cfg config.Config, logger *slog.Logger, fn func(context.Context, services) error) error {
 	db, err := models.Open(ctx, cfg.DatabaseURL)
 	if err != nil {
-		return err
+		return fmt.Errorf("DATABASE_URL: %w", err)
 	}
 	sqlDB, err := db.DB()
 	if err != nil {

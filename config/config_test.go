@@ -1,0 +1,78 @@
+package config
+
+import (
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+func env(vars map[string]string) Getenv { return func(k string) string { return vars[k] } }
+
+func TestDefaults(t *testing.T) {
+	c, err := FromEnv(env(nil))
+	require.NoError(t, err)
+	require.Len(t, c.Brokers, 1)
+	require.Equal(t, "127.0.0.1", c.Brokers[0].Host)
+	require.Equal(t, "/", c.Brokers[0].Vhost)
+	require.Equal(t, []string{"pull_requests", "issues", "pushes", "installations"}, c.Queues)
+	require.Equal(t, 5*time.Minute, c.ConsumerWindow)
+	require.Equal(t, 10*time.Minute, c.RetryTTL)
+	require.Equal(t, 10, c.MaxRetryCycles)
+	require.Equal(t, 500, c.LeftoverDrainCap)
+	require.Equal(t, "127.0.0.1:7233", c.TemporalAddress)
+	require.Equal(t, "brokerswitch", c.TaskQueue)
+	require.Equal(t, ":8080", c.HTTPAddr)
+}
+
+func TestBrokersAreSplitByCommasAndNewlines(t *testing.T) {
+	c, err := FromEnv(env(map[string]string{
+		"RABBITMQ_CONNECTION_STRINGS": "amqp://u:p@a.example.com/one,\namqp://u:p@b.example.com/two\n",
+	}))
+	require.NoError(t, err)
+	require.Len(t, c.Brokers, 2)
+	require.Equal(t, 1, c.Brokers[1].Index)
+	require.Equal(t, "b.example.com", c.Brokers[1].Host)
+}
+
+func TestEveryBadVariableIsNamed(t *testing.T) {
+	_, err := FromEnv(env(map[string]string{
+		"CONSUMER_WINDOW":      "five minutes",
+		"RETRY_TTL":            "-1s",
+		"MAX_RETRY_CYCLES":     "0",
+		"PREFETCH":             "5000",
+		"LEFTOVER_DRAIN_CAP":   "many",
+		"DRAIN_CHECK_INTERVAL": "0s",
+		"API_INSECURE_NO_AUTH": "perhaps",
+		"LOG_LEVEL":            "loud",
+		"QUEUES":               " , ",
+	}))
+	require.Error(t, err)
+	for _, name := range []string{"CONSUMER_WINDOW", "RETRY_TTL", "MAX_RETRY_CYCLES", "PREFETCH", "LEFTOVER_DRAIN_CAP",
+		"DRAIN_CHECK_INTERVAL", "API_INSECURE_NO_AUTH", "LOG_LEVEL", "QUEUES"} {
+		require.Contains(t, err.Error(), name)
+	}
+}
+
+func TestABrokerURLErrorNeverShowsThePassword(t *testing.T) {
+	_, err := FromEnv(env(map[string]string{
+		"RABBITMQ_CONNECTION_STRINGS": "amqp://guest:guest@ok.example.com/,amqp://user:s3cr3t-pw@bad host/vh",
+	}))
+	require.Error(t, err)
+	require.Contains(t, err.Error(), "RABBITMQ_CONNECTION_STRINGS")
+	require.NotContains(t, err.Error(), "s3cr3t-pw")
+}
+
+func TestTheAPIRefusesToStartWithoutTokens(t *testing.T) {
+	c, err := FromEnv(env(nil))
+	require.NoError(t, err)
+	require.ErrorContains(t, c.ValidateAPIAuth(), "OPERATOR_TOKEN")
+
+	c, err = FromEnv(env(map[string]string{"API_INSECURE_NO_AUTH": "true"}))
+	require.NoError(t, err)
+	require.NoError(t, c.ValidateAPIAuth())
+
+	c, err = FromEnv(env(map[string]string{"OPERATOR_TOKEN": "t"}))
+	require.NoError(t, err)
+	require.NoError(t, c.ValidateAPIAuth())
+}
