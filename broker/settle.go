@@ -38,6 +38,9 @@ func newSettler(p *Pool, ep Endpoint, ch *amqp.Channel, queue string, onSettled 
 	return &settler{pool: p, index: ep.Index, ep: ep, queue: queue, ch: ch, onSettled: onSettled}
 }
 
+// handleTimeout bounds one batch once its consumer has been told to stop.
+const handleTimeout = time.Minute
+
 func (s *settler) close() {
 	if s.pub != nil {
 		_ = s.pub.Close()
@@ -48,7 +51,12 @@ func (s *settler) close() {
 // deliveries it settled. Settling uses a context that the end of ctx does not
 // cancel: a handled batch is always settled.
 func (s *settler) handle(ctx context.Context, h BatchHandler, batch []amqp.Delivery) (int, error) {
-	verdicts, err := h.HandleBatch(ctx, s.queue, batch)
+	// A batch in hand is finished even when ctx ends meanwhile (a window cut short by a
+	// switch): abandoning it would only have it delivered and applied again later, and
+	// every delivery counts against a CloudAMQP plan.
+	hctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), handleTimeout)
+	defer cancel()
+	verdicts, err := h.HandleBatch(hctx, s.queue, batch)
 	if err != nil {
 		return 0, fmt.Errorf("handle batch of %d: %w", len(batch), err)
 	}
