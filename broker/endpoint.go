@@ -146,11 +146,3 @@ func FindEndpoint(eps []Endpoint, host, vhost string) (Endpoint, bool) {
 	}
 	return Endpoint{}, false
 }
-
-// Resolver finds a configured broker's index by host and vhost.
-func Resolver(eps []Endpoint) func(host, vhost string) (int, bool) {
-	return func(host, vhost string) (int, bool) {
-		ep, ok := FindEndpoint(eps, host, vhost)
-		return ep.Index, ok
-	}
-}

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"strconv"
+	"strings"
 	"time"
 
 	"gorm.io/gorm"
@@ -28,30 +29,46 @@ const (
 	KeyLastSwitch     = "broker.last_switch"
 	KeyLastDrainCheck = "broker.last_drain_check"
 	KeySeenUntil      = "broker.notifications_seen_until"
+	// KeyActiveEndpoint names the active broker by host and vhost beside its index, so that
+	// reordering RABBITMQ_CONNECTION_STRINGS does not silently move us to another broker.
+	KeyActiveEndpoint = "broker.active_endpoint"
 )
 
 // brokerStateLock serialises every change of the broker state across processes, so that a
 // retried or concurrent commit reads what the other one wrote.
 const brokerStateLock = 0x62726b72 // "brkr"
 
-// Resolver finds a configured broker by host and vhost, so that a stored hop follows its
-// broker when the configured list is reordered.
-type Resolver func(host, vhost string) (index int, ok bool)
-
-// BrokerStore reads and changes the broker state kept in settings.
-type BrokerStore struct {
-	DB          *gorm.DB
-	BrokerCount int
-	Resolve     Resolver
+// BrokerRef names a configured broker by host and vhost; its index is its position.
+type BrokerRef struct {
+	Host  string `json:"host"`
+	Vhost string `json:"vhost"`
 }
 
-// Load reads the broker state.
+// BrokerStore reads and changes the broker state kept in settings. Stored brokers are
+// resolved by host and vhost against Brokers, so that they follow their broker when the
+// configured list is reordered.
+type BrokerStore struct {
+	DB      *gorm.DB
+	Brokers []BrokerRef
+}
+
+// Load reads the broker state; an active broker that is not configured is an error that
+// says how to repair it.
 func (s *BrokerStore) Load(ctx context.Context) (BrokerState, error) {
-	return s.load(s.DB.WithContext(ctx))
+	st, err := s.load(s.DB.WithContext(ctx))
+	if err != nil {
+		return st, err
+	}
+	if st.ActiveIndex < 0 || st.ActiveIndex >= len(s.Brokers) {
+		return st, fmt.Errorf("active broker %d (setting %s) is not configured (%d brokers in RABBITMQ_CONNECTION_STRINGS): force a switch to a configured broker",
+			st.ActiveIndex, KeyActiveIndex, len(s.Brokers))
+	}
+	return st, nil
 }
 
 // Update changes the broker state in one transaction under a lock: fn sees the current
-// state and returns the next one, which is written back.
+// state and returns the next one, which is written back. Unlike Load it accepts an active
+// broker that is not configured, so that a forced switch can repair it.
 func (s *BrokerStore) Update(ctx context.Context, fn func(BrokerState) (BrokerState, error)) (BrokerState, error) {
 	var next BrokerState
 	err := s.DB.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
@@ -81,7 +98,7 @@ func (s *BrokerStore) RecordDrainCheck(ctx context.Context, check DrainCheck) er
 
 func (s *BrokerStore) load(db *gorm.DB) (BrokerState, error) {
 	var rows []Setting
-	keys := []string{KeyActiveIndex, KeyPendingSwitch, KeyLastSwitch, KeyLastDrainCheck, KeySeenUntil}
+	keys := []string{KeyActiveIndex, KeyActiveEndpoint, KeyPendingSwitch, KeyLastSwitch, KeyLastDrainCheck, KeySeenUntil}
 	if err := db.Where("key IN ?", keys).Find(&rows).Error; err != nil {
 		return BrokerState{}, fmt.Errorf("read broker settings: %w", err)
 	}
@@ -97,9 +114,16 @@ func (s *BrokerStore) load(db *gorm.DB) (BrokerState, error) {
 		}
 		st.ActiveIndex = n
 	}
-	if st.ActiveIndex < 0 || st.ActiveIndex >= s.BrokerCount {
-		return st, fmt.Errorf("setting %s: broker %d is not configured (%d brokers in RABBITMQ_CONNECTION_STRINGS); switch to a configured one",
-			KeyActiveIndex, st.ActiveIndex, s.BrokerCount)
+	if v := values[KeyActiveEndpoint]; v != "" {
+		var ref BrokerRef
+		if err := json.Unmarshal([]byte(v), &ref); err != nil {
+			return st, fmt.Errorf("setting %s: %w", KeyActiveEndpoint, err)
+		}
+		idx, ok := s.resolve(ref)
+		if !ok {
+			idx = -1 // the active broker was removed from the configuration
+		}
+		st.ActiveIndex = idx
 	}
 	if err := decodeSetting(values, KeyPendingSwitch, &st.Pending); err != nil {
 		return st, err
@@ -124,12 +148,12 @@ func (s *BrokerStore) load(db *gorm.DB) (BrokerState, error) {
 // resolveRoute re-resolves each hop by endpoint; a route whose target is no longer
 // configured reads as no Pending Switch.
 func (s *BrokerStore) resolveRoute(p *PendingSwitch) *PendingSwitch {
-	if p == nil || len(p.Route) == 0 || s.Resolve == nil {
+	if p == nil || len(p.Route) == 0 {
 		return p
 	}
 	var route []Hop
 	for _, h := range p.Route {
-		if idx, ok := s.Resolve(h.Host, h.Vhost); ok {
+		if idx, ok := s.resolve(BrokerRef{Host: h.Host, Vhost: h.Vhost}); ok {
 			h.Index = idx
 			route = append(route, h)
 		}
@@ -140,12 +164,30 @@ func (s *BrokerStore) resolveRoute(p *PendingSwitch) *PendingSwitch {
 	return &PendingSwitch{Route: route, RecordedAt: p.RecordedAt}
 }
 
+// resolve finds a broker's index by host (case-insensitive) and vhost.
+func (s *BrokerStore) resolve(ref BrokerRef) (int, bool) {
+	for i, b := range s.Brokers {
+		if strings.EqualFold(b.Host, ref.Host) && b.Vhost == ref.Vhost {
+			return i, true
+		}
+	}
+	return 0, false
+}
+
 func (s *BrokerStore) save(db *gorm.DB, st BrokerState) error {
 	values := map[string]string{
-		KeyActiveIndex:   strconv.Itoa(st.ActiveIndex),
-		KeyPendingSwitch: "",
-		KeyLastSwitch:    "",
-		KeySeenUntil:     "",
+		KeyActiveIndex:    strconv.Itoa(st.ActiveIndex),
+		KeyActiveEndpoint: "",
+		KeyPendingSwitch:  "",
+		KeyLastSwitch:     "",
+		KeySeenUntil:      "",
+	}
+	if st.ActiveIndex >= 0 && st.ActiveIndex < len(s.Brokers) {
+		b, err := json.Marshal(s.Brokers[st.ActiveIndex])
+		if err != nil {
+			return fmt.Errorf("encode active broker: %w", err)
+		}
+		values[KeyActiveEndpoint] = string(b)
 	}
 	if st.Pending != nil {
 		b, err := json.Marshal(st.Pending)

@@ -16,7 +16,9 @@ import (
 	"github.com/brokerswitch/brokerswitch/activities"
 	"github.com/brokerswitch/brokerswitch/broker"
 	"github.com/brokerswitch/brokerswitch/config"
+	"github.com/brokerswitch/brokerswitch/healthchecks"
 	"github.com/brokerswitch/brokerswitch/ingest"
+	"github.com/brokerswitch/brokerswitch/metrics"
 	"github.com/brokerswitch/brokerswitch/models"
 	"github.com/brokerswitch/brokerswitch/workflows"
 )
@@ -32,6 +34,11 @@ type Deps struct {
 	Pool   *broker.Pool
 	DB     *gorm.DB
 	Logger *slog.Logger
+	// Metrics is handed to the activities and the ingest handler; nil counts nothing. The
+	// pool gets it from its builder (broker.Pool.Metrics).
+	Metrics *metrics.Metrics
+	// Pings reports consumer windows to HealthChecks; nil pings nothing.
+	Pings *healthchecks.Pinger
 }
 
 // Run serves workflows and activities until ctx ends.
@@ -61,7 +68,7 @@ func Register(w sdkworker.Registry, d Deps) {
 	w.RegisterActivity(&activities.Window{
 		Pool: d.Pool,
 		Handlers: &ingest.Ingester{
-			DB: d.DB, MaxRetryCycles: d.Config.MaxRetryCycles, Logger: d.Logger, Now: time.Now,
+			DB: d.DB, MaxRetryCycles: d.Config.MaxRetryCycles, Logger: d.Logger, Now: time.Now, Metrics: d.Metrics,
 		},
 		State:            store,
 		Topology:         broker.Topology{Queues: d.Config.Queues, RetryTTL: d.Config.RetryTTL},
@@ -70,23 +77,44 @@ func Register(w sdkworker.Registry, d Deps) {
 		LeftoverDrainCap: d.Config.LeftoverDrainCap,
 		Heartbeat:        heartbeatEvery,
 		Logger:           d.Logger,
+		Metrics:          d.Metrics,
+		Pings:            d.Pings,
 	})
 	w.RegisterActivity(&activities.Switch{
-		Pool:   d.Pool,
-		Store:  store,
-		Queues: d.Config.Queues,
-		Now:    time.Now,
-		Logger: d.Logger,
+		Pool:    d.Pool,
+		Store:   store,
+		Queues:  d.Config.Queues,
+		Now:     time.Now,
+		Logger:  d.Logger,
+		Metrics: d.Metrics,
 	})
+}
+
+// StateReader reads the broker state for the metrics' scrape-time gauges.
+func StateReader(store *models.BrokerStore) metrics.StateReader {
+	return func(ctx context.Context) (metrics.StateReading, error) {
+		st, err := store.Load(ctx)
+		if err != nil {
+			return metrics.StateReading{}, err
+		}
+		r := metrics.StateReading{ActiveIndex: st.ActiveIndex}
+		if p := st.Pending; p != nil {
+			r.PendingSince, r.PendingHops = p.RecordedAt, len(p.Route)
+		}
+		if c := st.LastDrainCheck; c != nil {
+			r.LastCheck = &metrics.DrainCheckReading{Broker: c.BrokerIndex, Counts: c.Counts, Reachable: c.Reachable, At: c.CheckedAt}
+		}
+		return r, nil
+	}
 }
 
 // NewBrokerStore reads the broker state with hops resolved against the configured brokers.
 func NewBrokerStore(db *gorm.DB, endpoints []broker.Endpoint) *models.BrokerStore {
-	return &models.BrokerStore{
-		DB:          db,
-		BrokerCount: len(endpoints),
-		Resolve:     broker.Resolver(endpoints),
+	refs := make([]models.BrokerRef, len(endpoints))
+	for i, ep := range endpoints {
+		refs[i] = models.BrokerRef{Host: ep.Host, Vhost: ep.Vhost}
 	}
+	return &models.BrokerStore{DB: db, Brokers: refs}
 }
 
 // BrokerSwitchInput is the input every starter of the BrokerSwitch workflow gives it.

@@ -152,7 +152,7 @@ func (w *switchRun) handleSignals(ctx workflow.Context) error {
 			continue
 		case s.Name == SignalPendingSwitch:
 			var res activities.NotificationResult
-			err = w.execute(ctx, fmt.Sprintf("record notification for %s%s", s.Notification.Host, s.Notification.Vhost),
+			err = w.execute(ctx, fmt.Sprintf("record notification for %s vhost %s", s.Notification.Host, s.Notification.Vhost),
 				w.act.RecordNotification, s.Notification, &res)
 			w.status.State = res.State
 		case s.Name == SignalForceSwitch:

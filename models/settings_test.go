@@ -1,0 +1,74 @@
+package models_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/brokerswitch/brokerswitch/models"
+)
+
+var (
+	brokerA = models.BrokerRef{Host: "a.example.com", Vhost: "/"}
+	brokerB = models.BrokerRef{Host: "b.example.com", Vhost: "prod"}
+	brokerC = models.BrokerRef{Host: "c.example.com", Vhost: "prod"}
+)
+
+func TestStoredBrokersFollowTheirEndpointWhenTheListIsReordered(t *testing.T) {
+	ctx := context.Background()
+	db := openMigrated(t)
+	store := &models.BrokerStore{DB: db, Brokers: []models.BrokerRef{brokerA, brokerB, brokerC}}
+	at := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
+	_, err := store.Update(ctx, func(st models.BrokerState) (models.BrokerState, error) {
+		st = st.Force(1, at) // active: b
+		next, _ := st.ApplyNotification(models.Notification{Index: 2, Host: brokerC.Host, Vhost: brokerC.Vhost, SwitchedAt: at}, at)
+		return next, nil
+	})
+	require.NoError(t, err)
+
+	reordered := &models.BrokerStore{DB: db, Brokers: []models.BrokerRef{brokerC, brokerB, brokerA}}
+	st, err := reordered.Load(ctx)
+	require.NoError(t, err)
+	require.Equal(t, 1, st.ActiveIndex, "b is still active")
+	reordered.Brokers = []models.BrokerRef{brokerB, brokerC, brokerA}
+	st, err = reordered.Load(ctx)
+	require.NoError(t, err)
+	require.Equal(t, 0, st.ActiveIndex, "b moved to position 0 and is still the active broker")
+	require.Equal(t, 1, st.Pending.Target().Index, "the route's target follows c")
+}
+
+func TestARemovedBrokerCanBeRepairedByAForcedSwitch(t *testing.T) {
+	ctx := context.Background()
+	db := openMigrated(t)
+	store := &models.BrokerStore{DB: db, Brokers: []models.BrokerRef{brokerA, brokerB}}
+	at := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
+	_, err := store.Update(ctx, func(st models.BrokerState) (models.BrokerState, error) { return st.Force(1, at), nil })
+	require.NoError(t, err)
+
+	without := &models.BrokerStore{DB: db, Brokers: []models.BrokerRef{brokerA, brokerC}}
+	_, err = without.Load(ctx)
+	require.ErrorContains(t, err, "force a switch", "the active broker b is gone: reading it is an error that says what to do")
+
+	_, err = without.Update(ctx, func(st models.BrokerState) (models.BrokerState, error) { return st.Force(0, at), nil })
+	require.NoError(t, err)
+	st, err := without.Load(ctx)
+	require.NoError(t, err)
+	require.Equal(t, 0, st.ActiveIndex)
+}
+
+func TestAPendingSwitchToARemovedBrokerReadsAsNone(t *testing.T) {
+	ctx := context.Background()
+	db := openMigrated(t)
+	store := &models.BrokerStore{DB: db, Brokers: []models.BrokerRef{brokerA, brokerB}}
+	at := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
+	_, err := store.Update(ctx, func(st models.BrokerState) (models.BrokerState, error) {
+		next, _ := st.ApplyNotification(models.Notification{Index: 1, Host: brokerB.Host, Vhost: brokerB.Vhost, SwitchedAt: at}, at)
+		return next, nil
+	})
+	require.NoError(t, err)
+	st, err := (&models.BrokerStore{DB: db, Brokers: []models.BrokerRef{brokerA, brokerC}}).Load(ctx)
+	require.NoError(t, err)
+	require.Nil(t, st.Pending)
+}
