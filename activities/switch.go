@@ -9,6 +9,7 @@ import (
 	"go.temporal.io/sdk/temporal"
 
 	"github.com/brokerswitch/brokerswitch/broker"
+	"github.com/brokerswitch/brokerswitch/metrics"
 	"github.com/brokerswitch/brokerswitch/models"
 )
 
@@ -32,6 +33,8 @@ type Switch struct {
 	Queues []string
 	Now    func() time.Time
 	Logger *slog.Logger
+	// Metrics counts drain checks and switches and observes switch lags; nil counts nothing.
+	Metrics *metrics.Metrics
 }
 
 // LoadState reads the broker state.
@@ -90,6 +93,14 @@ func (a *Switch) DrainCheck(ctx context.Context, in DrainCheckInput) (models.Dra
 	if err := a.Store.RecordDrainCheck(ctx, check); err != nil {
 		return check, fmt.Errorf("drain check %d: %w", in.BrokerIndex, err)
 	}
+	switch {
+	case !check.Reachable:
+		a.Metrics.DrainCheck(in.BrokerIndex, metrics.DrainUnreachable)
+	case check.Drained():
+		a.Metrics.DrainCheck(in.BrokerIndex, metrics.DrainDrained)
+	default:
+		a.Metrics.DrainCheck(in.BrokerIndex, metrics.DrainNotDrained)
+	}
 	return check, nil
 }
 
@@ -103,15 +114,39 @@ type CommitHopInput struct {
 // CommitHop makes the hop's broker active, in one transaction; a retried or concurrent
 // commit finds the state moved on and changes nothing.
 func (a *Switch) CommitHop(ctx context.Context, in CommitHopInput) (models.BrokerState, error) {
+	var moved bool
+	commitLag, pendingFor := time.Duration(-1), time.Duration(-1)
 	st, err := a.Store.Update(ctx, func(cur models.BrokerState) (models.BrokerState, error) {
-		next, _ := cur.CompleteHop(in.From, in.Hop, in.Checks, a.Now())
+		now := a.Now()
+		var next models.BrokerState
+		next, moved = cur.CompleteHop(in.From, in.Hop, in.Checks, now)
+		if moved {
+			commitLag, pendingFor = switchLags(cur, in.From, now)
+		}
 		return next, nil
 	})
 	if err != nil {
 		return st, fmt.Errorf("commit switch %d to %d: %w", in.From, in.Hop.Index, err)
 	}
+	if moved {
+		a.Metrics.SwitchCommitted(commitLag, pendingFor)
+	}
 	a.Logger.InfoContext(ctx, "switch committed", "from", in.From, "to", in.Hop.Index, "checks", in.Checks)
 	return st, nil
+}
+
+// switchLags measures a hop committed at now from the state before it: commitLag from the
+// recorded drain check that found broker from empty, pendingFor from the Pending Switch's
+// recording. Both are on this service's clocks; -1 means unknown.
+func switchLags(before models.BrokerState, from int, now time.Time) (commitLag, pendingFor time.Duration) {
+	commitLag, pendingFor = -1, -1
+	if c := before.LastDrainCheck; c != nil && c.BrokerIndex == from && c.Drained() && !c.CheckedAt.After(now) {
+		commitLag = now.Sub(c.CheckedAt)
+	}
+	if p := before.Pending; p != nil && !p.RecordedAt.IsZero() && !p.RecordedAt.After(now) {
+		pendingFor = now.Sub(p.RecordedAt)
+	}
+	return commitLag, pendingFor
 }
 
 // ForceSwitchInput is an operator's order to move now.
@@ -132,6 +167,7 @@ func (a *Switch) ForceSwitch(ctx context.Context, in ForceSwitchInput) (models.B
 	if err != nil {
 		return st, fmt.Errorf("force switch to %d: %w", in.Index, err)
 	}
+	a.Metrics.SwitchForced()
 	a.Logger.InfoContext(ctx, "switch forced", "to", in.Index)
 	return st, nil
 }

@@ -12,6 +12,8 @@ import (
 	"go.temporal.io/sdk/activity"
 
 	"github.com/brokerswitch/brokerswitch/broker"
+	"github.com/brokerswitch/brokerswitch/healthchecks"
+	"github.com/brokerswitch/brokerswitch/metrics"
 	"github.com/brokerswitch/brokerswitch/models"
 )
 
@@ -46,6 +48,10 @@ type Window struct {
 	Prefetch         int
 	Heartbeat        time.Duration
 	Logger           *slog.Logger
+	// Metrics counts Leftover Drain messages and window lengths; nil counts nothing.
+	Metrics *metrics.Metrics
+	// Pings reports each consumer window to HealthChecks; nil pings nothing.
+	Pings *healthchecks.Pinger
 }
 
 // WindowPlan says which broker a window reads and which others its Leftover Drain visits.
@@ -110,20 +116,58 @@ func (a *Window) LeftoverDrain(ctx context.Context, in LeftoverDrainInput) (Left
 		if budget <= 0 {
 			break
 		}
+		// The plan may be older than a notification or a switch recorded since: a broker
+		// now on a pending route is being filled by the producer, and one that became
+		// active is read after the broker it replaced; neither may be read early.
+		if skip, err := a.noLongerLeftover(ctx, idx); err != nil {
+			return res, fmt.Errorf("leftover drain %s: %w", in.Queue, err)
+		} else if skip {
+			continue
+		}
 		n, err := a.Pool.Drain(ctx, idx, in.Queue, budget, a.Prefetch, a.Handlers.ForBroker(idx))
 		res.Taken[idx] = n
 		budget -= n
+		a.Metrics.LeftoverDrained(in.Queue, idx, n)
 		switch {
 		case err == nil:
 		case isBrokerUnreachable(err):
+			// A spare that is down is a warning: never a failed window, nor a failed ping.
 			a.Logger.WarnContext(ctx, "leftover drain: broker unreachable, skipped",
 				"queue", in.Queue, "broker", a.endpoint(idx), "error", err)
+			a.Metrics.LeftoverUnreachable(in.Queue, idx)
 			res.Unreachable = append(res.Unreachable, idx)
 		default:
-			return res, fmt.Errorf("leftover drain %s on %s: %w", in.Queue, a.endpoint(idx), err)
+			err = fmt.Errorf("leftover drain %s on %s: %w", in.Queue, a.endpoint(idx), err)
+			if ctx.Err() == nil {
+				a.Pings.Fail(ctx, err.Error())
+			}
+			return res, err
 		}
 	}
 	return res, nil
+}
+
+// noLongerLeftover tells whether broker index is, as Postgres has it now, the active
+// broker or on the route of the Pending Switch.
+func (a *Window) noLongerLeftover(ctx context.Context, index int) (bool, error) {
+	if a.State == nil {
+		return false, nil
+	}
+	st, err := a.State.Load(ctx)
+	if err != nil {
+		return false, err
+	}
+	if st.ActiveIndex == index {
+		return true, nil
+	}
+	if st.Pending != nil {
+		for _, h := range st.Pending.Route {
+			if h.Index == index {
+				return true, nil
+			}
+		}
+	}
+	return false, nil
 }
 
 // ConsumeInput is one consumer window on one broker.
@@ -136,7 +180,23 @@ type ConsumeInput struct {
 // Consume reads the queue on the active broker for one window. It ends early, with the
 // batch in hand settled, when the workflow cancels it (a switch was committed) or the
 // worker stops.
-func (a *Window) Consume(ctx context.Context, in ConsumeInput) error {
+func (a *Window) Consume(ctx context.Context, in ConsumeInput) (err error) {
+	start := time.Now()
+	ping := a.Pings.Start(ctx)
+	defer func() {
+		end := metrics.WindowElapsed
+		switch {
+		case err != nil && ctx.Err() == nil:
+			end = metrics.WindowFailed
+			ping.Fail(ctx, err.Error())
+		case ctx.Err() != nil:
+			end = metrics.WindowCancelled
+			ping.Success(ctx)
+		default:
+			ping.Success(ctx)
+		}
+		a.Metrics.Window(in.Queue, end, time.Since(start))
+	}()
 	if err := a.Pool.DeclareTopology(ctx, in.BrokerIndex, a.Topology); err != nil {
 		return fmt.Errorf("consume %s: %w", in.Queue, err)
 	}
@@ -146,8 +206,7 @@ func (a *Window) Consume(ctx context.Context, in ConsumeInput) error {
 	defer stopHeartbeat()
 
 	opts := broker.ConsumeOptions{Prefetch: a.Prefetch, ConsumerTag: consumerTag(ctx)}
-	err := a.Pool.Consume(windowCtx, in.BrokerIndex, in.Queue, opts, a.Handlers.ForBroker(in.BrokerIndex))
-	if err != nil {
+	if err := a.Pool.Consume(windowCtx, in.BrokerIndex, in.Queue, opts, a.Handlers.ForBroker(in.BrokerIndex)); err != nil {
 		return fmt.Errorf("consume %s on %s: %w", in.Queue, a.endpoint(in.BrokerIndex), err)
 	}
 	// A cancelled activity reports cancellation; a window that ran its length is a success.

@@ -17,6 +17,7 @@ import (
 	"go.temporal.io/sdk/converter"
 
 	"github.com/brokerswitch/brokerswitch/config"
+	"github.com/brokerswitch/brokerswitch/metrics"
 	"github.com/brokerswitch/brokerswitch/models"
 )
 
@@ -61,6 +62,8 @@ type Deps struct {
 	Now func() time.Time
 	// CommitWait bounds the wait for a forced switch or a cancel to commit; 0 means DefaultCommitWait.
 	CommitWait time.Duration
+	// Metrics is served on GET /metrics; nil serves an empty page.
+	Metrics *metrics.Metrics
 }
 
 // withDefaults fills the optional fields.
@@ -112,6 +115,9 @@ func Router(deps Deps) *gin.Engine {
 
 	r.GET("/healthz", s.healthz)
 	r.GET("/readyz", s.readyz)
+	// Like the probes, /metrics needs no token: it carries counts, queue names and broker
+	// indexes, never a host, a credential or a delivery id.
+	r.GET("/metrics", gin.WrapH(deps.Metrics.Handler()))
 
 	v1 := r.Group("/api/v1/broker")
 	v1.GET("", s.require(roleOperator), s.getBroker)

@@ -39,8 +39,8 @@ func (s *server) requestLog(c *gin.Context) {
 	if status >= 500 {
 		level = slog.LevelWarn
 	}
-	// /healthz is polled every few seconds; at info level it would drown the rest.
-	if c.Request.URL.Path == "/healthz" || c.Request.URL.Path == "/readyz" {
+	// Probes and scrapes come every few seconds; at info level they would drown the rest.
+	if c.Request.URL.Path == "/healthz" || c.Request.URL.Path == "/readyz" || c.Request.URL.Path == "/metrics" {
 		level = slog.LevelDebug
 	}
 	s.log.Log(c.Request.Context(), level, "http request",

@@ -51,6 +51,9 @@ func TestServeShutsDownWhenContextEnds(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("serve did not return after its context ended")
 	}
-	_, err = http.Get("http://" + ln.Addr().String() + "/healthz")
+	res, err = http.Get("http://" + ln.Addr().String() + "/healthz")
+	if err == nil {
+		require.NoError(t, res.Body.Close())
+	}
 	require.Error(t, err, "the listener is closed")
 }

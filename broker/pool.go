@@ -10,6 +10,8 @@ import (
 	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/brokerswitch/brokerswitch/metrics"
 )
 
 const (
@@ -39,6 +41,10 @@ var ErrPoolClosed = errors.New("broker pool closed")
 // on connection loss, so that unacknowledged messages go back to the head of
 // the queue and the caller starts over; that keeps the order.
 type Pool struct {
+	// Metrics counts reconnects, dial failures, lost connections and messages routed to
+	// -retry and -error; nil counts nothing. Set it before the pool is used.
+	Metrics *metrics.Metrics
+
 	logger    *slog.Logger
 	endpoints []Endpoint
 	brokers   map[int]*brokerConn
@@ -52,7 +58,9 @@ type brokerConn struct {
 	lock   chan struct{}
 	conn   *amqp.Connection // guarded by lock
 	closed bool             // guarded by lock
-	dials  atomic.Int64
+	// connected tells whether a dial ever succeeded, so that the next one is a reconnect.
+	connected bool // guarded by lock
+	dials     atomic.Int64
 }
 
 // NewPool returns a pool for endpoints; nothing is dialed yet. Brokers are
@@ -167,10 +175,16 @@ func (p *Pool) connection(ctx context.Context, b *brokerConn) (*amqp.Connection,
 	conn, err := dial(ctx, b.ep)
 	b.dials.Add(1)
 	if err != nil {
+		p.Metrics.DialFailed(b.ep.Index)
+		// dial never puts the URL in its errors; the endpoint logs without credentials.
+		p.logger.WarnContext(ctx, "broker dial failed", "broker", b.ep, "error", err)
 		return nil, fmt.Errorf("connect to %s: %w: %w", b.ep, ErrUnreachable, err)
 	}
-	b.conn = conn
-	p.logger.Info("broker connected", "broker", b.ep)
+	if b.connected {
+		p.Metrics.Reconnected(b.ep.Index)
+	}
+	b.conn, b.connected = conn, true
+	p.logger.InfoContext(ctx, "broker connected", "broker", b.ep)
 	p.watch(b.ep, conn)
 	return conn, nil
 }
@@ -182,6 +196,7 @@ func (p *Pool) watch(ep Endpoint, conn *amqp.Connection) {
 	closed := conn.NotifyClose(make(chan *amqp.Error, 1))
 	go func() {
 		for err := range closed {
+			p.Metrics.ConnectionLost(ep.Index)
 			p.logger.Warn("broker connection lost", "broker", ep, "reason", err.Error())
 		}
 	}()
@@ -222,7 +237,7 @@ func dial(ctx context.Context, ep Endpoint) (*amqp.Connection, error) {
 	aborted := !stopAbort()
 	if err != nil {
 		if ctx.Err() != nil {
-			err = fmt.Errorf("%w (%v)", ctx.Err(), err)
+			err = fmt.Errorf("%w (%w)", ctx.Err(), err)
 		}
 		return nil, scrub(err, ep)
 	}

@@ -8,6 +8,8 @@ import (
 	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/brokerswitch/brokerswitch/metrics"
 )
 
 // Headers added to a message copied to {q}-error by a Reject.
@@ -125,6 +127,7 @@ func (s *settler) settleOne(ctx context.Context, d amqp.Delivery, v Verdict) err
 		if err := s.ch.Nack(d.DeliveryTag, false, false); err != nil {
 			return fmt.Errorf("retry message of %s on %s: %w", s.queue, s.ep, err)
 		}
+		s.pool.Metrics.Routed(s.queue, metrics.RouteRetry)
 	case Reject:
 		if err := s.publishError(ctx, d, v.Reason); err != nil {
 			return fmt.Errorf("reject message of %s on %s: %w", s.queue, s.ep, err)
@@ -132,6 +135,7 @@ func (s *settler) settleOne(ctx context.Context, d amqp.Delivery, v Verdict) err
 		if err := s.ch.Ack(d.DeliveryTag, false); err != nil {
 			return fmt.Errorf("ack rejected message of %s on %s: %w", s.queue, s.ep, err)
 		}
+		s.pool.Metrics.Routed(s.queue, metrics.RouteError)
 	}
 	return nil
 }

@@ -5,6 +5,7 @@ package config
 import (
 	"errors"
 	"fmt"
+	"net/url"
 	"strconv"
 	"strings"
 	"time"
@@ -54,6 +55,13 @@ type Config struct {
 	InsecureNoAuth bool
 	// LogLevel from LOG_LEVEL (default info): debug, info, warn or error.
 	LogLevel string
+	// MetricsAddr from METRICS_ADDR (default :9090): where `worker` serves /metrics; `api`
+	// and `serve` serve it on HTTP_ADDR instead.
+	MetricsAddr string
+	// HealthchecksPingURL from HEALTHCHECKS_PING_URL (default empty: no pings): a
+	// healthchecks.io-style check pinged at the start, success and failure of every
+	// consumer window.
+	HealthchecksPingURL string
 }
 
 // Getenv looks a variable up; os.Getenv fits, and tests pass a map's lookup.
@@ -63,22 +71,24 @@ type Getenv func(string) string
 func FromEnv(getenv Getenv) (Config, error) {
 	r := reader{getenv: getenv}
 	c := Config{
-		DatabaseURL:        r.str("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/brokerswitch?sslmode=disable"),
-		TemporalAddress:    r.str("TEMPORAL_ADDRESS", "127.0.0.1:7233"),
-		TemporalNamespace:  r.str("TEMPORAL_NAMESPACE", "default"),
-		TaskQueue:          r.str("TEMPORAL_TASK_QUEUE", "brokerswitch"),
-		Queues:             r.list("QUEUES", "pull_requests,issues,pushes,installations"),
-		ConsumerWindow:     r.duration("CONSUMER_WINDOW", "5m"),
-		RetryTTL:           r.duration("RETRY_TTL", "10m"),
-		MaxRetryCycles:     r.positiveInt("MAX_RETRY_CYCLES", "10"),
-		Prefetch:           r.positiveInt("PREFETCH", "100"),
-		DrainCheckInterval: r.duration("DRAIN_CHECK_INTERVAL", "3s"),
-		LeftoverDrainCap:   r.positiveInt("LEFTOVER_DRAIN_CAP", "500"),
-		HTTPAddr:           r.str("HTTP_ADDR", ":8080"),
-		ProducerToken:      getenv("PRODUCER_TOKEN"),
-		OperatorToken:      getenv("OPERATOR_TOKEN"),
-		InsecureNoAuth:     r.boolean("API_INSECURE_NO_AUTH"),
-		LogLevel:           r.str("LOG_LEVEL", "info"),
+		DatabaseURL:         r.str("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/brokerswitch?sslmode=disable"),
+		TemporalAddress:     r.str("TEMPORAL_ADDRESS", "127.0.0.1:7233"),
+		TemporalNamespace:   r.str("TEMPORAL_NAMESPACE", "default"),
+		TaskQueue:           r.str("TEMPORAL_TASK_QUEUE", "brokerswitch"),
+		Queues:              r.list("QUEUES", "pull_requests,issues,pushes,installations"),
+		ConsumerWindow:      r.duration("CONSUMER_WINDOW", "5m"),
+		RetryTTL:            r.duration("RETRY_TTL", "10m"),
+		MaxRetryCycles:      r.positiveInt("MAX_RETRY_CYCLES", "10"),
+		Prefetch:            r.positiveInt("PREFETCH", "100"),
+		DrainCheckInterval:  r.duration("DRAIN_CHECK_INTERVAL", "3s"),
+		LeftoverDrainCap:    r.positiveInt("LEFTOVER_DRAIN_CAP", "500"),
+		HTTPAddr:            r.str("HTTP_ADDR", ":8080"),
+		ProducerToken:       getenv("PRODUCER_TOKEN"),
+		OperatorToken:       getenv("OPERATOR_TOKEN"),
+		InsecureNoAuth:      r.boolean("API_INSECURE_NO_AUTH"),
+		LogLevel:            r.str("LOG_LEVEL", "info"),
+		MetricsAddr:         r.str("METRICS_ADDR", ":9090"),
+		HealthchecksPingURL: r.str("HEALTHCHECKS_PING_URL", ""),
 	}
 	brokers, err := broker.ParseEndpoints(r.str("RABBITMQ_CONNECTION_STRINGS", "amqp://guest:guest@127.0.0.1:5672/"))
 	if err != nil {
@@ -92,6 +102,12 @@ func FromEnv(getenv Getenv) (Config, error) {
 	}
 	if c.Prefetch > broker.MaxPrefetch {
 		r.fail("PREFETCH", fmt.Sprintf("must be at most %d: CloudAMQP closes connections with more than 1000 unacknowledged messages", broker.MaxPrefetch))
+	}
+	if c.HealthchecksPingURL != "" {
+		if u, err := url.Parse(c.HealthchecksPingURL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			// The URL is the check's credential: it is not quoted.
+			r.fail("HEALTHCHECKS_PING_URL", "is not an http or https URL such as https://hc-ping.com/<uuid>")
+		}
 	}
 	switch c.LogLevel {
 	case "debug", "info", "warn", "error":

@@ -76,3 +76,19 @@ func TestTheAPIRefusesToStartWithoutTokens(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, c.ValidateAPIAuth())
 }
+
+func TestMetricsAndHealthchecks(t *testing.T) {
+	c, err := FromEnv(env(nil))
+	require.NoError(t, err)
+	require.Equal(t, ":9090", c.MetricsAddr)
+	require.Empty(t, c.HealthchecksPingURL, "pings are off unless configured")
+
+	c, err = FromEnv(env(map[string]string{"METRICS_ADDR": "127.0.0.1:9191", "HEALTHCHECKS_PING_URL": "https://hc-ping.com/abc"}))
+	require.NoError(t, err)
+	require.Equal(t, "127.0.0.1:9191", c.MetricsAddr)
+	require.Equal(t, "https://hc-ping.com/abc", c.HealthchecksPingURL)
+
+	_, err = FromEnv(env(map[string]string{"HEALTHCHECKS_PING_URL": "hc-ping.com/secret-uuid"}))
+	require.ErrorContains(t, err, "HEALTHCHECKS_PING_URL")
+	require.NotContains(t, err.Error(), "secret-uuid", "the ping URL is a credential")
+}

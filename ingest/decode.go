@@ -107,7 +107,7 @@ func Decode(d amqp.Delivery) (Event, error) {
 
 	if trimmed := bytes.TrimLeft(d.Body, " \t\r\n"); len(trimmed) == 0 || trimmed[0] != '{' {
 		if !json.Valid(d.Body) {
-			return ev, fmt.Errorf("%w: body is not valid JSON: %v", ErrMalformed, syntaxError(d.Body))
+			return ev, fmt.Errorf("%w: body is not valid JSON: %w", ErrMalformed, syntaxError(d.Body))
 		}
 		return ev, fmt.Errorf("%w: body is not a JSON object", ErrMalformed)
 	}
@@ -139,7 +139,7 @@ func Decode(d amqp.Delivery) (Event, error) {
 		ev.Sender = p.GetSender()
 	}
 	if err := validate(payload); err != nil {
-		return ev, fmt.Errorf("%w: %s event: %v", ErrMalformed, ev.Type, err)
+		return ev, fmt.Errorf("%w: %s event: %w", ErrMalformed, ev.Type, err)
 	}
 	return ev, nil
 }
@@ -148,9 +148,9 @@ func Decode(d amqp.Delivery) (Event, error) {
 func bodyError(err error, payload string) error {
 	var syntax *json.SyntaxError
 	if errors.As(err, &syntax) {
-		return fmt.Errorf("%w: body is not valid JSON: %v", ErrMalformed, err)
+		return fmt.Errorf("%w: body is not valid JSON: %w", ErrMalformed, err)
 	}
-	return fmt.Errorf("%w: body does not match %s payload: %v", ErrMalformed, payload, err)
+	return fmt.Errorf("%w: body does not match %s payload: %w", ErrMalformed, payload, err)
 }
 
 // syntaxError describes where body stops being JSON.

@@ -7,10 +7,12 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/google/go-github/v75/github"
 	amqp "github.com/rabbitmq/amqp091-go"
 	"gorm.io/gorm"
 
 	"github.com/brokerswitch/brokerswitch/broker"
+	"github.com/brokerswitch/brokerswitch/metrics"
 	"github.com/brokerswitch/brokerswitch/models"
 )
 
@@ -30,6 +32,8 @@ type Ingester struct {
 	Logger *slog.Logger
 	// Now is the clock for ledger and tracking timestamps; nil uses time.Now.
 	Now func() time.Time
+	// Metrics counts each delivery's outcome once its transaction committed; nil counts nothing.
+	Metrics *metrics.Metrics
 }
 
 // ForBroker returns the BatchHandler for deliveries consumed from broker index, which is
@@ -115,11 +119,13 @@ func (h *batchHandler) isolate(ctx context.Context, queue string, msgs []message
 func (h *batchHandler) applyInTx(ctx context.Context, queue string, msgs []message, now time.Time) ([]broker.Verdict, error) {
 	rows, owner := h.ledgerRows(queue, msgs, now)
 	verdicts := make([]broker.Verdict, len(msgs))
+	outcomes := make([]string, len(msgs))
 	if len(rows) == 0 {
 		// Every well-formed delivery has a ledger row, so these are all malformed without a
 		// delivery id: nothing to record, and no reason to need the database to reject them.
 		for i, m := range msgs {
 			verdicts[i] = broker.Verdict{Outcome: broker.Reject, Reason: m.malformed.Error()}
+			h.count(queue, m, metrics.OutcomeRejected)
 		}
 		return verdicts, nil
 	}
@@ -134,14 +140,18 @@ func (h *batchHandler) applyInTx(ctx context.Context, queue string, msgs []messa
 			switch {
 			case m.malformed != nil:
 				verdicts[i] = broker.Verdict{Outcome: broker.Reject, Reason: m.malformed.Error()}
+				outcomes[i] = metrics.OutcomeRejected
 			case !owner[i] || !claimed[m.event.DeliveryID]:
 				// Applied or ignored before, by an earlier attempt or earlier in this batch.
 				verdicts[i] = broker.Verdict{Outcome: broker.Ack}
+				outcomes[i] = metrics.OutcomeDuplicate
 			default:
+				outcomes[i] = metrics.OutcomeIgnored
 				if apply := h.applyFor(m.event); apply != nil {
 					if err := apply(ctx, tx, m.event, now); err != nil {
 						return fmt.Errorf("apply %s delivery %s: %w", m.event.Type, m.event.DeliveryID, err)
 					}
+					outcomes[i] = metrics.OutcomeApplied
 				}
 				users.add(m.event, now)
 				verdicts[i] = broker.Verdict{Outcome: broker.Ack}
@@ -152,7 +162,33 @@ func (h *batchHandler) applyInTx(ctx context.Context, queue string, msgs []messa
 	if err != nil {
 		return nil, err
 	}
+	for i, m := range msgs {
+		h.count(queue, m, outcomes[i])
+	}
 	return verdicts, nil
+}
+
+// count records a delivery's outcome once it is settled in the ledger.
+func (h *batchHandler) count(queue string, m message, outcome string) {
+	h.ingester.Metrics.Event(queue, eventLabel(m.event.Type), outcome)
+}
+
+// knownEvents are the event types go-github knows: a bounded set, so that a producer
+// sending junk headers cannot grow the metric without end.
+var knownEvents = func() map[string]bool {
+	known := map[string]bool{}
+	for _, t := range github.MessageTypes() {
+		known[t] = true
+	}
+	return known
+}()
+
+// eventLabel is the event label of a delivery: its type when GitHub has it, else "other".
+func eventLabel(eventType string) string {
+	if knownEvents[eventType] {
+		return eventType
+	}
+	return "other"
 }
 
 // applyFor returns the apply function of ev, or nil when ev has no table.
@@ -233,10 +269,15 @@ func (h *batchHandler) fail(ctx context.Context, queue string, m message, now ti
 			"failed after %d retry cycles (max %d): %v", m.retryCycles, h.ingester.MaxRetryCycles, cause))}
 	}
 	h.logger().WarnContext(ctx, "delivery failed",
-		"queue", queue, "broker", h.broker, "delivery", m.event.DeliveryID, "event", m.event.Type,
+		"queue", queue, "broker", h.broker, "delivery_id", m.event.DeliveryID, "event", m.event.Type,
 		"retry_cycles", m.retryCycles, "outcome", outcomeName(verdict.Outcome), "error", cause)
+	outcome := metrics.OutcomeRetried
+	if verdict.Outcome == broker.Reject {
+		outcome = metrics.OutcomeRejected
+	}
 
 	if m.event.DeliveryID == "" {
+		h.count(queue, m, outcome)
 		return verdict, nil
 	}
 	row := h.ledgerRow(queue, m, now)
@@ -247,8 +288,9 @@ func (h *batchHandler) fail(ctx context.Context, queue string, m message, now ti
 		}
 		// The verdict stands without its ledger row: the broker still routes the message.
 		h.logger().ErrorContext(ctx, "could not record delivery failure in the ledger",
-			"delivery", m.event.DeliveryID, "error", err)
+			"queue", queue, "broker", h.broker, "delivery_id", m.event.DeliveryID, "error", err)
 	}
+	h.count(queue, m, outcome)
 	return verdict, nil
 }
 

@@ -49,8 +49,18 @@ func QueueWindow(ctx workflow.Context, in QueueWindowInput) error {
 			Summary:             fmt.Sprintf("leftover drain %s", in.Queue),
 		})
 		drainIn := activities.LeftoverDrainInput{Queue: in.Queue, Brokers: plan.Leftover, Cap: plan.LeftoverDrainCap}
-		if err := workflow.ExecuteActivity(drainCtx, a.LeftoverDrain, drainIn).Get(ctx, nil); err != nil {
+		var drained activities.LeftoverDrainResult
+		if err := workflow.ExecuteActivity(drainCtx, a.LeftoverDrain, drainIn).Get(ctx, &drained); err != nil {
 			return fmt.Errorf("leftover drain %s: %w", in.Queue, err)
+		}
+		// A Leftover Drain that stopped at its cap may have left older messages behind;
+		// consuming the active broker now would apply newer ones before them. The window
+		// ends instead, and the next one drains on.
+		if capReached(drained, plan.LeftoverDrainCap) &&
+			workflow.GetVersion(ctx, leftoverCapChange, workflow.DefaultVersion, 1) >= 1 {
+			workflow.SetCurrentDetails(ctx, fmt.Sprintf("Leftover Drain of `%s` stopped at its cap of %d: draining on before the active broker",
+				in.Queue, plan.LeftoverDrainCap))
+			return workflow.NewContinueAsNewError(ctx, QueueWindow, in)
 		}
 	}
 
@@ -81,4 +91,17 @@ func QueueWindow(ctx workflow.Context, in QueueWindowInput) error {
 	for changed.ReceiveAsync(nil) {
 	}
 	return workflow.NewContinueAsNewError(ctx, QueueWindow, in)
+}
+
+// leftoverCapChange versions the end of a window whose Leftover Drain stopped at its cap,
+// so that runs recorded before it replay as they ran.
+const leftoverCapChange = "leftover-drain-cap-ends-window"
+
+// capReached tells whether a Leftover Drain took as many messages as its cap allowed.
+func capReached(res activities.LeftoverDrainResult, limit int) bool {
+	taken := 0
+	for _, n := range res.Taken {
+		taken += n
+	}
+	return limit > 0 && taken >= limit
 }

@@ -80,3 +80,28 @@ func TestQueueWindowEndsItsWindowWhenTheBrokerChanges(t *testing.T) {
 
 	require.True(t, workflow.IsContinueAsNewError(env.GetWorkflowError()), "%v", env.GetWorkflowError())
 }
+
+// TestQueueWindowDrainsOnWhenTheLeftoverDrainStopsAtItsCap: messages may remain behind the
+// cap on the other broker, and they are older than the active broker's: the window does
+// not consume, it continues as new to drain on.
+func TestQueueWindowDrainsOnWhenTheLeftoverDrainStopsAtItsCap(t *testing.T) {
+	var s testsuite.WorkflowTestSuite
+	s.SetLogger(quietLogger())
+	env := s.NewTestWorkflowEnvironment()
+	var a *activities.Window
+	env.RegisterActivity(a)
+	plan := activities.WindowPlan{ActiveIndex: 1, Leftover: []int{0, 2}, Window: time.Minute, LeftoverDrainCap: 500}
+	env.OnActivity(a.PlanWindow, mock.Anything).Return(plan, nil)
+	env.OnActivity(a.LeftoverDrain, mock.Anything, mock.Anything).Return(
+		activities.LeftoverDrainResult{Taken: map[int]int{0: 300, 2: 200}}, nil)
+	consumed := false
+	env.OnActivity(a.Consume, mock.Anything, mock.Anything).Return(func(context.Context, activities.ConsumeInput) error {
+		consumed = true
+		return nil
+	}).Maybe()
+
+	env.ExecuteWorkflow(QueueWindow, QueueWindowInput{Queue: "issues"})
+
+	require.True(t, workflow.IsContinueAsNewError(env.GetWorkflowError()), "%v", env.GetWorkflowError())
+	require.False(t, consumed, "the active broker waits until the leftovers are drained")
+}

@@ -13,15 +13,22 @@ import (
 	"os/signal"
 	"syscall"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
 	"go.temporal.io/sdk/client"
 	temporallog "go.temporal.io/sdk/log"
 	"golang.org/x/sync/errgroup"
 	"gorm.io/gorm"
 
+	"github.com/brokerswitch/brokerswitch/activities"
 	"github.com/brokerswitch/brokerswitch/api"
 	"github.com/brokerswitch/brokerswitch/broker"
 	"github.com/brokerswitch/brokerswitch/config"
+	"github.com/brokerswitch/brokerswitch/healthchecks"
+	"github.com/brokerswitch/brokerswitch/metrics"
+	"github.com/brokerswitch/brokerswitch/metrics/temporalmetrics"
 	"github.com/brokerswitch/brokerswitch/models"
+	"github.com/brokerswitch/brokerswitch/simulate"
 	"github.com/brokerswitch/brokerswitch/worker"
 )
 
@@ -29,23 +36,28 @@ const usage = `usage: brokerswitch <command>
 
 commands:
   migrate   apply the versioned schema to DATABASE_URL
-  worker    run the Temporal worker; it also starts the window and BrokerSwitch workflows
+  worker    run the Temporal worker (metrics on METRICS_ADDR); it also starts the window and BrokerSwitch workflows
   api       run the HTTP API on HTTP_ADDR
   serve     run worker and api in one process
+  simulate  publish like the producer and rotate brokers, to rehearse a switch (simulate -h)
 
 Configuration comes from the environment; see README.md.
 `
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	if err := run(ctx, os.Args[1:], os.Getenv, os.Stderr); err != nil {
+	err := run(ctx, os.Args[1:], os.Getenv, os.Stderr)
+	stop()
+	if err != nil {
 		fmt.Fprintln(os.Stderr, "brokerswitch:", err)
 		os.Exit(1)
 	}
 }
 
 func run(ctx context.Context, args []string, getenv config.Getenv, stderr io.Writer) error {
+	if len(args) > 0 && args[0] == "simulate" {
+		return simulate.Main(ctx, args[1:], getenv, os.Stdout, stderr)
+	}
 	if len(args) != 1 || args[0] == "help" || args[0] == "-h" || args[0] == "--help" {
 		fmt.Fprint(stderr, usage)
 		if len(args) == 1 && args[0] != "help" && args[0][0] != '-' {
@@ -63,7 +75,10 @@ func run(ctx context.Context, args []string, getenv config.Getenv, stderr io.Wri
 		return migrate(ctx, cfg)
 	case "worker":
 		return withServices(ctx, cfg, logger, func(ctx context.Context, s services) error {
-			return worker.Run(ctx, s.workerDeps(cfg, logger))
+			g, ctx := errgroup.WithContext(ctx)
+			g.Go(func() error { return worker.Run(ctx, s.workerDeps(cfg, logger)) })
+			g.Go(func() error { return s.metrics.Serve(ctx, cfg.MetricsAddr, logger) })
+			return g.Wait()
 		})
 	case "api":
 		if err := cfg.ValidateAPIAuth(); err != nil {
@@ -91,7 +106,8 @@ func run(ctx context.Context, args []string, getenv config.Getenv, stderr io.Wri
 func newLogger(level string, w io.Writer) *slog.Logger {
 	var lv slog.Level
 	_ = lv.UnmarshalText([]byte(level)) // config has validated it
-	return slog.New(slog.NewJSONHandler(w, &slog.HandlerOptions{Level: lv}))
+	// Records logged inside an activity carry its workflow id.
+	return slog.New(activities.LogHandler(slog.NewJSONHandler(w, &slog.HandlerOptions{Level: lv})))
 }
 
 func migrate(ctx context.Context, cfg config.Config) error {
@@ -107,12 +123,14 @@ func migrate(ctx context.Context, cfg config.Config) error {
 	return models.Migrate(ctx, sqlDB)
 }
 
-// services are the connections one process shares: Postgres, Temporal and the brokers.
+// services are the connections one process shares: Postgres, Temporal and the brokers,
+// and its one metrics registry.
 type services struct {
 	db       *gorm.DB
 	sqlDB    *sql.DB
 	temporal client.Client
 	pool     *broker.Pool
+	metrics  *metrics.Metrics
 }
 
 func withServices(ctx context.Context, cfg config.Config, logger *slog.Logger, fn func(context.Context, services) error) error {
@@ -125,18 +143,32 @@ func withServices(ctx context.Context, cfg config.Config, logger *slog.Logger, f
 		return fmt.Errorf("database: %w", err)
 	}
 	defer sqlDB.Close()
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	m := metrics.New(reg)
+	if err := m.WatchState(worker.StateReader(worker.NewBrokerStore(db, cfg.Brokers))); err != nil {
+		return err
+	}
+	temporalMetrics, err := temporalmetrics.NewHandler(reg, func(err error) {
+		logger.WarnContext(ctx, "temporal metric refused", "error", err)
+	})
+	if err != nil {
+		return err
+	}
 	tc, err := client.DialContext(ctx, client.Options{
-		HostPort:  cfg.TemporalAddress,
-		Namespace: cfg.TemporalNamespace,
-		Logger:    temporallog.NewStructuredLogger(logger),
+		HostPort:       cfg.TemporalAddress,
+		Namespace:      cfg.TemporalNamespace,
+		Logger:         temporallog.NewStructuredLogger(logger),
+		MetricsHandler: temporalMetrics,
 	})
 	if err != nil {
 		return fmt.Errorf("temporal at %s (TEMPORAL_ADDRESS): %w", cfg.TemporalAddress, err)
 	}
 	defer tc.Close()
 	pool := broker.NewPool(cfg.Brokers, logger)
+	pool.Metrics = m
 	defer pool.Close()
-	err = fn(ctx, services{db: db, sqlDB: sqlDB, temporal: tc, pool: pool})
+	err = fn(ctx, services{db: db, sqlDB: sqlDB, temporal: tc, pool: pool, metrics: m})
 	if errors.Is(err, context.Canceled) {
 		return nil
 	}
@@ -144,7 +176,8 @@ func withServices(ctx context.Context, cfg config.Config, logger *slog.Logger, f
 }
 
 func (s services) workerDeps(cfg config.Config, logger *slog.Logger) worker.Deps {
-	return worker.Deps{Config: cfg, Client: s.temporal, Pool: s.pool, DB: s.db, Logger: logger}
+	pings := &healthchecks.Pinger{URL: cfg.HealthchecksPingURL, Logger: logger, OnFailure: s.metrics.PingFailed}
+	return worker.Deps{Config: cfg, Client: s.temporal, Pool: s.pool, DB: s.db, Logger: logger, Metrics: s.metrics, Pings: pings}
 }
 
 func (s services) apiDeps(cfg config.Config, logger *slog.Logger) api.Deps {
@@ -154,5 +187,6 @@ func (s services) apiDeps(cfg config.Config, logger *slog.Logger) api.Deps {
 		Store:    worker.NewBrokerStore(s.db, cfg.Brokers),
 		Ping:     s.sqlDB.PingContext,
 		Logger:   logger,
+		Metrics:  s.metrics,
 	}
 }

@@ -1,0 +1,191 @@
+// Package deploy checks the deployment files at the repository root: docker-compose.yml,
+// loaded with compose-go (the loader Docker Compose itself uses), and the Dockerfile.
+// No Docker is needed.
+package deploy
+
+import (
+	"os"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/compose-spec/compose-go/v2/cli"
+	"github.com/compose-spec/compose-go/v2/types"
+	"github.com/stretchr/testify/require"
+
+	"github.com/brokerswitch/brokerswitch/config"
+)
+
+const root = ".."
+
+// appServices run the brokerswitch image.
+var appServices = []string{"migrate", "worker", "api"}
+
+func loadProject(t *testing.T, env ...string) *types.Project {
+	t.Helper()
+	opts, err := cli.NewProjectOptions([]string{filepath.Join(root, "docker-compose.yml")},
+		cli.WithWorkingDirectory(root),
+		cli.WithEnv(env), // not the test's own environment: the file's defaults are checked
+		cli.WithName("brokerswitch"),
+	)
+	require.NoError(t, err)
+	p, err := opts.LoadProject(t.Context())
+	require.NoError(t, err, "docker compose would refuse the file")
+	return p
+}
+
+func TestComposeBringsUpTheWholeStack(t *testing.T) {
+	p := loadProject(t)
+	require.ElementsMatch(t,
+		[]string{"postgres", "rabbitmq-a", "rabbitmq-b", "temporal", "temporal-ui", "migrate", "worker", "api"},
+		p.ServiceNames())
+
+	pinned := regexp.MustCompile(`^[a-z0-9./-]+:[0-9][0-9A-Za-z.-]*$`)
+	for name, s := range p.Services {
+		if slices.Contains(appServices, name) {
+			require.NotNil(t, s.Build, "%s is built from the Dockerfile", name)
+			require.Equal(t, "Dockerfile", s.Build.Dockerfile, name)
+			abs, err := filepath.Abs(root)
+			require.NoError(t, err)
+			require.Equal(t, abs, s.Build.Context, name)
+			continue
+		}
+		require.Regexp(t, pinned, s.Image, "%s: the image tag is pinned to a version", name)
+	}
+	require.Equal(t, types.ShellCommand{"migrate"}, p.Services["migrate"].Command)
+	require.Equal(t, types.ShellCommand{"worker"}, p.Services["worker"].Command)
+	require.Equal(t, types.ShellCommand{"api"}, p.Services["api"].Command)
+}
+
+// Every long-running service has a health check, and each service starts only once what it
+// needs is healthy; the app waits for the migration to have completed.
+func TestServicesWaitForHealthyDependencies(t *testing.T) {
+	p := loadProject(t)
+	for name, s := range p.Services {
+		if name == "migrate" {
+			require.Nil(t, s.HealthCheck, "a one-shot job is gated by its exit code")
+			continue
+		}
+		require.NotNil(t, s.HealthCheck, "%s has a health check", name)
+		require.False(t, s.HealthCheck.Disable, name)
+		require.NotEmpty(t, s.HealthCheck.Test, name)
+	}
+
+	healthy, completed := types.ServiceConditionHealthy, types.ServiceConditionCompletedSuccessfully
+	want := map[string]map[string]string{
+		"postgres":    {},
+		"rabbitmq-a":  {},
+		"rabbitmq-b":  {},
+		"temporal":    {"postgres": healthy},
+		"temporal-ui": {"temporal": healthy},
+		"migrate":     {"postgres": healthy},
+		"worker": {"migrate": completed, "postgres": healthy, "rabbitmq-a": healthy, "rabbitmq-b": healthy,
+			"temporal": healthy},
+		"api": {"migrate": completed, "postgres": healthy, "temporal": healthy},
+	}
+	for name, deps := range want {
+		got := map[string]string{}
+		for dep, cfg := range p.Services[name].DependsOn {
+			got[dep] = cfg.Condition
+		}
+		require.Equal(t, deps, got, "%s depends_on", name)
+	}
+	// The probes hit what the binary serves: /readyz on HTTP_ADDR, /healthz on METRICS_ADDR.
+	require.Contains(t, strings.Join(p.Services["api"].HealthCheck.Test, " "), "127.0.0.1:8080/readyz")
+	require.Contains(t, strings.Join(p.Services["worker"].HealthCheck.Test, " "), "127.0.0.1:9090/healthz")
+}
+
+// configVariables are the variables config.FromEnv reads, recorded by asking it.
+func configVariables(t *testing.T) map[string]bool {
+	t.Helper()
+	read := map[string]bool{}
+	_, _ = config.FromEnv(func(name string) string { read[name] = true; return "" })
+	require.Contains(t, read, "RABBITMQ_CONNECTION_STRINGS", "the recording works")
+	return read
+}
+
+// makeDevVariables are the variables scripts/dev.sh exports to `brokerswitch serve`.
+func makeDevVariables(t *testing.T) []string {
+	t.Helper()
+	script, err := os.ReadFile(filepath.Join(root, "scripts", "dev.sh"))
+	require.NoError(t, err)
+	for line := range strings.Lines(string(script)) {
+		if rest, ok := strings.CutPrefix(line, "export "); ok {
+			return strings.Fields(rest)
+		}
+	}
+	t.Fatal("scripts/dev.sh exports nothing")
+	return nil
+}
+
+// The app's environment names only variables the config package reads, covers what
+// `make dev` sets, and is accepted by config as it stands.
+func TestAppEnvironmentMatchesConfigAndMakeDev(t *testing.T) {
+	p := loadProject(t)
+	known := configVariables(t)
+	devVars := makeDevVariables(t)
+	for _, name := range appServices {
+		env := p.Services[name].Environment
+		for k := range env {
+			require.True(t, known[k], "%s: %s is not a variable the config package reads", name, k)
+		}
+		for _, k := range devVars {
+			require.Contains(t, env, k, "%s: make dev sets %s", name, k)
+		}
+
+		cfg, err := config.FromEnv(func(k string) string {
+			if v := env[k]; v != nil {
+				return *v
+			}
+			return ""
+		})
+		require.NoError(t, err, name)
+		require.NoError(t, cfg.ValidateAPIAuth(), name)
+		require.Len(t, cfg.Brokers, 2, "two brokers, as make dev")
+		require.Equal(t, "bs-dev-a", cfg.Brokers[0].Vhost)
+		require.Equal(t, "bs-dev-b", cfg.Brokers[1].Vhost)
+		require.Equal(t, "dev-operator-token", cfg.OperatorToken)
+		require.Equal(t, "dev-producer-token", cfg.ProducerToken)
+		require.Equal(t, "temporal:7233", cfg.TemporalAddress)
+		require.Equal(t, ":9090", cfg.MetricsAddr)
+	}
+
+	// The brokers' vhosts are the ones the app is configured with.
+	require.Equal(t, "bs-dev-a", *p.Services["rabbitmq-a"].Environment["RABBITMQ_DEFAULT_VHOST"])
+	require.Equal(t, "bs-dev-b", *p.Services["rabbitmq-b"].Environment["RABBITMQ_DEFAULT_VHOST"])
+
+	// Tokens can be overridden from the shell, as with make dev.
+	p = loadProject(t, "OPERATOR_TOKEN=from-the-shell")
+	require.Equal(t, "from-the-shell", *p.Services["api"].Environment["OPERATOR_TOKEN"])
+}
+
+// The image is built in stages, without cgo, and runs as a non-root user.
+func TestDockerfileBuildsASmallNonRootImage(t *testing.T) {
+	b, err := os.ReadFile(filepath.Join(root, "Dockerfile"))
+	require.NoError(t, err)
+	df := string(b)
+	var froms, users []string
+	for line := range strings.Lines(df) {
+		fields := strings.Fields(line)
+		if len(fields) < 2 {
+			continue
+		}
+		switch strings.ToUpper(fields[0]) {
+		case "FROM":
+			froms = append(froms, fields[1])
+		case "USER":
+			users = append(users, fields[1])
+		}
+	}
+	require.GreaterOrEqual(t, len(froms), 2, "multi-stage")
+	require.Contains(t, df, "CGO_ENABLED=0")
+	require.Contains(t, df, "./cmd/brokerswitch")
+	require.NotEmpty(t, users)
+	last := users[len(users)-1]
+	require.NotContains(t, []string{"root", "0", "0:0", "root:root"}, last, "the final image runs as a non-root user")
+	for _, from := range froms {
+		require.NotContains(t, from, ":latest", "base images are pinned")
+	}
+}

@@ -1,0 +1,81 @@
+package metrics
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/stretchr/testify/require"
+	yaml "go.yaml.in/yaml/v3"
+)
+
+// The suggested alert rules (docs/alerts.yml) name only metrics this package exports.
+func TestAlertRulesUseExportedMetrics(t *testing.T) {
+	t.Parallel()
+	b, err := os.ReadFile(filepath.Join("..", "docs", "alerts.yml"))
+	require.NoError(t, err)
+	var rules struct {
+		Groups []struct {
+			Rules []struct {
+				Alert  string            `yaml:"alert"`
+				Expr   string            `yaml:"expr"`
+				Labels map[string]string `yaml:"labels"`
+			} `yaml:"rules"`
+		} `yaml:"groups"`
+	}
+	require.NoError(t, yaml.Unmarshal(b, &rules))
+
+	exported := exportedNames(t)
+	name := regexp.MustCompile(`brokerswitch_[a-z_]+`)
+	count := 0
+	for _, g := range rules.Groups {
+		for _, r := range g.Rules {
+			count++
+			require.NotEmpty(t, r.Alert)
+			require.NotEmpty(t, r.Labels["severity"], r.Alert)
+			for _, n := range name.FindAllString(r.Expr, -1) {
+				require.True(t, exported[n], "%s uses %s, which is not exported", r.Alert, n)
+			}
+		}
+	}
+	require.GreaterOrEqual(t, count, 8)
+}
+
+// exportedNames are the series names the service exports, histogram suffixes included.
+func exportedNames(t *testing.T) map[string]bool {
+	t.Helper()
+	reg := prometheus.NewRegistry()
+	m := New(reg)
+	require.NoError(t, m.WatchState(func(context.Context) (StateReading, error) {
+		return StateReading{PendingSince: time.Now(), PendingHops: 1,
+			LastCheck: &DrainCheckReading{Counts: map[string]int{"q": 1}, At: time.Now()}}, nil
+	}))
+	m.Event("q", "e", OutcomeApplied)
+	m.Routed("q", RouteError)
+	m.LeftoverDrained("q", 1, 1)
+	m.LeftoverUnreachable("q", 1)
+	m.DrainCheck(0, DrainDrained)
+	m.SwitchCommitted(time.Second, time.Second)
+	m.Window("q", WindowElapsed, time.Second)
+	m.Reconnected(0)
+	m.DialFailed(0)
+	m.ConnectionLost(0)
+	families, err := reg.Gather()
+	require.NoError(t, err)
+	names := map[string]bool{}
+	for _, f := range families {
+		n := f.GetName()
+		names[n] = true
+		if strings.HasSuffix(f.GetType().String(), "HISTOGRAM") {
+			for _, s := range []string{"_bucket", "_sum", "_count"} {
+				names[n+s] = true
+			}
+		}
+	}
+	return names
+}

@@ -1,0 +1,253 @@
+// Package metrics holds the service's Prometheus collectors. One *prometheus.Registry is
+// built at start and handed to New; the packages that do the work get the *Metrics and
+// call its methods. A nil *Metrics is a valid no-op, so tests that do not care pass nil.
+//
+// Labels stay low-cardinality: a logical queue, a GitHub event type from a bounded set,
+// a broker index, an outcome. Never a delivery id, a host or a workflow id.
+package metrics
+
+import (
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+)
+
+// namespace prefixes every metric of the service (Temporal's own are temporal_*).
+const namespace = "brokerswitch"
+
+// Event outcomes, the outcome label of brokerswitch_events_total.
+const (
+	OutcomeApplied   = "applied"   // written to the typed tables
+	OutcomeIgnored   = "ignored"   // an event type with no table, recorded in the ledger only
+	OutcomeDuplicate = "duplicate" // already applied or ignored: acknowledged, no second effect
+	OutcomeRetried   = "retried"   // failed on its own, sent through {q}-retry
+	OutcomeRejected  = "rejected"  // malformed, or out of retry cycles: sent to {q}-error
+)
+
+// Routes of a message that was not acknowledged as handled, the route label of
+// brokerswitch_routed_messages_total.
+const (
+	RouteRetry = "retry" // rejected without requeue: dead-lettered to {q}-retry
+	RouteError = "error" // copied to {q}-error with its reason, then acknowledged
+)
+
+// Window ends, the end label of brokerswitch_consumer_window_seconds.
+const (
+	WindowElapsed   = "elapsed"   // the window ran its CONSUMER_WINDOW
+	WindowCancelled = "cancelled" // a committed switch (or the worker stopping) ended it early
+	WindowFailed    = "failed"    // the broker or the database failed; the activity retries
+)
+
+// Drain check results, the result label of brokerswitch_drain_checks_total.
+const (
+	DrainDrained     = "drained"
+	DrainNotDrained  = "not_drained"
+	DrainUnreachable = "unreachable"
+)
+
+// Metrics are the service's collectors. Build it with New; the zero value is not usable,
+// but a nil *Metrics is: every method is then a no-op.
+type Metrics struct {
+	gatherer prometheus.Gatherer
+
+	events        *prometheus.CounterVec
+	routed        *prometheus.CounterVec
+	leftover      *prometheus.CounterVec
+	leftoverDown  *prometheus.CounterVec
+	drainChecks   *prometheus.CounterVec
+	switches      *prometheus.CounterVec
+	commitLag     prometheus.Histogram
+	pendingFor    prometheus.Histogram
+	windows       *prometheus.HistogramVec
+	reconnects    *prometheus.CounterVec
+	dialFailures  *prometheus.CounterVec
+	connsLost     *prometheus.CounterVec
+	pingFailures  prometheus.Counter
+	registerer    prometheus.Registerer
+	stateWatching bool
+}
+
+// New builds the collectors and registers them with reg, which also serves them (Handler).
+// It panics if they are registered already, like prometheus.MustRegister.
+func New(reg *prometheus.Registry) *Metrics {
+	m := &Metrics{
+		gatherer:   reg,
+		registerer: reg,
+		events: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: namespace, Name: "events_total",
+			Help: "Deliveries handled, by logical queue, GitHub event type (\"other\" outside the known set) and outcome: applied, ignored, duplicate, retried or rejected.",
+		}, []string{"queue", "event", "outcome"}),
+		routed: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: namespace, Name: "routed_messages_total",
+			Help: "Messages routed away from a logical queue: route=retry (dead-lettered to {q}-retry) or route=error (copied to {q}-error).",
+		}, []string{"queue", "route"}),
+		leftover: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: namespace, Name: "leftover_drain_messages_total",
+			Help: "Messages the Leftover Drain took from a broker that is not the active one, by queue and broker index.",
+		}, []string{"queue", "broker"}),
+		leftoverDown: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: namespace, Name: "leftover_drain_unreachable_total",
+			Help: "Leftover Drain visits that skipped a broker because it could not be reached (a warning, never a failed window).",
+		}, []string{"queue", "broker"}),
+		drainChecks: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: namespace, Name: "drain_checks_total",
+			Help: "Drain checks of the active broker while a switch is pending, by broker index and result: drained, not_drained or unreachable.",
+		}, []string{"broker", "result"}),
+		switches: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: namespace, Name: "switches_total",
+			Help: "Switches committed: forced=\"false\" after a drain check found the old broker empty, forced=\"true\" by an operator.",
+		}, []string{"forced"}),
+		commitLag: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Namespace: namespace, Name: "switch_commit_lag_seconds",
+			Help:    "From the drain check that found the old broker empty to the commit of the hop.",
+			Buckets: prometheus.ExponentialBuckets(0.005, 2, 14), // 5ms to 41s
+		}),
+		pendingFor: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Namespace: namespace, Name: "switch_pending_seconds",
+			Help:    "How long a Pending Switch waited, from its recording to the commit of a hop: the time the producer's new broker went unread.",
+			Buckets: []float64{1, 5, 15, 30, 60, 120, 300, 600, 1200, 1800, 3600, 7200, 14400, 43200},
+		}),
+		windows: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Namespace: namespace, Name: "consumer_window_seconds",
+			Help:    "Length of consumer windows on the active broker, by queue and how they ended: elapsed, cancelled (a committed switch or a stop) or failed.",
+			Buckets: []float64{0.5, 1, 5, 15, 30, 60, 120, 300, 600, 1200, 3600},
+		}, []string{"queue", "end"}),
+		reconnects: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: namespace, Name: "amqp_reconnects_total",
+			Help: "AMQP connections opened to a broker after its first one: a redial after the connection was lost.",
+		}, []string{"broker"}),
+		dialFailures: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: namespace, Name: "amqp_dial_failures_total",
+			Help: "Failed attempts to connect to a broker.",
+		}, []string{"broker"}),
+		connsLost: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: namespace, Name: "amqp_connections_lost_total",
+			Help: "AMQP connections that the broker or the network closed.",
+		}, []string{"broker"}),
+		pingFailures: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: namespace, Name: "healthchecks_ping_failures_total",
+			Help: "HealthChecks pings that could not be delivered (the check then reports late, not failed).",
+		}),
+	}
+	reg.MustRegister(m.events, m.routed, m.leftover, m.leftoverDown, m.drainChecks, m.switches,
+		m.commitLag, m.pendingFor, m.windows, m.reconnects, m.dialFailures, m.connsLost, m.pingFailures)
+	return m
+}
+
+// Handler serves the registry in the Prometheus text format; a nil *Metrics serves an
+// empty page.
+func (m *Metrics) Handler() http.Handler {
+	g := prometheus.Gatherer(prometheus.NewRegistry())
+	if m != nil {
+		g = m.gatherer
+	}
+	return promhttp.HandlerFor(g, promhttp.HandlerOpts{})
+}
+
+// Event counts one delivery's outcome. event should come from a bounded set: the caller
+// maps unknown event types to "other".
+func (m *Metrics) Event(queue, event, outcome string) {
+	if m == nil {
+		return
+	}
+	m.events.WithLabelValues(queue, event, outcome).Inc()
+}
+
+// Routed counts a message sent to {q}-retry or {q}-error once the broker took it.
+func (m *Metrics) Routed(queue, route string) {
+	if m == nil {
+		return
+	}
+	m.routed.WithLabelValues(queue, route).Inc()
+}
+
+// LeftoverDrained counts the messages one Leftover Drain took from broker.
+func (m *Metrics) LeftoverDrained(queue string, broker, n int) {
+	if m == nil {
+		return
+	}
+	m.leftover.WithLabelValues(queue, strconv.Itoa(broker)).Add(float64(n))
+}
+
+// LeftoverUnreachable counts a Leftover Drain visit that skipped an unreachable broker.
+func (m *Metrics) LeftoverUnreachable(queue string, broker int) {
+	if m == nil {
+		return
+	}
+	m.leftoverDown.WithLabelValues(queue, strconv.Itoa(broker)).Inc()
+}
+
+// DrainCheck counts one drain check of broker with its result (DrainDrained, ...).
+func (m *Metrics) DrainCheck(broker int, result string) {
+	if m == nil {
+		return
+	}
+	m.drainChecks.WithLabelValues(strconv.Itoa(broker), result).Inc()
+}
+
+// SwitchCommitted counts a committed hop and observes its lags: commitLag from the drain
+// check that found the old broker empty, pendingFor from the Pending Switch's recording.
+// A negative duration (unknown) is not observed.
+func (m *Metrics) SwitchCommitted(commitLag, pendingFor time.Duration) {
+	if m == nil {
+		return
+	}
+	m.switches.WithLabelValues("false").Inc()
+	if commitLag >= 0 {
+		m.commitLag.Observe(commitLag.Seconds())
+	}
+	if pendingFor >= 0 {
+		m.pendingFor.Observe(pendingFor.Seconds())
+	}
+}
+
+// SwitchForced counts an operator's forced switch.
+func (m *Metrics) SwitchForced() {
+	if m == nil {
+		return
+	}
+	m.switches.WithLabelValues("true").Inc()
+}
+
+// Window observes one consumer window's length and how it ended (WindowElapsed, ...).
+func (m *Metrics) Window(queue, end string, d time.Duration) {
+	if m == nil {
+		return
+	}
+	m.windows.WithLabelValues(queue, end).Observe(d.Seconds())
+}
+
+// Reconnected counts a connection opened to broker after an earlier one.
+func (m *Metrics) Reconnected(broker int) {
+	if m == nil {
+		return
+	}
+	m.reconnects.WithLabelValues(strconv.Itoa(broker)).Inc()
+}
+
+// DialFailed counts a failed attempt to connect to broker.
+func (m *Metrics) DialFailed(broker int) {
+	if m == nil {
+		return
+	}
+	m.dialFailures.WithLabelValues(strconv.Itoa(broker)).Inc()
+}
+
+// ConnectionLost counts a connection to broker that was closed under us.
+func (m *Metrics) ConnectionLost(broker int) {
+	if m == nil {
+		return
+	}
+	m.connsLost.WithLabelValues(strconv.Itoa(broker)).Inc()
+}
+
+// PingFailed counts a HealthChecks ping that could not be delivered.
+func (m *Metrics) PingFailed() {
+	if m == nil {
+		return
+	}
+	m.pingFailures.Inc()
+}

@@ -1,0 +1,179 @@
+package metrics
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/stretchr/testify/require"
+)
+
+func TestNilMetricsIsANoOp(t *testing.T) {
+	t.Parallel()
+	var m *Metrics
+	m.Event("issues", "issues", OutcomeApplied)
+	m.Routed("issues", RouteRetry)
+	m.LeftoverDrained("issues", 1, 3)
+	m.LeftoverUnreachable("issues", 1)
+	m.DrainCheck(0, DrainDrained)
+	m.SwitchCommitted(time.Second, time.Minute)
+	m.SwitchForced()
+	m.Window("issues", WindowElapsed, time.Minute)
+	m.Reconnected(0)
+	m.DialFailed(0)
+	m.ConnectionLost(0)
+	m.PingFailed()
+	require.NoError(t, m.WatchState(nil))
+
+	rec := get(t, m.Handler())
+	require.Equal(t, http.StatusOK, rec.code)
+}
+
+func TestCountersCarryTheirLabels(t *testing.T) {
+	t.Parallel()
+	reg := prometheus.NewRegistry()
+	m := New(reg)
+	m.Event("issues", "issues", OutcomeApplied)
+	m.Event("issues", "issues", OutcomeApplied)
+	m.Event("pushes", "other", OutcomeRejected)
+	m.Routed("pushes", RouteError)
+	m.LeftoverDrained("issues", 1, 7)
+	m.DrainCheck(0, DrainNotDrained)
+	m.DrainCheck(0, DrainDrained)
+	m.SwitchCommitted(20*time.Millisecond, -1)
+	m.SwitchForced()
+	m.Window("issues", WindowCancelled, 3*time.Second)
+	m.Reconnected(1)
+
+	require.InDelta(t, 2, testutil.ToFloat64(m.events.WithLabelValues("issues", "issues", OutcomeApplied)), 0)
+	require.InDelta(t, 1, testutil.ToFloat64(m.events.WithLabelValues("pushes", "other", OutcomeRejected)), 0)
+	require.InDelta(t, 1, testutil.ToFloat64(m.routed.WithLabelValues("pushes", RouteError)), 0)
+	require.InDelta(t, 7, testutil.ToFloat64(m.leftover.WithLabelValues("issues", "1")), 0)
+	require.InDelta(t, 1, testutil.ToFloat64(m.switches.WithLabelValues("false")), 0)
+	require.InDelta(t, 1, testutil.ToFloat64(m.switches.WithLabelValues("true")), 0)
+	require.InDelta(t, 1, testutil.ToFloat64(m.reconnects.WithLabelValues("1")), 0)
+	require.Equal(t, 1, testutil.CollectAndCount(m.commitLag))
+	// An unknown pending time is not observed.
+	require.NoError(t, testutil.CollectAndCompare(m.pendingFor, strings.NewReader(""), "brokerswitch_switch_pending_seconds_count"))
+
+	page := get(t, m.Handler()).body
+	for _, want := range []string{
+		`brokerswitch_events_total{event="issues",outcome="applied",queue="issues"} 2`,
+		`brokerswitch_drain_checks_total{broker="0",result="not_drained"} 1`,
+		`brokerswitch_consumer_window_seconds_count{end="cancelled",queue="issues"} 1`,
+		`brokerswitch_switch_commit_lag_seconds_count 1`,
+	} {
+		require.Contains(t, page, want)
+	}
+}
+
+func TestStateGaugesAreReadAtScrapeTime(t *testing.T) {
+	t.Parallel()
+	reg := prometheus.NewRegistry()
+	New(reg) // the state gauges live beside the counters
+	now := time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC)
+	reading := StateReading{
+		ActiveIndex:  1,
+		PendingSince: now.Add(-90 * time.Second),
+		PendingHops:  2,
+		LastCheck:    &DrainCheckReading{Broker: 1, Counts: map[string]int{"issues": 3, "issues-retry": 1}, Reachable: true, At: now},
+	}
+	var fail bool
+	c := newStateCollector(func(context.Context) (StateReading, error) {
+		if fail {
+			return StateReading{}, errors.New("postgres is down")
+		}
+		return reading, nil
+	}, func() time.Time { return now })
+	require.NoError(t, reg.Register(c))
+
+	require.NoError(t, testutil.GatherAndCompare(reg, strings.NewReader(`
+# HELP brokerswitch_active_broker Index of the active broker, the one the windows consume.
+# TYPE brokerswitch_active_broker gauge
+brokerswitch_active_broker 1
+# HELP brokerswitch_pending_switch_age_seconds Seconds since the Pending Switch was recorded; 0 when nothing is pending.
+# TYPE brokerswitch_pending_switch_age_seconds gauge
+brokerswitch_pending_switch_age_seconds 90
+# HELP brokerswitch_pending_switch_hops Hops left on the Pending Switch's route; 0 when nothing is pending.
+# TYPE brokerswitch_pending_switch_hops gauge
+brokerswitch_pending_switch_hops 2
+# HELP brokerswitch_drain_check_ready_messages Ready messages the last drain check counted, by queue (-retry queues included) and the broker it checked.
+# TYPE brokerswitch_drain_check_ready_messages gauge
+brokerswitch_drain_check_ready_messages{broker="1",queue="issues"} 3
+brokerswitch_drain_check_ready_messages{broker="1",queue="issues-retry"} 1
+# HELP brokerswitch_state_up 1 when the broker state could be read from Postgres for this scrape, else 0 (and the other state gauges are absent).
+# TYPE brokerswitch_state_up gauge
+brokerswitch_state_up 1
+`), "brokerswitch_active_broker", "brokerswitch_pending_switch_age_seconds", "brokerswitch_pending_switch_hops",
+		"brokerswitch_drain_check_ready_messages", "brokerswitch_state_up"))
+
+	reading = StateReading{ActiveIndex: 2}
+	require.NoError(t, testutil.GatherAndCompare(reg, strings.NewReader(`
+# HELP brokerswitch_pending_switch_age_seconds Seconds since the Pending Switch was recorded; 0 when nothing is pending.
+# TYPE brokerswitch_pending_switch_age_seconds gauge
+brokerswitch_pending_switch_age_seconds 0
+`), "brokerswitch_pending_switch_age_seconds", "brokerswitch_drain_check_ready_messages"))
+
+	fail = true
+	require.NoError(t, testutil.GatherAndCompare(reg, strings.NewReader(`
+# HELP brokerswitch_state_up 1 when the broker state could be read from Postgres for this scrape, else 0 (and the other state gauges are absent).
+# TYPE brokerswitch_state_up gauge
+brokerswitch_state_up 0
+`), "brokerswitch_state_up", "brokerswitch_active_broker"))
+}
+
+func TestWatchStateOnlyOnce(t *testing.T) {
+	t.Parallel()
+	m := New(prometheus.NewRegistry())
+	read := func(context.Context) (StateReading, error) { return StateReading{}, nil }
+	require.NoError(t, m.WatchState(read))
+	require.Error(t, m.WatchState(read))
+}
+
+func TestServeAnswersMetricsUntilContextEnds(t *testing.T) {
+	t.Parallel()
+	m := New(prometheus.NewRegistry())
+	m.Reconnected(0)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan error, 1)
+	go func() { done <- m.serve(ctx, ln, nil) }()
+
+	res, err := http.Get("http://" + ln.Addr().String() + "/metrics")
+	require.NoError(t, err)
+	body, err := io.ReadAll(res.Body)
+	require.NoError(t, err)
+	require.NoError(t, res.Body.Close())
+	require.Equal(t, http.StatusOK, res.StatusCode)
+	require.Contains(t, string(body), `brokerswitch_amqp_reconnects_total{broker="0"} 1`)
+
+	cancel()
+	select {
+	case err := <-done:
+		require.NoError(t, err)
+	case <-time.After(10 * time.Second):
+		t.Fatal("the metrics server did not stop")
+	}
+	require.ErrorContains(t, m.Serve(t.Context(), "256.0.0.1:1", nil), "METRICS_ADDR")
+}
+
+type recorded struct {
+	code int
+	body string
+}
+
+func get(t *testing.T, h http.Handler) recorded {
+	t.Helper()
+	rec := httptest.NewRecorder()
+	h.ServeHTTP(rec, httptest.NewRequestWithContext(t.Context(), http.MethodGet, "/metrics", nil))
+	return recorded{code: rec.Code, body: rec.Body.String()}
+}
