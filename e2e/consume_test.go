@@ -2,70 +2,15 @@ package e2e
 
 import (
 	"context"
-	"fmt"
 	"strings"
 	"testing"
 	"time"
 
-	amqp "github.com/rabbitmq/amqp091-go"
 	"github.com/stretchr/testify/require"
 
 	"github.com/brokerswitch/brokerswitch/models"
 	"github.com/brokerswitch/brokerswitch/payloads"
 )
-
-// TestConsumeAppliesEveryEventOnceInOrder publishes a few hundred real payloads, poison
-// messages and events with no table to one broker, and checks the tables afterwards.
-func TestConsumeAppliesEveryEventOnceInOrder(t *testing.T) {
-	s := newStack(t, 1, nil)
-	events, err := payloads.Lifecycle(25)
-	require.NoError(t, err)
-	checkRun, err := payloads.Build("check_run", "completed", nil)
-	require.NoError(t, err)
-	checkRun.Queue = "pull_requests"
-	events = append(events, checkRun)
-	s.publish(0, events...)
-	s.publishRaw(0, "issues", amqp.Table{"x-github-event": "issues", "x-github-delivery": "poison-json"}, []byte("{not json"))
-	s.publishRaw(0, "pushes", amqp.Table{"x-github-event": "push"}, []byte(`{}`))
-	s.publishRaw(0, "pull_requests", amqp.Table{"x-github-delivery": "poison-no-event"}, []byte(`{}`))
-
-	s.startWorker()
-	s.waitFor("every event in the ledger", 2*time.Minute, func() bool { return s.deliveries() >= int64(len(events))+1 })
-	s.waitFor("the poison in -error", time.Minute, func() bool {
-		c := s.counts(0, "issues-error", "pushes-error", "pull_requests-error")
-		return c["issues-error"] == 1 && c["pushes-error"] == 1 && c["pull_requests-error"] == 1
-	})
-
-	var ledger []models.Delivery
-	require.NoError(t, s.db.Find(&ledger).Error)
-	byID := map[string]models.Delivery{}
-	for _, d := range ledger {
-		byID[d.DeliveryID] = d
-	}
-	for _, ev := range events {
-		d, ok := byID[ev.DeliveryID]
-		require.True(t, ok, "delivery %s (%s %s) is in the ledger", ev.DeliveryID, ev.Event, ev.Action)
-		want := models.OutcomeApplied
-		if ev.Event == "check_run" {
-			want = models.OutcomeIgnored
-		}
-		require.Equal(t, want, d.Outcome, "delivery %s", ev.DeliveryID)
-	}
-	require.Equal(t, models.OutcomeError, byID["poison-json"].Outcome)
-
-	assertRows(t, s, expectRows(events))
-
-	var pushes int64
-	require.NoError(t, s.db.Model(&models.Push{}).Count(&pushes).Error)
-	require.EqualValues(t, 25, pushes)
-
-	for _, q := range []string{"issues-error", "pushes-error", "pull_requests-error"} {
-		reason := errorReason(t, s, q)
-		require.NotEmpty(t, reason, "%s carries its reason", q)
-	}
-	require.Equal(t, map[string]int{"pull_requests": 0, "issues": 0, "pushes": 0, "installations": 0},
-		s.counts(0, "pull_requests", "issues", "pushes", "installations"))
-}
 
 // TestRedeliveryHasNoSecondEffect republishes an old delivery after a later event of the
 // same pull request was applied: applying it again would reopen the pull request.
@@ -164,27 +109,6 @@ func loadPR(t *testing.T, s *stack, entity string) models.PullRequest {
 	return pr
 }
 
-// assertRows compares every expected pull request and issue row with Postgres.
-func assertRows(t *testing.T, s *stack, want map[string]expectedRow) {
-	t.Helper()
-	var diffs []string
-	for entity, w := range want {
-		kind, nodeID, _ := strings.Cut(entity, ":")
-		var got expectedRow
-		table := map[string]string{"pull_request": "github_pull_requests", "issues": "github_issues"}[kind]
-		err := s.db.Table(table).Select("last_delivery_id, last_action, state, processing_state").
-			Where("node_id = ?", nodeID).Take(&got).Error
-		if err != nil {
-			diffs = append(diffs, fmt.Sprintf("%s: %v", entity, err))
-			continue
-		}
-		if got != w {
-			diffs = append(diffs, fmt.Sprintf("%s: got %+v, want %+v", entity, got, w))
-		}
-	}
-	require.Empty(t, diffs, "typed rows that differ from the events in publish order")
-}
-
 // errorReason reads the reason header of the first message in an -error queue and puts
 // the message back.
 func errorReason(t *testing.T, s *stack, queue string) string {
@@ -195,7 +119,7 @@ func errorReason(t *testing.T, s *stack, queue string) string {
 	msg, ok, err := ch.Get(queue, false)
 	require.NoError(t, err)
 	require.True(t, ok, "%s holds a message", queue)
-	defer msg.Nack(false, true)
+	defer func() { require.NoError(t, msg.Nack(false, true)) }()
 	reason, _ := msg.Headers["x-error-reason"].(string)
 	return reason
 }

@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"flag"
 	"fmt"
 	"io"
 	"log/slog"
@@ -31,16 +32,27 @@ import (
 var temporalServer *testenv.Temporal
 
 func TestMain(m *testing.M) {
+	flag.Parse()
+	// The worker binary, for the scenarios that run workers as real processes, builds
+	// while the dev server starts.
+	built := make(chan error, 1)
+	go func() { built <- buildWorkerBinary() }()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	srv, err := testenv.StartTemporal(ctx)
 	cancel()
+	buildErr := <-built
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
 	temporalServer = srv
+	workerBinaryErr = buildErr
 	code := m.Run()
 	_ = srv.Stop()
+	if workerBinaryDir != "" {
+		_ = os.RemoveAll(workerBinaryDir)
+	}
+	printSummaries(os.Stdout)
 	os.Exit(code)
 }
 
@@ -56,6 +68,34 @@ type stack struct {
 	direct  *broker.Pool
 	proxies []*testenv.Proxy
 	api     *httptest.Server
+	// env is the configuration as worker processes get it in their environment.
+	env map[string]string
+	// workerDB is the workers' database connection: through pgProxy when there is one.
+	workerDB *gorm.DB
+	// pgProxy, when set, stands between the workers and Postgres; the test and the API
+	// reach Postgres directly.
+	pgProxy *testenv.Proxy
+	// vhosts are the brokers' vhost names, for rabbitmqctl.
+	vhosts []string
+	// began is when the stack was built, for the scenario's summary.
+	began time.Time
+}
+
+// stackOptions shape a deployment beyond newStack's brokers and environment.
+type stackOptions struct {
+	brokers int
+	env     map[string]string
+	// temporal, when set, is the Temporal server (address, namespace and client) to use
+	// instead of a namespace of the shared dev server.
+	temporal *temporalTarget
+	// pgProxy puts a cuttable proxy between the workers and Postgres.
+	pgProxy bool
+}
+
+// temporalTarget is a Temporal server and namespace to run a stack against.
+type temporalTarget struct {
+	address, namespace string
+	client             client.Client
 }
 
 const (
@@ -66,19 +106,45 @@ const (
 // newStack builds a deployment with n brokers; env overrides configuration variables.
 func newStack(t *testing.T, n int, env map[string]string) *stack {
 	t.Helper()
-	var proxied, direct []string
+	return newStackWith(t, stackOptions{brokers: n, env: env})
+}
+
+// newStackWith builds a deployment as opts say.
+func newStackWith(t *testing.T, opts stackOptions) *stack {
+	t.Helper()
+	began := time.Now()
+	n, env := opts.brokers, opts.env
+	var proxied, direct, vhosts []string
 	var proxies []*testenv.Proxy
 	for range n {
 		u := testenv.NewVhost(t)
 		direct = append(direct, u)
+		vhosts = append(vhosts, vhostOf(t, u))
 		p := testenv.NewProxy(t, testenv.RabbitAddr)
 		proxies = append(proxies, p)
 		proxied = append(proxied, strings.Replace(u, testenv.RabbitAddr, p.Addr(), 1))
 	}
-	ns, tc := temporalServer.Namespace(t)
+	target := opts.temporal
+	if target == nil {
+		ns, tc := temporalServer.Namespace(t)
+		target = &temporalTarget{address: temporalServer.Address(), namespace: ns, client: tc}
+	}
+	ns, tc := target.namespace, target.client
+	dsn := testenv.NewDatabase(t)
+	workerDSN := dsn
+	var pgProxy *testenv.Proxy
+	if opts.pgProxy {
+		u, err := url.Parse(dsn)
+		require.NoError(t, err)
+		pgProxy = testenv.NewProxy(t, u.Host)
+		u.Host = pgProxy.Addr()
+		workerDSN = u.String()
+	}
 	vars := map[string]string{
 		"RABBITMQ_CONNECTION_STRINGS": strings.Join(proxied, ","),
-		"DATABASE_URL":                testenv.NewDatabase(t),
+		"DATABASE_URL":                workerDSN,
+		"TEMPORAL_ADDRESS":            target.address,
+		"METRICS_ADDR":                "127.0.0.1:0",
 		"TEMPORAL_NAMESPACE":          ns,
 		"TEMPORAL_TASK_QUEUE":         "brokerswitch-" + ns,
 		"CONSUMER_WINDOW":             "1m",
@@ -96,12 +162,21 @@ func newStack(t *testing.T, n int, env map[string]string) *stack {
 	require.NoError(t, err)
 
 	ctx := context.Background()
-	db, err := models.Open(ctx, cfg.DatabaseURL)
+	db, err := models.Open(ctx, dsn)
 	require.NoError(t, err)
 	sqlDB, err := db.DB()
 	require.NoError(t, err)
 	t.Cleanup(func() { sqlDB.Close() })
 	require.NoError(t, models.Migrate(ctx, sqlDB))
+	installAudit(t, db)
+	workerDB := db
+	if opts.pgProxy {
+		workerDB, err = models.Open(ctx, workerDSN)
+		require.NoError(t, err)
+		workerSQL, err := workerDB.DB()
+		require.NoError(t, err)
+		t.Cleanup(func() { workerSQL.Close() })
+	}
 
 	directEndpoints, err := broker.ParseEndpoints(strings.Join(direct, ","))
 	require.NoError(t, err)
@@ -109,6 +184,7 @@ func newStack(t *testing.T, n int, env map[string]string) *stack {
 		t: t, cfg: cfg, db: db, temporal: tc, proxies: proxies,
 		store:  worker.NewBrokerStore(db, cfg.Brokers),
 		direct: broker.NewPool(directEndpoints, nil),
+		env:    vars, workerDB: workerDB, pgProxy: pgProxy, vhosts: vhosts, began: began,
 	}
 	t.Cleanup(func() { s.direct.Close() })
 	s.api = httptest.NewServer(api.Router(api.Deps{
@@ -130,7 +206,7 @@ func (s *stack) startWorker() (stop func()) {
 	done := make(chan error, 1)
 	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	go func() {
-		done <- worker.Run(ctx, worker.Deps{Config: s.cfg, Client: s.temporal, Pool: pool, DB: s.db, Logger: logger})
+		done <- worker.Run(ctx, worker.Deps{Config: s.cfg, Client: s.temporal, Pool: pool, DB: s.workerDB, Logger: logger})
 	}()
 	stopped := false
 	stop = func() {
@@ -215,12 +291,6 @@ func (s *stack) state() models.BrokerState {
 	st, err := s.store.Load(context.Background())
 	require.NoError(s.t, err)
 	return st
-}
-
-// host and vhost of broker index as the producer names it.
-func (s *stack) endpoint(index int) (host, vhost string) {
-	ep := s.cfg.Brokers[index]
-	return ep.Host, url.PathEscape(ep.Vhost)
 }
 
 // notify posts the producer's notification that it now publishes to broker index.

@@ -1,12 +1,29 @@
 package e2e
 
 import (
-	"github.com/brokerswitch/brokerswitch/payloads"
+	"context"
+	"fmt"
+	"os"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+	"github.com/stretchr/testify/require"
+	"gorm.io/gorm"
+
+	"github.com/brokerswitch/brokerswitch/broker"
+	"github.com/brokerswitch/brokerswitch/simulate"
 )
 
+// The oracle: from the simulator's log alone, what Postgres and the brokers must hold once
+// every message was consumed. It writes the message contract and the Processing State
+// rules out again, independently of package ingest, so that a bug there cannot hide
+// itself.
+
 // expectedRow is what the typed table must hold for an entity after its events were
-// applied in publish order. It is computed from the published events alone, with the
-// Processing State rules written out again here, independently of the handlers.
+// applied in publish order. State is checked for pull requests and issues only.
 type expectedRow struct {
 	LastDeliveryID  string
 	LastAction      string
@@ -14,33 +31,452 @@ type expectedRow struct {
 	ProcessingState string
 }
 
-// expectRows replays the events of pull requests and issues in publish order.
-func expectRows(events []payloads.Event) map[string]expectedRow {
-	rows := map[string]expectedRow{}
-	for _, ev := range events {
-		if ev.Entity == "" {
+// tabled are the events that have a typed table; any other event is ledgered as ignored.
+var tabled = map[string]bool{
+	"pull_request": true, "issues": true, "issue_comment": true, "commit_comment": true,
+	"pull_request_review_comment": true, "pull_request_review": true, "push": true, "create": true,
+	"delete": true, "installation": true, "installation_repositories": true, "repository": true,
+}
+
+// expectation is what a log says the deployment must end up with.
+type expectation struct {
+	// published are the log's publish records by delivery id (poison included).
+	published map[string]simulate.Record
+	// good are the deliveries that must be applied (or ignored) once each.
+	good []simulate.Record
+	// poison are the messages that must end in -error.
+	poison []simulate.Record
+	// rows are the typed rows by entity.
+	rows map[string]expectedRow
+}
+
+// expect computes the expectation from publish records in publish order.
+func expect(records []simulate.Record) expectation {
+	e := expectation{published: map[string]simulate.Record{}, rows: map[string]expectedRow{}}
+	sorted := append([]simulate.Record(nil), records...)
+	sort.Slice(sorted, func(i, j int) bool { return sorted[i].Seq < sorted[j].Seq })
+	for _, r := range sorted {
+		e.published[r.Delivery] = r
+		if r.Poison {
+			e.poison = append(e.poison, r)
 			continue
 		}
-		row, exists := rows[ev.Entity]
-		row.LastDeliveryID, row.LastAction = ev.DeliveryID, ev.Action
-		switch {
-		case ev.Action == "opened" && exists:
-			row.State, row.ProcessingState = "open", "RE_REQUESTED"
-		case ev.Action == "opened":
-			row.State, row.ProcessingState = "open", "NEW"
-		case ev.Action == "reopened":
-			row.State, row.ProcessingState = "open", "RE_REQUESTED"
-		case ev.Action == "closed":
-			row.State, row.ProcessingState = "closed", "UPDATED"
-		case row.State == "closed":
-			// Another action after closed leaves state and processing state alone.
+		e.good = append(e.good, r)
+		if r.Entity == "" {
+			continue
+		}
+		kind, _, _ := strings.Cut(r.Entity, ":")
+		row, exists := e.rows[r.Entity]
+		row.LastDeliveryID = r.Delivery
+		row.LastAction = r.Action
+		if row.LastAction == "" {
+			row.LastAction = r.Event // push, create, delete: the column says what happened
+		}
+		switch kind {
+		case simulate.EntityPullRequest, simulate.EntityIssue:
+			// The Processing State rules.
+			switch {
+			case r.Action == "opened" && exists:
+				row.State, row.ProcessingState = "open", "RE_REQUESTED"
+			case r.Action == "opened":
+				row.State, row.ProcessingState = "open", "NEW"
+			case r.Action == "reopened":
+				row.State, row.ProcessingState = "open", "RE_REQUESTED"
+			case r.Action == "closed":
+				row.State, row.ProcessingState = "closed", "UPDATED"
+			case !exists:
+				// Never seen before (its opened predates the log): taken from the payload.
+				row.State, row.ProcessingState = "open", "UPDATED"
+			case row.State == "closed":
+				// Another action on a closed row: only last_delivery_id and last_action change.
+			default:
+				row.ProcessingState = "UPDATED"
+			}
 		default:
-			row.ProcessingState = "UPDATED"
-			if !exists {
-				row.State = "open"
+			// Rows without lifecycle rules: NEW when created, UPDATED by every later event.
+			row.ProcessingState = "NEW"
+			if exists {
+				row.ProcessingState = "UPDATED"
 			}
 		}
-		rows[ev.Entity] = row
+		e.rows[r.Entity] = row
 	}
-	return rows
+	return e
+}
+
+// entityTables says where each kind of entity lives and how its key is read.
+var entityTables = map[string]struct{ table, key, state string }{
+	simulate.EntityPullRequest:  {"github_pull_requests", "node_id", "state"},
+	simulate.EntityIssue:        {"github_issues", "node_id", "state"},
+	simulate.EntityComment:      {"github_comments", "node_id", "''"},
+	simulate.EntityPush:         {"github_pushes", "delivery_id", "''"},
+	simulate.EntityBranch:       {"github_branches", "repository_id || '/' || ref_type || '/' || ref", "''"},
+	simulate.EntityInstallation: {"github_installations", "id::text", "''"},
+}
+
+// auditSQL records, in a test-only table, every committed write of a ledger row (applied or
+// ignored) and of a typed row, in commit order per row: it shows what applied an event
+// twice or out of order, which the final rows alone could hide.
+const auditSQL = `
+CREATE TABLE test_audit (
+	id          bigserial PRIMARY KEY,
+	tbl         text NOT NULL,
+	key         text NOT NULL,
+	delivery_id text NOT NULL,
+	at          timestamptz NOT NULL DEFAULT clock_timestamp()
+);
+CREATE FUNCTION test_audit() RETURNS trigger LANGUAGE plpgsql AS $$
+DECLARE
+	k text;
+BEGIN
+	IF TG_TABLE_NAME = 'github_deliveries' THEN
+		IF NEW.outcome = 'error' THEN
+			RETURN NULL;
+		END IF;
+		INSERT INTO test_audit (tbl, key, delivery_id) VALUES (TG_TABLE_NAME, NEW.delivery_id, NEW.delivery_id);
+		RETURN NULL;
+	ELSIF TG_TABLE_NAME = 'github_pushes' THEN
+		k := NEW.delivery_id;
+	ELSIF TG_TABLE_NAME = 'github_branches' THEN
+		k := NEW.repository_id || '/' || NEW.ref_type || '/' || NEW.ref;
+	ELSIF TG_TABLE_NAME = 'github_installations' THEN
+		k := NEW.id::text;
+	ELSE
+		k := NEW.node_id;
+	END IF;
+	INSERT INTO test_audit (tbl, key, delivery_id) VALUES (TG_TABLE_NAME, k, NEW.last_delivery_id);
+	RETURN NULL;
+END $$;
+`
+
+var auditedTables = []string{"github_deliveries", "github_pull_requests", "github_issues", "github_comments",
+	"github_pushes", "github_branches", "github_installations"}
+
+func installAudit(t *testing.T, db *gorm.DB) {
+	t.Helper()
+	require.NoError(t, db.Exec(auditSQL).Error)
+	for _, tbl := range auditedTables {
+		require.NoError(t, db.Exec(fmt.Sprintf(
+			"CREATE TRIGGER test_audit AFTER INSERT OR UPDATE ON %s FOR EACH ROW EXECUTE FUNCTION test_audit()", tbl)).Error)
+	}
+}
+
+// verdict is what the oracle found.
+type verdict struct {
+	Published, Poison int
+	// Applied counts the good deliveries in the ledger as applied or ignored.
+	Applied int
+	// Duplicates counts writes of a ledger or typed row by a delivery that had written it
+	// already.
+	Duplicates int
+	// OrderViolations counts writes that came after a write of a later-published delivery:
+	// to the same typed row, or, on the ledger, from the same queue.
+	OrderViolations int
+	// Lost counts good deliveries missing from the ledger.
+	Lost int
+	// Retried counts deliveries that went through -retry though the log did not put them there.
+	Retried int
+	// Diffs list every difference, by entity and delivery.
+	Diffs []string
+}
+
+func (v *verdict) diff(format string, args ...any) {
+	v.Diffs = append(v.Diffs, fmt.Sprintf(format, args...))
+}
+
+// orderExempt tells the deliveries the log placed in a -retry queue: they come back after
+// RETRY_TTL, behind messages published after them, by design.
+func orderExempt(r simulate.Record) bool { return r.RoutingKey != "" }
+
+// check compares Postgres and the brokers with the expectation. It reads the brokers
+// through pool, whose indexes are the producer's.
+func (e expectation) check(t *testing.T, db *gorm.DB, pool *broker.Pool, brokers int, queues []string) verdict {
+	t.Helper()
+	v := verdict{Published: len(e.published), Poison: len(e.poison)}
+	e.checkLedger(t, db, &v)
+	e.checkRows(t, db, &v)
+	e.checkAudit(t, db, &v)
+	e.checkQueues(t, pool, brokers, queues, &v)
+	return v
+}
+
+func (e expectation) checkLedger(t *testing.T, db *gorm.DB, v *verdict) {
+	type ledgerRow struct {
+		DeliveryID  string
+		Outcome     string
+		RetryCycles int
+		ErrorReason string
+	}
+	var rows []ledgerRow
+	require.NoError(t, db.Raw("SELECT delivery_id, outcome, retry_cycles, error_reason FROM github_deliveries").Scan(&rows).Error)
+	ledger := map[string]ledgerRow{}
+	for _, r := range rows {
+		ledger[r.DeliveryID] = r
+		if _, ok := e.published[r.DeliveryID]; !ok {
+			v.diff("ledger: delivery %s was never published", r.DeliveryID)
+		}
+	}
+	for _, r := range e.good {
+		got, ok := ledger[r.Delivery]
+		want := "applied"
+		if !tabled[r.Event] {
+			want = "ignored"
+		}
+		switch {
+		case !ok:
+			v.Lost++
+			v.diff("ledger: delivery %s (#%d %s %s of %s, broker %d) is missing: lost", r.Delivery, r.Seq, r.Event, r.Action, r.Entity, r.Broker)
+		case got.Outcome != want:
+			v.diff("ledger: delivery %s (#%d %s %s of %s) is %s (%s), want %s", r.Delivery, r.Seq, r.Event, r.Action, r.Entity, got.Outcome, got.ErrorReason, want)
+		default:
+			v.Applied++
+		}
+		if ok && got.RetryCycles > 0 && !orderExempt(r) {
+			v.Retried++
+			v.diff("ledger: delivery %s (#%d %s %s) went through -retry %d times", r.Delivery, r.Seq, r.Event, r.Action, got.RetryCycles)
+		}
+	}
+	for _, r := range e.poison {
+		got, ok := ledger[r.Delivery]
+		if r.PoisonKind == simulate.PoisonMissingDelivery {
+			if ok {
+				v.diff("ledger: poison %s without a delivery header has a row", r.Delivery)
+			}
+			continue
+		}
+		if !ok || got.Outcome != "error" || got.ErrorReason == "" {
+			v.diff("ledger: poison %s (%s) is %+v, want an error row with its reason", r.Delivery, r.PoisonKind, got)
+		}
+	}
+}
+
+func (e expectation) checkRows(t *testing.T, db *gorm.DB, v *verdict) {
+	for kind, tbl := range entityTables {
+		var rows []struct {
+			Key             string
+			LastDeliveryID  string
+			LastAction      string
+			State           string
+			ProcessingState string
+		}
+		require.NoError(t, db.Raw(fmt.Sprintf(
+			"SELECT %s AS key, last_delivery_id, last_action, %s AS state, processing_state FROM %s",
+			tbl.key, tbl.state, tbl.table)).Scan(&rows).Error)
+		got := map[string]expectedRow{}
+		for _, r := range rows {
+			got[kind+":"+r.Key] = expectedRow{r.LastDeliveryID, r.LastAction, r.State, r.ProcessingState}
+		}
+		for entity, w := range e.rows {
+			if !strings.HasPrefix(entity, kind+":") {
+				continue
+			}
+			g, ok := got[entity]
+			delete(got, entity)
+			if !ok {
+				v.diff("%s: no row, want last delivery %s (%s)", entity, w.LastDeliveryID, w.LastAction)
+				continue
+			}
+			if g != w {
+				v.diff("%s: got last delivery %s (#%d %s) state %q %s, want %s (#%d %s) state %q %s", entity,
+					g.LastDeliveryID, e.published[g.LastDeliveryID].Seq, g.LastAction, g.State, g.ProcessingState,
+					w.LastDeliveryID, e.published[w.LastDeliveryID].Seq, w.LastAction, w.State, w.ProcessingState)
+			}
+		}
+		for entity := range got {
+			v.diff("%s: a row that no published event explains", entity)
+		}
+	}
+}
+
+// checkAudit counts duplicates and order violations from the audit trail.
+func (e expectation) checkAudit(t *testing.T, db *gorm.DB, v *verdict) {
+	var audit []struct {
+		Tbl, Key, DeliveryID string
+	}
+	require.NoError(t, db.Raw("SELECT tbl, key, delivery_id FROM test_audit ORDER BY id").Scan(&audit).Error)
+	type rowKey struct{ tbl, key string }
+	written := map[rowKey]map[string]bool{}
+	lastSeq := map[rowKey]int64{}
+	queueMax := map[string]int64{}
+	queueMaxDelivery := map[string]string{}
+	// timeline says, per queue, from which brokers deliveries were applied, run by run:
+	// "b0×120 b1×35", the first thing to read when the order broke.
+	timeline := map[string][]string{}
+	run := map[string][2]int{} // queue → broker, length of the current run
+	for _, a := range audit {
+		k := rowKey{a.Tbl, a.Key}
+		if written[k] == nil {
+			written[k] = map[string]bool{}
+		}
+		if written[k][a.DeliveryID] {
+			v.Duplicates++
+			v.diff("%s %s: delivery %s written twice", a.Tbl, a.Key, a.DeliveryID)
+			continue
+		}
+		written[k][a.DeliveryID] = true
+		r, ok := e.published[a.DeliveryID]
+		if !ok || orderExempt(r) {
+			continue
+		}
+		if a.Tbl == "github_deliveries" {
+			if cur, ok := run[r.Queue]; ok && cur[0] == r.Broker {
+				run[r.Queue] = [2]int{cur[0], cur[1] + 1}
+			} else {
+				if ok {
+					timeline[r.Queue] = append(timeline[r.Queue], fmt.Sprintf("b%d×%d", cur[0], cur[1]))
+				}
+				run[r.Queue] = [2]int{r.Broker, 1}
+			}
+			if r.Seq < queueMax[r.Queue] {
+				v.OrderViolations++
+				v.diff("queue %s: delivery %s (#%d %s %s, broker %d) applied after %s (#%d, broker %d)", r.Queue, r.Delivery, r.Seq,
+					r.Event, r.Action, r.Broker, queueMaxDelivery[r.Queue], queueMax[r.Queue], e.published[queueMaxDelivery[r.Queue]].Broker)
+			} else {
+				queueMax[r.Queue], queueMaxDelivery[r.Queue] = r.Seq, r.Delivery
+			}
+			continue
+		}
+		if r.Seq < lastSeq[k] {
+			v.OrderViolations++
+			v.diff("%s %s: delivery %s (#%d %s) applied after #%d", a.Tbl, a.Key, a.DeliveryID, r.Seq, r.Action, lastSeq[k])
+		}
+		lastSeq[k] = max(lastSeq[k], r.Seq)
+	}
+	if v.OrderViolations > 0 {
+		for q, cur := range run {
+			v.diff("queue %s applied, by broker: %s", q, strings.Join(append(timeline[q], fmt.Sprintf("b%d×%d", cur[0], cur[1])), " "))
+		}
+	}
+}
+
+// checkQueues: every queue and -retry queue on every broker is empty, and -error holds
+// exactly the poison published to that broker and queue, each with its reason.
+func (e expectation) checkQueues(t *testing.T, pool *broker.Pool, brokers int, queues []string, v *verdict) {
+	wantErrors := map[string]bool{}
+	for _, r := range e.poison {
+		wantErrors[fmt.Sprintf("%d/%s/%s", r.Broker, broker.ErrorQueue(r.Queue), r.Delivery)] = true
+	}
+	ctx := context.Background()
+	for b := range brokers {
+		var names []string
+		for _, q := range queues {
+			names = append(names, q, broker.RetryQueue(q))
+		}
+		counts, err := pool.ReadyCounts(ctx, b, names)
+		require.NoError(t, err)
+		for _, q := range names {
+			if counts[q] != 0 {
+				v.diff("broker %d: %s holds %d messages, want none", b, q, counts[q])
+			}
+		}
+		for _, q := range queues {
+			for _, msg := range peek(t, pool, b, broker.ErrorQueue(q)) {
+				key := fmt.Sprintf("%d/%s/%s", b, broker.ErrorQueue(q), msg.MessageId)
+				reason, _ := msg.Headers[broker.HeaderErrorReason].(string)
+				switch {
+				case !wantErrors[key]:
+					v.diff("broker %d: %s holds message %s, which was not sent as poison", b, broker.ErrorQueue(q), msg.MessageId)
+				case reason == "":
+					v.diff("broker %d: %s holds poison %s without a reason", b, broker.ErrorQueue(q), msg.MessageId)
+				}
+				delete(wantErrors, key)
+			}
+		}
+	}
+	for key := range wantErrors {
+		v.diff("poison %s did not reach -error", key)
+	}
+}
+
+// peek reads every message of a queue and puts them all back.
+func peek(t *testing.T, pool *broker.Pool, index int, queue string) []amqp.Delivery {
+	t.Helper()
+	ch, err := pool.Channel(context.Background(), index)
+	require.NoError(t, err)
+	defer ch.Close() // unacknowledged: all go back, in order
+	var out []amqp.Delivery
+	for {
+		d, ok, err := ch.Get(queue, false)
+		require.NoError(t, err)
+		if !ok {
+			return out
+		}
+		out = append(out, d)
+	}
+}
+
+// settled tells whether every delivery of the expectation has been dealt with: the good
+// ones applied or ignored, the poison in -error.
+func (s *stack) settled(e expectation) bool {
+	var n int64
+	if err := s.db.Raw("SELECT count(*) FROM github_deliveries WHERE outcome <> 'error'").Scan(&n).Error; err != nil {
+		return false
+	}
+	if n < int64(len(e.good)) {
+		return false
+	}
+	perBroker := map[int]int{}
+	for _, r := range e.poison {
+		perBroker[r.Broker]++
+	}
+	for b, want := range perBroker {
+		var names []string
+		for _, q := range s.cfg.Queues {
+			names = append(names, broker.ErrorQueue(q))
+		}
+		c, err := s.direct.ReadyCounts(context.Background(), b, names)
+		if err != nil {
+			return false
+		}
+		got := 0
+		for _, n := range c {
+			got += n
+		}
+		if got < want {
+			return false
+		}
+	}
+	return true
+}
+
+// verify waits until the log's deliveries are settled, then runs the oracle on the log
+// file and fails the test on any difference. It returns the verdict for the summary.
+func (s *stack) verify(log string, within time.Duration) verdict {
+	s.t.Helper()
+	e := expectFromFile(s.t, log)
+	deadline := time.Now().Add(within)
+	for !s.settled(e) && time.Now().Before(deadline) {
+		time.Sleep(100 * time.Millisecond)
+	}
+	// Let a message still in flight, if there were one too many, show itself.
+	time.Sleep(300 * time.Millisecond)
+	v := e.check(s.t, s.db, s.direct, len(s.cfg.Brokers), s.cfg.Queues)
+	return v
+}
+
+// expectFromFile reads a simulator log and computes its expectation.
+func expectFromFile(t *testing.T, path string) expectation {
+	t.Helper()
+	f, err := os.Open(path)
+	require.NoError(t, err)
+	defer f.Close()
+	l, err := simulate.ReadLog(f)
+	require.NoError(t, err)
+	return expect(l.Published)
+}
+
+// requireClean fails the test with every difference the oracle found.
+func requireClean(t *testing.T, v verdict) {
+	t.Helper()
+	if len(v.Diffs) > 0 {
+		shown := append([]string(nil), v.Diffs...)
+		sort.SliceStable(shown, func(i, j int) bool {
+			return strings.Contains(shown[i], "applied, by broker") && !strings.Contains(shown[j], "applied, by broker")
+		})
+		if len(shown) > 50 {
+			shown = append(shown[:50:50], fmt.Sprintf("... and %d more", len(v.Diffs)-50))
+		}
+		t.Fatalf("the oracle found %d differences (applied %d/%d, duplicates %d, order violations %d, lost %d):\n  %s",
+			len(v.Diffs), v.Applied, v.Published-v.Poison, v.Duplicates, v.OrderViolations, v.Lost, strings.Join(shown, "\n  "))
+	}
 }

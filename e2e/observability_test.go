@@ -1,0 +1,220 @@
+package e2e
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	amqp "github.com/rabbitmq/amqp091-go"
+	"github.com/stretchr/testify/require"
+	"go.temporal.io/sdk/client"
+
+	"github.com/brokerswitch/brokerswitch/activities"
+	"github.com/brokerswitch/brokerswitch/api"
+	"github.com/brokerswitch/brokerswitch/broker"
+	"github.com/brokerswitch/brokerswitch/healthchecks"
+	"github.com/brokerswitch/brokerswitch/metrics"
+	"github.com/brokerswitch/brokerswitch/metrics/metricstest"
+	"github.com/brokerswitch/brokerswitch/metrics/temporalmetrics"
+	"github.com/brokerswitch/brokerswitch/payloads"
+	"github.com/brokerswitch/brokerswitch/worker"
+	"github.com/brokerswitch/brokerswitch/workflows"
+)
+
+// observed is a worker wired the way cmd/brokerswitch wires one: one registry for the
+// service's and the Temporal SDK's metrics, served by the API router, and HealthChecks pings.
+type observed struct {
+	reg   *prometheus.Registry
+	m     *metrics.Metrics
+	pings *pingCounter
+	api   *httptest.Server
+}
+
+// pingCounter is a fake healthchecks.io that counts pings by kind.
+type pingCounter struct {
+	*httptest.Server
+	mu     sync.Mutex
+	counts map[string]int
+}
+
+func newPingCounter(t *testing.T) *pingCounter {
+	p := &pingCounter{counts: map[string]int{}}
+	p.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		kind := strings.TrimPrefix(r.URL.Path, "/check")
+		p.mu.Lock()
+		p.counts[map[string]string{"": "success", "/start": "start", "/fail": "fail"}[kind]]++
+		p.mu.Unlock()
+	}))
+	t.Cleanup(p.Close)
+	return p
+}
+
+func (p *pingCounter) get(kind string) int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.counts[kind]
+}
+
+// startObservedWorker runs a worker with metrics and pings until the test ends.
+func (s *stack) startObservedWorker() *observed {
+	t := s.t
+	o := &observed{reg: prometheus.NewRegistry(), pings: newPingCounter(t)}
+	o.m = metrics.New(o.reg)
+	require.NoError(t, o.m.WatchState(worker.StateReader(s.store)))
+	handler, err := temporalmetrics.NewHandler(o.reg, func(err error) { t.Errorf("temporal metric refused: %v", err) })
+	require.NoError(t, err)
+	tc, err := client.Dial(client.Options{
+		HostPort: temporalServer.Address(), Namespace: s.cfg.TemporalNamespace, MetricsHandler: handler,
+		Logger: quietTemporalLogger{},
+	})
+	require.NoError(t, err)
+	t.Cleanup(tc.Close)
+
+	sqlDB, err := s.db.DB()
+	require.NoError(t, err)
+	logger := slog.New(activities.LogHandler(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError})))
+	o.api = httptest.NewServer(api.Router(api.Deps{
+		Config: s.cfg, Temporal: tc, Store: s.store, Ping: sqlDB.PingContext, Logger: logger, Metrics: o.m,
+	}))
+	t.Cleanup(o.api.Close)
+
+	pool := broker.NewPool(s.cfg.Brokers, logger)
+	pool.Metrics = o.m
+	pinger := &healthchecks.Pinger{URL: o.pings.URL + "/check", OnFailure: o.m.PingFailed}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		done <- worker.Run(ctx, worker.Deps{
+			Config: s.cfg, Client: tc, Pool: pool, DB: s.db, Logger: logger, Metrics: o.m, Pings: pinger,
+		})
+	}()
+	t.Cleanup(func() {
+		cancel()
+		select {
+		case err := <-done:
+			require.NoError(t, err)
+		case <-time.After(time.Minute):
+			t.Error("worker did not stop within a minute")
+		}
+		pool.Close()
+		pinger.Wait()
+	})
+	return o
+}
+
+func (o *observed) value(t *testing.T, name string, labels ...string) float64 {
+	t.Helper()
+	return metricstest.Value(t, o.reg, name, labels...)
+}
+
+// TestMetricsAndPingsFollowRealWork runs a worker through consumption, a poison message, a
+// Leftover Drain, a drained switch, a forced switch and a broker outage, and checks the
+// counters, gauges and HealthChecks pings each step leaves.
+func TestMetricsAndPingsFollowRealWork(t *testing.T) {
+	s := newStack(t, 2, map[string]string{"CONSUMER_WINDOW": "2s"})
+	events, err := payloads.Lifecycle(4)
+	require.NoError(t, err)
+	s.publish(0, events...)
+	s.publishRaw(0, "issues", amqp.Table{"x-github-event": "issues", "x-github-delivery": "poison-json"}, []byte("{not json"))
+	s.proxies[1].Cut() // a spare that is down: a warning, never a failed window or ping
+
+	o := s.startObservedWorker()
+	s.waitFor("every event in the ledger", time.Minute, func() bool { return s.deliveries() == int64(len(events))+1 })
+	s.waitFor("the poison routed to -error", 30*time.Second, func() bool {
+		return o.value(t, "brokerswitch_routed_messages_total", "queue", "issues", "route", "error") == 1
+	})
+	applied := 0
+	for _, ev := range events {
+		if ev.Event != "check_run" {
+			applied++
+		}
+	}
+	require.InDelta(t, applied, o.value(t, "brokerswitch_events_total", "outcome", "applied"), 0)
+	require.InDelta(t, 1, o.value(t, "brokerswitch_events_total", "queue", "issues", "event", "issues", "outcome", "rejected"), 0)
+	s.waitFor("windows that ran their length", 30*time.Second, func() bool {
+		return o.value(t, "brokerswitch_consumer_window_seconds", "end", "elapsed") >= 4
+	})
+	require.Positive(t, o.value(t, "brokerswitch_leftover_drain_unreachable_total", "broker", "1"))
+	require.Positive(t, o.value(t, "brokerswitch_amqp_dial_failures_total", "broker", "1"))
+	s.waitFor("start and success pings", 10*time.Second, func() bool { return o.pings.get("start") >= 4 && o.pings.get("success") >= 4 })
+	require.Zero(t, o.pings.get("fail"), "a spare that is down never fails a ping")
+
+	// Leftovers on the spare, once it is back, are taken by the Leftover Drain.
+	s.proxies[1].Restore(t)
+	leftovers, err := payloads.Lifecycle(1)
+	require.NoError(t, err)
+	s.publish(1, leftovers...)
+	s.waitFor("the leftovers applied", time.Minute, func() bool { return s.deliveries() == int64(len(events)+len(leftovers))+1 })
+	require.InDelta(t, len(leftovers), o.value(t, "brokerswitch_leftover_drain_messages_total", "broker", "1"), 0)
+
+	// A drained switch: counted, with its lags, and the gauges read from Postgres.
+	s.notify(1, time.Now())
+	s.waitFor("the switch to broker 1", 30*time.Second, func() bool { return s.state().ActiveIndex == 1 })
+	require.InDelta(t, 1, o.value(t, "brokerswitch_switches_total", "forced", "false"), 0)
+	require.InDelta(t, 1, o.value(t, "brokerswitch_switch_commit_lag_seconds"), 0)
+	require.InDelta(t, 1, o.value(t, "brokerswitch_switch_pending_seconds"), 0)
+	require.Positive(t, o.value(t, "brokerswitch_drain_checks_total", "broker", "0", "result", "drained"))
+	require.InDelta(t, 1, o.value(t, "brokerswitch_active_broker"), 0)
+	require.InDelta(t, 0, o.value(t, "brokerswitch_pending_switch_age_seconds"), 0)
+	require.InDelta(t, 0, o.value(t, "brokerswitch_drain_check_ready_messages", "broker", "0", "queue", "issues-retry"), 0)
+	require.InDelta(t, 1, o.value(t, "brokerswitch_drain_check_reachable", "broker", "0"), 0)
+	s.waitFor("windows ended early by the switch", 30*time.Second, func() bool {
+		return o.value(t, "brokerswitch_consumer_window_seconds", "end", "cancelled") >= 1
+	})
+
+	// A Pending Switch that cannot complete (broker 1 is down) ages; a forced switch ends it.
+	s.proxies[1].Cut()
+	s.notify(0, time.Now().Add(time.Minute))
+	s.waitFor("an unreachable drain check", 30*time.Second, func() bool {
+		return o.value(t, "brokerswitch_drain_checks_total", "broker", "1", "result", "unreachable") >= 1
+	})
+	s.waitFor("the pending switch ageing", 10*time.Second, func() bool {
+		return o.value(t, "brokerswitch_pending_switch_age_seconds") > 0
+	})
+	require.InDelta(t, 1, o.value(t, "brokerswitch_pending_switch_hops"), 0)
+	require.InDelta(t, 0, o.value(t, "brokerswitch_drain_check_reachable", "broker", "1"), 0)
+	// Broker 1 is active and down: its windows fail, and each failure pings /fail.
+	s.waitFor("a failed window", 30*time.Second, func() bool {
+		return o.value(t, "brokerswitch_consumer_window_seconds", "end", "failed") >= 1
+	})
+	s.waitFor("a fail ping", 10*time.Second, func() bool { return o.pings.get("fail") >= 1 })
+	require.Positive(t, o.value(t, "brokerswitch_amqp_connections_lost_total", "broker", "1"))
+
+	s.signal(workflows.SignalForceSwitch, activities.ForceSwitchInput{Index: 0})
+	s.waitFor("the forced switch", 30*time.Second, func() bool { st := s.state(); return st.ActiveIndex == 0 && st.Pending == nil })
+	s.waitFor("the forced switch counted", 10*time.Second, func() bool {
+		return o.value(t, "brokerswitch_switches_total", "forced", "true") == 1
+	})
+	require.InDelta(t, 0, o.value(t, "brokerswitch_pending_switch_age_seconds"), 0)
+	s.proxies[1].Restore(t)
+
+	// The Temporal SDK's metrics share the registry, and the API serves it all on /metrics.
+	require.Positive(t, o.value(t, "temporal_request_total"))
+	require.Positive(t, o.value(t, "temporal_activity_execution_latency_seconds", "activity_type", "CommitHop"))
+	res, err := http.Get(o.api.URL + "/metrics")
+	require.NoError(t, err)
+	page, err := io.ReadAll(res.Body)
+	require.NoError(t, err)
+	require.NoError(t, res.Body.Close())
+	require.Equal(t, http.StatusOK, res.StatusCode)
+	for _, want := range []string{`brokerswitch_switches_total{forced="true"} 1`, "brokerswitch_state_up 1", "temporal_request_total"} {
+		require.Contains(t, string(page), want)
+	}
+	require.NotContains(t, string(page), "poison-json", "no delivery id in a label")
+}
+
+// quietTemporalLogger keeps the SDK's client logs out of test output.
+type quietTemporalLogger struct{}
+
+func (quietTemporalLogger) Debug(string, ...any) {}
+func (quietTemporalLogger) Info(string, ...any)  {}
+func (quietTemporalLogger) Warn(string, ...any)  {}
+func (quietTemporalLogger) Error(string, ...any) {}

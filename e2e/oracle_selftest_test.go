@@ -1,0 +1,90 @@
+package e2e
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+	"github.com/stretchr/testify/require"
+
+	"github.com/brokerswitch/brokerswitch/ingest"
+	"github.com/brokerswitch/brokerswitch/internal/testenv"
+	"github.com/brokerswitch/brokerswitch/models"
+	"github.com/brokerswitch/brokerswitch/simulate"
+)
+
+// TestOracleSeesWhatGoesWrong feeds the oracle a database where one event was applied out
+// of order, one twice and one never: zero differences must mean something.
+func TestOracleSeesWhatGoesWrong(t *testing.T) {
+	ctx := context.Background()
+	db, err := models.Open(ctx, testenv.NewDatabase(t))
+	require.NoError(t, err)
+	sqlDB, err := db.DB()
+	require.NoError(t, err)
+	t.Cleanup(func() { sqlDB.Close() })
+	require.NoError(t, models.Migrate(ctx, sqlDB))
+	installAudit(t, db)
+
+	msgs, err := simulate.Workload{PullRequests: 2, Issues: 2, Pushes: 3, Branches: 1, Installations: 1, Ignored: 1, Seed: 5}.Messages()
+	require.NoError(t, err)
+	var records []simulate.Record
+	for i, m := range msgs {
+		records = append(records, simulate.Record{Kind: simulate.KindPublish, Seq: int64(i + 1), Queue: m.Queue, Event: m.Event,
+			Action: m.Action, Delivery: m.DeliveryID, Entity: m.Entity, At: time.Now()})
+	}
+	e := expect(records)
+
+	// Applied as published, the oracle finds nothing.
+	h := (&ingest.Ingester{DB: db, MaxRetryCycles: 1}).ForBroker(0)
+	apply := func(ms ...simulate.Message) {
+		for _, m := range ms {
+			_, err := h.HandleBatch(ctx, m.Queue, []amqp.Delivery{{Headers: m.Headers(), Body: m.Body}})
+			require.NoError(t, err)
+		}
+	}
+	apply(msgs...)
+	clean := e.check(t, db, nil, 0, simulate.DefaultQueues)
+	require.Empty(t, clean.Diffs)
+	require.Equal(t, len(msgs), clean.Applied)
+
+	// Again, on a fresh schema: the first pull request's closed before its synchronize,
+	// the last push never, and a comment rewritten by the delivery that wrote it.
+	require.NoError(t, db.Exec(`DROP SCHEMA public CASCADE; CREATE SCHEMA public;`).Error)
+	require.NoError(t, models.Migrate(ctx, sqlDB))
+	installAudit(t, db)
+	var prEvents []int
+	lastPush := -1
+	for i, m := range msgs {
+		if m.Entity == msgs[firstPR(msgs)].Entity {
+			prEvents = append(prEvents, i)
+		}
+		if m.Event == "push" {
+			lastPush = i
+		}
+	}
+	reordered := append([]simulate.Message(nil), msgs...)
+	a, b := prEvents[1], prEvents[len(prEvents)-1] // a synchronize and the final closed
+	reordered[a], reordered[b] = reordered[b], reordered[a]
+	reordered = append(reordered[:lastPush], reordered[lastPush+1:]...)
+	apply(reordered...)
+	require.NoError(t, db.Exec(`UPDATE github_comments SET body = body || '!' WHERE node_id = (SELECT min(node_id) FROM github_comments)`).Error)
+
+	v := e.check(t, db, nil, 0, simulate.DefaultQueues)
+	require.Equal(t, 1, v.Lost, "%s", strings.Join(v.Diffs, "\n"))
+	require.Equal(t, 1, v.Duplicates, "%s", strings.Join(v.Diffs, "\n"))
+	require.GreaterOrEqual(t, v.OrderViolations, 2, "the pull request's row and its queue: %s", strings.Join(v.Diffs, "\n"))
+	joined := strings.Join(v.Diffs, "\n")
+	require.Contains(t, joined, msgs[firstPR(msgs)].Entity, "the difference names the entity")
+	require.Contains(t, joined, msgs[lastPush].DeliveryID, "and the lost delivery")
+}
+
+func firstPR(msgs []simulate.Message) int {
+	for i, m := range msgs {
+		if m.Event == "pull_request" {
+			return i
+		}
+	}
+	return -1
+}

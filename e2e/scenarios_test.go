@@ -1,0 +1,547 @@
+package e2e
+
+// The scenarios that prove no event is lost, applied twice or reordered across broker
+// switches and faults. Each drives the producer simulator, lets the real service consume,
+// and hands the simulator's log to the oracle (oracle_test.go), which compares it with
+// Postgres and every broker's queues; each prints one SUMMARY line, and TestMain prints
+// them all as a table at the end.
+
+import (
+	"context"
+	"io"
+	"net"
+	"net/http"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/testsuite"
+
+	"github.com/brokerswitch/brokerswitch/internal/testenv"
+	"github.com/brokerswitch/brokerswitch/models"
+	"github.com/brokerswitch/brokerswitch/simulate"
+	"github.com/brokerswitch/brokerswitch/workflows"
+)
+
+// mixed is a workload across the four queues, about 25 messages per unit of n.
+func mixed(n int, seed uint64) simulate.Workload {
+	return simulate.Workload{PullRequests: n, Issues: n, Pushes: 3 * n, Branches: n / 2, Installations: n / 2, Ignored: n / 2, Seed: seed}
+}
+
+// Scenario 1. Steady state on one broker: thousands of events across the four queues,
+// published while the worker consumes; every one applied once, in publish order.
+func TestScenario01SteadyStateOnOneBroker(t *testing.T) {
+	s := newStack(t, 1, nil)
+	p, log := s.producer(nil)
+	msgs := s.workload(simulate.Workload{PullRequests: 60, Issues: 80, Pushes: 400, Branches: 60, Installations: 60, Ignored: 60, Seed: 1})
+	ctx := context.Background()
+	s.startWorker()
+	require.NoError(t, p.Publish(ctx, msgs[:len(msgs)/2]...))
+	require.NoError(t, p.Publish(ctx, msgs[len(msgs)/2:]...))
+	s.report(s.verify(log, 2*time.Minute), "-")
+}
+
+// Scenario 2. The producer rotates with a backlog on the old broker: nothing from the new
+// broker is applied before the old one is drained, and the flip follows within seconds.
+func TestScenario02RotationWithABacklog(t *testing.T) {
+	s := newStack(t, 2, nil)
+	p, log := s.producer(nil)
+	msgs := s.workload(mixed(40, 2))
+	ctx := context.Background()
+	backlog := len(msgs) * 2 / 3
+	require.NoError(t, p.Publish(ctx, msgs[:backlog]...))
+	n, err := p.Rotate(ctx, 1)
+	require.NoError(t, err)
+	_, err = p.Notify(ctx, n)
+	require.NoError(t, err)
+
+	s.startWorker()
+	require.NoError(t, p.Publish(ctx, msgs[backlog:]...)) // the new broker fills while the old drains
+	s.waitFor("the switch to broker 1", time.Minute, func() bool { st := s.state(); return st.ActiveIndex == 1 && st.Pending == nil })
+	v := s.verify(log, time.Minute)
+	s.requireFlipAfterDrain(0, 1)
+	lag := s.lagOf()
+	s.report(v, lag)
+	requireLagUnder(t, lag, 10*time.Second)
+}
+
+// Scenario 3. A message waiting in the old broker's -retry queue holds the switch until it
+// has come back and been applied from the old broker.
+func TestScenario03RetryTailHoldsTheSwitch(t *testing.T) {
+	const retryTTL = 4 * time.Second
+	s := newStack(t, 2, map[string]string{"RETRY_TTL": retryTTL.String()})
+	p, log := s.producer(nil)
+	ctx := context.Background()
+	require.NoError(t, p.Publish(ctx, s.workload(mixed(4, 3))...))
+	// The tail: as if a consumer had nacked it just before the rotation.
+	tail := s.workload(simulate.Workload{Issues: 1, RunID: "tail"})[0]
+	tail.RoutingKey = "issues-retry"
+	require.NoError(t, p.PublishTo(ctx, 0, tail))
+	tailAt := time.Now()
+	n, err := p.Rotate(ctx, 1)
+	require.NoError(t, err)
+	_, err = p.Notify(ctx, n)
+	require.NoError(t, err)
+	require.NoError(t, p.Publish(ctx, s.workload(mixed(8, 4))...))
+
+	s.startWorker()
+	sawTail := false
+	s.waitFor("the switch once the tail is applied", time.Minute, func() bool {
+		st := s.state()
+		if c := st.LastDrainCheck; c != nil && c.Counts["issues-retry"] == 1 && st.ActiveIndex == 0 {
+			sawTail = true
+		}
+		return st.ActiveIndex == 1
+	})
+	t.Logf("a drain check saw the tail in issues-retry: %v", sawTail)
+
+	v := s.verify(log, time.Minute)
+	var tailRow models.Delivery
+	require.NoError(t, s.db.First(&tailRow, "delivery_id = ?", tail.DeliveryID).Error)
+	last := s.state().LastSwitch
+	require.Equal(t, 0, tailRow.BrokerIndex, "the tail was read from the old broker")
+	require.True(t, tailRow.AppliedAt.Before(last.CompletedAt), "the tail was applied before the flip")
+	require.True(t, last.CompletedAt.After(tailAt.Add(retryTTL)), "the switch waited for the tail to come back from -retry")
+	s.requireFlipAfterDrain(0, 1)
+	s.report(v, s.lagOf())
+}
+
+// Scenario 4. A message nacked into the old broker's -retry queue after the flip comes
+// back to the old queue, where the Leftover Drain of a later window collects it.
+func TestScenario04LeftoverDrainCollectsAStraggler(t *testing.T) {
+	s := newStack(t, 2, map[string]string{"CONSUMER_WINDOW": "3s"})
+	p, log := s.producer(nil)
+	ctx := context.Background()
+	require.NoError(t, p.Publish(ctx, s.workload(mixed(8, 5))...))
+	n, err := p.Rotate(ctx, 1)
+	require.NoError(t, err)
+	_, err = p.Notify(ctx, n)
+	require.NoError(t, err)
+	s.startWorker()
+	s.waitFor("the switch to broker 1", 30*time.Second, func() bool { return s.state().ActiveIndex == 1 })
+	require.NoError(t, p.Publish(ctx, s.workload(mixed(8, 6))...))
+
+	straggler := s.workload(simulate.Workload{Issues: 1, RunID: "straggler"})[0]
+	straggler.RoutingKey = "issues-retry"
+	require.NoError(t, p.PublishTo(ctx, 0, straggler))
+	v := s.verify(log, time.Minute)
+	var row models.Delivery
+	require.NoError(t, s.db.First(&row, "delivery_id = ?", straggler.DeliveryID).Error)
+	require.Equal(t, 0, row.BrokerIndex, "the straggler was taken from the old broker")
+	require.True(t, row.AppliedAt.After(s.state().LastSwitch.CompletedAt), "after the flip")
+	s.report(v, s.lagOf())
+}
+
+// Scenario 5. The producer rotates twice (A→B→C) before the first switch completes: the
+// switch goes hop by hop and every broker's events are applied in turn.
+func TestScenario05DoubleRotationHopByHop(t *testing.T) {
+	s := newStack(t, 3, nil)
+	msgs := s.workload(mixed(40, 7))
+	p, log := s.producer(func(c *simulate.Config) { c.RotateAfter = len(msgs)/3 + 1; c.Notify = simulate.NotifyNow })
+	require.NoError(t, p.Publish(context.Background(), msgs...))
+	require.Equal(t, 2, p.Active())
+
+	s.startWorker()
+	s.waitFor("both hops", time.Minute, func() bool { st := s.state(); return st.ActiveIndex == 2 && st.Pending == nil })
+	v := s.verify(log, time.Minute)
+	s.requireFlipAfterDrain(0, 1)
+	s.requireFlipAfterDrain(1, 2)
+	require.Equal(t, 1, s.state().LastSwitch.From, "the last hop left broker 1")
+	s.report(v, s.lagOf())
+}
+
+// Scenario 6. Duplicate, stale and out-of-order notifications, and one for an endpoint
+// nobody configured, move nothing.
+func TestScenario06NotificationsThatMoveNothing(t *testing.T) {
+	s := newStack(t, 3, nil)
+	p, log := s.producer(func(c *simulate.Config) { c.Notify = simulate.NotifyTwice; c.NotifyUnknown = true })
+	ctx := context.Background()
+	s.startWorker()
+	require.NoError(t, p.Publish(ctx, s.workload(mixed(10, 8))...))
+	before := time.Now().Add(-time.Minute)
+	toB, err := p.Rotate(ctx, 1) // notified twice, then an unknown endpoint: 202, 200 stale, 404
+	require.NoError(t, err)
+	require.NoError(t, p.Publish(ctx, s.workload(mixed(10, 9))...))
+	s.waitFor("the switch to broker 1", 30*time.Second, func() bool { st := s.state(); return st.ActiveIndex == 1 && st.Pending == nil })
+	notes := p.Log().Notifications
+	require.Len(t, notes, 3)
+	require.Equal(t, []string{"recorded", "stale", ""}, []string{notes[0].Outcome, notes[1].Outcome, notes[2].Outcome})
+	require.Equal(t, http.StatusNotFound, notes[2].Status)
+
+	settled := s.state()
+	for _, n := range []simulate.Notice{
+		toB,                         // a late duplicate from the producer's retry queue
+		p.NoticeFor(2, before),      // out of order: older than the switch on record
+		p.NoticeFor(0, before),      // back to the start, older still
+		p.UnknownNotice(time.Now()), // an endpoint nobody configured
+	} {
+		_, err := p.Notify(ctx, n)
+		require.NoError(t, err)
+	}
+	st := s.state()
+	require.Equal(t, settled.ActiveIndex, st.ActiveIndex)
+	require.Nil(t, st.Pending)
+	require.Equal(t, settled.LastSwitch, st.LastSwitch)
+	require.True(t, settled.SeenUntil.Equal(st.SeenUntil), "stale notifications do not advance what was seen")
+	for _, n := range p.Log().Notifications[3:6] {
+		require.Equal(t, "stale", n.Outcome, "notification for %s", n.Vhost)
+	}
+	require.NoError(t, p.Publish(ctx, s.workload(mixed(10, 10))...))
+	s.report(s.verify(log, time.Minute), s.lagOf())
+}
+
+// Scenario 7. The operator forces a switch while the old broker still drains, over HTTP
+// and from the Temporal CLI, and cancels a Pending Switch: the Leftover Drain still
+// applies the old broker's backlog before anything newer on its queue.
+func TestScenario07ForcedSwitchMidDrainAndCancel(t *testing.T) {
+	s := newStack(t, 3, map[string]string{"CONSUMER_WINDOW": "3s"})
+	p, log := s.producer(nil)
+	ctx := context.Background()
+
+	// Forced by HTTP while broker 0 still has a backlog.
+	require.NoError(t, p.Publish(ctx, s.workload(mixed(24, 11))...))
+	backlog := int64(len(p.Records()))
+	n, err := p.Rotate(ctx, 1)
+	require.NoError(t, err)
+	_, err = p.Notify(ctx, n)
+	require.NoError(t, err)
+	require.NoError(t, p.Publish(ctx, s.workload(mixed(10, 12))...))
+	s.startWorker()
+	s.waitFor("broker 0 draining", 30*time.Second, func() bool { return s.appliedFrom(0) >= 50 })
+	status, body := s.call(http.MethodPost, "/api/v1/broker/switch/1", producerToken, "")
+	require.Equal(t, http.StatusForbidden, status, body)
+	status, body = s.call(http.MethodPost, "/api/v1/broker/switch/1", operatorToken, "")
+	require.Equal(t, http.StatusOK, status, body)
+	require.Less(t, s.appliedFrom(0), backlog, "the switch was forced mid-drain")
+	st := s.state()
+	require.Equal(t, 1, st.ActiveIndex, "answered once committed")
+	require.True(t, st.LastSwitch.Forced)
+	require.Nil(t, st.Pending)
+
+	// Forced from the Temporal CLI, as an operator types it, while broker 1 still drains.
+	require.NoError(t, p.Publish(ctx, s.workload(mixed(16, 13))...))
+	n, err = p.Rotate(ctx, 2)
+	require.NoError(t, err)
+	_, err = p.Notify(ctx, n)
+	require.NoError(t, err)
+	require.NoError(t, p.Publish(ctx, s.workload(mixed(6, 14))...))
+	s.temporalCLI("workflow", "signal", "--workflow-id", workflows.BrokerSwitchWorkflowID,
+		"--name", workflows.SignalForceSwitch, "--input", `{"index": 2}`)
+	s.waitFor("the forced switch to 2", 30*time.Second, func() bool { st := s.state(); return st.ActiveIndex == 2 && st.Pending == nil })
+
+	// Cancelled, over HTTP and from the CLI: the producer went back to 0, broker 2 cannot be
+	// checked meanwhile, and the operator drops the Pending Switch; nothing moves, and the
+	// Leftover Drain reads broker 0, which is no longer on a route. A cancel gives up on
+	// following the producer, so the order holds only because broker 2 was drained first:
+	// after a cancel, the Leftover Drain reads the producer's newest messages first.
+	s.waitFor("broker 2 drained", 30*time.Second, func() bool {
+		return s.drained(2) && s.appliedFrom(0)+s.appliedFrom(1)+s.appliedFrom(2) == int64(len(p.Records()))
+	})
+	s.proxies[2].Cut()
+	n, err = p.Rotate(ctx, 0)
+	require.NoError(t, err)
+	_, err = p.Notify(ctx, n)
+	require.NoError(t, err)
+	require.NoError(t, p.Publish(ctx, s.workload(mixed(6, 15))...))
+	s.waitFor("the pending switch to 0", 30*time.Second, func() bool { return s.state().Pending != nil })
+	for range 2 { // idempotent
+		status, body = s.call(http.MethodDelete, "/api/v1/broker/pending-switch", operatorToken, "")
+		require.Contains(t, []int{http.StatusOK, http.StatusAccepted}, status, body)
+	}
+	s.waitFor("the cancel", 30*time.Second, func() bool { return s.state().Pending == nil })
+	_, err = p.Notify(ctx, p.NoticeFor(0, time.Now())) // the producer's word again, newer
+	require.NoError(t, err)
+	s.waitFor("another pending switch to 0", 30*time.Second, func() bool { return s.state().Pending != nil })
+	s.temporalCLI("workflow", "signal", "--workflow-id", workflows.BrokerSwitchWorkflowID, "--name", workflows.SignalCancelPendingSwitch)
+	s.waitFor("the CLI's cancel", 30*time.Second, func() bool { return s.state().Pending == nil })
+	require.Equal(t, 2, s.state().ActiveIndex, "a cancel does not move")
+	s.proxies[2].Restore(t)
+
+	v := s.verify(log, time.Minute)
+	s.report(v, "forced")
+}
+
+// Scenario 8. A spare broker is unreachable for the whole run; the active broker becomes
+// unreachable while a switch is pending and comes back: the switch waits for it, and
+// nothing it held is left behind.
+func TestScenario08UnreachableBrokers(t *testing.T) {
+	s := newStack(t, 3, map[string]string{"CONSUMER_WINDOW": "2s"})
+	s.proxies[2].Cut() // the spare, for the whole run
+	p, log := s.producer(nil)
+	ctx := context.Background()
+	s.startWorker()
+	require.NoError(t, p.Publish(ctx, s.workload(mixed(10, 16))...))
+	s.waitFor("several windows past the dead spare", 30*time.Second, func() bool { return s.windowRuns("issues") >= 3 })
+
+	s.proxies[0].Cut()
+	require.NoError(t, p.Publish(ctx, s.workload(mixed(10, 17))...)) // published while we cannot see it
+	n, err := p.Rotate(ctx, 1)
+	require.NoError(t, err)
+	_, err = p.Notify(ctx, n)
+	require.NoError(t, err)
+	require.NoError(t, p.Publish(ctx, s.workload(mixed(10, 18))...))
+	s.waitFor("a drain check that finds broker 0 unreachable", 30*time.Second, func() bool {
+		c := s.state().LastDrainCheck
+		return c != nil && !c.Reachable
+	})
+	require.Equal(t, 0, s.state().ActiveIndex)
+	require.Contains(t, s.switchStatus().Waiting, "unreachable")
+
+	s.proxies[0].Restore(t)
+	s.waitFor("the switch once broker 0 is back and drained", time.Minute, func() bool { return s.state().ActiveIndex == 1 })
+	v := s.verify(log, time.Minute)
+	s.requireFlipAfterDrain(0, 1)
+	require.Empty(t, s.failedWindowRuns(), "no window failed")
+	s.report(v, s.lagOf())
+}
+
+// Scenario 9. The worker process is killed (SIGKILL) in the middle of a window and
+// started again: the batch in flight returns to the queue, nothing is lost and nothing
+// applied twice.
+func TestScenario09WorkerKilledMidWindow(t *testing.T) {
+	t.Parallel() // it mostly waits for the dead worker's heartbeat to time out
+	s := newStack(t, 1, nil)
+	p, log := s.producer(nil)
+	ctx := context.Background()
+	msgs := s.workload(mixed(44, 19))
+	require.NoError(t, p.Publish(ctx, msgs...))
+	first := s.startWorkerProcess("worker-1")
+	s.waitFor("the worker well into its window", time.Minute, func() bool { return s.appliedFrom(0) >= 200 })
+	first.kill()
+	applied := s.appliedFrom(0)
+	require.Less(t, applied, int64(len(msgs)), "killed mid-window")
+	t.Logf("killed after %d of %d deliveries", applied, len(msgs))
+
+	require.NoError(t, p.Publish(ctx, s.workload(mixed(8, 20))...))
+	s.startWorkerProcess("worker-2")
+	s.report(s.verify(log, 2*time.Minute), "-")
+}
+
+// Scenario 10. Postgres goes away mid-window (its connections cut, as a restart does):
+// consuming pauses, nothing is pushed into -retry, and the order holds once it is back.
+func TestScenario10PostgresRestartedMidWindow(t *testing.T) {
+	s := newStackWith(t, stackOptions{brokers: 1, pgProxy: true})
+	p, log := s.producer(nil)
+	ctx := context.Background()
+	require.NoError(t, p.Publish(ctx, s.workload(mixed(36, 21))...))
+	s.startWorker()
+	s.waitFor("the worker consuming", time.Minute, func() bool { return s.appliedFrom(0) >= 150 })
+
+	s.pgProxy.Cut()                    // closes every connection of the worker: its backends end as in a restart
+	time.Sleep(500 * time.Millisecond) // a COMMIT the server had already read still lands
+	during := s.appliedFrom(0)
+	deadline := time.Now().Add(5 * time.Second)
+	for time.Now().Before(deadline) {
+		require.Zero(t, s.retryAndErrorCount(0), "nothing is pushed into -retry or -error while Postgres is away")
+		time.Sleep(250 * time.Millisecond)
+	}
+	require.Equal(t, during, s.appliedFrom(0), "consuming pauses")
+	s.pgProxy.Restore(t)
+
+	require.NoError(t, p.Publish(ctx, s.workload(mixed(8, 22))...))
+	v := s.verify(log, 2*time.Minute)
+	require.Zero(t, s.retryAndErrorCount(0))
+	s.report(v, "-")
+}
+
+// Scenario 11. The Temporal server restarts while a switch is pending: consuming goes on
+// meanwhile, and the switch completes afterwards.
+func TestScenario11TemporalRestartedWhileASwitchIsPending(t *testing.T) {
+	t.Parallel() // it mostly waits for its own dev server
+	dev := startDedicatedTemporal(t)
+	s := newStackWith(t, stackOptions{brokers: 2, temporal: dev.target(t)})
+	p, log := s.producer(nil)
+	ctx := context.Background()
+	require.NoError(t, p.Publish(ctx, s.workload(mixed(40, 23))...))
+	n, err := p.Rotate(ctx, 1)
+	require.NoError(t, err)
+	_, err = p.Notify(ctx, n)
+	require.NoError(t, err)
+	require.NoError(t, p.Publish(ctx, s.workload(mixed(10, 24))...))
+	s.startWorker()
+	s.waitFor("broker 0 draining under a pending switch", time.Minute, func() bool {
+		st := s.state()
+		return st.Pending != nil && s.appliedFrom(0) >= 100
+	})
+
+	dev.stop(t)
+	before := s.appliedFrom(0)
+	s.waitFor("consuming to go on without Temporal", 30*time.Second, func() bool { return s.appliedFrom(0) > before+50 || s.drained(0) })
+	require.Equal(t, 0, s.state().ActiveIndex, "nothing commits a switch while Temporal is down")
+	dev.start(t)
+
+	s.waitFor("the switch after the restart", 90*time.Second, func() bool { st := s.state(); return st.ActiveIndex == 1 && st.Pending == nil })
+	v := s.verify(log, time.Minute)
+	s.requireFlipAfterDrain(0, 1)
+	s.report(v, s.lagOf())
+}
+
+// Scenario 12. Poison messages (invalid JSON, a missing header) among good ones land in
+// -error with a reason, and the stream goes on around them.
+func TestScenario12PoisonAmongGoodMessages(t *testing.T) {
+	s := newStack(t, 1, nil)
+	p, log := s.producer(nil)
+	w := mixed(16, 25)
+	w.Poison = 30
+	require.NoError(t, p.Publish(context.Background(), s.workload(w)...))
+	s.startWorker()
+	v := s.verify(log, time.Minute)
+	require.Equal(t, 30, v.Poison)
+	s.report(v, "-")
+}
+
+// Scenario 13. Two worker processes at once: each queue still has exactly one consumer,
+// across a rotation, and the order holds.
+func TestScenario13TwoWorkerProcesses(t *testing.T) {
+	s := newStack(t, 2, map[string]string{"CONSUMER_WINDOW": "3s"})
+	p, log := s.producer(nil)
+	ctx := context.Background()
+	require.NoError(t, p.Publish(ctx, s.workload(mixed(20, 26))...))
+	s.startWorkerProcess("worker-1")
+	s.startWorkerProcess("worker-2")
+	n, err := p.Rotate(ctx, 1)
+	require.NoError(t, err)
+	_, err = p.Notify(ctx, n)
+	require.NoError(t, err)
+	require.NoError(t, p.Publish(ctx, s.workload(mixed(20, 27))...))
+
+	requireOneConsumer := func() (all bool) {
+		all = true
+		for b := range 2 {
+			for q, tags := range s.consumers(b) {
+				require.LessOrEqual(t, len(tags), 1, "broker %d queue %s has consumers %v", b, q, tags)
+			}
+		}
+		for _, q := range s.cfg.Queues {
+			if len(s.consumers(s.state().ActiveIndex)[q]) != 1 {
+				all = false
+			}
+		}
+		return all
+	}
+	s.waitFor("the switch to broker 1", time.Minute, func() bool {
+		requireOneConsumer()
+		st := s.state()
+		return st.ActiveIndex == 1 && st.Pending == nil
+	})
+	s.waitFor("one consumer on every queue of broker 1", 30*time.Second, requireOneConsumer)
+	v := s.verify(log, time.Minute)
+	s.requireFlipAfterDrain(0, 1)
+	s.report(v, s.lagOf())
+}
+
+// appliedFrom counts the deliveries applied or ignored from broker index.
+func (s *stack) appliedFrom(index int) int64 {
+	s.t.Helper()
+	var n int64
+	require.NoError(s.t, s.db.Raw("SELECT count(*) FROM github_deliveries WHERE broker_index = ? AND outcome <> 'error'", index).Scan(&n).Error)
+	return n
+}
+
+// retryAndErrorCount adds up the messages in the -retry and -error queues of broker index.
+func (s *stack) retryAndErrorCount(index int) int {
+	s.t.Helper()
+	var names []string
+	for _, q := range s.cfg.Queues {
+		names = append(names, q+"-retry", q+"-error")
+	}
+	total := 0
+	for _, n := range s.counts(index, names...) {
+		total += n
+	}
+	return total
+}
+
+// requireFlipAfterDrain checks a switch from one broker to the next, queue by queue:
+// every delivery from `from` was applied before every delivery from `to` (the order the
+// design keeps: queues are independent, and a queue's last batch from the old broker may
+// still be in flight while another queue already reads the new one). When the last
+// switch was this one, nothing from `to` was applied before it was committed.
+func (s *stack) requireFlipAfterDrain(from, to int) {
+	s.t.Helper()
+	s.requireBrokerOrder(from, to)
+	st := s.state()
+	if st.LastSwitch == nil || st.LastSwitch.From != from || st.LastSwitch.To != to {
+		return
+	}
+	var first *time.Time
+	require.NoError(s.t, s.db.Raw("SELECT min(applied_at) FROM github_deliveries WHERE broker_index = ? AND outcome <> 'error'", to).Scan(&first).Error)
+	require.NotNil(s.t, first, "broker %d's events were applied", to)
+	require.False(s.t, first.Before(st.LastSwitch.CompletedAt),
+		"an event from broker %d was applied at %s, before the switch to it was committed at %s", to, first, st.LastSwitch.CompletedAt)
+}
+
+// requireLagUnder fails when the summary's switch lag is not below limit.
+func requireLagUnder(t *testing.T, lag string, limit time.Duration) {
+	t.Helper()
+	d, err := time.ParseDuration(lag)
+	require.NoError(t, err, "switch lag %q", lag)
+	require.Less(t, d, limit, "the flip follows the drain within seconds")
+}
+
+// dedicatedTemporal is a Temporal dev server of one test, persisted to a file so that it
+// can be stopped and started again on the same port with its workflows intact.
+type dedicatedTemporal struct {
+	opts   testsuite.DevServerOptions
+	server *testsuite.DevServer
+}
+
+func startDedicatedTemporal(t *testing.T) *dedicatedTemporal {
+	t.Helper()
+	exe, err := testenv.TemporalCLI()
+	require.NoError(t, err)
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	addr := l.Addr().String()
+	require.NoError(t, l.Close())
+	d := &dedicatedTemporal{opts: testsuite.DevServerOptions{
+		ExistingPath:  exe,
+		ClientOptions: &client.Options{HostPort: addr, Namespace: "default", Logger: quietLogger{}},
+		DBFilename:    filepath.Join(t.TempDir(), "temporal.db"),
+		LogLevel:      "error",
+		Stdout:        io.Discard,
+		Stderr:        io.Discard,
+	}}
+	d.start(t)
+	t.Cleanup(func() {
+		if d.server != nil {
+			_ = d.server.Stop()
+		}
+	})
+	return d
+}
+
+func (d *dedicatedTemporal) start(t *testing.T) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	srv, err := testsuite.StartDevServer(ctx, d.opts)
+	require.NoError(t, err, "start the dedicated Temporal dev server")
+	srv.Client().Close()
+	d.server = srv
+}
+
+func (d *dedicatedTemporal) stop(t *testing.T) {
+	t.Helper()
+	require.NoError(t, d.server.Stop())
+	d.server = nil
+}
+
+// target is the server's default namespace and a client for it that outlives restarts.
+func (d *dedicatedTemporal) target(t *testing.T) *temporalTarget {
+	t.Helper()
+	c, err := client.Dial(client.Options{HostPort: d.opts.ClientOptions.HostPort, Namespace: "default", Logger: quietLogger{}})
+	require.NoError(t, err)
+	t.Cleanup(c.Close)
+	return &temporalTarget{address: d.opts.ClientOptions.HostPort, namespace: "default", client: c}
+}
+
+// quietLogger keeps the SDK's logs out of the test output.
+type quietLogger struct{}
+
+func (quietLogger) Debug(string, ...any) {}
+func (quietLogger) Info(string, ...any)  {}
+func (quietLogger) Warn(string, ...any)  {}
+func (quietLogger) Error(string, ...any) {}
