@@ -51,7 +51,7 @@ $(GOLANGCI_LINT):
 	mv $(BIN)/.golangci-lint/golangci-lint $@
 	rmdir $(BIN)/.golangci-lint
 
-## bench: throughput, switch lag, catch-up and cost against the local services (about 8 minutes on 2 CPUs); writes BENCHMARKS.md and bench/benchmarks.png
+## bench: throughput, switch lag, catch-up and cost against the local services (about 7 minutes on 2 CPUs); writes BENCHMARKS.md, bench/benchmarks.png and bench/results.json
 bench: temporal-cli services
 	$(GO) run ./bench -runs 3 -out BENCHMARKS.md -chart bench/benchmarks.png
 

@@ -1,0 +1,251 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os/exec"
+	"slices"
+	"time"
+
+	enumspb "go.temporal.io/api/enums/v1"
+	historypb "go.temporal.io/api/history/v1"
+	"go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/converter"
+
+	"github.com/brokerswitch/brokerswitch/activities"
+	"github.com/brokerswitch/brokerswitch/workflows"
+)
+
+// amqpFootprint is what rabbitmqctl shows of the service's connections ("brokerswitch")
+// on each vhost of a stack.
+type amqpFootprint struct {
+	Connections []int // by broker
+	Channels    []int
+	Consumers   []int
+}
+
+func rabbitFootprint(vhosts []string) (amqpFootprint, error) {
+	fp := amqpFootprint{
+		Connections: make([]int, len(vhosts)),
+		Channels:    make([]int, len(vhosts)),
+		Consumers:   make([]int, len(vhosts)),
+	}
+	var conns []struct {
+		PID              string  `json:"pid"`
+		Vhost            string  `json:"vhost"`
+		ClientProperties [][]any `json:"client_properties"`
+	}
+	if err := rabbitJSON(&conns, "list_connections", "pid", "vhost", "client_properties"); err != nil {
+		return fp, err
+	}
+	ours := map[string]int{} // connection pid → broker
+	for _, c := range conns {
+		i := slices.Index(vhosts, c.Vhost)
+		if i < 0 || connectionName(c.ClientProperties) != "brokerswitch" {
+			continue
+		}
+		fp.Connections[i]++
+		ours[c.PID] = i
+	}
+	var chans []struct {
+		Connection    string `json:"connection"`
+		ConsumerCount int    `json:"consumer_count"`
+	}
+	if err := rabbitJSON(&chans, "list_channels", "connection", "consumer_count"); err != nil {
+		return fp, err
+	}
+	for _, ch := range chans {
+		if i, ok := ours[ch.Connection]; ok {
+			fp.Channels[i]++
+			fp.Consumers[i] += ch.ConsumerCount
+		}
+	}
+	return fp, nil
+}
+
+func connectionName(props [][]any) string {
+	for _, p := range props {
+		if len(p) == 3 && p[0] == "connection_name" {
+			s, _ := p[2].(string)
+			return s
+		}
+	}
+	return ""
+}
+
+func rabbitJSON(into any, args ...string) error {
+	out, err := exec.Command("rabbitmqctl", append([]string{"--quiet"}, append(args, "--formatter", "json")...)...).Output()
+	if err != nil {
+		return fmt.Errorf("rabbitmqctl %s: %w", args[0], err)
+	}
+	return json.Unmarshal(out, into)
+}
+
+// runHistory is the history of one run of a workflow.
+type runHistory struct {
+	RunID  string
+	Events []*historypb.HistoryEvent
+}
+
+// workflowRuns returns the runs of a workflow, oldest first, by following the
+// continue-as-new chain back from the current run.
+func workflowRuns(ctx context.Context, c client.Client, workflowID string) ([]runHistory, error) {
+	desc, err := c.DescribeWorkflowExecution(ctx, workflowID, "")
+	if err != nil {
+		return nil, fmt.Errorf("describe %s: %w", workflowID, err)
+	}
+	var runs []runHistory
+	runID := desc.GetWorkflowExecutionInfo().GetExecution().GetRunId()
+	for runID != "" {
+		it := c.GetWorkflowHistory(ctx, workflowID, runID, false, enumspb.HISTORY_EVENT_FILTER_TYPE_ALL_EVENT)
+		run := runHistory{RunID: runID}
+		for it.HasNext() {
+			ev, err := it.Next()
+			if err != nil {
+				return nil, fmt.Errorf("history of %s/%s: %w", workflowID, runID, err)
+			}
+			run.Events = append(run.Events, ev)
+		}
+		runs = append(runs, run)
+		runID = ""
+		if len(run.Events) > 0 {
+			runID = run.Events[0].GetWorkflowExecutionStartedEventAttributes().GetContinuedExecutionRunId()
+		}
+	}
+	slices.Reverse(runs)
+	return runs, nil
+}
+
+// activityCount counts the activities of a type that completed in a run.
+func activityCount(run runHistory, activityType string) int {
+	scheduled := map[int64]string{}
+	n := 0
+	for _, ev := range run.Events {
+		if a := ev.GetActivityTaskScheduledEventAttributes(); a != nil {
+			scheduled[ev.GetEventId()] = a.GetActivityType().GetName()
+		}
+		if a := ev.GetActivityTaskCompletedEventAttributes(); a != nil && scheduled[a.GetScheduledEventId()] == activityType {
+			n++
+		}
+	}
+	return n
+}
+
+// leftoverTaken returns what each LeftoverDrain activity of a run took, summed over brokers.
+func leftoverTaken(run runHistory) []int {
+	scheduled := map[int64]string{}
+	var out []int
+	dc := converter.GetDefaultDataConverter()
+	for _, ev := range run.Events {
+		if a := ev.GetActivityTaskScheduledEventAttributes(); a != nil {
+			scheduled[ev.GetEventId()] = a.GetActivityType().GetName()
+		}
+		a := ev.GetActivityTaskCompletedEventAttributes()
+		if a == nil || scheduled[a.GetScheduledEventId()] != "LeftoverDrain" {
+			continue
+		}
+		var res activities.LeftoverDrainResult
+		if err := dc.FromPayloads(a.GetResult(), &res); err != nil {
+			continue
+		}
+		total := 0
+		for _, n := range res.Taken {
+			total += n
+		}
+		out = append(out, total)
+	}
+	return out
+}
+
+// historyCost summarises the Temporal history of a stack's workflows.
+type historyCost struct {
+	// WindowEvents are the events of every finished window run (all queues).
+	WindowEvents []float64
+	// SwitchEvents is the BrokerSwitch workflow's events over all its runs, Commits the
+	// switches it committed and DrainChecks the checks it ran.
+	SwitchEvents, Commits, DrainChecks int
+	// LeftoverTaken is what each Leftover Drain took, in order, all queues mixed.
+	LeftoverTaken []int
+	// Restart times a window that a switch ended: from the broker-changed signal to its
+	// consume activity's cancellation (delivered in a heartbeat's answer), and from there
+	// to the next window's consume activity being scheduled (continue-as-new, PlanWindow,
+	// Leftover Drain); LeftoverDrain is that drain's own duration.
+	SignalToCanceled, CanceledToNextConsume, LeftoverDrain []float64
+}
+
+func collectHistory(ctx context.Context, st *stack) (historyCost, error) {
+	var hc historyCost
+	for _, q := range st.cfg.Queues {
+		runs, err := workflowRuns(ctx, st.temporal, windowID(q))
+		if err != nil {
+			return hc, err
+		}
+		for i, r := range runs {
+			hc.LeftoverTaken = append(hc.LeftoverTaken, leftoverTaken(r)...)
+			hc.LeftoverDrain = append(hc.LeftoverDrain, activityDurations(r, "LeftoverDrain")...)
+			if i == len(runs)-1 { // the last run is still open
+				continue
+			}
+			hc.WindowEvents = append(hc.WindowEvents, float64(len(r.Events)))
+			signaled, canceled := eventTime(r, isBrokerChanged), eventTime(r, isCanceled)
+			next := scheduledTime(runs[i+1], "Consume")
+			if !signaled.IsZero() && !canceled.IsZero() && !next.IsZero() {
+				hc.SignalToCanceled = append(hc.SignalToCanceled, canceled.Sub(signaled).Seconds())
+				hc.CanceledToNextConsume = append(hc.CanceledToNextConsume, next.Sub(canceled).Seconds())
+			}
+		}
+	}
+	runs, err := workflowRuns(ctx, st.temporal, switchID)
+	if err != nil {
+		return hc, err
+	}
+	for _, r := range runs {
+		hc.SwitchEvents += len(r.Events)
+		hc.Commits += activityCount(r, "CommitHop")
+		hc.DrainChecks += activityCount(r, "DrainCheck")
+	}
+	return hc, nil
+}
+
+func isBrokerChanged(ev *historypb.HistoryEvent) bool {
+	return ev.GetWorkflowExecutionSignaledEventAttributes().GetSignalName() == workflows.SignalBrokerChanged
+}
+
+func isCanceled(ev *historypb.HistoryEvent) bool {
+	return ev.GetActivityTaskCanceledEventAttributes() != nil
+}
+
+// eventTime is the time of the first event of run that matches.
+func eventTime(run runHistory, match func(*historypb.HistoryEvent) bool) time.Time {
+	for _, ev := range run.Events {
+		if match(ev) {
+			return ev.GetEventTime().AsTime()
+		}
+	}
+	return time.Time{}
+}
+
+// scheduledTime is when the first activity of a type was scheduled in run.
+func scheduledTime(run runHistory, activityType string) time.Time {
+	return eventTime(run, func(ev *historypb.HistoryEvent) bool {
+		return ev.GetActivityTaskScheduledEventAttributes().GetActivityType().GetName() == activityType
+	})
+}
+
+// activityDurations are scheduled → completed of each activity of a type in run, seconds.
+func activityDurations(run runHistory, activityType string) []float64 {
+	scheduled := map[int64]time.Time{}
+	var out []float64
+	for _, ev := range run.Events {
+		if a := ev.GetActivityTaskScheduledEventAttributes(); a != nil && a.GetActivityType().GetName() == activityType {
+			scheduled[ev.GetEventId()] = ev.GetEventTime().AsTime()
+		}
+		if a := ev.GetActivityTaskCompletedEventAttributes(); a != nil {
+			if at, ok := scheduled[a.GetScheduledEventId()]; ok {
+				out = append(out, ev.GetEventTime().AsTime().Sub(at).Seconds())
+			}
+		}
+	}
+	return out
+}

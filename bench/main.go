@@ -1,0 +1,261 @@
+// Command bench measures brokerswitch against the local services: baselines, end-to-end
+// throughput, switch lag, catch-up, the Leftover Drain and the cost of a worker. It is a
+// benchmark, not a test: `go test ./...` does not run it. `make bench` runs it and writes
+// BENCHMARKS.md and bench/benchmarks.png.
+//
+//	go run ./bench -runs 3 -out BENCHMARKS.md
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/brokerswitch/brokerswitch/internal/testenv"
+)
+
+type options struct {
+	runs         int
+	events       int
+	lagRotations int
+	lagRate      float64
+	lagBurst     int
+	catchUp      int
+	drain        int
+	capLeftover  int
+	only         string
+	out          string
+	chart        string
+	cpuProfile   string
+	keepLogs     string
+	rtt          time.Duration
+	rttEvents    int
+	jsonOut      string
+	reportFrom   string
+}
+
+func main() {
+	var o options
+	flag.IntVar(&o.runs, "runs", 3, "runs of each figure; the table shows medians")
+	flag.IntVar(&o.events, "events", 8000, "messages per throughput run, across the four queues")
+	flag.IntVar(&o.lagRotations, "lag-rotations", 10, "rotations per switch-lag scenario, spread over the runs")
+	flag.Float64Var(&o.lagRate, "lag-rate", 100, "steady producer rate during the switch-lag scenarios, events/s")
+	flag.IntVar(&o.lagBurst, "lag-burst", 500, "events published at once right before each rotation in the burst scenarios")
+	flag.IntVar(&o.catchUp, "catchup", 50000, "backlog on the old broker at rotation for the catch-up figure")
+	flag.IntVar(&o.drain, "drain", 3000, "messages per Leftover Drain throughput run")
+	flag.IntVar(&o.capLeftover, "cap-leftover", 1200, "leftover events for the 500-per-cycle cap demonstration")
+	flag.StringVar(&o.only, "only", "", "comma-separated figures to run (a,b,product,rtt,lag,drain,cap,catchup); empty: all")
+	flag.StringVar(&o.out, "out", "BENCHMARKS.md", "markdown report to write (its generated block is replaced)")
+	flag.StringVar(&o.chart, "chart", "bench/benchmarks.png", "PNG chart to write")
+	flag.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of the in-process worker during the last end-to-end run")
+	flag.DurationVar(&o.rtt, "rtt", 2*time.Millisecond, "round trip time injected between the consumer and RabbitMQ and Postgres for the 'rtt' figure (B and end to end)")
+	flag.IntVar(&o.rttEvents, "rtt-events", 2000, "messages per run of the 'rtt' figure")
+	flag.StringVar(&o.jsonOut, "json", "bench/results.json", "raw figures, to regenerate the report with -report-from; empty: none")
+	flag.StringVar(&o.reportFrom, "report-from", "", "measure nothing: rewrite the table, the report and the chart from a -json file")
+	flag.StringVar(&o.keepLogs, "logs", "", "folder for the worker process's logs (default: a temporary folder)")
+	flag.Parse()
+	if err := run(o); err != nil {
+		fmt.Fprintln(os.Stderr, "bench:", err)
+		os.Exit(1)
+	}
+}
+
+func (o options) wants(figure string) bool {
+	if o.only == "" {
+		return true
+	}
+	for f := range strings.SplitSeq(o.only, ",") {
+		if strings.TrimSpace(f) == figure {
+			return true
+		}
+	}
+	return false
+}
+
+func run(o options) error {
+	if err := buildTemplates(); err != nil {
+		return err
+	}
+	if o.reportFrom != "" {
+		return rewriteReport(o)
+	}
+	res := &results{
+		Settings: settings{Runs: o.runs, Events: o.events, RTT: o.rtt, RTTEvents: o.rttEvents, LagBurst: o.lagBurst, Chart: o.chart},
+		Machine:  describeMachine(), Command: commandLine(),
+	}
+	logf("machine: %d CPUs (%s), %.1f GiB, %s", res.Machine.CPUs, res.Machine.CPUModel, res.Machine.MemoryGiB, res.Machine.Go)
+
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	srv, err := testenv.StartTemporal(ctx)
+	cancel()
+	if err != nil {
+		return err
+	}
+	temporalServer = srv
+	defer func() { _ = srv.Stop() }()
+
+	clock.start()
+	// Other work on the machine skews every figure: measure it and say so.
+	idle := startCPU()
+	time.Sleep(3 * time.Second)
+	res.Background = idle.Stop()
+	res.LoadAvg = firstLine(exec.Command("cat", "/proc/loadavg"))
+	logf("background before measuring: %s; load average %s", res.Background, res.LoadAvg)
+	if others := res.Background.others(res.Machine.CPUs); others > 0.10 {
+		logf("WARNING: other processes keep %.0f%% of the CPUs busy before the benchmark starts; the figures will be low", 100*others)
+	}
+
+	logDir := o.keepLogs
+	if logDir == "" {
+		if logDir, err = os.MkdirTemp("", "brokerswitch-bench-"); err != nil {
+			return err
+		}
+		defer os.RemoveAll(logDir)
+	}
+
+	sample := corpus(o.events)
+	res.Corpus = describe(sample)
+	res.Events = o.events
+	logf("corpus: %d events, %v per queue, %.1f–%.1f KB (mean %.1f KB)",
+		len(sample), res.Corpus.PerQueue, res.Corpus.MinKB, res.Corpus.MaxKB, res.Corpus.AvgKB)
+
+	// Throughput: the runs are interleaved so that drift on the machine hits every figure.
+	for r := 1; r <= o.runs; r++ {
+		if o.wants("a") {
+			for _, pf := range []int{1, 100} {
+				res.record(guard(fmt.Sprintf("baseline A prefetch %d run %d", pf, r), func(s *scope) {
+					t := runBaselineA(s, corpus(o.events), pf)
+					logf("baseline A prefetch %d run %d: %.0f msg/s (%s)", pf, r, t.rate(), t.CPU)
+					if pf == 1 {
+						res.A1 = append(res.A1, t)
+					} else {
+						res.A100 = append(res.A100, t)
+					}
+				}))
+			}
+		}
+		if o.wants("b") {
+			res.record(guard(fmt.Sprintf("baseline B run %d", r), func(s *scope) {
+				t := runBaselineB(s, corpus(o.events), 0)
+				logf("baseline B run %d: %.0f msg/s (%s)", r, t.rate(), t.CPU)
+				res.B = append(res.B, t)
+			}))
+		}
+		if o.wants("product") {
+			res.record(guard(fmt.Sprintf("end to end run %d", r), func(s *scope) {
+				profile := ""
+				if r == o.runs {
+					profile = o.cpuProfile
+				}
+				t := runProduct(s, corpus(o.events), profile, 0)
+				logf("end to end run %d: %.0f msg/s, first applied %s after start (%s)", r, t.rate(), t.Startup.Round(time.Millisecond), t.CPU)
+				res.Product = append(res.Product, t)
+			}))
+		}
+		if o.wants("rtt") && o.rtt > 0 {
+			if res.MeasuredRTT == 0 {
+				res.record(guard("measure RTT", func(s *scope) {
+					res.MeasuredRTT = measureRTT(s, o.rtt)
+					logf("injected RTT %s measures %s", o.rtt, res.MeasuredRTT.Round(10*time.Microsecond))
+				}))
+			}
+			res.record(guard(fmt.Sprintf("baseline B with %s RTT run %d", o.rtt, r), func(s *scope) {
+				t := runBaselineB(s, corpus(o.rttEvents), o.rtt)
+				logf("baseline B with %s RTT run %d: %.0f msg/s (%s)", o.rtt, r, t.rate(), t.CPU)
+				res.BRTT = append(res.BRTT, t)
+			}))
+			res.record(guard(fmt.Sprintf("end to end with %s RTT run %d", o.rtt, r), func(s *scope) {
+				t := runProduct(s, corpus(o.rttEvents), "", o.rtt)
+				logf("end to end with %s RTT run %d: %.0f msg/s (%s)", o.rtt, r, t.rate(), t.CPU)
+				res.ProductRTT = append(res.ProductRTT, t)
+			}))
+		}
+	}
+
+	if o.wants("lag") {
+		perRun := (o.lagRotations + o.runs - 1) / o.runs
+		for _, cfg := range lagConfigs(o, perRun) {
+			for r := 1; r <= o.runs; r++ {
+				res.record(guard(fmt.Sprintf("switch lag %s run %d", cfg.Name, r), func(s *scope) {
+					lr := runLag(s, cfg)
+					logf("switch lag %s run %d: %s", cfg.Name, r, summarizeLags(lr.Rotations))
+					res.addLag(cfg, lr)
+				}))
+			}
+		}
+	}
+
+	if o.wants("drain") {
+		for r := 1; r <= o.runs; r++ {
+			res.record(guard(fmt.Sprintf("leftover drain run %d", r), func(s *scope) {
+				d := runDrain(s, o.drain)
+				logf("leftover drain run %d: basic.get %.0f msg/s, with ingest %.0f msg/s", r, d.Raw.rate(), d.Ingest.rate())
+				res.Drain = append(res.Drain, d)
+			}))
+		}
+	}
+	if o.wants("cap") {
+		res.record(guard("leftover drain cap", func(s *scope) {
+			c := runCap(s, o.capLeftover, 5*time.Second)
+			logf("leftover cap: %d leftovers taken %v per cycle, cleared in %s", c.Leftover, c.PerCycle, c.Cleared.Round(time.Millisecond))
+			res.Cap = &c
+		}))
+	}
+
+	if o.wants("catchup") {
+		res.record(guard("catch-up", func(s *scope) {
+			binary := filepath.Join(logDir, "brokerswitch")
+			build := exec.Command("go", "build", "-o", binary, "./cmd/brokerswitch")
+			build.Stdout, build.Stderr = os.Stderr, os.Stderr
+			s.check(build.Run(), "build ./cmd/brokerswitch")
+			c := runCatchUp(s, o.catchUp, 1000, binary, logDir)
+			logf("catch-up: %d backlog + %d new applied and switched in %s (old drained at %s, switch at %s), peak RSS %.0f MB (%s)",
+				c.Backlog, c.OnNew, c.Done.Round(time.Millisecond), c.OldApplied.Round(time.Millisecond),
+				c.SwitchDone.Round(time.Millisecond), c.PeakRSSMB, c.CPU)
+			res.CatchUp = &c
+		}))
+	}
+
+	res.ClockSteps, res.ClockLargestStep, res.ClockSlew = clock.steps()
+	if res.ClockSteps > 0 || res.ClockSlew.Abs() > time.Millisecond {
+		logf("the wall clock stepped %d times (largest %s) and was slewed by %s per second", res.ClockSteps, res.ClockLargestStep, res.ClockSlew)
+	}
+	if o.jsonOut != "" {
+		if err := res.save(o.jsonOut); err != nil {
+			return err
+		}
+	}
+	if err := res.publish(o); err != nil {
+		return err
+	}
+	logf("done in %s", time.Since(start).Round(time.Second))
+	if len(res.Failures) > 0 {
+		return fmt.Errorf("%d figure(s) failed: %s", len(res.Failures), strings.Join(res.Failures, "; "))
+	}
+	return nil
+}
+
+// lagConfigs are the switch-lag scenarios: the default drain check interval and a tuned
+// one, with a producer that keeps the consumer busy but not behind (steady), and with a
+// burst that leaves a backlog on the old broker when the notification arrives.
+func lagConfigs(o options, rotations int) []lagConfig {
+	epoch := time.Second
+	return []lagConfig{
+		{Name: "steady, default 3s", DrainInterval: "3s", Rate: o.lagRate, Rotations: rotations, Epoch: epoch},
+		{Name: "steady, tuned 250ms", DrainInterval: "250ms", Rate: o.lagRate, Rotations: rotations, Epoch: epoch},
+		{Name: "burst, default 3s", DrainInterval: "3s", Rate: o.lagRate, Burst: o.lagBurst, Rotations: rotations, Epoch: epoch},
+		{Name: "burst, tuned 250ms", DrainInterval: "250ms", Rate: o.lagRate, Burst: o.lagBurst, Rotations: rotations, Epoch: epoch},
+	}
+}
+
+func commandLine() string {
+	if os.Getenv("BENCH_COMMAND") != "" {
+		return os.Getenv("BENCH_COMMAND")
+	}
+	return "go run ./bench " + strings.Join(os.Args[1:], " ")
+}

@@ -1,0 +1,58 @@
+package main
+
+import (
+	"context"
+	"path"
+	"sync"
+
+	"go.temporal.io/sdk/client"
+	"google.golang.org/grpc"
+)
+
+// rpcCounter counts the Temporal RPCs a worker makes, by method: heartbeats are what a
+// running window costs (billable Actions on Temporal Cloud, load on a self-hosted server).
+type rpcCounter struct {
+	mu    sync.Mutex
+	calls map[string]int64
+}
+
+func (c *rpcCounter) intercept(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+	c.mu.Lock()
+	c.calls[path.Base(method)]++
+	c.mu.Unlock()
+	return invoker(ctx, method, req, reply, cc, opts...)
+}
+
+func (c *rpcCounter) snapshot() map[string]int64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	out := make(map[string]int64, len(c.calls))
+	for k, v := range c.calls {
+		out[k] = v
+	}
+	return out
+}
+
+// countingClient dials the namespace with every unary RPC counted.
+func countingClient(s *scope, ns string) (client.Client, *rpcCounter) {
+	counter := &rpcCounter{calls: map[string]int64{}}
+	c, err := client.Dial(client.Options{
+		HostPort:  temporalServer.Address(),
+		Namespace: ns,
+		Logger:    quietLogger{},
+		ConnectionOptions: client.ConnectionOptions{
+			DialOptions: []grpc.DialOption{grpc.WithChainUnaryInterceptor(counter.intercept)},
+		},
+	})
+	s.check(err, "dial temporal")
+	s.Cleanup(c.Close)
+	return c, counter
+}
+
+// quietLogger keeps the SDK's logs out of the report.
+type quietLogger struct{}
+
+func (quietLogger) Debug(string, ...any) {}
+func (quietLogger) Info(string, ...any)  {}
+func (quietLogger) Warn(string, ...any)  {}
+func (quietLogger) Error(string, ...any) {}

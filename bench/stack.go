@@ -1,0 +1,327 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"go.temporal.io/sdk/client"
+	"gorm.io/gorm"
+
+	"github.com/brokerswitch/brokerswitch/broker"
+	"github.com/brokerswitch/brokerswitch/config"
+	"github.com/brokerswitch/brokerswitch/internal/testenv"
+	"github.com/brokerswitch/brokerswitch/models"
+	"github.com/brokerswitch/brokerswitch/worker"
+	"github.com/brokerswitch/brokerswitch/workflows"
+)
+
+// stack is one deployment, built as e2e/harness_test.go builds it: fresh vhosts (reached
+// through counting proxies when asked), a fresh database, its own Temporal namespace.
+type stack struct {
+	s        *scope
+	ns       string
+	vars     map[string]string
+	cfg      config.Config
+	db       *gorm.DB
+	store    *models.BrokerStore
+	temporal client.Client
+	rpc      *rpcCounter      // the Temporal RPCs of the in-process worker
+	direct   []string         // each broker's URL without proxy: the producer's view
+	proxies  []*countingProxy // nil when the service connects directly
+	vhosts   []string
+}
+
+// stackOptions shape a stack: counting proxies in front of the brokers, an injected round
+// trip time to the brokers and Postgres, configuration variables.
+type stackOptions struct {
+	count bool
+	rtt   time.Duration
+	env   map[string]string
+}
+
+func newStack(s *scope, brokers int, o stackOptions) *stack {
+	var urls []string
+	st := &stack{s: s}
+	for range brokers {
+		u := testenv.NewVhost(s)
+		st.direct = append(st.direct, u)
+		st.vhosts = append(st.vhosts, u[strings.LastIndex(u, "/")+1:])
+		if o.count {
+			p := newCountingProxy(s, testenv.RabbitAddr)
+			st.proxies = append(st.proxies, p)
+			u = strings.Replace(u, testenv.RabbitAddr, p.addr(), 1)
+		}
+		if o.rtt > 0 {
+			u = newDelayProxy(s, testenv.RabbitAddr, o.rtt).via(u)
+		}
+		urls = append(urls, u)
+	}
+	dsn := testenv.NewDatabase(s)
+	ownDatabase(dsn)
+	if o.rtt > 0 {
+		dsn = newDelayProxy(s, postgresAddr, o.rtt).via(dsn)
+	}
+	st.ns, _ = namespace(s)
+	st.temporal, st.rpc = countingClient(s, st.ns)
+	st.vars = map[string]string{
+		"RABBITMQ_CONNECTION_STRINGS": strings.Join(urls, ","),
+		"DATABASE_URL":                dsn,
+		"TEMPORAL_ADDRESS":            temporalServer.Address(),
+		"TEMPORAL_NAMESPACE":          st.ns,
+		"TEMPORAL_TASK_QUEUE":         "brokerswitch-" + st.ns,
+		"LOG_LEVEL":                   "warn",
+	}
+	for k, v := range o.env {
+		st.vars[k] = v
+	}
+	cfg, err := config.FromEnv(func(k string) string { return st.vars[k] })
+	s.check(err, "config")
+	st.cfg = cfg
+
+	ctx := context.Background()
+	db, err := models.Open(ctx, cfg.DatabaseURL)
+	s.check(err, "open database")
+	sqlDB, err := db.DB()
+	s.check(err, "database")
+	s.Cleanup(func() { sqlDB.Close() })
+	s.check(models.Migrate(ctx, sqlDB), "migrate")
+	st.db = db
+	st.store = worker.NewBrokerStore(db, cfg.Brokers)
+
+	eps, err := broker.ParseEndpoints(strings.Join(st.direct, ","))
+	s.check(err, "endpoints")
+	pool := broker.NewPool(eps, nil)
+	for i := range eps {
+		s.check(pool.DeclareTopology(ctx, i, st.topology()), "declare topology")
+	}
+	_ = pool.Close()
+	// Runs before the namespace's client closes: cleanups run last first.
+	s.Cleanup(st.terminateWorkflows)
+	return st
+}
+
+func (st *stack) topology() broker.Topology {
+	return broker.Topology{Queues: st.cfg.Queues, RetryTTL: st.cfg.RetryTTL}
+}
+
+// terminateWorkflows stops the namespace's workflows so that the dev server does not go on
+// retrying their activities while later figures are measured.
+func (st *stack) terminateWorkflows() {
+	ids := []string{workflows.BrokerSwitchWorkflowID}
+	for _, q := range st.cfg.Queues {
+		ids = append(ids, workflows.QueueWindowWorkflowID(q))
+	}
+	for _, id := range ids {
+		_ = st.temporal.TerminateWorkflow(context.Background(), id, "", "benchmark done")
+	}
+}
+
+// postgresAddr is the local Postgres that testenv creates databases on.
+const postgresAddr = "127.0.0.1:5432"
+
+// startWorker runs a worker in this process, as e2e's startWorker does.
+func (st *stack) startWorker() (stop func()) {
+	ctx, cancel := context.WithCancel(context.Background())
+	pool := broker.NewPool(st.cfg.Brokers, nil)
+	done := make(chan error, 1)
+	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError}))
+	go func() {
+		done <- worker.Run(ctx, worker.Deps{Config: st.cfg, Client: st.temporal, Pool: pool, DB: st.db, Logger: logger})
+	}()
+	var once sync.Once
+	stop = func() {
+		once.Do(func() {
+			cancel()
+			select {
+			case err := <-done:
+				if err != nil {
+					logf("WARN worker: %v", err)
+				}
+			case <-time.After(time.Minute):
+				logf("WARN worker did not stop within a minute")
+			}
+			_ = pool.Close()
+		})
+	}
+	st.s.Cleanup(stop)
+	return stop
+}
+
+// workerProcess is `brokerswitch worker` running as its own process.
+type workerProcess struct {
+	cmd      *exec.Cmd
+	logPath  string
+	mu       sync.Mutex
+	maxRSSKB int64
+	done     chan struct{}
+}
+
+// startWorkerProcess runs the built binary with the stack's configuration in its
+// environment and samples its memory every 100ms.
+func (st *stack) startWorkerProcess(binary, logDir string) *workerProcess {
+	env := os.Environ()
+	for k, v := range st.vars {
+		env = append(env, k+"="+v)
+	}
+	logPath := filepath.Join(logDir, "worker-"+st.ns+".log")
+	logFile, err := os.Create(logPath)
+	st.s.check(err, "worker log")
+	cmd := exec.Command(binary, "worker")
+	cmd.Env = env
+	cmd.Stdout, cmd.Stderr = logFile, logFile
+	st.s.check(cmd.Start(), "start worker process")
+	ownProcess(cmd.Process.Pid)
+	w := &workerProcess{cmd: cmd, logPath: logPath, done: make(chan struct{})}
+	exited := make(chan struct{})
+	go func() {
+		_ = cmd.Wait()
+		logFile.Close()
+		close(exited)
+	}()
+	go func() {
+		t := time.NewTicker(100 * time.Millisecond)
+		defer t.Stop()
+		for {
+			select {
+			case <-exited:
+				close(w.done)
+				return
+			case <-t.C:
+				if kb := procStatus(cmd.Process.Pid, "VmRSS"); kb > 0 {
+					w.mu.Lock()
+					w.maxRSSKB = max(w.maxRSSKB, kb)
+					w.mu.Unlock()
+				}
+			}
+		}
+	}()
+	st.s.Cleanup(w.stop)
+	return w
+}
+
+// peakRSSMB is the kernel's high-water mark of the process's resident set (VmHWM), or the
+// largest sample if the process is gone.
+func (w *workerProcess) peakRSSMB() float64 {
+	kb := procStatus(w.cmd.Process.Pid, "VmHWM")
+	w.mu.Lock()
+	kb = max(kb, w.maxRSSKB)
+	w.mu.Unlock()
+	return float64(kb) / 1024
+}
+
+func (w *workerProcess) stop() {
+	select {
+	case <-w.done:
+		return
+	default:
+	}
+	_ = w.cmd.Process.Signal(os.Interrupt)
+	select {
+	case <-w.done:
+	case <-time.After(time.Minute):
+		_ = w.cmd.Process.Kill()
+		<-w.done
+	}
+}
+
+func procStatus(pid int, key string) int64 {
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return 0
+	}
+	for line := range strings.SplitSeq(string(data), "\n") {
+		if k, v, ok := strings.Cut(line, ":"); ok && k == key {
+			n, _ := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
+			return n
+		}
+	}
+	return 0
+}
+
+// notify tells the service that the producer now publishes to broker index, by the same
+// path as e2e's notify (and the API): record the Pending Switch, then signal-with-start
+// the BrokerSwitch workflow.
+func (st *stack) notify(index int, switchedAt time.Time) error {
+	ep := st.cfg.Brokers[index]
+	n := models.Notification{Index: index, Host: ep.Host, Vhost: ep.Vhost, SwitchedAt: switchedAt}
+	ctx := context.Background()
+	if _, err := st.store.Update(ctx, func(cur models.BrokerState) (models.BrokerState, error) {
+		next, _ := cur.ApplyNotification(n, time.Now())
+		return next, nil
+	}); err != nil {
+		return fmt.Errorf("record notification: %w", err)
+	}
+	_, err := st.temporal.SignalWithStartWorkflow(ctx, workflows.BrokerSwitchWorkflowID, workflows.SignalPendingSwitch, n,
+		workflows.BrokerSwitchStartOptions(st.cfg.TaskQueue), workflows.BrokerSwitch, worker.BrokerSwitchInput(st.cfg))
+	return err
+}
+
+// applied counts the ledger rows of deliveries applied or ignored.
+func (st *stack) applied(ctx context.Context) (int64, error) {
+	var n int64
+	err := st.db.WithContext(ctx).Raw("SELECT count(*) FROM github_deliveries WHERE outcome <> 'error'").Scan(&n).Error
+	return n, err
+}
+
+func (st *stack) errors(ctx context.Context) int64 {
+	var n int64
+	_ = st.db.WithContext(ctx).Raw("SELECT count(*) FROM github_deliveries WHERE outcome = 'error'").Scan(&n).Error
+	return n
+}
+
+// waitApplied waits until n deliveries are applied.
+func (st *stack) waitApplied(ctx context.Context, n int64, within time.Duration) error {
+	return waitUntil(ctx, within, fmt.Sprintf("%d deliveries applied", n), func() (bool, error) {
+		got, err := st.applied(ctx)
+		return got >= n, err
+	})
+}
+
+// switched tells whether broker index is active with nothing pending.
+func (st *stack) switched(ctx context.Context, index int) (bool, error) {
+	s, err := st.store.Load(ctx)
+	if err != nil {
+		return false, err
+	}
+	return s.ActiveIndex == index && s.Pending == nil, nil
+}
+
+// appliedTimes loads every ledger row's applied_at by delivery id.
+func (st *stack) appliedTimes(ctx context.Context) (map[string]time.Time, error) {
+	var rows []struct {
+		DeliveryID string
+		AppliedAt  *time.Time
+	}
+	if err := st.db.WithContext(ctx).Raw("SELECT delivery_id, applied_at FROM github_deliveries").Scan(&rows).Error; err != nil {
+		return nil, err
+	}
+	out := make(map[string]time.Time, len(rows))
+	for _, r := range rows {
+		if r.AppliedAt != nil {
+			out[r.DeliveryID] = *r.AppliedAt
+		}
+	}
+	return out, nil
+}
+
+// appliedSpan is the first and last applied_at of the ledger.
+func (st *stack) appliedSpan(ctx context.Context) (first, last time.Time, err error) {
+	var span struct{ First, Last *time.Time }
+	err = st.db.WithContext(ctx).Raw("SELECT min(applied_at) AS first, max(applied_at) AS last FROM github_deliveries").Scan(&span).Error
+	if err == nil && (span.First == nil || span.Last == nil) {
+		err = errors.New("ledger is empty")
+	}
+	if err != nil {
+		return first, last, err
+	}
+	return *span.First, *span.Last, nil
+}
