@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"runtime"
+	"sync"
 	"time"
 
 	"github.com/google/go-github/v75/github"
@@ -68,11 +70,7 @@ func (h *batchHandler) HandleBatch(ctx context.Context, queue string, deliveries
 		return nil, errors.New("ingest: Ingester.DB is nil")
 	}
 	now := h.now()
-	msgs := make([]message, len(deliveries))
-	for i, d := range deliveries {
-		ev, err := Decode(d)
-		msgs[i] = message{event: ev, malformed: err, retryCycles: ev.RetryCycles(queue)}
-	}
+	msgs := decodeAll(queue, deliveries)
 
 	verdicts, err := h.applyInTx(ctx, queue, msgs, now)
 	if err == nil {
@@ -92,6 +90,25 @@ func (h *batchHandler) HandleBatch(ctx context.Context, queue string, deliveries
 	h.logger().WarnContext(ctx, "batch transaction failed, applying its deliveries one by one",
 		"queue", queue, "broker", h.broker, "deliveries", len(msgs), "error", err)
 	return h.isolate(ctx, queue, msgs, now)
+}
+
+// decodeAll decodes a batch on every core: decoding is most of a message's CPU, and one
+// queue's ordered consumer would otherwise use one core while the others idle. Only the
+// decoding runs in parallel; the batch is applied in order.
+func decodeAll(queue string, deliveries []amqp.Delivery) []message {
+	msgs := make([]message, len(deliveries))
+	workers := min(runtime.GOMAXPROCS(0), len(deliveries))
+	var wg sync.WaitGroup
+	for w := range workers {
+		wg.Go(func() {
+			for i := w; i < len(deliveries); i += workers {
+				ev, err := Decode(deliveries[i])
+				msgs[i] = message{event: ev, malformed: err, retryCycles: ev.RetryCycles(queue)}
+			}
+		})
+	}
+	wg.Wait()
+	return msgs
 }
 
 // isolate applies each message in its own transaction, in order. Messages committed

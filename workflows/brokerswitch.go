@@ -120,14 +120,15 @@ func (w *switchRun) checkAndCommit(ctx workflow.Context, hop models.Hop) error {
 	w.status.Checks++
 	w.status.LastCheck = &check
 	if !check.Drained() {
+		next := w.nextCheckIn()
 		why := fmt.Sprintf("Switch %d → %d waits: broker %d is not drained yet %v; next check in %s",
-			active, hop.Index, active, check.Counts, w.in.DrainCheckInterval)
+			active, hop.Index, active, check.Counts, next)
 		if !check.Reachable {
 			why = fmt.Sprintf("Switch %d → %d waits: broker %d is unreachable (%s); it will be checked again in %s",
-				active, hop.Index, active, check.Error, w.in.DrainCheckInterval)
+				active, hop.Index, active, check.Error, next)
 			workflow.GetLogger(ctx).Warn("active broker unreachable, switch waits", "broker", active, "error", check.Error)
 		}
-		w.wait(ctx, why, w.in.DrainCheckInterval)
+		w.wait(ctx, why, next)
 		return nil
 	}
 	in := activities.CommitHopInput{From: active, Hop: hop, Checks: w.status.Checks}
@@ -137,6 +138,20 @@ func (w *switchRun) checkAndCommit(ctx workflow.Context, hop models.Hop) error {
 	w.status.Checks = 0
 	w.afterChange(ctx, true)
 	return nil
+}
+
+// firstRecheck is the pause after a hop's first failed drain check. A backlog usually
+// clears within seconds of a rotation, so the pause doubles from here up to
+// DrainCheckInterval instead of waiting a whole interval after every check.
+const firstRecheck = 250 * time.Millisecond
+
+// nextCheckIn is the pause before the next drain check of the current hop.
+func (w *switchRun) nextCheckIn() time.Duration {
+	d := firstRecheck
+	for i := 1; i < w.status.Checks && d < w.in.DrainCheckInterval; i++ {
+		d *= 2
+	}
+	return min(d, w.in.DrainCheckInterval)
 }
 
 // handleSignals applies the signals received so far, in arrival order.
