@@ -3,8 +3,9 @@ package main
 import (
 	"encoding/binary"
 	"net"
-	"sync"
 	"sync/atomic"
+
+	"github.com/brokerswitch/brokerswitch/internal/testenv"
 )
 
 // RabbitMQ without its management plugin keeps no delivery counters, and CloudAMQP bills
@@ -53,73 +54,44 @@ func (a snapshot) deliveries() int64 { return a.Deliver + a.GetOK }
 
 // countingProxy forwards TCP connections to target and counts their AMQP methods.
 type countingProxy struct {
-	target   string
-	listener net.Listener
-	counts   frameCounts
-	mu       sync.Mutex
-	conns    map[net.Conn]struct{}
+	*testenv.Proxy
+	counts frameCounts
 }
 
 func newCountingProxy(s *scope, target string) *countingProxy {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	s.check(err, "proxy listen")
-	p := &countingProxy{target: target, listener: l, conns: map[net.Conn]struct{}{}}
-	go p.serve()
-	s.Cleanup(p.close)
+	p := &countingProxy{}
+	proxy, err := testenv.ListenProxy(target, p.copy)
+	s.check(err, "counting proxy")
+	p.Proxy = proxy
+	s.Cleanup(p.Cut)
 	return p
 }
 
-func (p *countingProxy) addr() string { return p.listener.Addr().String() }
+func (p *countingProxy) addr() string { return p.Addr() }
 
-func (p *countingProxy) close() {
-	p.listener.Close()
-	p.mu.Lock()
-	for c := range p.conns {
-		c.Close()
-	}
-	p.mu.Unlock()
-}
+func (p *countingProxy) close() { p.Cut() }
 
-func (p *countingProxy) serve() {
-	for {
-		in, err := p.listener.Accept()
-		if err != nil {
-			return
-		}
-		out, err := net.Dial("tcp", p.target)
-		if err != nil {
-			in.Close()
-			continue
-		}
+// copy moves one direction through a frame parser; the client opens with the 8-byte
+// protocol header "AMQP\x00\x00\x09\x01".
+func (p *countingProxy) copy(dst, src net.Conn, toServer bool) {
+	fp := &frameParser{counts: &p.counts}
+	if toServer {
 		p.counts.Connections.Add(1)
-		p.mu.Lock()
-		p.conns[in], p.conns[out] = struct{}{}, struct{}{}
-		p.mu.Unlock()
-		go p.pipe(out, in, &frameParser{counts: &p.counts, skipHeader: 8}) // client → server: "AMQP\x00\x00\x09\x01" first
-		go p.pipe(in, out, &frameParser{counts: &p.counts})
+		fp.skipHeader = 8
 	}
-}
-
-func (p *countingProxy) pipe(dst, src net.Conn, fp *frameParser) {
 	buf := make([]byte, 64<<10)
 	for {
 		n, err := src.Read(buf)
 		if n > 0 {
 			fp.feed(buf[:n])
 			if _, werr := dst.Write(buf[:n]); werr != nil {
-				break
+				return
 			}
 		}
 		if err != nil {
-			break
+			return
 		}
 	}
-	dst.Close()
-	src.Close()
-	p.mu.Lock()
-	delete(p.conns, dst)
-	delete(p.conns, src)
-	p.mu.Unlock()
 }
 
 // frameParser reads a stream of AMQP frames incrementally: frame header (type, channel,

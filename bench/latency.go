@@ -3,8 +3,9 @@ package main
 import (
 	"net"
 	"strings"
-	"sync"
 	"time"
+
+	"github.com/brokerswitch/brokerswitch/internal/testenv"
 )
 
 // On loopback a round trip costs microseconds, so one transaction per message is nearly
@@ -12,61 +13,33 @@ import (
 // over a network; delayProxy adds a fixed one-way delay to every byte in both directions
 // (order kept, throughput not limited) to show what round trips cost.
 type delayProxy struct {
-	target   string
-	oneWay   time.Duration
-	listener net.Listener
-	mu       sync.Mutex
-	conns    map[net.Conn]struct{}
+	*testenv.Proxy
+	target string
+	oneWay time.Duration
 }
 
 func newDelayProxy(s *scope, target string, rtt time.Duration) *delayProxy {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	s.check(err, "delay proxy listen")
-	p := &delayProxy{target: target, oneWay: rtt / 2, listener: l, conns: map[net.Conn]struct{}{}}
-	go p.serve()
-	s.Cleanup(p.close)
+	p := &delayProxy{target: target, oneWay: rtt / 2}
+	proxy, err := testenv.ListenProxy(target, p.copy)
+	s.check(err, "delay proxy")
+	p.Proxy = proxy
+	s.Cleanup(p.Cut)
 	return p
 }
 
-func (p *delayProxy) addr() string { return p.listener.Addr().String() }
+func (p *delayProxy) addr() string { return p.Addr() }
 
 // via rewrites a URL or DSN that names target to go through the proxy.
 func (p *delayProxy) via(url string) string { return strings.Replace(url, p.target, p.addr(), 1) }
-
-func (p *delayProxy) close() {
-	p.listener.Close()
-	p.mu.Lock()
-	for c := range p.conns {
-		c.Close()
-	}
-	p.mu.Unlock()
-}
-
-func (p *delayProxy) serve() {
-	for {
-		in, err := p.listener.Accept()
-		if err != nil {
-			return
-		}
-		out, err := net.Dial("tcp", p.target)
-		if err != nil {
-			in.Close()
-			continue
-		}
-		p.mu.Lock()
-		p.conns[in], p.conns[out] = struct{}{}, struct{}{}
-		p.mu.Unlock()
-		go p.pipe(out, in)
-		go p.pipe(in, out)
-	}
-}
 
 type chunk struct {
 	due  time.Time
 	data []byte
 }
 
-func (p *delayProxy) pipe(dst, src net.Conn) {
+// copy delays every chunk by the one-way time, keeping order: a reader stamps chunks
+// as they arrive and the writer releases each when it is due.
+func (p *delayProxy) copy(dst, src net.Conn, _ bool) {
 	queue := make(chan chunk, 4096)
 	go func() {
 		defer close(queue)
@@ -89,14 +62,9 @@ func (p *delayProxy) pipe(dst, src net.Conn) {
 			break
 		}
 	}
-	dst.Close()
-	src.Close()
-	for range queue { // the reader ends once src is closed
+	src.Close() // ends the reader
+	for range queue {
 	}
-	p.mu.Lock()
-	delete(p.conns, dst)
-	delete(p.conns, src)
-	p.mu.Unlock()
 }
 
 // measureRTT is the round trip through a delay proxy, as measured: sleeps on this kind of

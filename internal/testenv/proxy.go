@@ -1,17 +1,24 @@
 package testenv
 
 import (
+	"fmt"
 	"io"
 	"net"
 	"sync"
 	"testing"
 )
 
+// Copy moves one direction of a proxied connection, from src to dst, until either side
+// fails; toServer tells which direction it is. io.Copy fits, and the benchmark's proxies
+// count AMQP frames or add latency on the way.
+type Copy func(dst, src net.Conn, toServer bool)
+
 // Proxy forwards TCP connections to a target and can be cut and restored, so that a
 // test can make a broker unreachable and bring it back on the same address.
 type Proxy struct {
 	target string
 	addr   string
+	copy   Copy
 
 	mu       sync.Mutex
 	listener net.Listener
@@ -21,14 +28,27 @@ type Proxy struct {
 // NewProxy listens on a free loopback port and forwards to target until the test ends.
 func NewProxy(tb testing.TB, target string) *Proxy {
 	tb.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	p, err := ListenProxy(target, nil)
 	if err != nil {
-		tb.Fatalf("testenv: proxy listen: %v", err)
+		tb.Fatalf("testenv: %v", err)
 	}
-	p := &Proxy{target: target, addr: l.Addr().String(), conns: map[net.Conn]struct{}{}}
-	p.serve(l)
 	tb.Cleanup(p.Cut)
 	return p
+}
+
+// ListenProxy listens on a free loopback port and forwards to target through copy (nil
+// copies bytes as they come) until Cut; the caller cuts it when done.
+func ListenProxy(target string, copy Copy) (*Proxy, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, fmt.Errorf("proxy listen: %w", err)
+	}
+	if copy == nil {
+		copy = func(dst, src net.Conn, _ bool) { _, _ = io.Copy(dst, src) }
+	}
+	p := &Proxy{target: target, addr: l.Addr().String(), copy: copy, conns: map[net.Conn]struct{}{}}
+	p.serve(l)
+	return p, nil
 }
 
 // Addr is the host:port clients connect to.
@@ -76,8 +96,8 @@ func (p *Proxy) serve(l net.Listener) {
 			if !p.track(l, in, out) {
 				continue
 			}
-			go p.pipe(in, out)
-			go p.pipe(out, in)
+			go p.pipe(out, in, true)
+			go p.pipe(in, out, false)
 		}
 	}()
 }
@@ -96,8 +116,8 @@ func (p *Proxy) track(l net.Listener, in, out net.Conn) bool {
 	return true
 }
 
-func (p *Proxy) pipe(dst, src net.Conn) {
-	_, _ = io.Copy(dst, src)
+func (p *Proxy) pipe(dst, src net.Conn, toServer bool) {
+	p.copy(dst, src, toServer)
 	dst.Close()
 	src.Close()
 	p.mu.Lock()
