@@ -69,8 +69,6 @@ func newCountingProxy(s *scope, target string) *countingProxy {
 
 func (p *countingProxy) addr() string { return p.Addr() }
 
-func (p *countingProxy) close() { p.Cut() }
-
 // copy moves one direction through a frame parser; the client opens with the 8-byte
 // protocol header "AMQP\x00\x00\x09\x01".
 func (p *countingProxy) copy(dst, src net.Conn, toServer bool) {
