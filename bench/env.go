@@ -112,7 +112,7 @@ func describeMachine() machine {
 		}
 		f.Close()
 	}
-	if kb := meminfo("MemTotal"); kb > 0 {
+	if kb := procKB("/proc/meminfo", "MemTotal"); kb > 0 {
 		m.MemoryGiB = float64(kb) / (1 << 20)
 	}
 	m.Kernel = firstLine(exec.Command("uname", "-r"))
@@ -133,8 +133,10 @@ func firstLine(cmd *exec.Cmd) string {
 	return line
 }
 
-func meminfo(key string) int64 {
-	data, err := os.ReadFile("/proc/meminfo")
+// procKB reads a "Key:   123 kB" line from a /proc file such as /proc/meminfo or
+// /proc/PID/status; 0 when it is missing.
+func procKB(path, key string) int64 {
+	data, err := os.ReadFile(path)
 	if err != nil {
 		return 0
 	}

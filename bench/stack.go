@@ -8,7 +8,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -196,7 +195,7 @@ func (st *stack) startWorkerProcess(binary, logDir string) *workerProcess {
 				close(w.done)
 				return
 			case <-t.C:
-				if kb := procStatus(cmd.Process.Pid, "VmRSS"); kb > 0 {
+				if kb := procKB(fmt.Sprintf("/proc/%d/status", cmd.Process.Pid), "VmRSS"); kb > 0 {
 					w.mu.Lock()
 					w.maxRSSKB = max(w.maxRSSKB, kb)
 					w.mu.Unlock()
@@ -211,7 +210,7 @@ func (st *stack) startWorkerProcess(binary, logDir string) *workerProcess {
 // peakRSSMB is the kernel's high-water mark of the process's resident set (VmHWM), or the
 // largest sample if the process is gone.
 func (w *workerProcess) peakRSSMB() float64 {
-	kb := procStatus(w.cmd.Process.Pid, "VmHWM")
+	kb := procKB(fmt.Sprintf("/proc/%d/status", w.cmd.Process.Pid), "VmHWM")
 	w.mu.Lock()
 	kb = max(kb, w.maxRSSKB)
 	w.mu.Unlock()
@@ -231,20 +230,6 @@ func (w *workerProcess) stop() {
 		_ = w.cmd.Process.Kill()
 		<-w.done
 	}
-}
-
-func procStatus(pid int, key string) int64 {
-	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
-	if err != nil {
-		return 0
-	}
-	for line := range strings.SplitSeq(string(data), "\n") {
-		if k, v, ok := strings.Cut(line, ":"); ok && k == key {
-			n, _ := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
-			return n
-		}
-	}
-	return 0
 }
 
 // notify tells the service that the producer now publishes to broker index, by the same
