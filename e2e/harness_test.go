@@ -335,17 +335,16 @@ func (s *stack) requireBrokerOrder(before, after int) {
 		require.NoError(s.t, s.db.Model(&models.Delivery{}).Select(
 			"max(applied_at) FILTER (WHERE broker_index = ?) AS before_last, min(applied_at) FILTER (WHERE broker_index = ?) AS after_first",
 			before, after).Where("queue = ? AND outcome = 'applied'", q).Scan(&span).Error)
-		if span.BeforeLast != nil && span.AfterFirst != nil && span.AfterFirst.Before(*span.BeforeLast) {
-			var rows []models.Delivery
-			s.db.Where("queue = ?", q).Order("applied_at").Find(&rows)
-			for _, r := range rows {
-				s.t.Logf("DEBUG %s b%d %s %s rc=%d", r.AppliedAt.Format("15:04:05.000000"), r.BrokerIndex, r.Event, r.Action, r.RetryCycles)
-			}
+		if span.BeforeLast == nil || span.AfterFirst == nil || !span.AfterFirst.Before(*span.BeforeLast) {
+			continue
 		}
-		if span.BeforeLast != nil && span.AfterFirst != nil {
-			require.False(s.t, span.AfterFirst.Before(*span.BeforeLast),
-				"queue %s: an event from broker %d was applied at %s, before the last from broker %d at %s",
-				q, after, span.AfterFirst, before, span.BeforeLast)
+		// Out of order: show the queue's ledger in applied order, then fail.
+		var rows []models.Delivery
+		s.db.Where("queue = ?", q).Order("applied_at").Find(&rows)
+		for _, r := range rows {
+			s.t.Logf("%s applied %s from broker %d: %s %s", q, r.AppliedAt.Format("15:04:05.000000"), r.BrokerIndex, r.Event, r.Action)
 		}
+		s.t.Fatalf("queue %s: an event from broker %d was applied at %s, before the last from broker %d at %s",
+			q, after, span.AfterFirst, before, span.BeforeLast)
 	}
 }
