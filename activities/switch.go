@@ -33,6 +33,8 @@ type Switch struct {
 	Queues []string
 	Now    func() time.Time
 	Logger *slog.Logger
+	// Watcher announces changes of the state that an idle BrokerSwitch workflow waits for.
+	Watcher stateWatcher
 	// Metrics counts drain checks and switches and observes switch lags; nil counts nothing.
 	Metrics *metrics.Metrics
 }
@@ -44,6 +46,35 @@ func (a *Switch) LoadState(ctx context.Context) (models.BrokerState, error) {
 		return st, fmt.Errorf("load broker state: %w", err)
 	}
 	return st, nil
+}
+
+// WaitForChangeInput is what an idle BrokerSwitch workflow knows: the active broker, with
+// nothing pending.
+type WaitForChangeInput struct {
+	ActiveIndex int
+}
+
+// WaitForChange returns true once Postgres announces a Pending Switch or another active
+// broker than in.ActiveIndex: a change that no signal brought, such as a notification
+// the API recorded while Temporal was away. It returns false shortly before its
+// deadline, so that the workflow's fallback re-read is not an activity timeout.
+func (a *Switch) WaitForChange(ctx context.Context, in WaitForChangeInput) (bool, error) {
+	if deadline, ok := ctx.Deadline(); ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithDeadline(ctx, deadline.Add(-5*time.Second))
+		defer cancel()
+	}
+	var gen uint64
+	for {
+		st, g, ok := a.Watcher.Next(ctx, gen)
+		if !ok {
+			return false, nil
+		}
+		gen = g
+		if st.Pending != nil || st.ActiveIndex != in.ActiveIndex {
+			return true, nil
+		}
+	}
 }
 
 // NotificationResult is the state after a notification and what the notification did.

@@ -35,6 +35,13 @@ type stateLoader interface {
 	Load(ctx context.Context) (models.BrokerState, error)
 }
 
+// stateWatcher hands out the process's latest reading of the broker state as it changes
+// (models.StateWatcher), so that a window learns of a committed switch from Postgres, not
+// from a Temporal round trip.
+type stateWatcher interface {
+	Next(ctx context.Context, after uint64) (models.BrokerState, uint64, bool)
+}
+
 // Window holds the activities of a queue's consumer window.
 type Window struct {
 	Pool consumerPool
@@ -44,9 +51,13 @@ type Window struct {
 	LeftoverDrainCap int
 	Handlers         handlers
 	State            stateLoader
+	Watcher          stateWatcher
 	Topology         broker.Topology
 	Prefetch         int
-	Heartbeat        time.Duration
+	// HeartbeatTimeout is how long a window may go silent before Temporal retries it on
+	// another worker. Heartbeats only prove liveness: the SDK sends at most one per 0.8 ×
+	// HeartbeatTimeout, and each one that reaches the server is a billable Action.
+	HeartbeatTimeout time.Duration
 	Logger           *slog.Logger
 	// Metrics counts Leftover Drain messages and window lengths; nil counts nothing.
 	Metrics *metrics.Metrics
@@ -59,6 +70,7 @@ type WindowPlan struct {
 	ActiveIndex      int
 	ActiveName       string
 	Window           time.Duration
+	HeartbeatTimeout time.Duration
 	LeftoverDrainCap int
 	// Leftover are the other brokers, less those on a pending route: the producer is
 	// filling those and they must not be read early.
@@ -81,6 +93,7 @@ func (a *Window) PlanWindow(ctx context.Context) (WindowPlan, error) {
 		ActiveIndex:      st.ActiveIndex,
 		ActiveName:       a.endpoint(st.ActiveIndex),
 		Window:           a.WindowLength,
+		HeartbeatTimeout: a.HeartbeatTimeout,
 		LeftoverDrainCap: a.LeftoverDrainCap,
 	}
 	for _, ep := range a.Pool.Endpoints() {
@@ -89,6 +102,27 @@ func (a *Window) PlanWindow(ctx context.Context) (WindowPlan, error) {
 		}
 	}
 	return plan, nil
+}
+
+// PreparedWindow is a window's plan and what its Leftover Drain took.
+type PreparedWindow struct {
+	Plan    WindowPlan
+	Drained LeftoverDrainResult
+}
+
+// PrepareWindow resolves the active broker and runs the Leftover Drain in one activity:
+// every activity is a billable Action, and a window starts every CONSUMER_WINDOW per queue.
+func (a *Window) PrepareWindow(ctx context.Context, queue string) (PreparedWindow, error) {
+	plan, err := a.PlanWindow(ctx)
+	if err != nil {
+		return PreparedWindow{}, err
+	}
+	out := PreparedWindow{Plan: plan, Drained: LeftoverDrainResult{Taken: map[int]int{}}}
+	if len(plan.Leftover) == 0 {
+		return out, nil
+	}
+	out.Drained, err = a.LeftoverDrain(ctx, LeftoverDrainInput{Queue: queue, Brokers: plan.Leftover, Cap: plan.LeftoverDrainCap})
+	return out, err
 }
 
 // LeftoverDrainInput names the queue, the brokers to visit and the cap for this cycle.
@@ -108,7 +142,7 @@ type LeftoverDrainResult struct {
 // applies it before the window starts: those messages are older than anything on the
 // active broker. A broker that cannot be reached is a warning, never a failed window.
 func (a *Window) LeftoverDrain(ctx context.Context, in LeftoverDrainInput) (LeftoverDrainResult, error) {
-	stopHeartbeat := heartbeatUntilDone(ctx, a.Heartbeat)
+	stopHeartbeat := heartbeat(ctx)
 	defer stopHeartbeat()
 	res := LeftoverDrainResult{Taken: map[int]int{}}
 	budget := in.Cap
@@ -177,40 +211,104 @@ type ConsumeInput struct {
 	Window      time.Duration
 }
 
-// Consume reads the queue on the active broker for one window. It ends early, with the
-// batch in hand settled, when the workflow cancels it (a switch was committed) or the
-// worker stops.
+// Why a window ends before its length; they say so in logs and metrics.
+var (
+	errSwitched = errors.New("the active broker moved")
+	errStopping = errors.New("the worker is stopping")
+)
+
+// Consume reads the queue on the active broker for one window. It ends itself early, with
+// the batch in hand settled, when Postgres announces that the active broker moved or the
+// worker is stopping; both are normal ends, not errors.
 func (a *Window) Consume(ctx context.Context, in ConsumeInput) (err error) {
 	start := time.Now()
 	ping := a.Pings.Start(ctx)
+	windowCtx, end := context.WithCancelCause(ctx)
+	defer end(nil)
 	defer func() {
-		end := metrics.WindowElapsed
-		switch {
+		outcome := metrics.WindowElapsed
+		switch cause := context.Cause(windowCtx); {
 		case err != nil && ctx.Err() == nil:
-			end = metrics.WindowFailed
+			outcome = metrics.WindowFailed
 			ping.Fail(ctx, err.Error())
-		case ctx.Err() != nil:
-			end = metrics.WindowCancelled
+		case ctx.Err() != nil, errors.Is(cause, errSwitched), errors.Is(cause, errStopping):
+			outcome = metrics.WindowCancelled
 			ping.Success(ctx)
 		default:
 			ping.Success(ctx)
 		}
-		a.Metrics.Window(in.Queue, end, time.Since(start))
+		a.Metrics.Window(in.Queue, outcome, time.Since(start))
 	}()
+	// A retried attempt, or a plan read just before a switch, must not read a broker that
+	// is no longer active.
+	if st, err := a.State.Load(ctx); err != nil {
+		return fmt.Errorf("consume %s: %w", in.Queue, err)
+	} else if st.ActiveIndex != in.BrokerIndex {
+		end(errSwitched)
+		return nil
+	}
 	if err := a.Pool.DeclareTopology(ctx, in.BrokerIndex, a.Topology); err != nil {
 		return fmt.Errorf("consume %s: %w", in.Queue, err)
 	}
-	windowCtx, cancel := context.WithTimeout(ctx, in.Window)
-	defer cancel()
-	stopHeartbeat := heartbeatUntilDone(windowCtx, a.Heartbeat)
+	go a.endEarly(windowCtx, end, in)
+	// Heartbeats go on until the batch in hand is settled, even after the window ended:
+	// an activity that goes silent after its cancel was requested times out for good.
+	stopHeartbeat := heartbeat(ctx)
 	defer stopHeartbeat()
 
 	opts := broker.ConsumeOptions{Prefetch: a.Prefetch, ConsumerTag: consumerTag(ctx)}
 	if err := a.Pool.Consume(windowCtx, in.BrokerIndex, in.Queue, opts, a.Handlers.ForBroker(in.BrokerIndex)); err != nil {
 		return fmt.Errorf("consume %s on %s: %w", in.Queue, a.endpoint(in.BrokerIndex), err)
 	}
-	// A cancelled activity reports cancellation; a window that ran its length is a success.
+	if cause := context.Cause(windowCtx); errors.Is(cause, errSwitched) || errors.Is(cause, errStopping) {
+		a.Logger.InfoContext(ctx, "window ended early", "queue", in.Queue, "broker", a.endpoint(in.BrokerIndex), "why", cause.Error())
+	}
+	// A cancelled activity (the workflow was cancelled, or the worker's stop timeout
+	// passed) reports cancellation; every other end is a success.
 	return ctx.Err()
+}
+
+// endEarly ends the window when its length has passed, when the active broker moves away
+// from the one it reads, or when the worker begins to stop.
+func (a *Window) endEarly(ctx context.Context, end context.CancelCauseFunc, in ConsumeInput) {
+	timer := time.NewTimer(in.Window)
+	defer timer.Stop()
+	moved := make(chan struct{})
+	go func() {
+		if a.activeMoved(ctx, in.BrokerIndex) {
+			close(moved)
+		}
+	}()
+	select {
+	case <-ctx.Done():
+	case <-timer.C:
+		end(context.DeadlineExceeded)
+	case <-moved:
+		end(errSwitched)
+	case <-activity.GetWorkerStopChannel(ctx):
+		end(errStopping)
+	}
+}
+
+// activeMoved blocks until the active broker is no longer index, and reports whether it
+// saw that before ctx ended. The watcher's reading may lag a switch the caller has already
+// seen, so a reading that says "moved" is confirmed with a read of Postgres.
+func (a *Window) activeMoved(ctx context.Context, index int) bool {
+	var gen uint64
+	for {
+		st, g, ok := a.Watcher.Next(ctx, gen)
+		if !ok {
+			return false
+		}
+		gen = g
+		if st.ActiveIndex == index {
+			continue
+		}
+		if now, err := a.State.Load(ctx); err != nil || now.ActiveIndex == index {
+			continue // Postgres away, or a stale reading: keep reading what was planned
+		}
+		return true
+	}
 }
 
 func (a *Window) endpoint(index int) string {
@@ -229,17 +327,22 @@ func consumerTag(ctx context.Context) string {
 	return fmt.Sprintf("%s/%s/%d", info.WorkflowExecution.ID, info.WorkflowExecution.RunID, info.Attempt)
 }
 
-// heartbeatUntilDone heartbeats in the background: Temporal delivers a cancellation only
-// in a heartbeat's answer, so a window must heartbeat often to stop promptly.
-func heartbeatUntilDone(ctx context.Context, every time.Duration) (stop func()) {
+// heartbeat records a heartbeat every third of the activity's heartbeat timeout until stop is
+// called, whatever happens to ctx meanwhile. The SDK throttles what reaches the server to
+// one per 0.8 × the timeout, so a short activity that ends before the first tick sends none.
+func heartbeat(ctx context.Context) (stop func()) {
+	every := activity.GetInfo(ctx).HeartbeatTimeout / 3
+	if every <= 0 {
+		return func() {}
+	}
+	// A heartbeat sent on a cancelled context never leaves the process.
+	ctx = context.WithoutCancel(ctx)
 	done := make(chan struct{})
 	go func() {
 		t := time.NewTicker(every)
 		defer t.Stop()
 		for {
 			select {
-			case <-ctx.Done():
-				return
 			case <-done:
 				return
 			case <-t.C:

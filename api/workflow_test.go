@@ -43,7 +43,7 @@ func newWorkerEnv(t *testing.T) *workerEnv {
 		require.NoError(t, pool.DeclareTopology(t.Context(), ep.Index, topology))
 	}
 	w := sdkworker.New(e.client, e.cfg.TaskQueue, sdkworker.Options{})
-	worker.Register(w, worker.Deps{Config: e.cfg, Client: e.client, Pool: pool, DB: e.db, Logger: e.deps.Logger})
+	worker.Register(w, worker.Deps{Config: e.cfg, Client: e.client, Pool: pool, DB: e.db, Logger: e.deps.Logger}, nil)
 	require.NoError(t, w.Start())
 	t.Cleanup(w.Stop)
 	return &workerEnv{env: e, urls: urls}

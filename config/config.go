@@ -10,6 +10,9 @@ import (
 	"strings"
 	"time"
 
+	"go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/contrib/envconfig"
+
 	"github.com/brokerswitch/brokerswitch/broker"
 )
 
@@ -24,6 +27,12 @@ type Config struct {
 	TemporalAddress string
 	// TemporalNamespace from TEMPORAL_NAMESPACE (default "default").
 	TemporalNamespace string
+	// Temporal are the client options that the SDK's envconfig reads from a profile file
+	// (TEMPORAL_CONFIG_FILE, TEMPORAL_PROFILE) and from TEMPORAL_ADDRESS,
+	// TEMPORAL_NAMESPACE, TEMPORAL_API_KEY, TEMPORAL_TLS, TEMPORAL_TLS_CLIENT_CERT_PATH,
+	// TEMPORAL_TLS_CLIENT_KEY_PATH, TEMPORAL_TLS_SERVER_CA_CERT_PATH,
+	// TEMPORAL_TLS_SERVER_NAME and the rest of its variables. It holds secrets: never log it.
+	Temporal client.Options
 	// TaskQueue from TEMPORAL_TASK_QUEUE (default "brokerswitch").
 	TaskQueue string
 	// Queues from QUEUES (default pull_requests,issues,pushes,installations): the logical queues.
@@ -38,6 +47,14 @@ type Config struct {
 	// also the largest batch committed in one transaction. CloudAMQP's shared plans close a
 	// connection with more than 1,000 unacknowledged messages, so it stays well below that.
 	Prefetch int
+	// WindowHeartbeatTimeout from WINDOW_HEARTBEAT_TIMEOUT (default 1m): how long a window
+	// may go silent before Temporal retries it on another worker. Heartbeats only prove
+	// liveness; one reaches Temporal every 0.8 × this, and each is a billable Action.
+	WindowHeartbeatTimeout time.Duration
+	// WorkerStopTimeout from WORKER_STOP_TIMEOUT (default 1m): how long a stopping worker
+	// lets its windows settle their batch in hand. Keep a container's termination grace
+	// period longer.
+	WorkerStopTimeout time.Duration
 	// DrainCheckInterval from DRAIN_CHECK_INTERVAL (default 3s): the pause between drain checks
 	// while a switch is pending.
 	DrainCheckInterval time.Duration
@@ -71,25 +88,27 @@ type Getenv func(string) string
 func FromEnv(getenv Getenv) (Config, error) {
 	r := reader{getenv: getenv}
 	c := Config{
-		DatabaseURL:         r.str("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/brokerswitch?sslmode=disable"),
-		TemporalAddress:     r.str("TEMPORAL_ADDRESS", "127.0.0.1:7233"),
-		TemporalNamespace:   r.str("TEMPORAL_NAMESPACE", "default"),
-		TaskQueue:           r.str("TEMPORAL_TASK_QUEUE", "brokerswitch"),
-		Queues:              r.list("QUEUES", "pull_requests,issues,pushes,installations"),
-		ConsumerWindow:      r.duration("CONSUMER_WINDOW", "5m"),
-		RetryTTL:            r.duration("RETRY_TTL", "10m"),
-		MaxRetryCycles:      r.positiveInt("MAX_RETRY_CYCLES", "10"),
-		Prefetch:            r.positiveInt("PREFETCH", "100"),
-		DrainCheckInterval:  r.duration("DRAIN_CHECK_INTERVAL", "3s"),
-		LeftoverDrainCap:    r.positiveInt("LEFTOVER_DRAIN_CAP", "500"),
-		HTTPAddr:            r.str("HTTP_ADDR", ":8080"),
-		ProducerToken:       getenv("PRODUCER_TOKEN"),
-		OperatorToken:       getenv("OPERATOR_TOKEN"),
-		InsecureNoAuth:      r.boolean("API_INSECURE_NO_AUTH"),
-		LogLevel:            r.str("LOG_LEVEL", "info"),
-		MetricsAddr:         r.str("METRICS_ADDR", ":9090"),
-		HealthchecksPingURL: r.str("HEALTHCHECKS_PING_URL", ""),
+		DatabaseURL:            r.str("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/brokerswitch?sslmode=disable"),
+		TaskQueue:              r.str("TEMPORAL_TASK_QUEUE", "brokerswitch"),
+		Queues:                 r.list("QUEUES", "pull_requests,issues,pushes,installations"),
+		ConsumerWindow:         r.duration("CONSUMER_WINDOW", "5m"),
+		RetryTTL:               r.duration("RETRY_TTL", "10m"),
+		MaxRetryCycles:         r.positiveInt("MAX_RETRY_CYCLES", "10"),
+		Prefetch:               r.positiveInt("PREFETCH", "100"),
+		DrainCheckInterval:     r.duration("DRAIN_CHECK_INTERVAL", "3s"),
+		WindowHeartbeatTimeout: r.duration("WINDOW_HEARTBEAT_TIMEOUT", "1m"),
+		WorkerStopTimeout:      r.duration("WORKER_STOP_TIMEOUT", "1m"),
+		LeftoverDrainCap:       r.positiveInt("LEFTOVER_DRAIN_CAP", "500"),
+		HTTPAddr:               r.str("HTTP_ADDR", ":8080"),
+		ProducerToken:          getenv("PRODUCER_TOKEN"),
+		OperatorToken:          getenv("OPERATOR_TOKEN"),
+		InsecureNoAuth:         r.boolean("API_INSECURE_NO_AUTH"),
+		LogLevel:               r.str("LOG_LEVEL", "info"),
+		MetricsAddr:            r.str("METRICS_ADDR", ":9090"),
+		HealthchecksPingURL:    r.str("HEALTHCHECKS_PING_URL", ""),
 	}
+	c.Temporal = r.temporal(getenv)
+	c.TemporalAddress, c.TemporalNamespace = c.Temporal.HostPort, c.Temporal.Namespace
 	brokers, err := broker.ParseEndpoints(r.str("RABBITMQ_CONNECTION_STRINGS", "amqp://guest:guest@127.0.0.1:5672/"))
 	if err != nil {
 		r.fail("RABBITMQ_CONNECTION_STRINGS", err.Error())
@@ -141,6 +160,36 @@ func (r *reader) str(name, def string) string {
 	}
 	return def
 }
+
+// temporal reads the Temporal client options with the SDK's envconfig, the conventions
+// Temporal's own tools use, and fills in brokerswitch's defaults.
+func (r *reader) temporal(getenv Getenv) client.Options {
+	opts, err := envconfig.LoadClientOptions(envconfig.LoadClientOptionsRequest{EnvLookup: envLookup(getenv)})
+	if err != nil {
+		// envconfig's errors name the setting and quote no secret.
+		r.fail("TEMPORAL_* (Temporal client settings)", err.Error())
+		return opts
+	}
+	if strings.TrimSpace(opts.HostPort) == "" {
+		opts.HostPort = "127.0.0.1:7233"
+	}
+	if strings.TrimSpace(opts.Namespace) == "" {
+		opts.Namespace = "default"
+	}
+	return opts
+}
+
+// envLookup lets envconfig read through Getenv: an empty variable counts as unset.
+// TEMPORAL_GRPC_META_* headers, which envconfig finds by listing the environment, are
+// read from the profile file only.
+type envLookup Getenv
+
+func (e envLookup) LookupEnv(key string) (string, bool) {
+	v := strings.TrimSpace(e(key))
+	return v, v != ""
+}
+
+func (e envLookup) Environ() []string { return nil }
 
 func (r *reader) list(name, def string) []string {
 	var out []string

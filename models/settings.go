@@ -67,7 +67,7 @@ func (s *BrokerStore) Load(ctx context.Context) (BrokerState, error) {
 }
 
 // Update changes the broker state in one transaction under a lock: fn sees the current
-// state and returns the next one, which is written back. Unlike Load it accepts an active
+// state and returns the next one, which is written back and announced on StateChannel. Unlike Load it accepts an active
 // broker that is not configured, so that a forced switch can repair it.
 func (s *BrokerStore) Update(ctx context.Context, fn func(BrokerState) (BrokerState, error)) (BrokerState, error) {
 	var next BrokerState
@@ -82,7 +82,15 @@ func (s *BrokerStore) Update(ctx context.Context, fn func(BrokerState) (BrokerSt
 		if next, err = fn(cur); err != nil {
 			return err
 		}
-		return s.save(tx, next)
+		if err := s.save(tx, next); err != nil {
+			return err
+		}
+		// Delivered on commit, and only then: every StateWatcher re-reads the state, so a
+		// window learns of a committed switch without a Temporal round trip.
+		if err := tx.Exec("SELECT pg_notify(?, '')", StateChannel).Error; err != nil {
+			return fmt.Errorf("announce broker state change: %w", err)
+		}
+		return nil
 	})
 	return next, err
 }

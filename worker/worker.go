@@ -9,6 +9,8 @@ import (
 	"log/slog"
 	"time"
 
+	enumspb "go.temporal.io/api/enums/v1"
+	"go.temporal.io/api/serviceerror"
 	"go.temporal.io/sdk/client"
 	sdkworker "go.temporal.io/sdk/worker"
 	"gorm.io/gorm"
@@ -22,10 +24,6 @@ import (
 	"github.com/brokerswitch/brokerswitch/models"
 	"github.com/brokerswitch/brokerswitch/workflows"
 )
-
-// heartbeatEvery bounds how long a cancelled window keeps consuming: Temporal delivers
-// cancellation in a heartbeat's answer, and switch lag is measured in seconds.
-const heartbeatEvery = 500 * time.Millisecond
 
 // Deps are what a worker process shares between its parts.
 type Deps struct {
@@ -41,27 +39,50 @@ type Deps struct {
 	Pings *healthchecks.Pinger
 }
 
-// Run serves workflows and activities until ctx ends.
+// ensureEvery is how often a worker checks that the long-running workflows still run; a
+// describe costs no Action, and a window that failed is restarted by its retry policy first.
+const ensureEvery = 5 * time.Minute
+
+// Run serves workflows and activities until ctx ends. Then it stops taking tasks and
+// lets every running window settle its batch in hand and return, for up to
+// WorkerStopTimeout, before it returns: the caller closes the brokers, the database and
+// the client only after that.
 func Run(ctx context.Context, d Deps) error {
+	watchCtx, stopWatching := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopWatching()
+	watcher := &models.StateWatcher{Store: NewBrokerStore(d.DB, d.Pool.Endpoints()), DSN: d.Config.DatabaseURL, Logger: d.Logger}
+	go watcher.Run(watchCtx)
+
 	w := sdkworker.New(d.Client, d.Config.TaskQueue, sdkworker.Options{
-		MaxHeartbeatThrottleInterval:     heartbeatEvery,
-		DefaultHeartbeatThrottleInterval: heartbeatEvery,
+		WorkerStopTimeout: d.Config.WorkerStopTimeout,
 	})
-	Register(w, d)
+	Register(w, d, watcher)
 	if err := w.Start(); err != nil {
 		return fmt.Errorf("start worker on task queue %s: %w", d.Config.TaskQueue, err)
 	}
+	// Stop waits for the activities, which read the watcher until they return.
 	defer w.Stop()
 	if err := EnsureWorkflows(ctx, d.Client, d.Config); err != nil {
 		return err
 	}
 	d.Logger.InfoContext(ctx, "worker running", "task_queue", d.Config.TaskQueue, "queues", d.Config.Queues)
-	<-ctx.Done()
-	return nil
+	tick := time.NewTicker(ensureEvery)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			d.Logger.InfoContext(ctx, "worker stopping: windows settle their batch in hand", "stop_timeout", d.Config.WorkerStopTimeout.String())
+			return nil
+		case <-tick.C:
+			if err := EnsureWorkflows(ctx, d.Client, d.Config); err != nil && ctx.Err() == nil {
+				d.Logger.WarnContext(ctx, "workflows not ensured", "error", err)
+			}
+		}
+	}
 }
 
 // Register adds the workflows and their activities, built from d, to a worker.
-func Register(w sdkworker.Registry, d Deps) {
+func Register(w sdkworker.Registry, d Deps, watcher *models.StateWatcher) {
 	store := NewBrokerStore(d.DB, d.Pool.Endpoints())
 	w.RegisterWorkflow(workflows.QueueWindow)
 	w.RegisterWorkflow(workflows.BrokerSwitch)
@@ -71,11 +92,12 @@ func Register(w sdkworker.Registry, d Deps) {
 			DB: d.DB, MaxRetryCycles: d.Config.MaxRetryCycles, Logger: d.Logger, Now: time.Now, Metrics: d.Metrics,
 		},
 		State:            store,
+		Watcher:          watcher,
 		Topology:         broker.Topology{Queues: d.Config.Queues, RetryTTL: d.Config.RetryTTL},
 		Prefetch:         d.Config.Prefetch,
 		WindowLength:     d.Config.ConsumerWindow,
 		LeftoverDrainCap: d.Config.LeftoverDrainCap,
-		Heartbeat:        heartbeatEvery,
+		HeartbeatTimeout: d.Config.WindowHeartbeatTimeout,
 		Logger:           d.Logger,
 		Metrics:          d.Metrics,
 		Pings:            d.Pings,
@@ -86,6 +108,7 @@ func Register(w sdkworker.Registry, d Deps) {
 		Queues:  d.Config.Queues,
 		Now:     time.Now,
 		Logger:  d.Logger,
+		Watcher: watcher,
 		Metrics: d.Metrics,
 	})
 }
@@ -123,17 +146,32 @@ func BrokerSwitchInput(cfg config.Config) workflows.BrokerSwitchInput {
 }
 
 // EnsureWorkflows starts the window workflows and the BrokerSwitch workflow unless they
-// run already, so that any number of workers can start at once.
+// run already, so that any number of workers can start at once. It describes each one
+// first: a describe is free, while a start counts as an Action even when it finds the
+// workflow running.
 func EnsureWorkflows(ctx context.Context, c client.Client, cfg config.Config) error {
 	var errs []error
 	for _, q := range cfg.Queues {
 		opts := workflows.QueueWindowStartOptions(cfg.TaskQueue, q)
-		if _, err := c.ExecuteWorkflow(ctx, opts, workflows.QueueWindow, workflows.QueueWindowInput{Queue: q}); err != nil {
+		if err := ensure(ctx, c, opts, workflows.QueueWindow, workflows.QueueWindowInput{Queue: q}); err != nil {
 			errs = append(errs, fmt.Errorf("start window workflow for %s: %w", q, err))
 		}
 	}
-	if _, err := c.ExecuteWorkflow(ctx, workflows.BrokerSwitchStartOptions(cfg.TaskQueue), workflows.BrokerSwitch, BrokerSwitchInput(cfg)); err != nil {
+	if err := ensure(ctx, c, workflows.BrokerSwitchStartOptions(cfg.TaskQueue), workflows.BrokerSwitch, BrokerSwitchInput(cfg)); err != nil {
 		errs = append(errs, fmt.Errorf("start broker switch workflow: %w", err))
 	}
 	return errors.Join(errs...)
+}
+
+func ensure(ctx context.Context, c client.Client, opts client.StartWorkflowOptions, wf, arg any) error {
+	desc, err := c.DescribeWorkflowExecution(ctx, opts.ID, "")
+	var notFound *serviceerror.NotFound
+	switch {
+	case err == nil && desc.GetWorkflowExecutionInfo().GetStatus() == enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING:
+		return nil
+	case err != nil && !errors.As(err, &notFound):
+		return err
+	}
+	_, err = c.ExecuteWorkflow(ctx, opts, wf, arg)
+	return err
 }

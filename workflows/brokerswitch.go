@@ -61,6 +61,8 @@ type switchRun struct {
 	status  Status
 	signals []Signal
 	act     *activities.Switch
+	// watching is the running watch of an idle workflow, if any.
+	watching *idleWatch
 }
 
 // signalNames are the signals the BrokerSwitch workflow takes.
@@ -92,12 +94,8 @@ func (w *switchRun) run(ctx workflow.Context) error {
 		}
 		pending := w.status.State.Pending
 		if pending == nil {
-			if !w.wait(ctx, "Nothing pending: waiting for a pending-switch, force-switch or cancel-pending-switch signal", idleReload) {
-				// Postgres is the source of truth: a switch recorded whose signal was lost
-				// is found here.
-				if err := w.execute(ctx, "read broker state", w.act.LoadState, nil, &w.status.State); err != nil {
-					return err
-				}
+			if err := w.idle(ctx); err != nil {
+				return err
 			}
 			continue
 		}
@@ -212,12 +210,109 @@ func (w *switchRun) afterChange(ctx workflow.Context, moved bool) {
 	}
 }
 
-// idleReload is how often an idle BrokerSwitch workflow re-reads the broker state.
+// idleReload is how often an idle BrokerSwitch workflow re-read the broker state before
+// idleWatchesPostgres.
 const idleReload = time.Minute
+
+// idleFallback is how often an idle BrokerSwitch workflow re-reads the broker state
+// although Postgres announced nothing: a rare fallback.
+const idleFallback = time.Hour
+
+// idleWatchesPostgres versions the idle wait that hears of a lost signal from Postgres
+// instead of re-reading the state every idleReload.
+const idleWatchesPostgres = "idle-watches-postgres"
+
+const idleWhy = "Nothing pending: waiting for a pending-switch, force-switch or cancel-pending-switch signal"
+
+// idle waits, with nothing pending, for a signal or for a change of the broker state that
+// no signal brought. Postgres is the source of truth: a switch recorded whose signal was
+// lost is found here.
+func (w *switchRun) idle(ctx workflow.Context) error {
+	if workflow.GetVersion(ctx, idleWatchesPostgres, workflow.DefaultVersion, 1) == workflow.DefaultVersion {
+		if w.wait(ctx, idleWhy, idleReload) {
+			return nil
+		}
+		return w.execute(ctx, "read broker state", w.act.LoadState, nil, &w.status.State)
+	}
+	// A watch and its fallback timer outlive a signal that interrupts the wait, and the
+	// next wait takes them up again: an idle workflow costs a watch, a timer and a read
+	// per change or per idleFallback.
+	if w.watching == nil {
+		w.watching = w.watch(ctx)
+	}
+	for {
+		if w.waitFor(ctx, idleWhy, w.watching.pending()...) || ctx.Err() != nil {
+			return nil
+		}
+		if w.watching.sawNothing(ctx) {
+			continue // the timer decides
+		}
+		w.watching.stop()
+		w.watching = nil
+		return w.execute(ctx, "read broker state", w.act.LoadState, nil, &w.status.State)
+	}
+}
+
+// idleWatch is an idle workflow's watch of Postgres and its fallback timer.
+type idleWatch struct {
+	watch       workflow.Future // WaitForChange: true when Postgres announced a change
+	watchDone   bool
+	timer       workflow.Future
+	cancelTimer workflow.CancelFunc
+}
+
+func (w *switchRun) watch(ctx workflow.Context) *idleWatch {
+	watchCtx := workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
+		StartToCloseTimeout: idleFallback + time.Minute,
+		RetryPolicy:         &temporal.RetryPolicy{MaximumAttempts: 1},
+		Summary:             "wait for Postgres to announce a change of the broker state",
+	})
+	timerCtx, cancelTimer := workflow.WithCancel(ctx)
+	return &idleWatch{
+		watch: workflow.ExecuteActivity(watchCtx, w.act.WaitForChange,
+			activities.WaitForChangeInput{ActiveIndex: w.status.State.ActiveIndex}),
+		timer:       workflow.NewTimerWithOptions(timerCtx, idleFallback, workflow.TimerOptions{Summary: "re-read the broker state"}),
+		cancelTimer: cancelTimer,
+	}
+}
+
+// pending are the futures the wait blocks on: the watch until it has answered, and the timer.
+func (i *idleWatch) pending() []workflow.Future {
+	if i.watchDone {
+		return []workflow.Future{i.timer}
+	}
+	return []workflow.Future{i.watch, i.timer}
+}
+
+// sawNothing tells, once, that the watch answered "no change" before the timer fired; a
+// failed watch counts as a change, so that the state is read again.
+func (i *idleWatch) sawNothing(ctx workflow.Context) bool {
+	if i.watchDone || i.timer.IsReady() || !i.watch.IsReady() {
+		return false
+	}
+	i.watchDone = true
+	var changed bool
+	err := i.watch.Get(ctx, &changed)
+	return err == nil && !changed
+}
+
+func (i *idleWatch) stop() {
+	if !i.timer.IsReady() {
+		i.cancelTimer()
+	}
+}
 
 // wait shows why the workflow waits, then blocks until a signal arrives or d passes; it
 // reports whether a signal arrived.
 func (w *switchRun) wait(ctx workflow.Context, why string, d time.Duration) (signalled bool) {
+	timerCtx, cancelTimer := workflow.WithCancel(ctx)
+	defer cancelTimer()
+	return w.waitFor(ctx, why, workflow.NewTimerWithOptions(timerCtx, d, workflow.TimerOptions{Summary: "next check"}))
+}
+
+// waitFor shows why the workflow waits, then blocks until a signal arrives or one of the
+// futures is ready; it reports whether a signal arrived.
+func (w *switchRun) waitFor(ctx workflow.Context, why string, futures ...workflow.Future) (signalled bool) {
 	w.status.Waiting = why
 	workflow.SetCurrentDetails(ctx, why)
 	sel := workflow.NewSelector(ctx)
@@ -228,9 +323,9 @@ func (w *switchRun) wait(ctx workflow.Context, why string, d time.Duration) (sig
 			signalled = true
 		})
 	}
-	timerCtx, cancelTimer := workflow.WithCancel(ctx)
-	defer cancelTimer()
-	sel.AddFuture(workflow.NewTimerWithOptions(timerCtx, d, workflow.TimerOptions{Summary: "next check"}), func(workflow.Future) {})
+	for _, f := range futures {
+		sel.AddFuture(f, func(workflow.Future) {})
+	}
 	sel.Select(ctx)
 	return signalled
 }

@@ -35,6 +35,10 @@ type brokerSwitchSuite struct {
 	checks        []int // broker of each drain check, in order
 	commits       []activities.CommitHopInput
 	windowSignals int
+	loads         int
+	watches       int
+	// changeSeenByWatch answers the nth watch of an idle workflow; nil answers "no change".
+	changeSeenByWatch func(nth int) bool
 }
 
 func TestBrokerSwitchWorkflow(t *testing.T) { suite.Run(t, new(brokerSwitchSuite)) }
@@ -48,14 +52,28 @@ func (s *brokerSwitchSuite) SetupTest() {
 	s.backlog = map[int][]int{}
 	s.reachable = map[int]bool{0: true, 1: true, 2: true}
 	s.checks, s.commits, s.windowSignals = nil, nil, 0
+	s.loads, s.watches, s.changeSeenByWatch = 0, 0, nil
 
 	var a *activities.Switch
 	s.env.RegisterActivity(a)
 	s.env.OnActivity(a.LoadState, mock.Anything).Return(func(context.Context) (models.BrokerState, error) {
 		s.mu.Lock()
 		defer s.mu.Unlock()
+		s.loads++
 		return s.state, nil
 	})
+	// In virtual time a watch that blocks would stop the clock: this one answers "no
+	// change" at once, and the workflow's fallback timer takes over.
+	s.env.OnActivity(a.WaitForChange, mock.Anything, mock.Anything).Return(
+		func(context.Context, activities.WaitForChangeInput) (bool, error) {
+			s.mu.Lock()
+			defer s.mu.Unlock()
+			s.watches++
+			if s.changeSeenByWatch != nil {
+				return s.changeSeenByWatch(s.watches), nil
+			}
+			return false, nil
+		})
 	s.env.OnActivity(a.RecordNotification, mock.Anything, mock.Anything).Return(
 		func(_ context.Context, n models.Notification) (activities.NotificationResult, error) {
 			s.mu.Lock()
@@ -213,6 +231,32 @@ func (s *brokerSwitchSuite) TestUnreachableActiveBrokerHoldsTheSwitch() {
 	s.Contains(status.Waiting, "unreachable")
 	s.Require().NotNil(status.LastCheck)
 	s.False(status.LastCheck.Reachable)
+}
+
+// TestASwitchWhoseSignalWasLostIsFoundThroughPostgres: the API recorded a notification
+// but its signal never arrived. The watch hears Postgres announce it, and the switch
+// follows well before the hourly fallback.
+func (s *brokerSwitchSuite) TestASwitchWhoseSignalWasLostIsFoundThroughPostgres() {
+	s.changeSeenByWatch = func(nth int) bool {
+		if nth > 1 {
+			return false
+		}
+		s.state, _ = s.state.ApplyNotification(models.Notification{Index: 1, Host: "h", Vhost: "/", SwitchedAt: t0}, t0)
+		return true
+	}
+	status := s.run(30 * time.Second)
+
+	s.Require().Len(s.commits, 1, "the lost notification is followed")
+	s.Equal(1, status.State.ActiveIndex)
+}
+
+// TestAnIdleWorkflowReadsThePostgresStateOnlyAsAFallback: idle, it runs no timer per
+// minute any more, only one watch and one read per idleFallback.
+func (s *brokerSwitchSuite) TestAnIdleWorkflowReadsThePostgresStateOnlyAsAFallback() {
+	s.run(10*idleFallback - time.Minute)
+
+	s.Equal(10, s.loads, "the first read, then one per idleFallback")
+	s.Equal(10, s.watches)
 }
 
 func (s *brokerSwitchSuite) TestMalformedSignalInputIsSkipped() {

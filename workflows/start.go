@@ -2,9 +2,11 @@ package workflows
 
 import (
 	"fmt"
+	"time"
 
 	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/temporal"
 )
 
 // BrokerSwitchStartOptions start the one BrokerSwitch workflow, or find it running.
@@ -26,5 +28,8 @@ func QueueWindowStartOptions(taskQueue, queue string) client.StartWorkflowOption
 		WorkflowIDConflictPolicy: enumspb.WORKFLOW_ID_CONFLICT_POLICY_USE_EXISTING,
 		WorkflowIDReusePolicy:    enumspb.WORKFLOW_ID_REUSE_POLICY_ALLOW_DUPLICATE,
 		StaticSummary:            fmt.Sprintf("Consumer windows of queue %s", queue),
+		// A window never fails by design (it starts over); should a run fail all the same,
+		// the server starts the next one instead of leaving the queue unread.
+		RetryPolicy: &temporal.RetryPolicy{InitialInterval: 10 * time.Second, BackoffCoefficient: 2, MaximumInterval: 5 * time.Minute},
 	}
 }

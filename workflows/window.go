@@ -23,10 +23,88 @@ var retryForever = &temporal.RetryPolicy{
 	MaximumInterval:    30 * time.Second,
 }
 
-// QueueWindow is one consumer window of a queue: resolve the active broker, take the
-// leftovers from the other brokers, consume the active one until the window ends or the
-// broker changes, then continue as new.
+// QueueWindow is one consumer window of a queue: resolve the active broker and take the
+// leftovers from the other brokers, consume the active one until the window ends, then
+// continue as new. The consume activity ends itself when Postgres announces a committed
+// switch or the worker stops, so the window needs no signal and no cancellation to follow
+// the producer, and its heartbeats only prove that the worker lives.
 func QueueWindow(ctx workflow.Context, in QueueWindowInput) error {
+	if workflow.GetVersion(ctx, windowEndsItself, workflow.DefaultVersion, 1) == workflow.DefaultVersion {
+		return signalledQueueWindow(ctx, in)
+	}
+	var a *activities.Window
+	var w activities.PreparedWindow
+	prepareCtx := workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
+		StartToCloseTimeout: 10 * time.Minute,
+		HeartbeatTimeout:    time.Minute,
+		RetryPolicy:         retryForever,
+		Summary:             fmt.Sprintf("resolve the active broker and take the leftovers of %s", in.Queue),
+	})
+	if err := workflow.ExecuteActivity(prepareCtx, a.PrepareWindow, in.Queue).Get(ctx, &w); err != nil {
+		return startOver(ctx, in, fmt.Errorf("prepare window %s: %w", in.Queue, err))
+	}
+	// A Leftover Drain that stopped at its cap may have left older messages behind;
+	// consuming the active broker now would apply newer ones before them. The window ends
+	// instead, and the next one drains on.
+	if capReached(w.Drained, w.Plan.LeftoverDrainCap) {
+		workflow.SetCurrentDetails(ctx, fmt.Sprintf("Leftover Drain of `%s` stopped at its cap of %d: draining on before the active broker",
+			in.Queue, w.Plan.LeftoverDrainCap))
+		return workflow.NewContinueAsNewError(ctx, QueueWindow, in)
+	}
+
+	plan := w.Plan
+	workflow.SetCurrentDetails(ctx, fmt.Sprintf("Consuming `%s` on broker %s for %s, or until a switch is committed",
+		in.Queue, plan.ActiveName, plan.Window))
+	consumeCtx := workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
+		// The window, then the batch in hand; an attempt that overruns is retried, and the
+		// retry first checks that its broker is still active.
+		StartToCloseTimeout: plan.Window + 2*time.Minute,
+		HeartbeatTimeout:    plan.HeartbeatTimeout,
+		WaitForCancellation: true, // the next window's exclusive consumer must not meet this one
+		RetryPolicy:         retryForever,
+		Summary:             fmt.Sprintf("consume %s on %s", in.Queue, plan.ActiveName),
+	})
+	err := workflow.ExecuteActivity(consumeCtx, a.Consume,
+		activities.ConsumeInput{Queue: in.Queue, BrokerIndex: plan.ActiveIndex, Window: plan.Window}).Get(ctx, nil)
+	// broker-changed signals only say in the history why a window ended early: the
+	// activity learned it from Postgres.
+	changed := workflow.GetSignalChannel(ctx, SignalBrokerChanged)
+	for changed.ReceiveAsync(nil) {
+	}
+	if err != nil {
+		return startOver(ctx, in, fmt.Errorf("consume %s: %w", in.Queue, err))
+	}
+	return workflow.NewContinueAsNewError(ctx, QueueWindow, in)
+}
+
+// windowEndsItself versions the window whose consume activity ends itself: runs recorded
+// before it replay through signalledQueueWindow.
+const windowEndsItself = "window-ends-itself"
+
+// windowRestartPause is how long a window whose activity failed for good waits before it
+// starts over, so that a fault that repeats does not spin.
+const windowRestartPause = 30 * time.Second
+
+// startOver ends a run whose activity failed for good (a non-retryable error, or a timeout
+// after a cancellation) by starting the next window after a pause: a failed window
+// workflow would leave its queue unread until someone restarted it. Only a cancelled
+// workflow ends.
+func startOver(ctx workflow.Context, in QueueWindowInput, err error) error {
+	if ctx.Err() != nil {
+		return temporal.NewCanceledError(err.Error())
+	}
+	workflow.GetLogger(ctx).Warn("window failed; starting over", "queue", in.Queue, "error", err)
+	workflow.SetCurrentDetails(ctx, fmt.Sprintf("Window of `%s` failed (%v); the next one starts in %s", in.Queue, err, windowRestartPause))
+	if err := workflow.Sleep(ctx, windowRestartPause); err != nil {
+		return err
+	}
+	return workflow.NewContinueAsNewError(ctx, QueueWindow, in)
+}
+
+// signalledQueueWindow is the window as it ran before windowEndsItself: a broker-changed
+// signal cancelled its consume activity, which heartbeated every 500 ms to hear of it. It
+// stays so that runs in flight across the upgrade replay; new runs never take it.
+func signalledQueueWindow(ctx workflow.Context, in QueueWindowInput) error {
 	var a *activities.Window
 	changed := workflow.GetSignalChannel(ctx, SignalBrokerChanged)
 

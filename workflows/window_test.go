@@ -7,6 +7,7 @@ import (
 
 	"github.com/stretchr/testify/mock"
 	"github.com/stretchr/testify/require"
+	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/testsuite"
 	"go.temporal.io/sdk/workflow"
 
@@ -20,17 +21,14 @@ func newWindowEnv(t *testing.T, plan activities.WindowPlan) (*testsuite.TestWork
 	var a *activities.Window
 	env.RegisterActivity(a)
 	var calls []string
-	env.OnActivity(a.PlanWindow, mock.Anything).Return(func(context.Context) (activities.WindowPlan, error) {
+	env.OnActivity(a.PrepareWindow, mock.Anything, mock.Anything).Return(func(_ context.Context, queue string) (activities.PreparedWindow, error) {
+		require.Equal(t, "issues", queue)
 		calls = append(calls, "plan")
-		return plan, nil
-	})
-	env.OnActivity(a.LeftoverDrain, mock.Anything, mock.Anything).Return(
-		func(_ context.Context, in activities.LeftoverDrainInput) (activities.LeftoverDrainResult, error) {
-			require.Equal(t, plan.Leftover, in.Brokers)
-			require.Equal(t, plan.LeftoverDrainCap, in.Cap)
+		if len(plan.Leftover) > 0 {
 			calls = append(calls, "leftover")
-			return activities.LeftoverDrainResult{}, nil
-		})
+		}
+		return activities.PreparedWindow{Plan: plan}, nil
+	})
 	return env, &calls
 }
 
@@ -63,22 +61,37 @@ func TestQueueWindowSkipsTheLeftoverDrainWithOneBroker(t *testing.T) {
 	require.Equal(t, []string{"plan", "consume"}, *calls)
 }
 
-func TestQueueWindowEndsItsWindowWhenTheBrokerChanges(t *testing.T) {
-	env, _ := newWindowEnv(t, activities.WindowPlan{Window: time.Hour})
+// TestQueueWindowLetsTheActivityEndItsWindow: a committed switch reaches the consume
+// activity through Postgres. The broker-changed signal only marks the history: cancelling
+// the activity would leave it to settle its batch under a cancellation, where a timeout
+// used to fail the window for good.
+func TestQueueWindowLetsTheActivityEndItsWindow(t *testing.T) {
+	env, calls := newWindowEnv(t, activities.WindowPlan{Window: time.Minute, HeartbeatTimeout: time.Minute})
 	var a *activities.Window
-	// A window that would run for an hour unless cancelled: if the workflow ignored the
-	// signal, this test would hit the test environment's timeout.
 	env.OnActivity(a.Consume, mock.Anything, mock.Anything).Return(func(ctx context.Context, _ activities.ConsumeInput) error {
-		<-ctx.Done()
-		return ctx.Err()
+		*calls = append(*calls, "consume")
+		require.NoError(t, ctx.Err(), "the signal must not cancel the window")
+		return nil
 	})
-	// Virtual time does not move while an activity runs, so the switch is signalled up front:
-	// the workflow must still start the window and then cut it short.
 	env.RegisterDelayedCallback(func() { env.SignalWorkflow(SignalBrokerChanged, nil) }, 0)
 
 	env.ExecuteWorkflow(QueueWindow, QueueWindowInput{Queue: "issues"})
 
 	require.True(t, workflow.IsContinueAsNewError(env.GetWorkflowError()), "%v", env.GetWorkflowError())
+	require.Equal(t, []string{"plan", "consume"}, *calls)
+}
+
+// TestQueueWindowStartsOverWhenItsActivityFailsForGood: a failed window workflow would
+// leave its queue unread until a worker restart; a window starts over instead.
+func TestQueueWindowStartsOverWhenItsActivityFailsForGood(t *testing.T) {
+	env, _ := newWindowEnv(t, activities.WindowPlan{Window: time.Minute, HeartbeatTimeout: time.Minute})
+	var a *activities.Window
+	env.OnActivity(a.Consume, mock.Anything, mock.Anything).Return(
+		temporal.NewNonRetryableApplicationError("settling timed out after the cancel", "Timeout", nil))
+
+	env.ExecuteWorkflow(QueueWindow, QueueWindowInput{Queue: "issues"})
+
+	require.True(t, workflow.IsContinueAsNewError(env.GetWorkflowError()), "a window starts over: %v", env.GetWorkflowError())
 }
 
 // TestQueueWindowDrainsOnWhenTheLeftoverDrainStopsAtItsCap: messages may remain behind the
@@ -91,9 +104,9 @@ func TestQueueWindowDrainsOnWhenTheLeftoverDrainStopsAtItsCap(t *testing.T) {
 	var a *activities.Window
 	env.RegisterActivity(a)
 	plan := activities.WindowPlan{ActiveIndex: 1, Leftover: []int{0, 2}, Window: time.Minute, LeftoverDrainCap: 500}
-	env.OnActivity(a.PlanWindow, mock.Anything).Return(plan, nil)
-	env.OnActivity(a.LeftoverDrain, mock.Anything, mock.Anything).Return(
-		activities.LeftoverDrainResult{Taken: map[int]int{0: 300, 2: 200}}, nil)
+	env.OnActivity(a.PrepareWindow, mock.Anything, mock.Anything).Return(activities.PreparedWindow{
+		Plan: plan, Drained: activities.LeftoverDrainResult{Taken: map[int]int{0: 300, 2: 200}},
+	}, nil)
 	consumed := false
 	env.OnActivity(a.Consume, mock.Anything, mock.Anything).Return(func(context.Context, activities.ConsumeInput) error {
 		consumed = true

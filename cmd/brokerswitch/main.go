@@ -155,14 +155,13 @@ func withServices(ctx context.Context, cfg config.Config, logger *slog.Logger, f
 	if err != nil {
 		return err
 	}
-	tc, err := client.DialContext(ctx, client.Options{
-		HostPort:       cfg.TemporalAddress,
-		Namespace:      cfg.TemporalNamespace,
-		Logger:         temporallog.NewStructuredLogger(logger),
-		MetricsHandler: temporalMetrics,
-	})
+	opts := cfg.Temporal
+	opts.Logger = temporallog.NewStructuredLogger(logger)
+	opts.MetricsHandler = temporalMetrics
+	tc, err := client.DialContext(ctx, opts)
 	if err != nil {
-		return fmt.Errorf("temporal at %s (TEMPORAL_ADDRESS): %w", cfg.TemporalAddress, err)
+		return fmt.Errorf("temporal at %s namespace %s (TEMPORAL_ADDRESS, TEMPORAL_NAMESPACE, TEMPORAL_TLS_*, TEMPORAL_API_KEY): %w",
+			cfg.TemporalAddress, cfg.TemporalNamespace, err)
 	}
 	defer tc.Close()
 	pool := broker.NewPool(cfg.Brokers, logger)

@@ -1,0 +1,70 @@
+package models_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/brokerswitch/brokerswitch/internal/testenv"
+	"github.com/brokerswitch/brokerswitch/models"
+)
+
+// startWatcher runs a StateWatcher on a fresh database until the test ends and returns it
+// with a store on the same database, once its first reading is in.
+func startWatcher(t *testing.T, refresh time.Duration) (*models.StateWatcher, *models.BrokerStore, uint64) {
+	t.Helper()
+	ctx := context.Background()
+	dsn := testenv.NewDatabase(t)
+	db, err := models.Open(ctx, dsn)
+	require.NoError(t, err)
+	sqlDB, err := db.DB()
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = sqlDB.Close() })
+	require.NoError(t, models.Migrate(ctx, sqlDB))
+	store := &models.BrokerStore{DB: db, Brokers: []models.BrokerRef{brokerA, brokerB}}
+	w := &models.StateWatcher{Store: store, DSN: dsn, Refresh: refresh}
+	watchCtx, stop := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() { w.Run(watchCtx); close(done) }()
+	t.Cleanup(func() { stop(); <-done })
+
+	first, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	st, gen, ok := w.Next(first, 0)
+	require.True(t, ok, "no first reading")
+	require.Equal(t, 0, st.ActiveIndex)
+	return w, store, gen
+}
+
+func TestAWatcherHearsACommittedChangeThroughNotify(t *testing.T) {
+	// The fallback is an hour away: only the NOTIFY can bring the change within the test.
+	w, store, gen := startWatcher(t, time.Hour)
+	// The first reading is taken once LISTEN is in place: from now on only the NOTIFY
+	// can bring a change before the fallback.
+	_, err := store.Update(context.Background(), func(st models.BrokerState) (models.BrokerState, error) {
+		return st.Force(1, time.Now()), nil
+	})
+	require.NoError(t, err)
+
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	st, next, ok := w.Next(ctx, gen)
+	require.True(t, ok, "the committed switch was not announced")
+	require.Greater(t, next, gen)
+	require.Equal(t, 1, st.ActiveIndex)
+}
+
+func TestAWatcherRereadsOnATimerWhatNoNotifyAnnounced(t *testing.T) {
+	w, store, gen := startWatcher(t, 200*time.Millisecond)
+	// A write that bypasses Update sends no NOTIFY, as a lost notification would.
+	require.NoError(t, store.DB.Exec(`INSERT INTO settings (key, value, updated_at) VALUES (?, ?, now())
+		ON CONFLICT (key) DO UPDATE SET value = excluded.value`, models.KeyActiveEndpoint, `{"host":"b.example.com","vhost":"prod"}`).Error)
+
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	st, _, ok := w.Next(ctx, gen)
+	require.True(t, ok, "the fallback re-read did not see the change")
+	require.Equal(t, 1, st.ActiveIndex)
+}
