@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"time"
 
+	"go.temporal.io/sdk/activity"
 	"go.temporal.io/sdk/temporal"
 
 	"github.com/brokerswitch/brokerswitch/broker"
@@ -56,19 +57,36 @@ type WaitForChangeInput struct {
 
 // WaitForChange returns true once Postgres announces a Pending Switch or another active
 // broker than in.ActiveIndex: a change that no signal brought, such as a notification
-// the API recorded while Temporal was away. It returns false shortly before its
-// deadline, so that the workflow's fallback re-read is not an activity timeout.
+// the API recorded while Temporal was away. It returns true too when the worker stops,
+// so that the workflow re-reads the state and watches on from another worker, and false
+// shortly before its deadline, so that the workflow's fallback is not an activity timeout.
 func (a *Switch) WaitForChange(ctx context.Context, in WaitForChangeInput) (bool, error) {
 	if deadline, ok := ctx.Deadline(); ok {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithDeadline(ctx, deadline.Add(-5*time.Second))
 		defer cancel()
 	}
+	ctx, stop := context.WithCancel(ctx)
+	defer stop()
+	stopping := make(chan struct{})
+	go func() {
+		select {
+		case <-activity.GetWorkerStopChannel(ctx):
+			close(stopping)
+			stop()
+		case <-ctx.Done():
+		}
+	}()
 	var gen uint64
 	for {
 		st, g, ok := a.Watcher.Next(ctx, gen)
 		if !ok {
-			return false, nil
+			select {
+			case <-stopping:
+				return true, nil
+			default:
+				return false, nil
+			}
 		}
 		gen = g
 		if st.Pending != nil || st.ActiveIndex != in.ActiveIndex {

@@ -153,7 +153,7 @@ func EnsureWorkflows(ctx context.Context, c client.Client, cfg config.Config) er
 	var errs []error
 	for _, q := range cfg.Queues {
 		opts := workflows.QueueWindowStartOptions(cfg.TaskQueue, q)
-		if err := ensure(ctx, c, opts, workflows.QueueWindow, workflows.QueueWindowInput{Queue: q}); err != nil {
+		if err := ensure(ctx, c, opts, workflows.QueueWindow, workflows.NewQueueWindowInput(q)); err != nil {
 			errs = append(errs, fmt.Errorf("start window workflow for %s: %w", q, err))
 		}
 	}

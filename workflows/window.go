@@ -13,6 +13,19 @@ import (
 // QueueWindowInput names the logical queue a window workflow reads.
 type QueueWindowInput struct {
 	Queue string
+	// Version is the window code a run takes. It rides in the input, not in a GetVersion
+	// marker: a window continues as new every few minutes, and a marker with its search
+	// attribute would cost two Actions per run. Runs started before windows ended
+	// themselves have 0.
+	Version int `json:",omitempty"`
+}
+
+// windowEndsItself is the Version of windows whose consume activity ends itself.
+const windowEndsItself = 1
+
+// NewQueueWindowInput is the input that starts a queue's windows with the current code.
+func NewQueueWindowInput(queue string) QueueWindowInput {
+	return QueueWindowInput{Queue: queue, Version: windowEndsItself}
 }
 
 // retryForever keeps retrying with backoff: a window must outlive a broker or database
@@ -29,7 +42,7 @@ var retryForever = &temporal.RetryPolicy{
 // switch or the worker stops, so the window needs no signal and no cancellation to follow
 // the producer, and its heartbeats only prove that the worker lives.
 func QueueWindow(ctx workflow.Context, in QueueWindowInput) error {
-	if workflow.GetVersion(ctx, windowEndsItself, workflow.DefaultVersion, 1) == workflow.DefaultVersion {
+	if in.Version < windowEndsItself {
 		return signalledQueueWindow(ctx, in)
 	}
 	var a *activities.Window
@@ -77,10 +90,6 @@ func QueueWindow(ctx workflow.Context, in QueueWindowInput) error {
 	return workflow.NewContinueAsNewError(ctx, QueueWindow, in)
 }
 
-// windowEndsItself versions the window whose consume activity ends itself: runs recorded
-// before it replay through signalledQueueWindow.
-const windowEndsItself = "window-ends-itself"
-
 // windowRestartPause is how long a window whose activity failed for good waits before it
 // starts over, so that a fault that repeats does not spin.
 const windowRestartPause = 30 * time.Second
@@ -103,8 +112,10 @@ func startOver(ctx workflow.Context, in QueueWindowInput, err error) error {
 
 // signalledQueueWindow is the window as it ran before windowEndsItself: a broker-changed
 // signal cancelled its consume activity, which heartbeated every 500 ms to hear of it. It
-// stays so that runs in flight across the upgrade replay; new runs never take it.
+// stays so that a run in flight across the upgrade replays; that run continues as new
+// with the current code (replay compares no continue-as-new input).
 func signalledQueueWindow(ctx workflow.Context, in QueueWindowInput) error {
+	next := NewQueueWindowInput(in.Queue)
 	var a *activities.Window
 	changed := workflow.GetSignalChannel(ctx, SignalBrokerChanged)
 
@@ -138,7 +149,7 @@ func signalledQueueWindow(ctx workflow.Context, in QueueWindowInput) error {
 			workflow.GetVersion(ctx, leftoverCapChange, workflow.DefaultVersion, 1) >= 1 {
 			workflow.SetCurrentDetails(ctx, fmt.Sprintf("Leftover Drain of `%s` stopped at its cap of %d: draining on before the active broker",
 				in.Queue, plan.LeftoverDrainCap))
-			return workflow.NewContinueAsNewError(ctx, QueueWindow, in)
+			return workflow.NewContinueAsNewError(ctx, QueueWindow, next)
 		}
 	}
 
@@ -168,7 +179,7 @@ func signalledQueueWindow(ctx workflow.Context, in QueueWindowInput) error {
 	// Further signals ask for what the next run does anyway: resolve the broker again.
 	for changed.ReceiveAsync(nil) {
 	}
-	return workflow.NewContinueAsNewError(ctx, QueueWindow, in)
+	return workflow.NewContinueAsNewError(ctx, QueueWindow, next)
 }
 
 // leftoverCapChange versions the end of a window whose Leftover Drain stopped at its cap,

@@ -7,6 +7,7 @@ import (
 
 	"github.com/stretchr/testify/mock"
 	"github.com/stretchr/testify/require"
+	"go.temporal.io/sdk/converter"
 	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/testsuite"
 	"go.temporal.io/sdk/workflow"
@@ -42,7 +43,7 @@ func TestQueueWindowDrainsLeftoversThenConsumesAndContinuesAsNew(t *testing.T) {
 		return nil
 	})
 
-	env.ExecuteWorkflow(QueueWindow, QueueWindowInput{Queue: "issues"})
+	env.ExecuteWorkflow(QueueWindow, NewQueueWindowInput("issues"))
 
 	require.True(t, env.IsWorkflowCompleted())
 	require.True(t, workflow.IsContinueAsNewError(env.GetWorkflowError()), "a window ends by continuing as new: %v", env.GetWorkflowError())
@@ -56,7 +57,7 @@ func TestQueueWindowSkipsTheLeftoverDrainWithOneBroker(t *testing.T) {
 		*calls = append(*calls, "consume")
 		return nil
 	})
-	env.ExecuteWorkflow(QueueWindow, QueueWindowInput{Queue: "issues"})
+	env.ExecuteWorkflow(QueueWindow, NewQueueWindowInput("issues"))
 	require.True(t, workflow.IsContinueAsNewError(env.GetWorkflowError()))
 	require.Equal(t, []string{"plan", "consume"}, *calls)
 }
@@ -75,7 +76,7 @@ func TestQueueWindowLetsTheActivityEndItsWindow(t *testing.T) {
 	})
 	env.RegisterDelayedCallback(func() { env.SignalWorkflow(SignalBrokerChanged, nil) }, 0)
 
-	env.ExecuteWorkflow(QueueWindow, QueueWindowInput{Queue: "issues"})
+	env.ExecuteWorkflow(QueueWindow, NewQueueWindowInput("issues"))
 
 	require.True(t, workflow.IsContinueAsNewError(env.GetWorkflowError()), "%v", env.GetWorkflowError())
 	require.Equal(t, []string{"plan", "consume"}, *calls)
@@ -89,7 +90,7 @@ func TestQueueWindowStartsOverWhenItsActivityFailsForGood(t *testing.T) {
 	env.OnActivity(a.Consume, mock.Anything, mock.Anything).Return(
 		temporal.NewNonRetryableApplicationError("settling timed out after the cancel", "Timeout", nil))
 
-	env.ExecuteWorkflow(QueueWindow, QueueWindowInput{Queue: "issues"})
+	env.ExecuteWorkflow(QueueWindow, NewQueueWindowInput("issues"))
 
 	require.True(t, workflow.IsContinueAsNewError(env.GetWorkflowError()), "a window starts over: %v", env.GetWorkflowError())
 }
@@ -113,8 +114,37 @@ func TestQueueWindowDrainsOnWhenTheLeftoverDrainStopsAtItsCap(t *testing.T) {
 		return nil
 	}).Maybe()
 
-	env.ExecuteWorkflow(QueueWindow, QueueWindowInput{Queue: "issues"})
+	env.ExecuteWorkflow(QueueWindow, NewQueueWindowInput("issues"))
 
 	require.True(t, workflow.IsContinueAsNewError(env.GetWorkflowError()), "%v", env.GetWorkflowError())
 	require.False(t, consumed, "the active broker waits until the leftovers are drained")
+}
+
+// TestAWindowStartedByTheOldCodeContinuesWithTheNew: a run in flight across the upgrade
+// replays the signalled window it began with, then continues as new with the window that
+// ends itself.
+func TestAWindowStartedByTheOldCodeContinuesWithTheNew(t *testing.T) {
+	var s testsuite.WorkflowTestSuite
+	s.SetLogger(quietLogger())
+	env := s.NewTestWorkflowEnvironment()
+	var a *activities.Window
+	env.RegisterActivity(a)
+	var calls []string
+	env.OnActivity(a.PlanWindow, mock.Anything).Return(func(context.Context) (activities.WindowPlan, error) {
+		calls = append(calls, "plan")
+		return activities.WindowPlan{Window: time.Minute}, nil
+	})
+	env.OnActivity(a.Consume, mock.Anything, mock.Anything).Return(func(context.Context, activities.ConsumeInput) error {
+		calls = append(calls, "consume")
+		return nil
+	})
+
+	env.ExecuteWorkflow(QueueWindow, QueueWindowInput{Queue: "issues"})
+
+	var can *workflow.ContinueAsNewError
+	require.ErrorAs(t, env.GetWorkflowError(), &can)
+	require.Equal(t, []string{"plan", "consume"}, calls, "the old run keeps its own activities")
+	var next QueueWindowInput
+	require.NoError(t, converter.GetDefaultDataConverter().FromPayloads(can.Input, &next))
+	require.Equal(t, NewQueueWindowInput("issues"), next, "and hands over to the current code")
 }
