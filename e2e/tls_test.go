@@ -1,0 +1,179 @@
+package e2e
+
+import (
+	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
+	"io"
+	"math/big"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+// A secured Temporal cluster, as Temporal Cloud is with mTLS: the worker connects through
+// a TLS listener that demands a client certificate from a throwaway CA, configured only
+// with the SDK's envconfig variables. A certificate from another CA is refused at start
+// with an error that says what failed, and no secret is printed.
+func TestTheWorkerConnectsToTemporalOverMutualTLS(t *testing.T) {
+	dir := t.TempDir()
+	ca := newCA(t, "brokerswitch test CA")
+	server := ca.issue(t, "localhost", true)
+	client := ca.issue(t, "brokerswitch-worker", false)
+	rogue := newCA(t, "someone else's CA").issue(t, "brokerswitch-worker", false)
+	caPath := writePEM(t, dir, "ca.pem", "CERTIFICATE", ca.cert.Raw)
+	clientCert, clientKey := client.write(t, dir, "client")
+	rogueCert, rogueKey := rogue.write(t, dir, "rogue")
+	addr := tlsFrontend(t, ca, server, temporalServer.Address())
+
+	s := newStack(t, 1, nil)
+	s.env["TEMPORAL_ADDRESS"] = addr
+	s.env["TEMPORAL_TLS_SERVER_CA_CERT_PATH"] = caPath
+	s.env["TEMPORAL_TLS_SERVER_NAME"] = "localhost"
+	s.env["TEMPORAL_TLS_CLIENT_CERT_PATH"] = clientCert
+	s.env["TEMPORAL_TLS_CLIENT_KEY_PATH"] = clientKey
+	p, log := s.producer(nil)
+	s.startWorkerProcess("mtls")
+	require.NoError(t, p.Publish(context.Background(), s.workload(mixed(5, 93))...))
+	s.report(s.verify(log, time.Minute), "-")
+
+	// The wrong certificate, and an API key that must never be printed.
+	const apiKey = "tmprl-api-key-that-must-stay-secret"
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	out, err := runWithEnv(ctx, s, rogueCert, rogueKey, apiKey)
+	require.Error(t, err, "a worker with a certificate from another CA must not start:\n%s", out)
+	require.Contains(t, out, "temporal at "+addr, "the error names the cluster:\n%s", out)
+	require.Contains(t, out, "TEMPORAL_TLS", "the error names the settings to check:\n%s", out)
+	require.NotContains(t, out, apiKey, "the API key was printed")
+}
+
+// runWithEnv runs `brokerswitch worker` with the stack's environment and another client
+// certificate and an API key, and returns what it printed.
+func runWithEnv(ctx context.Context, s *stack, cert, key, apiKey string) (string, error) {
+	cmd := exec.CommandContext(ctx, workerBinary, "worker")
+	cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "HOME=" + os.Getenv("HOME")}
+	for k, v := range s.env {
+		cmd.Env = append(cmd.Env, k+"="+v)
+	}
+	cmd.Env = append(cmd.Env, "TEMPORAL_TLS_CLIENT_CERT_PATH="+cert, "TEMPORAL_TLS_CLIENT_KEY_PATH="+key,
+		"TEMPORAL_API_KEY="+apiKey)
+	out, err := cmd.CombinedOutput()
+	return string(out), err
+}
+
+// tlsFrontend terminates mutual TLS on a loopback port and forwards the plain gRPC stream
+// to the dev server, which has no TLS of its own.
+func tlsFrontend(t *testing.T, ca *testCA, server *issued, target string) string {
+	t.Helper()
+	pool := x509.NewCertPool()
+	pool.AddCert(ca.cert)
+	l, err := tls.Listen("tcp", "127.0.0.1:0", &tls.Config{
+		Certificates: []tls.Certificate{server.pair(t)},
+		ClientAuth:   tls.RequireAndVerifyClientCert,
+		ClientCAs:    pool,
+		NextProtos:   []string{"h2"},
+		MinVersion:   tls.VersionTLS12,
+	})
+	require.NoError(t, err)
+	t.Cleanup(func() { l.Close() })
+	go func() {
+		for {
+			in, err := l.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer in.Close()
+				if err := in.(*tls.Conn).Handshake(); err != nil {
+					return
+				}
+				out, err := net.Dial("tcp", target)
+				if err != nil {
+					return
+				}
+				defer out.Close()
+				go func() { _, _ = io.Copy(out, in); out.Close() }()
+				_, _ = io.Copy(in, out)
+			}()
+		}
+	}()
+	return l.Addr().String()
+}
+
+type testCA struct {
+	cert *x509.Certificate
+	key  *ecdsa.PrivateKey
+}
+
+type issued struct {
+	certDER []byte
+	key     *ecdsa.PrivateKey
+}
+
+func newCA(t *testing.T, name string) *testCA {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	require.NoError(t, err)
+	tmpl := &x509.Certificate{
+		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: name},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(24 * time.Hour),
+		IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign,
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	require.NoError(t, err)
+	cert, err := x509.ParseCertificate(der)
+	require.NoError(t, err)
+	return &testCA{cert: cert, key: key}
+}
+
+func (ca *testCA) issue(t *testing.T, name string, server bool) *issued {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	require.NoError(t, err)
+	serial, err := rand.Int(rand.Reader, big.NewInt(1<<62))
+	require.NoError(t, err)
+	tmpl := &x509.Certificate{
+		SerialNumber: serial, Subject: pkix.Name{CommonName: name},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(24 * time.Hour),
+		KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
+	}
+	if server {
+		tmpl.ExtKeyUsage = []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}
+		tmpl.DNSNames = []string{name}
+		tmpl.IPAddresses = []net.IP{net.ParseIP("127.0.0.1")}
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.cert, &key.PublicKey, ca.key)
+	require.NoError(t, err)
+	return &issued{certDER: der, key: key}
+}
+
+func (c *issued) pair(t *testing.T) tls.Certificate {
+	t.Helper()
+	return tls.Certificate{Certificate: [][]byte{c.certDER}, PrivateKey: c.key}
+}
+
+// write stores the certificate and its key as PEM files and returns their paths.
+func (c *issued) write(t *testing.T, dir, name string) (certPath, keyPath string) {
+	t.Helper()
+	keyDER, err := x509.MarshalECPrivateKey(c.key)
+	require.NoError(t, err)
+	return writePEM(t, dir, name+".pem", "CERTIFICATE", c.certDER), writePEM(t, dir, name+"-key.pem", "EC PRIVATE KEY", keyDER)
+}
+
+func writePEM(t *testing.T, dir, name, kind string, der []byte) string {
+	t.Helper()
+	path := filepath.Join(dir, name)
+	require.NoError(t, os.WriteFile(path, pem.EncodeToMemory(&pem.Block{Type: kind, Bytes: der}), 0o600))
+	return path
+}

@@ -1,0 +1,104 @@
+package e2e
+
+import (
+	"context"
+	"net/http"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	enumspb "go.temporal.io/api/enums/v1"
+
+	"github.com/brokerswitch/brokerswitch/workflows"
+)
+
+// A committed switch asks every window to end while its batch in hand cannot be settled,
+// for longer than the heartbeat timeout. Windows used to stop heartbeating at the cancel,
+// time out, and leave their queue unread for good. Now a window heartbeats until its batch
+// is settled, ends itself, and the queue is read again without a restart.
+func TestAWindowStuckPastItsHeartbeatTimeoutIsReadAgain(t *testing.T) {
+	s := newStack(t, 2, map[string]string{"WINDOW_HEARTBEAT_TIMEOUT": "10s"})
+	p, log := s.producer(nil)
+	msgs := s.workload(mixed(8, 91))
+	ctx := context.Background()
+	s.startWorker()
+	require.NoError(t, p.Publish(ctx, msgs[:4]...))
+	s.waitFor("the first events applied", time.Minute, func() bool { return s.deliveries() == 4 })
+
+	// Hold the ledger so that the next batch cannot be settled.
+	tx := s.db.Begin()
+	require.NoError(t, tx.Error)
+	require.NoError(t, tx.Exec("LOCK TABLE github_deliveries IN ACCESS EXCLUSIVE MODE").Error)
+	half := len(msgs) / 2
+	require.NoError(t, p.Publish(ctx, msgs[4:half]...))
+	s.waitFor("the windows to hold their batch", time.Minute, func() bool {
+		total := 0
+		for _, n := range s.counts(0, s.cfg.Queues...) {
+			total += n
+		}
+		return total == 0
+	})
+	_, err := p.Rotate(ctx, 1)
+	require.NoError(t, err)
+	status, answer := s.call(http.MethodPost, "/api/v1/broker/switch/1", operatorToken, "")
+	require.Equal(t, http.StatusOK, status, answer)
+
+	// The fault lasts longer than the heartbeat timeout: 10 s here, and 20 s when windows
+	// heartbeated every 500 ms to hear of a cancel.
+	time.Sleep(25 * time.Second)
+	require.NoError(t, tx.Commit().Error)
+
+	require.NoError(t, p.Publish(ctx, msgs[half:]...))
+	s.report(s.verify(log, 2*time.Minute), "-")
+	s.requireWindowsRunning()
+}
+
+// A rolling restart of two worker processes under load: each stops gracefully (SIGTERM),
+// its windows settle their batch in hand and return, and the other worker takes the queues
+// over within seconds, long before the one-minute heartbeat timeout would have passed.
+// Nothing is lost, duplicated or reordered, and a normal stop logs no activity error.
+func TestARollingRestartOfTwoWorkersLosesNothing(t *testing.T) {
+	s := newStack(t, 1, nil)
+	p, log := s.producer(nil)
+	msgs := s.workload(mixed(30, 92))
+	ctx := context.Background()
+	third := len(msgs) / 3
+
+	a := s.startWorkerProcess("a")
+	b := s.startWorkerProcess("b")
+	require.NoError(t, p.Publish(ctx, msgs[:third]...))
+	s.waitFor("the first third applied", time.Minute, func() bool { return s.deliveries() >= int64(third) })
+
+	a.stop()
+	require.NoError(t, a.err, "worker a stops cleanly on SIGTERM")
+	require.NoError(t, p.Publish(ctx, msgs[third:2*third]...))
+	// The heartbeat timeout is a minute: taking over within 30 s means nobody waited for it.
+	s.waitFor("worker b to take the queues over", 30*time.Second, func() bool { return s.deliveries() >= int64(2*third) })
+
+	c := s.startWorkerProcess("c")
+	b.stop()
+	require.NoError(t, b.err, "worker b stops cleanly on SIGTERM")
+	require.NoError(t, p.Publish(ctx, msgs[2*third:]...))
+	s.report(s.verify(log, 2*time.Minute), "-")
+	s.requireWindowsRunning()
+
+	c.stop()
+	for _, w := range []*process{a, b, c} {
+		out, err := os.ReadFile(w.log)
+		require.NoError(t, err)
+		require.NotContains(t, string(out), "Activity error", "worker %s logged an activity error on a normal stop", w.name)
+	}
+}
+
+// requireWindowsRunning checks that no window workflow has ended: a window that failed
+// would leave its queue unread.
+func (s *stack) requireWindowsRunning() {
+	s.t.Helper()
+	for _, q := range s.cfg.Queues {
+		desc, err := s.temporal.DescribeWorkflowExecution(context.Background(), workflows.QueueWindowWorkflowID(q), "")
+		require.NoError(s.t, err)
+		require.Equal(s.t, enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING, desc.GetWorkflowExecutionInfo().GetStatus(),
+			"window workflow of %s", q)
+	}
+}
