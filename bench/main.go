@@ -49,7 +49,7 @@ func main() {
 	flag.IntVar(&o.catchUp, "catchup", 50000, "backlog on the old broker at rotation for the catch-up figure")
 	flag.IntVar(&o.drain, "drain", 3000, "messages per Leftover Drain throughput run")
 	flag.IntVar(&o.capLeftover, "cap-leftover", 1200, "leftover events for the 500-per-cycle cap demonstration")
-	flag.StringVar(&o.only, "only", "", "comma-separated figures to run (a,b,product,rtt,lag,drain,cap,catchup); empty: all")
+	flag.StringVar(&o.only, "only", "", "comma-separated figures to run (a,b,product,rtt,lag,drain,cap,actions,catchup); empty: all")
 	flag.StringVar(&o.out, "out", "BENCHMARKS.md", "markdown report to write (its generated block is replaced)")
 	flag.StringVar(&o.chart, "chart", "bench/benchmarks.png", "PNG chart to write")
 	flag.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of the in-process worker during the last end-to-end run")
@@ -204,6 +204,15 @@ func run(o options) error {
 			c := runCap(s, o.capLeftover, 5*time.Second)
 			logf("leftover cap: %d leftovers taken %v per cycle, cleared in %s", c.Leftover, c.PerCycle, c.Cleared.Round(time.Millisecond))
 			res.Cap = &c
+		}))
+	}
+
+	if o.wants("actions") {
+		res.record(guard("temporal actions", func(s *scope) {
+			a := runActions(s, 20)
+			logf("temporal actions: idle %s/month (%.0f over %s: %s); per switch %.0f", commas(int64(a.idlePerMonth())),
+				total(a.Idle), a.IdlePeriod.Round(time.Second), byType(a.Idle), total(a.Switch))
+			res.Actions = &a
 		}))
 	}
 

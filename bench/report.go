@@ -35,6 +35,7 @@ type results struct {
 	Drain            []drainResult
 	Cap              *capResult
 	CatchUp          *catchUpResult
+	Actions          *actionsResult
 	Failures         []string
 }
 
@@ -240,6 +241,7 @@ func capEffect(c capResult) string {
 }
 
 func (r *results) costRows(add func(row), rep *report) {
+	r.actionRows(add, rep)
 	// Connections and channels: the worker process of the catch-up, and the in-process
 	// workers of the lag runs.
 	var conns, chans, dialed []int

@@ -6,6 +6,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"path/filepath"
 	"sync/atomic"
@@ -21,8 +22,9 @@ const namespaceCount = 40
 
 // Temporal is a dev server shared by one test binary; each test takes its own namespace.
 type Temporal struct {
-	server *testsuite.DevServer
-	next   atomic.Int32
+	server  *testsuite.DevServer
+	metrics string
+	next    atomic.Int32
 }
 
 // StartTemporal starts the pinned Temporal CLI's dev server (bin/temporal, installed by
@@ -32,7 +34,12 @@ func StartTemporal(ctx context.Context) (*Temporal, error) {
 	if err != nil {
 		return nil, err
 	}
-	var args []string
+	// The server's own metrics hold its `action` counter: what Temporal Cloud would bill.
+	metricsPort, err := freePort()
+	if err != nil {
+		return nil, err
+	}
+	args := []string{"--metrics-port", metricsPort}
 	for i := range namespaceCount {
 		args = append(args, "--namespace", fmt.Sprintf("test-%d", i))
 	}
@@ -46,7 +53,21 @@ func StartTemporal(ctx context.Context) (*Temporal, error) {
 	if err != nil {
 		return nil, fmt.Errorf("start temporal dev server: %w", err)
 	}
-	return &Temporal{server: srv}, nil
+	return &Temporal{server: srv, metrics: "http://127.0.0.1:" + metricsPort + "/metrics"}, nil
+}
+
+// MetricsURL is where the dev server serves its own Prometheus metrics.
+func (t *Temporal) MetricsURL() string { return t.metrics }
+
+// freePort finds a loopback port nobody listens on.
+func freePort() (string, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", fmt.Errorf("free port: %w", err)
+	}
+	defer l.Close()
+	_, port, err := net.SplitHostPort(l.Addr().String())
+	return port, err
 }
 
 // Address is the dev server's frontend host:port.
