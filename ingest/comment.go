@@ -1,12 +1,9 @@
 package ingest
 
 import (
-	"context"
-	"fmt"
 	"time"
 
 	"github.com/google/go-github/v75/github"
-	"gorm.io/gorm"
 
 	"github.com/brokerswitch/brokerswitch/models"
 )
@@ -15,10 +12,10 @@ const actionDeleted = "deleted"
 
 // applyIssueComment applies an issue_comment event (on an issue or a pull request's
 // conversation) to github_comments.
-func applyIssueComment(ctx context.Context, tx *gorm.DB, ev Event, now time.Time) error {
+func applyIssueComment(w *writes, ev Event) {
 	e := ev.Payload.(*github.IssueCommentEvent)
 	c := e.GetComment()
-	return upsertComment(ctx, tx, commentRow(ev, now, e.GetRepo(), e.GetInstallation(), e.GetSender(), models.Comment{
+	w.addComment(ev, commentRow(ev, w.now, e.GetRepo(), e.GetInstallation(), e.GetSender(), models.Comment{
 		NodeID:          c.GetNodeID(),
 		ID:              c.GetID(),
 		Kind:            models.KindIssueComment,
@@ -32,10 +29,10 @@ func applyIssueComment(ctx context.Context, tx *gorm.DB, ev Event, now time.Time
 }
 
 // applyCommitComment applies a commit_comment event to github_comments.
-func applyCommitComment(ctx context.Context, tx *gorm.DB, ev Event, now time.Time) error {
+func applyCommitComment(w *writes, ev Event) {
 	e := ev.Payload.(*github.CommitCommentEvent)
 	c := e.GetComment()
-	return upsertComment(ctx, tx, commentRow(ev, now, e.GetRepo(), e.GetInstallation(), e.GetSender(), models.Comment{
+	w.addComment(ev, commentRow(ev, w.now, e.GetRepo(), e.GetInstallation(), e.GetSender(), models.Comment{
 		NodeID:          c.GetNodeID(),
 		ID:              c.GetID(),
 		Kind:            models.KindCommitComment,
@@ -49,10 +46,10 @@ func applyCommitComment(ctx context.Context, tx *gorm.DB, ev Event, now time.Tim
 }
 
 // applyReviewComment applies a pull_request_review_comment event to github_comments.
-func applyReviewComment(ctx context.Context, tx *gorm.DB, ev Event, now time.Time) error {
+func applyReviewComment(w *writes, ev Event) {
 	e := ev.Payload.(*github.PullRequestReviewCommentEvent)
 	c := e.GetComment()
-	return upsertComment(ctx, tx, commentRow(ev, now, e.GetRepo(), e.GetInstallation(), e.GetSender(), models.Comment{
+	w.addComment(ev, commentRow(ev, w.now, e.GetRepo(), e.GetInstallation(), e.GetSender(), models.Comment{
 		NodeID:          c.GetNodeID(),
 		ID:              c.GetID(),
 		Kind:            models.KindReviewComment,
@@ -69,10 +66,10 @@ func applyReviewComment(ctx context.Context, tx *gorm.DB, ev Event, now time.Tim
 
 // applyReview applies a pull_request_review event to github_comments: a review is stored
 // as a comment whose review_state carries its verdict.
-func applyReview(ctx context.Context, tx *gorm.DB, ev Event, now time.Time) error {
+func applyReview(w *writes, ev Event) {
 	e := ev.Payload.(*github.PullRequestReviewEvent)
 	r := e.GetReview()
-	return upsertComment(ctx, tx, commentRow(ev, now, e.GetRepo(), e.GetInstallation(), e.GetSender(), models.Comment{
+	w.addComment(ev, commentRow(ev, w.now, e.GetRepo(), e.GetInstallation(), e.GetSender(), models.Comment{
 		NodeID:          r.GetNodeID(),
 		ID:              r.GetID(),
 		Kind:            models.KindReview,
@@ -98,13 +95,9 @@ func commentRow(ev Event, now time.Time, repo *github.Repository, inst *github.I
 	return row
 }
 
-func upsertComment(ctx context.Context, tx *gorm.DB, row models.Comment) error {
-	upsert := refreshOnConflict([]string{"node_id"},
-		"id", "kind", "repository_id", "repository_owner", "repository_name", "number", "parent_node_id",
-		"commit_id", "path", "review_state", "author_login", "body", "html_url", "deleted",
-		"installation_id", "sender_login", "github_updated_at")
-	if err := tx.WithContext(ctx).Clauses(upsert).Create(&row).Error; err != nil {
-		return fmt.Errorf("upsert %s %s: %w", row.Kind, row.NodeID, err)
-	}
-	return nil
+func commentTracking(r *models.Comment) *models.Tracking { return &r.Tracking }
+
+// addComment refreshes every column of the comment: each kind's payload carries all of them.
+func (w *writes) addComment(ev Event, row models.Comment) {
+	w.comments.add(row.NodeID, refresh(ev, w.now, row, commentTracking, allColumns(commentTracking)))
 }

@@ -152,7 +152,7 @@ func (h *batchHandler) applyInTx(ctx context.Context, queue string, msgs []messa
 		if err != nil {
 			return err
 		}
-		users := senders{}
+		w := newWrites(now)
 		for i, m := range msgs {
 			switch {
 			case m.malformed != nil:
@@ -165,16 +165,14 @@ func (h *batchHandler) applyInTx(ctx context.Context, queue string, msgs []messa
 			default:
 				outcomes[i] = metrics.OutcomeIgnored
 				if apply := h.applyFor(m.event); apply != nil {
-					if err := apply(ctx, tx, m.event, now); err != nil {
-						return fmt.Errorf("apply %s delivery %s: %w", m.event.Type, m.event.DeliveryID, err)
-					}
+					apply(w, m.event)
 					outcomes[i] = metrics.OutcomeApplied
 				}
-				users.add(m.event, now)
+				w.addSender(m.event)
 				verdicts[i] = broker.Verdict{Outcome: broker.Ack}
 			}
 		}
-		return users.upsert(ctx, tx)
+		return w.flush(ctx, tx)
 	})
 	if err != nil {
 		return nil, err

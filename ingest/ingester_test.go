@@ -634,7 +634,9 @@ func TestConcurrentClaimAppliesOnce(t *testing.T) {
 	claimed, err := claimLedger(context.Background(), first, rows)
 	require.NoError(t, err)
 	require.True(t, claimed["d-1"])
-	require.NoError(t, applyPullRequest(context.Background(), first, ev, now))
+	w := newWrites(now)
+	applyPullRequest(w, ev)
+	require.NoError(t, w.flush(context.Background(), first))
 
 	done := make(chan []broker.Verdict, 1)
 	go func() {

@@ -1,27 +1,18 @@
 package ingest
 
 import (
-	"context"
-	"fmt"
 	"time"
 
 	"github.com/google/go-github/v75/github"
-	"gorm.io/gorm"
 
 	"github.com/brokerswitch/brokerswitch/models"
 )
 
-// installationColumns are the columns every installation payload carries in full.
-func installationColumns() []string {
-	return []string{"app_id", "account_id", "account_login", "account_type", "target_id", "target_type",
-		"repository_selection", "sender_login"}
-}
-
 // applyInstallation applies an installation event to github_installations, and the
 // repositories it lists to github_repositories.
-func applyInstallation(ctx context.Context, tx *gorm.DB, ev Event, now time.Time) error {
+func applyInstallation(w *writes, ev Event) {
 	e := ev.Payload.(*github.InstallationEvent)
-	row := installationRow(ev, now, e.GetInstallation(), e.GetSender())
+	row := installationRow(ev, w.now, e.GetInstallation(), e.GetSender())
 	switch ev.Action {
 	case "deleted":
 		row.Deleted = true
@@ -31,37 +22,34 @@ func applyInstallation(ctx context.Context, tx *gorm.DB, ev Event, now time.Time
 		row.Suspended = false
 		row.SuspendedAt = nil
 	}
-	columns := append(installationColumns(), "suspended", "suspended_at", "deleted")
-	if err := upsertInstallation(ctx, tx, row, columns); err != nil {
-		return err
-	}
+	// Every installation payload carries the whole installation.
+	w.installations.add(row.ID, refresh(ev, w.now, row, installationTracking, allColumns(installationTracking)))
 	// Installing grants the listed repositories; uninstalling removes them. Suspension does
 	// not change which repositories the installation holds.
 	switch ev.Action {
 	case "created", "new_permissions_accepted":
-		return upsertInstallationRepositories(ctx, tx, ev, now, row.ID, e.Repositories, false)
+		w.addInstallationRepositories(ev, row.ID, e.Repositories, false)
 	case "deleted":
-		return upsertInstallationRepositories(ctx, tx, ev, now, row.ID, e.Repositories, true)
+		w.addInstallationRepositories(ev, row.ID, e.Repositories, true)
 	}
-	return nil
 }
 
 // applyInstallationRepositories applies an installation_repositories event: the
 // installation itself, then the repositories added to and removed from it.
-func applyInstallationRepositories(ctx context.Context, tx *gorm.DB, ev Event, now time.Time) error {
+func applyInstallationRepositories(w *writes, ev Event) {
 	e := ev.Payload.(*github.InstallationRepositoriesEvent)
-	row := installationRow(ev, now, e.GetInstallation(), e.GetSender())
+	row := installationRow(ev, w.now, e.GetInstallation(), e.GetSender())
 	if s := e.GetRepositorySelection(); s != "" {
 		row.RepositorySelection = s
 	}
 	// This event says nothing about suspension or deletion: leave those columns alone.
-	if err := upsertInstallation(ctx, tx, row, installationColumns()); err != nil {
-		return err
-	}
-	if err := upsertInstallationRepositories(ctx, tx, ev, now, row.ID, e.RepositoriesAdded, false); err != nil {
-		return err
-	}
-	return upsertInstallationRepositories(ctx, tx, ev, now, row.ID, e.RepositoriesRemoved, true)
+	w.installations.add(row.ID, refresh(ev, w.now, row, installationTracking, func(dst, src *models.Installation) {
+		suspended, suspendedAt, deleted := dst.Suspended, dst.SuspendedAt, dst.Deleted
+		allColumns(installationTracking)(dst, src)
+		dst.Suspended, dst.SuspendedAt, dst.Deleted = suspended, suspendedAt, deleted
+	}))
+	w.addInstallationRepositories(ev, row.ID, e.RepositoriesAdded, false)
+	w.addInstallationRepositories(ev, row.ID, e.RepositoriesRemoved, true)
 }
 
 func installationRow(ev Event, now time.Time, inst *github.Installation, sender *github.User) models.Installation {
@@ -81,9 +69,4 @@ func installationRow(ev Event, now time.Time, inst *github.Installation, sender 
 	}
 }
 
-func upsertInstallation(ctx context.Context, tx *gorm.DB, row models.Installation, columns []string) error {
-	if err := tx.WithContext(ctx).Clauses(refreshOnConflict([]string{"id"}, columns...)).Create(&row).Error; err != nil {
-		return fmt.Errorf("upsert installation %d: %w", row.ID, err)
-	}
-	return nil
-}
+func installationTracking(r *models.Installation) *models.Tracking { return &r.Tracking }

@@ -1,18 +1,13 @@
 package ingest
 
 import (
-	"context"
-	"fmt"
-	"time"
-
 	"github.com/google/go-github/v75/github"
-	"gorm.io/gorm"
 
 	"github.com/brokerswitch/brokerswitch/models"
 )
 
 // applyIssue applies an issues event to github_issues.
-func applyIssue(ctx context.Context, tx *gorm.DB, ev Event, now time.Time) error {
+func applyIssue(w *writes, ev Event) {
 	e := ev.Payload.(*github.IssuesEvent)
 	issue := e.GetIssue()
 	repo := refOf(e.GetRepo())
@@ -33,11 +28,7 @@ func applyIssue(ctx context.Context, tx *gorm.DB, ev Event, now time.Time) error
 		SenderLogin:     e.GetSender().GetLogin(),
 		GitHubUpdatedAt: timeOf(issue.UpdatedAt),
 	}
-	err := applyTracked(ctx, tx, ev, now, row.NodeID, row, func(r *models.Issue) (*models.Tracking, *string) {
+	w.issues.add(row.NodeID, trackedChange(ev, w.now, row, func(r *models.Issue) (*models.Tracking, *string) {
 		return &r.Tracking, &r.State
-	})
-	if err != nil {
-		return fmt.Errorf("issue %s#%d: %w", e.GetRepo().GetFullName(), issue.GetNumber(), err)
-	}
-	return nil
+	}))
 }

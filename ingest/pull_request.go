@@ -1,18 +1,13 @@
 package ingest
 
 import (
-	"context"
-	"fmt"
-	"time"
-
 	"github.com/google/go-github/v75/github"
-	"gorm.io/gorm"
 
 	"github.com/brokerswitch/brokerswitch/models"
 )
 
 // applyPullRequest applies a pull_request event to github_pull_requests.
-func applyPullRequest(ctx context.Context, tx *gorm.DB, ev Event, now time.Time) error {
+func applyPullRequest(w *writes, ev Event) {
 	e := ev.Payload.(*github.PullRequestEvent)
 	pr := e.GetPullRequest()
 	repo := refOf(e.GetRepo())
@@ -39,11 +34,7 @@ func applyPullRequest(ctx context.Context, tx *gorm.DB, ev Event, now time.Time)
 		SenderLogin:     e.GetSender().GetLogin(),
 		GitHubUpdatedAt: timeOf(pr.UpdatedAt),
 	}
-	err := applyTracked(ctx, tx, ev, now, row.NodeID, row, func(r *models.PullRequest) (*models.Tracking, *string) {
+	w.pullRequests.add(row.NodeID, trackedChange(ev, w.now, row, func(r *models.PullRequest) (*models.Tracking, *string) {
 		return &r.Tracking, &r.State
-	})
-	if err != nil {
-		return fmt.Errorf("pull request %s#%d: %w", e.GetRepo().GetFullName(), pr.GetNumber(), err)
-	}
-	return nil
+	}))
 }

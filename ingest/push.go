@@ -1,19 +1,14 @@
 package ingest
 
 import (
-	"context"
-	"fmt"
-	"time"
-
 	"github.com/google/go-github/v75/github"
-	"gorm.io/gorm"
-	"gorm.io/gorm/clause"
 
 	"github.com/brokerswitch/brokerswitch/models"
 )
 
 // applyPush inserts a push event into github_pushes, keyed by its delivery.
-func applyPush(ctx context.Context, tx *gorm.DB, ev Event, now time.Time) error {
+func applyPush(w *writes, ev Event) {
+	now := w.now
 	e := ev.Payload.(*github.PushEvent)
 	repo := e.GetRepo()
 	row := models.Push{
@@ -41,10 +36,5 @@ func applyPush(ctx context.Context, tx *gorm.DB, ev Event, now time.Time) error 
 		CreatedAt:       now,
 		UpdatedAt:       now,
 	}
-	// The ledger already makes this insert happen once; DO NOTHING only keeps a manual
-	// replay from failing.
-	if err := tx.WithContext(ctx).Clauses(clause.OnConflict{DoNothing: true}).Create(&row).Error; err != nil {
-		return fmt.Errorf("insert push to %s %s: %w", repo.GetFullName(), e.GetRef(), err)
-	}
-	return nil
+	w.pushes = append(w.pushes, row)
 }

@@ -1,15 +1,8 @@
 package ingest
 
-import (
-	"context"
-	"time"
-
-	"gorm.io/gorm"
-)
-
-// applyFunc writes one decoded event inside the batch transaction. It may assume the
+// applyFunc adds what one decoded event does to the batch's writes. It may assume the
 // payload passed validate.
-type applyFunc func(ctx context.Context, tx *gorm.DB, ev Event, now time.Time) error
+type applyFunc func(w *writes, ev Event)
 
 // newRegistry maps each event that has a table to its apply function. Events missing
 // from it (check_run, workflow_run, ...) are ledgered as ignored and acknowledged.
