@@ -3,26 +3,20 @@ package ingest
 import (
 	"time"
 
-	"github.com/google/go-github/v75/github"
-
 	"github.com/brokerswitch/brokerswitch/models"
 )
 
 // applyCreate records a created branch or tag in github_branches.
 func applyCreate(w *writes, ev Event) {
-	e := ev.Payload.(*github.CreateEvent)
-	row := branchRow(ev, w.now, e.GetRepo(), e.GetInstallation(), e.GetSender(), e.GetRefType(), e.GetRef())
-	row.MasterBranch = e.GetMasterBranch()
-	row.PusherType = e.GetPusherType()
+	row := branchRow(ev, w.now)
+	row.MasterBranch = ev.Payload.MasterBranch
 	w.addBranch(ev, row, allColumns(branchTracking))
 }
 
 // applyDelete marks a branch or tag deleted in github_branches, creating the row if the
 // create was never seen.
 func applyDelete(w *writes, ev Event) {
-	e := ev.Payload.(*github.DeleteEvent)
-	row := branchRow(ev, w.now, e.GetRepo(), e.GetInstallation(), e.GetSender(), e.GetRefType(), e.GetRef())
-	row.PusherType = e.GetPusherType()
+	row := branchRow(ev, w.now)
 	row.Deleted = true
 	// master_branch is absent from delete payloads: keep the one a create recorded.
 	w.addBranch(ev, row, func(dst, src *models.Branch) {
@@ -32,16 +26,18 @@ func applyDelete(w *writes, ev Event) {
 	})
 }
 
-func branchRow(ev Event, now time.Time, repo *github.Repository, inst *github.Installation, sender *github.User, refType, ref string) models.Branch {
-	r := refOf(repo)
+func branchRow(ev Event, now time.Time) models.Branch {
+	e := ev.Payload
+	r := refOf(&e.Repository)
 	return models.Branch{
 		RepositoryID:    r.ID,
-		RefType:         refType,
-		Ref:             ref,
+		RefType:         e.RefType,
+		Ref:             e.Ref,
 		RepositoryOwner: r.Owner,
 		RepositoryName:  r.Name,
-		InstallationID:  optionalID(inst.GetID()),
-		SenderLogin:     sender.GetLogin(),
+		PusherType:      e.PusherType,
+		InstallationID:  optionalID(e.Installation.ID),
+		SenderLogin:     ev.Sender.login(),
 		Tracking:        newTracking(ev, now),
 	}
 }

@@ -5,7 +5,6 @@ import (
 	"time"
 
 	"github.com/google/go-github/v75/github"
-	"gorm.io/gorm/clause"
 
 	"github.com/brokerswitch/brokerswitch/models"
 )
@@ -17,8 +16,8 @@ type repoRef struct {
 	Name  string
 }
 
-func refOf(r *github.Repository) repoRef {
-	return repoRef{ID: r.GetID(), Owner: ownerOf(r.GetOwner().GetLogin(), r.GetFullName()), Name: r.GetName()}
+func refOf(r *repository) repoRef {
+	return repoRef{ID: r.ID, Owner: ownerOf(r.Owner.Login, r.FullName), Name: r.Name}
 }
 
 // ownerOf falls back to full_name because installation events list repositories without
@@ -51,20 +50,6 @@ func newTracking(ev Event, now time.Time) models.Tracking {
 		CreatedAt:       now,
 		UpdatedAt:       now,
 	}
-}
-
-// refreshOnConflict is the upsert of tables without lifecycle rules: a new row is NEW; an
-// existing one gets the payload's columns, the event's last_* and UPDATED.
-func refreshOnConflict(key []string, payloadColumns ...string) clause.OnConflict {
-	target := make([]clause.Column, len(key))
-	for i, k := range key {
-		target[i] = clause.Column{Name: k}
-	}
-	columns := append(payloadColumns[:len(payloadColumns):len(payloadColumns)],
-		"last_delivery_id", "last_action", "processing_date", "updated_at")
-	set := clause.AssignmentColumns(columns)
-	set = append(set, clause.Assignment{Column: clause.Column{Name: "processing_state"}, Value: string(models.StateUpdated)})
-	return clause.OnConflict{Columns: target, DoUpdates: set}
 }
 
 // optionalID stores GitHub's absent ids (0) as NULL.

@@ -1,10 +1,6 @@
 package ingest
 
 import (
-	"time"
-
-	"github.com/google/go-github/v75/github"
-
 	"github.com/brokerswitch/brokerswitch/models"
 )
 
@@ -13,91 +9,86 @@ const actionDeleted = "deleted"
 // applyIssueComment applies an issue_comment event (on an issue or a pull request's
 // conversation) to github_comments.
 func applyIssueComment(w *writes, ev Event) {
-	e := ev.Payload.(*github.IssueCommentEvent)
-	c := e.GetComment()
-	w.addComment(ev, commentRow(ev, w.now, e.GetRepo(), e.GetInstallation(), e.GetSender(), models.Comment{
-		NodeID:          c.GetNodeID(),
-		ID:              c.GetID(),
+	e := ev.Payload
+	c := &e.Comment
+	w.addComment(ev, models.Comment{
+		NodeID:          c.NodeID,
+		ID:              c.ID,
 		Kind:            models.KindIssueComment,
-		Number:          optionalInt(e.GetIssue().GetNumber()),
-		ParentNodeID:    e.GetIssue().GetNodeID(),
-		AuthorLogin:     c.GetUser().GetLogin(),
-		Body:            c.GetBody(),
-		HTMLURL:         c.GetHTMLURL(),
+		Number:          optionalInt(e.Issue.Number),
+		ParentNodeID:    e.Issue.NodeID,
+		AuthorLogin:     c.User.Login,
+		Body:            c.Body,
+		HTMLURL:         c.HTMLURL,
 		GitHubUpdatedAt: timeOf(c.UpdatedAt),
-	}))
+	})
 }
 
 // applyCommitComment applies a commit_comment event to github_comments.
 func applyCommitComment(w *writes, ev Event) {
-	e := ev.Payload.(*github.CommitCommentEvent)
-	c := e.GetComment()
-	w.addComment(ev, commentRow(ev, w.now, e.GetRepo(), e.GetInstallation(), e.GetSender(), models.Comment{
-		NodeID:          c.GetNodeID(),
-		ID:              c.GetID(),
+	c := &ev.Payload.Comment
+	w.addComment(ev, models.Comment{
+		NodeID:          c.NodeID,
+		ID:              c.ID,
 		Kind:            models.KindCommitComment,
-		CommitID:        c.GetCommitID(),
-		Path:            c.GetPath(),
-		AuthorLogin:     c.GetUser().GetLogin(),
-		Body:            c.GetBody(),
-		HTMLURL:         c.GetHTMLURL(),
+		CommitID:        c.CommitID,
+		Path:            c.Path,
+		AuthorLogin:     c.User.Login,
+		Body:            c.Body,
+		HTMLURL:         c.HTMLURL,
 		GitHubUpdatedAt: timeOf(c.UpdatedAt),
-	}))
+	})
 }
 
 // applyReviewComment applies a pull_request_review_comment event to github_comments.
 func applyReviewComment(w *writes, ev Event) {
-	e := ev.Payload.(*github.PullRequestReviewCommentEvent)
-	c := e.GetComment()
-	w.addComment(ev, commentRow(ev, w.now, e.GetRepo(), e.GetInstallation(), e.GetSender(), models.Comment{
-		NodeID:          c.GetNodeID(),
-		ID:              c.GetID(),
+	e := ev.Payload
+	c := &e.Comment
+	w.addComment(ev, models.Comment{
+		NodeID:          c.NodeID,
+		ID:              c.ID,
 		Kind:            models.KindReviewComment,
-		Number:          optionalInt(e.GetPullRequest().GetNumber()),
-		ParentNodeID:    e.GetPullRequest().GetNodeID(),
-		CommitID:        c.GetCommitID(),
-		Path:            c.GetPath(),
-		AuthorLogin:     c.GetUser().GetLogin(),
-		Body:            c.GetBody(),
-		HTMLURL:         c.GetHTMLURL(),
+		Number:          optionalInt(e.PullRequest.Number),
+		ParentNodeID:    e.PullRequest.NodeID,
+		CommitID:        c.CommitID,
+		Path:            c.Path,
+		AuthorLogin:     c.User.Login,
+		Body:            c.Body,
+		HTMLURL:         c.HTMLURL,
 		GitHubUpdatedAt: timeOf(c.UpdatedAt),
-	}))
+	})
 }
 
 // applyReview applies a pull_request_review event to github_comments: a review is stored
 // as a comment whose review_state carries its verdict.
 func applyReview(w *writes, ev Event) {
-	e := ev.Payload.(*github.PullRequestReviewEvent)
-	r := e.GetReview()
-	w.addComment(ev, commentRow(ev, w.now, e.GetRepo(), e.GetInstallation(), e.GetSender(), models.Comment{
-		NodeID:          r.GetNodeID(),
-		ID:              r.GetID(),
+	e := ev.Payload
+	r := &e.Review
+	w.addComment(ev, models.Comment{
+		NodeID:          r.NodeID,
+		ID:              r.ID,
 		Kind:            models.KindReview,
-		Number:          optionalInt(e.GetPullRequest().GetNumber()),
-		ParentNodeID:    e.GetPullRequest().GetNodeID(),
-		CommitID:        r.GetCommitID(),
-		ReviewState:     r.GetState(),
-		AuthorLogin:     r.GetUser().GetLogin(),
-		Body:            r.GetBody(),
-		HTMLURL:         r.GetHTMLURL(),
+		Number:          optionalInt(e.PullRequest.Number),
+		ParentNodeID:    e.PullRequest.NodeID,
+		CommitID:        r.CommitID,
+		ReviewState:     r.State,
+		AuthorLogin:     r.User.Login,
+		Body:            r.Body,
+		HTMLURL:         r.HTMLURL,
 		GitHubUpdatedAt: timeOf(r.SubmittedAt),
-	}))
-}
-
-// commentRow fills the columns every kind of comment shares.
-func commentRow(ev Event, now time.Time, repo *github.Repository, inst *github.Installation, sender *github.User, row models.Comment) models.Comment {
-	ref := refOf(repo)
-	row.RepositoryID, row.RepositoryOwner, row.RepositoryName = ref.ID, ref.Owner, ref.Name
-	row.Deleted = ev.Action == actionDeleted
-	row.InstallationID = optionalID(inst.GetID())
-	row.SenderLogin = sender.GetLogin()
-	row.Tracking = newTracking(ev, now)
-	return row
+	})
 }
 
 func commentTracking(r *models.Comment) *models.Tracking { return &r.Tracking }
 
-// addComment refreshes every column of the comment: each kind's payload carries all of them.
+// addComment fills the columns every kind of comment shares, and refreshes every column
+// of an existing row: each kind's payload carries all of them.
 func (w *writes) addComment(ev Event, row models.Comment) {
+	ref := refOf(&ev.Payload.Repository)
+	row.RepositoryID, row.RepositoryOwner, row.RepositoryName = ref.ID, ref.Owner, ref.Name
+	row.Deleted = ev.Action == actionDeleted
+	row.InstallationID = optionalID(ev.Payload.Installation.ID)
+	row.SenderLogin = ev.Sender.login()
+	row.Tracking = newTracking(ev, w.now)
 	w.comments.add(row.NodeID, refresh(ev, w.now, row, commentTracking, allColumns(commentTracking)))
 }

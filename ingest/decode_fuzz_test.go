@@ -1,6 +1,7 @@
 package ingest
 
 import (
+	"encoding/json"
 	"errors"
 	"strings"
 	"testing"
@@ -25,8 +26,8 @@ const (
 )
 
 // FuzzDecode feeds Decode arbitrary headers and bodies, seeded with every vendored GitHub
-// payload: it must never panic, it fails only with ErrMalformed, and what it accepts holds
-// the delivery's headers exactly, within the ledger's limits.
+// payload: it must never panic, it fails only with ErrMalformed, and what it accepts is
+// valid JSON and holds the delivery's headers exactly, within the ledger's limits.
 func FuzzDecode(f *testing.F) {
 	for _, ex := range payloads.All() {
 		f.Add(ex.Event, "72d3162e-cc78-11e3-81ab-4c9367dc0958", ex.Body, uint8(0))
@@ -82,6 +83,9 @@ func FuzzDecode(f *testing.F) {
 			}
 			return
 		}
+		if !json.Valid(body) {
+			t.Fatalf("accepted a body that is not valid JSON: %q", body)
+		}
 		if shape&(shapeNoEvent|shapeNoDelivery|shapeEventNumber) != 0 {
 			t.Fatalf("a delivery without its headers was accepted: shape %b", shape)
 		}
@@ -105,7 +109,7 @@ func FuzzDecode(f *testing.F) {
 			t.Fatalf("retry cycles %d, want %d", ev.RetryCycles("issues"), shape)
 		}
 		if ev.Payload != nil {
-			if err := validate(ev.Payload); err != nil {
+			if err := validate(ev.Type, ev.Payload); err != nil {
 				t.Fatalf("accepted a payload that does not validate: %v", err)
 			}
 		}

@@ -41,14 +41,13 @@ type Ingester struct {
 // ForBroker returns the BatchHandler for deliveries consumed from broker index, which is
 // recorded in the ledger.
 func (i *Ingester) ForBroker(index int) broker.BatchHandler {
-	return &batchHandler{ingester: i, broker: index, registry: newRegistry()}
+	return &batchHandler{ingester: i, broker: index}
 }
 
 // batchHandler is the BatchHandler of one broker.
 type batchHandler struct {
 	ingester *Ingester
 	broker   int
-	registry map[string]applyFunc
 }
 
 // message is one delivery of a batch, decoded.
@@ -211,7 +210,7 @@ func (h *batchHandler) applyFor(ev Event) applyFunc {
 	if ev.Payload == nil {
 		return nil
 	}
-	return h.registry[ev.Type]
+	return applierFor(ev.Type)
 }
 
 // ledgerRows builds one ledger row per delivery id of msgs. owner[i] tells whether msgs[i]

@@ -3,16 +3,14 @@ package ingest
 import (
 	"time"
 
-	"github.com/google/go-github/v75/github"
-
 	"github.com/brokerswitch/brokerswitch/models"
 )
 
 // applyInstallation applies an installation event to github_installations, and the
 // repositories it lists to github_repositories.
 func applyInstallation(w *writes, ev Event) {
-	e := ev.Payload.(*github.InstallationEvent)
-	row := installationRow(ev, w.now, e.GetInstallation(), e.GetSender())
+	e := ev.Payload
+	row := installationRow(ev, w.now)
 	switch ev.Action {
 	case "deleted":
 		row.Deleted = true
@@ -37,9 +35,9 @@ func applyInstallation(w *writes, ev Event) {
 // applyInstallationRepositories applies an installation_repositories event: the
 // installation itself, then the repositories added to and removed from it.
 func applyInstallationRepositories(w *writes, ev Event) {
-	e := ev.Payload.(*github.InstallationRepositoriesEvent)
-	row := installationRow(ev, w.now, e.GetInstallation(), e.GetSender())
-	if s := e.GetRepositorySelection(); s != "" {
+	e := ev.Payload
+	row := installationRow(ev, w.now)
+	if s := e.RepositorySelection; s != "" {
 		row.RepositorySelection = s
 	}
 	// This event says nothing about suspension or deletion: leave those columns alone.
@@ -52,19 +50,20 @@ func applyInstallationRepositories(w *writes, ev Event) {
 	w.addInstallationRepositories(ev, row.ID, e.RepositoriesRemoved, true)
 }
 
-func installationRow(ev Event, now time.Time, inst *github.Installation, sender *github.User) models.Installation {
+func installationRow(ev Event, now time.Time) models.Installation {
+	inst := &ev.Payload.Installation
 	return models.Installation{
-		ID:                  inst.GetID(),
-		AppID:               inst.GetAppID(),
-		AccountID:           inst.GetAccount().GetID(),
-		AccountLogin:        inst.GetAccount().GetLogin(),
-		AccountType:         inst.GetAccount().GetType(),
-		TargetID:            inst.GetTargetID(),
-		TargetType:          inst.GetTargetType(),
-		RepositorySelection: inst.GetRepositorySelection(),
+		ID:                  inst.ID,
+		AppID:               inst.AppID,
+		AccountID:           inst.Account.ID,
+		AccountLogin:        inst.Account.Login,
+		AccountType:         inst.Account.Type,
+		TargetID:            inst.TargetID,
+		TargetType:          inst.TargetType,
+		RepositorySelection: inst.RepositorySelection,
 		Suspended:           timeOf(inst.SuspendedAt) != nil,
 		SuspendedAt:         timeOf(inst.SuspendedAt),
-		SenderLogin:         sender.GetLogin(),
+		SenderLogin:         ev.Sender.login(),
 		Tracking:            newTracking(ev, now),
 	}
 }

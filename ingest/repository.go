@@ -1,29 +1,26 @@
 package ingest
 
 import (
-	"github.com/google/go-github/v75/github"
-
 	"github.com/brokerswitch/brokerswitch/models"
 )
 
 // applyRepository applies a repository event (created, edited, renamed, transferred,
 // archived, privatized, deleted, ...) to github_repositories.
 func applyRepository(w *writes, ev Event) {
-	e := ev.Payload.(*github.RepositoryEvent)
-	r := e.GetRepo()
+	r := &ev.Payload.Repository
 	row := models.Repository{
-		ID:             r.GetID(),
-		NodeID:         r.GetNodeID(),
-		OwnerLogin:     ownerOf(r.GetOwner().GetLogin(), r.GetFullName()),
-		Name:           r.GetName(),
-		FullName:       r.GetFullName(),
-		Private:        r.GetPrivate(),
-		Archived:       r.GetArchived(),
-		DefaultBranch:  r.GetDefaultBranch(),
-		HTMLURL:        r.GetHTMLURL(),
-		InstallationID: optionalID(e.GetInstallation().GetID()),
+		ID:             r.ID,
+		NodeID:         r.NodeID,
+		OwnerLogin:     ownerOf(r.Owner.Login, r.FullName),
+		Name:           r.Name,
+		FullName:       r.FullName,
+		Private:        r.Private,
+		Archived:       r.Archived,
+		DefaultBranch:  r.DefaultBranch,
+		HTMLURL:        r.HTMLURL,
+		InstallationID: optionalID(ev.Payload.Installation.ID),
 		Deleted:        ev.Action == actionDeleted,
-		SenderLogin:    e.GetSender().GetLogin(),
+		SenderLogin:    ev.Sender.login(),
 		Tracking:       newTracking(ev, w.now),
 	}
 	// installation_id and installation_removed stay out of the refresh: they are owned by
@@ -39,21 +36,21 @@ func applyRepository(w *writes, ev Event) {
 // addInstallationRepositories records that repos were added to (removed=false) or removed
 // from an installation. Installation payloads list repositories in short form (no owner,
 // default branch or URL), so only those columns are refreshed.
-func (w *writes) addInstallationRepositories(ev Event, installationID int64, repos []*github.Repository, removed bool) {
+func (w *writes) addInstallationRepositories(ev Event, installationID int64, repos []repository, removed bool) {
 	for _, r := range repos {
-		if r.GetID() == 0 {
+		if r.ID == 0 {
 			continue
 		}
 		row := models.Repository{
-			ID:                  r.GetID(),
-			NodeID:              r.GetNodeID(),
-			OwnerLogin:          ownerOf(r.GetOwner().GetLogin(), r.GetFullName()),
-			Name:                r.GetName(),
-			FullName:            r.GetFullName(),
-			Private:             r.GetPrivate(),
+			ID:                  r.ID,
+			NodeID:              r.NodeID,
+			OwnerLogin:          ownerOf(r.Owner.Login, r.FullName),
+			Name:                r.Name,
+			FullName:            r.FullName,
+			Private:             r.Private,
 			InstallationID:      optionalID(installationID),
 			InstallationRemoved: removed,
-			SenderLogin:         ev.Sender.GetLogin(),
+			SenderLogin:         ev.Sender.login(),
 			Tracking:            newTracking(ev, w.now),
 		}
 		w.repositories.add(row.ID, refresh(ev, w.now, row, repositoryTracking, func(dst, src *models.Repository) {

@@ -9,16 +9,16 @@ import (
 // event a user sends.
 func (w *writes) addSender(ev Event) {
 	u := ev.Sender
-	if u.GetID() == 0 {
+	if u == nil || u.ID == 0 {
 		return
 	}
 	incoming := models.User{
-		ID:        u.GetID(),
-		NodeID:    u.GetNodeID(),
-		Login:     u.GetLogin(),
-		Type:      u.GetType(),
-		SiteAdmin: u.GetSiteAdmin(),
-		HTMLURL:   u.GetHTMLURL(),
+		ID:        u.ID,
+		NodeID:    u.NodeID,
+		Login:     u.Login,
+		Type:      u.Type,
+		SiteAdmin: u.SiteAdmin,
+		HTMLURL:   u.HTMLURL,
 	}
 	now := w.now
 	w.users.add(incoming.ID, func(cur *models.User) *models.User {

@@ -2,8 +2,6 @@ package ingest
 
 import (
 	"errors"
-
-	"github.com/google/go-github/v75/github"
 )
 
 // check is one requirement on a payload and the reason given when it fails.
@@ -12,59 +10,33 @@ type check struct {
 	reason string
 }
 
-// validate checks that a typed payload holds the keys its table needs. It runs while
-// decoding, before any database work, so a payload that can never be applied is rejected
-// as malformed instead of failing a transaction and being retried.
-func validate(payload any) error {
-	switch e := payload.(type) {
-	case *github.PullRequestEvent:
+// validate checks that the payload of an event of type eventType holds the keys its
+// table needs. It runs while decoding, before any database work, so a payload that can
+// never be applied is rejected as malformed instead of failing a transaction and being
+// retried.
+func validate(eventType string, p *payload) error {
+	repo := check{p.Repository.ID != 0, "no repository.id"}
+	switch eventType {
+	case "pull_request":
 		return firstFailure(
-			check{e.GetPullRequest().GetNodeID() != "", "no pull_request.node_id"},
-			check{e.GetRepo().GetID() != 0, "no repository.id"},
-			check{validState(e.GetPullRequest().GetState()), "pull_request.state is neither open nor closed"})
-	case *github.IssuesEvent:
+			check{p.PullRequest.NodeID != "", "no pull_request.node_id"}, repo,
+			check{validState(p.PullRequest.State), "pull_request.state is neither open nor closed"})
+	case "issues":
 		return firstFailure(
-			check{e.GetIssue().GetNodeID() != "", "no issue.node_id"},
-			check{e.GetRepo().GetID() != 0, "no repository.id"},
-			check{validState(e.GetIssue().GetState()), "issue.state is neither open nor closed"})
-	case *github.IssueCommentEvent:
-		return firstFailure(
-			check{e.GetComment().GetNodeID() != "", "no comment.node_id"},
-			check{e.GetRepo().GetID() != 0, "no repository.id"})
-	case *github.CommitCommentEvent:
-		return firstFailure(
-			check{e.GetComment().GetNodeID() != "", "no comment.node_id"},
-			check{e.GetRepo().GetID() != 0, "no repository.id"})
-	case *github.PullRequestReviewCommentEvent:
-		return firstFailure(
-			check{e.GetComment().GetNodeID() != "", "no comment.node_id"},
-			check{e.GetRepo().GetID() != 0, "no repository.id"})
-	case *github.PullRequestReviewEvent:
-		return firstFailure(
-			check{e.GetReview().GetNodeID() != "", "no review.node_id"},
-			check{e.GetRepo().GetID() != 0, "no repository.id"})
-	case *github.PushEvent:
-		return firstFailure(
-			check{e.GetRepo().GetID() != 0, "no repository.id"},
-			check{e.GetRef() != "", "no ref"})
-	case *github.CreateEvent:
-		return firstFailure(
-			check{e.GetRepo().GetID() != 0, "no repository.id"},
-			check{e.GetRef() != "", "no ref"},
-			check{e.GetRefType() != "", "no ref_type"})
-	case *github.DeleteEvent:
-		return firstFailure(
-			check{e.GetRepo().GetID() != 0, "no repository.id"},
-			check{e.GetRef() != "", "no ref"},
-			check{e.GetRefType() != "", "no ref_type"})
-	case *github.InstallationEvent:
-		return firstFailure(check{e.GetInstallation().GetID() != 0, "no installation.id"})
-	case *github.InstallationRepositoriesEvent:
-		return firstFailure(check{e.GetInstallation().GetID() != 0, "no installation.id"})
-	case *github.RepositoryEvent:
-		return firstFailure(
-			check{e.GetRepo().GetID() != 0, "no repository.id"},
-			check{e.GetRepo().GetName() != "", "no repository.name"})
+			check{p.Issue.NodeID != "", "no issue.node_id"}, repo,
+			check{validState(p.Issue.State), "issue.state is neither open nor closed"})
+	case "issue_comment", "commit_comment", "pull_request_review_comment":
+		return firstFailure(check{p.Comment.NodeID != "", "no comment.node_id"}, repo)
+	case "pull_request_review":
+		return firstFailure(check{p.Review.NodeID != "", "no review.node_id"}, repo)
+	case "push":
+		return firstFailure(repo, check{p.Ref != "", "no ref"})
+	case "create", "delete":
+		return firstFailure(repo, check{p.Ref != "", "no ref"}, check{p.RefType != "", "no ref_type"})
+	case "installation", "installation_repositories":
+		return firstFailure(check{p.Installation.ID != 0, "no installation.id"})
+	case "repository":
+		return firstFailure(repo, check{p.Repository.Name != "", "no repository.name"})
 	}
 	return nil
 }
