@@ -138,7 +138,7 @@ type LeftoverDrainResult struct {
 	Unreachable []int
 }
 
-// LeftoverDrain takes what waits on the queue on the other brokers, with basic.get, and
+// LeftoverDrain takes what waits on the queue on the other brokers (see broker.Pool.Drain), and
 // applies it before the window starts: those messages are older than anything on the
 // active broker. A broker that cannot be reached is a warning, never a failed window.
 func (a *Window) LeftoverDrain(ctx context.Context, in LeftoverDrainInput) (LeftoverDrainResult, error) {

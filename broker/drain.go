@@ -2,20 +2,33 @@ package broker
 
 import (
 	"context"
+	"crypto/rand"
+	"errors"
 	"fmt"
+	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
 )
 
-// Drain is the Leftover Drain: it takes messages from queue on broker index
-// with basic.get until the queue is empty or max messages were taken, hands
-// them to h in batches of up to batch, and settles the verdicts exactly as
-// Consume does. Messages are never auto-acknowledged: should the channel
-// close, the unsettled ones go back to the queue.
+// drainIdle is how long a drain round waits for a delivery the queue's ready count
+// promised: the count is a snapshot, and another client may have taken the message.
+const drainIdle = time.Second
+
+// Drain is the Leftover Drain: it takes messages from queue on broker index until the
+// queue is empty or max messages were taken, hands them to h in batches of up to batch,
+// and settles the verdicts exactly as Consume does. Messages are never auto-acknowledged:
+// should the channel close, the unsettled ones go back to the queue.
 //
-// taken is the number of messages settled. A queue that does not exist is
-// empty. When h fails or ctx ends, Drain returns the error (wrapping ctx's)
-// with the current batch unsettled and back at the head of the queue.
+// Each batch is one round: a passive declare reads the ready count, then a consumer
+// with a prefetch of exactly the messages wanted (at most batch, at most what the cap
+// leaves) receives them and is cancelled before they are handled and settled. Because
+// the broker never sends more than the prefetch to an unacknowledging consumer, nothing
+// beyond the cap is ever delivered, and what the drain leaves stays in order. A round
+// costs a few round trips however large the batch, where basic.get cost one per message.
+//
+// taken is the number of messages settled. A queue that does not exist is empty. When
+// h fails or ctx ends, Drain returns the error (wrapping ctx's) with the current batch
+// unsettled and back at the head of the queue.
 func (p *Pool) Drain(ctx context.Context, index int, queue string, max int, batch int, h BatchHandler) (taken int, err error) {
 	ep, err := p.endpoint(index)
 	if err != nil {
@@ -23,6 +36,9 @@ func (p *Pool) Drain(ctx context.Context, index int, queue string, max int, batc
 	}
 	if max < 1 || batch < 1 {
 		return 0, fmt.Errorf("drain %s on %s: max %d and batch %d must be positive", queue, ep, max, batch)
+	}
+	if batch > MaxPrefetch {
+		batch = MaxPrefetch
 	}
 	ch, err := p.Channel(ctx, index)
 	if err != nil {
@@ -33,10 +49,20 @@ func (p *Pool) Drain(ctx context.Context, index int, queue string, max int, batc
 	defer s.close()
 
 	for taken < max {
-		msgs, more, err := getBatch(ctx, ch, queue, min(batch, max-taken))
+		if err := ctx.Err(); err != nil {
+			return taken, fmt.Errorf("drain %s on %s: %w", queue, ep, err)
+		}
+		info, err := ch.QueueDeclarePassive(queue, true, false, false, false, nil)
 		if isCode(err, amqp.NotFound) {
 			return taken, nil
 		}
+		if err != nil {
+			return taken, fmt.Errorf("drain %s on %s: %w", queue, ep, err)
+		}
+		if info.Messages == 0 {
+			return taken, nil
+		}
+		msgs, complete, err := receive(ctx, ch, queue, min(info.Messages, batch, max-taken))
 		if err != nil {
 			return taken, fmt.Errorf("drain %s on %s: %w", queue, ep, err)
 		}
@@ -48,27 +74,56 @@ func (p *Pool) Drain(ctx context.Context, index int, queue string, max int, batc
 		if err != nil {
 			return taken, fmt.Errorf("drain %s on %s: %w", queue, ep, err)
 		}
-		if !more {
+		if !complete {
+			// A delivery may have arrived as the consumer was cancelled and been dropped by
+			// the library: closing the channel puts it back in its place before another
+			// round could take what follows it.
 			return taken, nil
 		}
 	}
 	return taken, nil
 }
 
-// getBatch gets up to limit messages. more is false when the queue ran empty.
-func getBatch(ctx context.Context, ch *amqp.Channel, queue string, limit int) (msgs []amqp.Delivery, more bool, err error) {
-	for len(msgs) < limit {
-		if err := ctx.Err(); err != nil {
-			return nil, false, err
+// receive consumes up to want messages of queue with a prefetch of want, then cancels the
+// consumer and returns them unsettled. complete is false when it stopped early because no
+// delivery came for drainIdle.
+func receive(ctx context.Context, ch *amqp.Channel, queue string, want int) (msgs []amqp.Delivery, complete bool, err error) {
+	if err := ch.Qos(want, 0, false); err != nil {
+		return nil, false, fmt.Errorf("set prefetch: %w", err)
+	}
+	tag := "brokerswitch-drain-" + rand.Text()[:12]
+	// Not exclusive: the drain must not keep a window's exclusive consumer out.
+	deliveries, err := ch.Consume(queue, tag, false, false, false, false, nil)
+	if err != nil {
+		return nil, false, fmt.Errorf("consume: %w", err)
+	}
+	msgs = make([]amqp.Delivery, 0, want)
+	idle := time.NewTimer(drainIdle)
+	defer idle.Stop()
+	for len(msgs) < want {
+		select {
+		case d, ok := <-deliveries:
+			if !ok {
+				return nil, false, errors.New("channel closed during the drain")
+			}
+			msgs = append(msgs, d)
+			idle.Reset(drainIdle)
+			continue
+		case <-ctx.Done():
+			return nil, false, ctx.Err()
+		case <-idle.C:
 		}
-		d, ok, err := ch.Get(queue, false)
-		if err != nil {
-			return nil, false, err
-		}
-		if !ok {
-			return msgs, false, nil
-		}
+		break
+	}
+	// The broker sends no more than want unacknowledged messages, so none can be in
+	// flight beyond msgs; after cancel-ok the library closes deliveries.
+	complete = len(msgs) == want
+	if err := ch.Cancel(tag, false); err != nil {
+		return nil, false, fmt.Errorf("cancel consumer: %w", err)
+	}
+	for d := range deliveries {
+		// Only when the idle timer fired as a delivery arrived.
 		msgs = append(msgs, d)
 	}
-	return msgs, true, nil
+	return msgs, complete, nil
 }

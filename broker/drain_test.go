@@ -34,6 +34,10 @@ func TestDrainRespectsMaxThenEmptiesTheQueue(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, 15, taken)
 	assert.Equal(t, numbered(25), h.bodies())
+	for _, d := range h.seen {
+		// A message sent beyond the cap and put back would come again as redelivered.
+		assert.False(t, d.Redelivered, "message %s was delivered before", d.Body)
+	}
 	assert.Equal(t, 0, r.count("issues"))
 	assert.Equal(t, []string{"3"}, bodies(r.getAll("issues-error")))
 
@@ -70,4 +74,25 @@ func TestDrainHandlerErrorKeepsTheBatch(t *testing.T) {
 	assert.Equal(t, 3, taken)
 	r.eventuallyCount("issues", 4)
 	assert.Equal(t, numbered(7)[3:], bodies(r.getAll("issues")))
+}
+
+// TestDrainCapInsideAPrefetchWindowKeepsOrder stops drains at caps that fall inside a
+// batch, many times over, while the queue holds more than a batch: each drain must take
+// exactly its cap, and together they must see the queue in order, each message once.
+func TestDrainCapInsideAPrefetchWindowKeepsOrder(t *testing.T) {
+	t.Parallel()
+	r := newRabbit(t)
+	r.declare(Topology{Queues: []string{"issues"}, RetryTTL: time.Minute})
+	r.publish("issues", numbered(120)...)
+	h := &recorder{}
+	for _, limit := range []int{7, 1, 13, 50, 3} {
+		taken, err := r.pool.Drain(context.Background(), 0, "issues", limit, 10, h)
+		require.NoError(t, err)
+		require.Equal(t, limit, taken)
+	}
+	assert.Equal(t, numbered(120)[:74], h.bodies())
+	assert.Equal(t, 46, r.count("issues"))
+	for _, d := range h.seen {
+		assert.False(t, d.Redelivered, "message %s was delivered before", d.Body)
+	}
 }
