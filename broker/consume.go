@@ -94,6 +94,9 @@ func (p *Pool) Consume(ctx context.Context, index int, queue string, opts Consum
 
 	deliveries, err := subscribe(ch, queue, opts)
 	if err != nil {
+		if isCode(err, amqp.NotFound) {
+			p.forgetTopology(index)
+		}
 		return fmt.Errorf("consume %s on %s: %w", queue, ep, err)
 	}
 	stop := make(chan struct{})

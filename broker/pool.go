@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -61,6 +62,11 @@ type brokerConn struct {
 	// connected tells whether a dial ever succeeded, so that the next one is a reconnect.
 	connected bool // guarded by lock
 	dials     atomic.Int64
+
+	// declared maps each topology declared on this broker to the connection it was
+	// declared on, so that it is declared once per connection, not at every window start.
+	declaredMu sync.Mutex
+	declared   map[string]*amqp.Connection // guarded by declaredMu
 }
 
 // NewPool returns a pool for endpoints; nothing is dialed yet. Brokers are

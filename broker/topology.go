@@ -63,14 +63,28 @@ func (t Topology) declarations() ([]queueDecl, error) {
 // DeclareTopology declares the queues of t on broker index. It is idempotent.
 // When a queue exists with other arguments, the error wraps ErrTopologyMismatch
 // and RabbitMQ's reply, which names the queue and the argument.
+//
+// A topology is declared once per connection: a later call on the same connection
+// returns at once, which spares every window start a dozen round trips. A new
+// connection (after the broker restarted, say) declares it again, and so does the call
+// after a consume found a queue missing (see forgetTopology).
 func (p *Pool) DeclareTopology(ctx context.Context, index int, t Topology) error {
-	ep, err := p.endpoint(index)
+	b, err := p.broker(index)
 	if err != nil {
 		return err
 	}
+	ep := b.ep
 	decls, err := t.declarations()
 	if err != nil {
 		return fmt.Errorf("declare topology on %s: %w", ep, err)
+	}
+	conn, err := p.connection(ctx, b)
+	if err != nil {
+		return fmt.Errorf("declare topology: %w", err)
+	}
+	key := t.key()
+	if b.isDeclared(key, conn) {
+		return nil
 	}
 	chans := reopener{pool: p, index: index}
 	defer chans.close()
@@ -89,7 +103,41 @@ func (p *Pool) DeclareTopology(ctx context.Context, index int, t Topology) error
 			return fmt.Errorf("declare queue %s on %s: %w", d.name, ep, err)
 		}
 	}
+	b.setDeclared(key, conn)
 	return nil
+}
+
+// key identifies a topology among those declared on one broker.
+func (t Topology) key() string {
+	return fmt.Sprintf("%q %d", t.Queues, t.RetryTTL.Milliseconds())
+}
+
+// isDeclared tells whether the topology with key was declared on conn, which is open.
+func (b *brokerConn) isDeclared(key string, conn *amqp.Connection) bool {
+	b.declaredMu.Lock()
+	defer b.declaredMu.Unlock()
+	return b.declared[key] == conn && !conn.IsClosed()
+}
+
+func (b *brokerConn) setDeclared(key string, conn *amqp.Connection) {
+	b.declaredMu.Lock()
+	defer b.declaredMu.Unlock()
+	if b.declared == nil {
+		b.declared = map[string]*amqp.Connection{}
+	}
+	b.declared[key] = conn
+}
+
+// forgetTopology makes the next DeclareTopology on broker index declare again: a queue
+// was found missing (deleted by an operator), so what was declared is gone.
+func (p *Pool) forgetTopology(index int) {
+	b, err := p.broker(index)
+	if err != nil {
+		return
+	}
+	b.declaredMu.Lock()
+	defer b.declaredMu.Unlock()
+	clear(b.declared)
 }
 
 // reopener hands out a channel of one broker and opens a new one after the

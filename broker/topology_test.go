@@ -92,3 +92,40 @@ func TestReadyCountsFailsWithoutBroker(t *testing.T) {
 	_, err = pool.ReadyCounts(context.Background(), 0, []string{"issues"})
 	assert.ErrorContains(t, err, "connect to #0 127.0.0.1:1/")
 }
+
+// TestDeclareTopologyOncePerConnection deletes a declared queue behind the pool's back:
+// a second declaration on the same connection does not notice (it sends nothing), a
+// consume that finds the queue missing makes the next one declare again, and so does a
+// new connection.
+func TestDeclareTopologyOncePerConnection(t *testing.T) {
+	t.Parallel()
+	r := newRabbit(t)
+	topo := Topology{Queues: []string{"issues"}, RetryTTL: time.Minute}
+	exists := func(q string) bool {
+		_, err := r.channel().QueueDeclarePassive(q, true, false, false, false, nil)
+		return err == nil
+	}
+	deleteQueue := func(q string) {
+		_, err := r.channel().QueueDelete(q, false, false, false)
+		require.NoError(t, err)
+	}
+	r.declare(topo)
+	deleteQueue("issues-error")
+	r.declare(topo)
+	assert.False(t, exists("issues-error"), "declared again on the same connection")
+
+	deleteQueue("issues")
+	err := r.pool.Consume(context.Background(), 0, "issues", ConsumeOptions{}, &recorder{})
+	require.Error(t, err)
+	r.declare(topo)
+	assert.True(t, exists("issues"), "a consume that found the queue missing did not make the pool declare again")
+	assert.True(t, exists("issues-error"))
+
+	deleteQueue("issues-error")
+	b, err := r.pool.broker(0)
+	require.NoError(t, err)
+	require.NoError(t, b.conn.Close())
+	r.declare(topo)
+	assert.True(t, exists("issues-error"), "a new connection did not declare again")
+	assert.Equal(t, int64(2), r.pool.Dials(0))
+}
