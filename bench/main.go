@@ -54,7 +54,7 @@ func main() {
 	flag.StringVar(&o.chart, "chart", "bench/benchmarks.png", "PNG chart to write")
 	flag.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of the in-process worker during the last end-to-end run")
 	flag.DurationVar(&o.rtt, "rtt", 2*time.Millisecond, "round trip time injected between the consumer and RabbitMQ and Postgres for the 'rtt' figure (B and end to end)")
-	flag.IntVar(&o.rttEvents, "rtt-events", 2000, "messages per run of the 'rtt' figure")
+	flag.IntVar(&o.rttEvents, "rtt-events", 2000, "messages per run of Baseline B in the 'rtt' figure (the service runs -events: B's rate is flat, the service's includes its start)")
 	flag.StringVar(&o.jsonOut, "json", "bench/results.json", "raw figures, to regenerate the report with -report-from; empty: none")
 	flag.StringVar(&o.reportFrom, "report-from", "", "measure nothing: rewrite the table, the report and the chart from a -json file")
 	flag.StringVar(&o.keepLogs, "logs", "", "folder for the worker process's logs (default: a temporary folder)")
@@ -170,7 +170,7 @@ func run(o options) error {
 				res.BRTT = append(res.BRTT, t)
 			}))
 			res.record(guard(fmt.Sprintf("end to end with %s RTT run %d", o.rtt, r), func(s *scope) {
-				t := runProduct(s, corpus(o.rttEvents), "", o.rtt)
+				t := runProduct(s, corpus(o.events), "", o.rtt)
 				logf("end to end with %s RTT run %d: %.0f msg/s (%s)", o.rtt, r, t.rate(), t.CPU)
 				res.ProductRTT = append(res.ProductRTT, t)
 			}))
@@ -194,7 +194,7 @@ func run(o options) error {
 		for r := 1; r <= o.runs; r++ {
 			res.record(guard(fmt.Sprintf("leftover drain run %d", r), func(s *scope) {
 				d := runDrain(s, o.drain)
-				logf("leftover drain run %d: basic.get %.0f msg/s, with ingest %.0f msg/s", r, d.Raw.rate(), d.Ingest.rate())
+				logf("leftover drain run %d: ack only %.0f msg/s, with ingest %.0f msg/s", r, d.Raw.rate(), d.Ingest.rate())
 				res.Drain = append(res.Drain, d)
 			}))
 		}
@@ -222,11 +222,16 @@ func run(o options) error {
 			build := exec.Command("go", "build", "-o", binary, "./cmd/brokerswitch")
 			build.Stdout, build.Stderr = os.Stderr, os.Stderr
 			s.check(build.Run(), "build ./cmd/brokerswitch")
-			c := runCatchUp(s, o.catchUp, 1000, binary, logDir)
+			c := runCatchUp(s, o.catchUp, 1000, binary, logDir, 0)
 			logf("catch-up: %d backlog + %d new applied and switched in %s (old drained at %s, switch at %s), peak RSS %.0f MB (%s)",
 				c.Backlog, c.OnNew, c.Done.Round(time.Millisecond), c.OldApplied.Round(time.Millisecond),
 				c.SwitchDone.Round(time.Millisecond), c.PeakRSSMB, c.CPU)
 			res.CatchUp = &c
+			if o.rtt > 0 {
+				c := runCatchUp(s, o.catchUp, 1000, binary, logDir, o.rtt)
+				logf("catch-up with %s RTT: applied and switched in %s, peak RSS %.0f MB (%s)", o.rtt, c.Done.Round(time.Millisecond), c.PeakRSSMB, c.CPU)
+				res.CatchUpRTT = &c
+			}
 		}))
 	}
 

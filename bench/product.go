@@ -303,10 +303,13 @@ type catchUpResult struct {
 
 // runCatchUp leaves a backlog on the old broker and some events on the new one, records the
 // producer's notification, then starts `brokerswitch worker` as its own process with
-// default settings and waits until everything is applied and the switch completed.
-func runCatchUp(s *scope, backlog, onNew int, binary, logDir string) catchUpResult {
+// default settings and waits until everything is applied and the switch completed. With
+// rtt > 0 the worker reaches RabbitMQ and Postgres through delay proxies instead of the
+// counting ones, so the frame counts stay empty.
+func runCatchUp(s *scope, backlog, onNew int, binary, logDir string, rtt time.Duration) catchUpResult {
 	ctx := context.Background()
-	st := newStack(s, 2, stackOptions{count: true}) // default CONSUMER_WINDOW, DRAIN_CHECK_INTERVAL, PREFETCH
+	// Default CONSUMER_WINDOW, DRAIN_CHECK_INTERVAL, PREFETCH.
+	st := newStack(s, 2, stackOptions{count: rtt == 0, rtt: rtt})
 	res := catchUpResult{Backlog: backlog, OnNew: onNew}
 	began := time.Now()
 	// Published in chunks so the corpus never sits whole in memory.
@@ -378,14 +381,14 @@ type drainResult struct {
 	Raw, Ingest throughput
 }
 
-// ackAll is a BatchHandler that acks everything: the bare cost of basic.get.
+// ackAll is a BatchHandler that acks everything: the bare cost of the drain.
 type ackAll struct{}
 
 func (ackAll) HandleBatch(_ context.Context, _ string, ds []amqp.Delivery) ([]broker.Verdict, error) {
 	return make([]broker.Verdict, len(ds)), nil // the zero Verdict is Ack
 }
 
-// runDrain measures broker.Pool.Drain (basic.get, batches of PREFETCH=100, one
+// runDrain measures broker.Pool.Drain (a consume per batch of PREFETCH=100, one
 // multiple-ack per batch) on one queue holding n real events: once with a handler that only
 // acks, once with the service's ingest handler writing the typed tables.
 func runDrain(s *scope, n int) drainResult {

@@ -36,7 +36,9 @@ type results struct {
 	Cap              *capResult
 	CatchUp          *catchUpResult
 	Actions          *actionsResult
-	Failures         []string
+	// CatchUpRTT is the same catch-up with Options.rtt injected (no counting proxies).
+	CatchUpRTT *catchUpResult
+	Failures   []string
 }
 
 func (r *results) record(err error) {
@@ -129,10 +131,10 @@ func (r *results) table() report {
 		add(row{"Baseline B: old design (prefetch 1, parse, 1 row in its own tx)", fmt.Sprintf("%.0f msg/s", b), spread(rates(r.B), "%.0f"), "E2E = " + ratio(p, b), "", ""})
 	}
 	if len(r.Product) > 0 {
-		ok := b > 0 && p >= 2*b
+		ok := b > 0 && p >= 3*b
 		add(row{"brokerswitch end to end (Temporal windows, typed tables + ledger)", fmt.Sprintf("%.0f msg/s", p), spread(rates(r.Product), "%.0f"),
-			fmt.Sprintf("%s B, %s A(100), %s A(1)", ratio(p, b), ratio(p, a100), ratio(p, a1)), "≥ 2× B", statusIf(b > 0, ok)})
-		rep.targets = append(rep.targets, fmt.Sprintf("End-to-end throughput ≥ 2× Baseline B: %s (%.0f vs %.0f msg/s, %s).", status(ok), p, b, ratio(p, b)))
+			fmt.Sprintf("%s B, %s A(100), %s A(1)", ratio(p, b), ratio(p, a100), ratio(p, a1)), "≥ 3× B", statusIf(b > 0, ok)})
+		rep.targets = append(rep.targets, fmt.Sprintf("End-to-end throughput ≥ 3× Baseline B: %s (%.0f vs %.0f msg/s, %s).", status(ok), p, b, ratio(p, b)))
 		var starts []float64
 		for _, t := range r.Product {
 			starts = append(starts, t.Startup.Seconds())
@@ -151,10 +153,15 @@ func (r *results) table() report {
 		br, pr := median(rates(r.BRTT)), median(rates(r.ProductRTT))
 		add(row{fmt.Sprintf("Baseline B with %s RTT to RabbitMQ and Postgres (injected, measured %s; %s msgs per run)", r.Settings.RTT, r.MeasuredRTT.Round(10*time.Microsecond), commas(int64(r.Settings.RTTEvents))), fmt.Sprintf("%.0f msg/s", br), spread(rates(r.BRTT), "%.0f"),
 			"E2E = " + ratio(pr, br), "", ""})
-		add(row{fmt.Sprintf("brokerswitch end to end with %s RTT (injected)", r.Settings.RTT), fmt.Sprintf("%.0f msg/s", pr), spread(rates(r.ProductRTT), "%.0f"),
-			ratio(pr, br) + " B", "≥ 2× B", status(pr >= 2*br)})
-		rep.targets = append(rep.targets, fmt.Sprintf("… with %s RTT to RabbitMQ and Postgres, as a service reaching CloudAMQP and a managed Postgres sees it: %s (%.0f vs %.0f msg/s, %s).",
-			r.Settings.RTT, status(pr >= 2*br), pr, br, ratio(pr, br)))
+		add(row{fmt.Sprintf("brokerswitch end to end with %s RTT (injected; %s msgs per run)", r.Settings.RTT, commas(int64(r.ProductRTT[0].N))), fmt.Sprintf("%.0f msg/s", pr), spread(rates(r.ProductRTT), "%.0f"),
+			ratio(pr, br) + " B", "≥ 10× B", status(pr >= 10*br)})
+		var starts []float64
+		for _, t := range r.ProductRTT {
+			starts = append(starts, t.Startup.Seconds())
+		}
+		add(row{"  of which worker start → first event applied", fmt.Sprintf("%.2f s", median(starts)), spread(starts, "%.2f"), "", "", ""})
+		rep.targets = append(rep.targets, fmt.Sprintf("… with %s RTT to RabbitMQ and Postgres, as a service reaching CloudAMQP and a managed Postgres sees it, ≥ 10× B: %s (%.0f vs %.0f msg/s, %s).",
+			r.Settings.RTT, status(pr >= 10*br), pr, br, ratio(pr, br)))
 	}
 	for _, name := range r.LagOrder {
 		rots := r.rotations(name)
@@ -199,13 +206,23 @@ func (r *results) table() report {
 		add(row{"Peak RSS of `brokerswitch worker` during the catch-up (VmHWM)", fmt.Sprintf("%.0f MB", c.PeakRSSMB), "1 run", "", "< 150 MB", status(c.PeakRSSMB < 150)})
 		rep.targets = append(rep.targets, fmt.Sprintf("Peak RSS < 150 MB during the %s catch-up: %s (%.0f MB).", commas(int64(c.Backlog)), status(c.PeakRSSMB < 150), c.PeakRSSMB))
 	}
+	if c := r.CatchUpRTT; c != nil {
+		rate := float64(c.Backlog+c.OnNew) / c.Done.Seconds()
+		beside := ""
+		if l := r.CatchUp; l != nil {
+			beside = fmt.Sprintf("loopback: %.1f s", l.Done.Seconds())
+		}
+		add(row{fmt.Sprintf("Catch-up with %s RTT to RabbitMQ and Postgres (injected), same backlog", r.Settings.RTT),
+			fmt.Sprintf("%.1f s", c.Done.Seconds()), "1 run", fmt.Sprintf("%.0f msg/s; %s", rate, beside), "", ""})
+		add(row{fmt.Sprintf("Peak RSS of `brokerswitch worker` during the catch-up with %s RTT", r.Settings.RTT), fmt.Sprintf("%.0f MB", c.PeakRSSMB), "1 run", "", "< 150 MB", status(c.PeakRSSMB < 150)})
+	}
 	if len(r.Drain) > 0 {
 		var raw, ing []float64
 		for _, d := range r.Drain {
 			raw, ing = append(raw, d.Raw.rate()), append(ing, d.Ingest.rate())
 		}
-		add(row{"Leftover Drain: basic.get, batches of 100, ack only", fmt.Sprintf("%.0f msg/s", median(raw)), spread(raw, "%.0f"), "= " + ratio(median(raw), a100) + " A(100)", "", ""})
-		add(row{"Leftover Drain: basic.get + ingest (typed tables + ledger)", fmt.Sprintf("%.0f msg/s", median(ing)), spread(ing, "%.0f"), "= " + ratio(median(ing), p) + " E2E", "", ""})
+		add(row{"Leftover Drain: a consume per batch of 100, ack only", fmt.Sprintf("%.0f msg/s", median(raw)), spread(raw, "%.0f"), "= " + ratio(median(raw), a100) + " A(100)", "", ""})
+		add(row{"Leftover Drain: consume + ingest (typed tables + ledger)", fmt.Sprintf("%.0f msg/s", median(ing)), spread(ing, "%.0f"), "= " + ratio(median(ing), p) + " E2E", "", ""})
 	}
 	if c := r.Cap; c != nil {
 		most := 0
@@ -504,7 +521,7 @@ func (r *results) details() string {
 			c.Traffic.deliveries(), c.Traffic.Redelivered, c.Traffic.GetOK, c.Traffic.GetEmpty, c.Traffic.Ack, c.Traffic.Declare, c.Traffic.ChannelOpen, c.Traffic.Connections)
 	}
 	for i, d := range r.Drain {
-		fmt.Fprintf(&b, "- Leftover Drain run %d: basic.get %s in %.2f s = %.0f msg/s (%s); with ingest %.0f msg/s (%s)\n",
+		fmt.Fprintf(&b, "- Leftover Drain run %d: ack only %s in %.2f s = %.0f msg/s (%s); with ingest %.0f msg/s (%s)\n",
 			i+1, commas(int64(d.Raw.N)), d.Raw.Elapsed.Seconds(), d.Raw.rate(), d.Raw.CPU, d.Ingest.rate(), d.Ingest.CPU)
 	}
 	if c := r.Cap; c != nil {
@@ -572,11 +589,11 @@ func (r *results) panels() []panel {
 			raw, ing = append(raw, d.Raw.rate()), append(ing, d.Ingest.rate())
 		}
 		tp.Bars = append(tp.Bars,
-			bar{Label: "Leftover Drain, basic.get only", Value: median(raw), Color: colDrain},
+			bar{Label: "Leftover Drain, ack only", Value: median(raw), Color: colDrain},
 			bar{Label: "Leftover Drain + ingest", Value: median(ing), Color: colDrain})
 	}
 	if len(r.B) > 0 {
-		tp.Target, tp.TLabel = 2*median(rates(r.B)), "target 2× B"
+		tp.Target, tp.TLabel = 3*median(rates(r.B)), "target 3× B"
 	}
 	lag := panel{Title: "Switch lag: old broker's last applied → new broker's first applied (s; median, p95 lighter)", Unit: "s", Target: 2, TLabel: "target p95 < 2 s"}
 	for _, name := range r.LagOrder {
@@ -595,7 +612,7 @@ func (r *results) panels() []panel {
 		b := median(rates(r.BRTT))
 		out = append(out, panel{
 			Title: fmt.Sprintf("Throughput with %s RTT to RabbitMQ and Postgres (messages/s, median)", r.Settings.RTT), Unit: "msg/s",
-			Target: 2 * b, TLabel: "target 2× B",
+			Target: 10 * b, TLabel: "target 10× B",
 			Bars: []bar{
 				{Label: "B: old design, 1 tx per message", Value: b, Color: colOld},
 				{Label: "brokerswitch end to end", Value: median(rates(r.ProductRTT)), Color: colProduct},
