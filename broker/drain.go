@@ -25,6 +25,8 @@ const drainIdle = time.Second
 // the broker never sends more than the prefetch to an unacknowledging consumer, nothing
 // beyond the cap is ever delivered, and what the drain leaves stays in order. A round
 // costs a few round trips however large the batch, where basic.get cost one per message.
+// Where RabbitMQ refuses the consumer because another one has the queue exclusively,
+// the drain goes on with basic.get, which it does not refuse.
 //
 // taken is the number of messages settled. A queue that does not exist is empty. When
 // h fails or ctx ends, Drain returns the error (wrapping ctx's) with the current batch
@@ -63,6 +65,13 @@ func (p *Pool) Drain(ctx context.Context, index int, queue string, max int, batc
 			return taken, nil
 		}
 		msgs, complete, err := receive(ctx, ch, queue, min(info.Messages, batch, max-taken))
+		if isCode(err, amqp.AccessRefused) {
+			// Another client consumes the queue exclusively (the window of a worker that
+			// has not stopped yet, say). basic.get still works beside it, at one round trip
+			// per message; the refusal closed this channel.
+			n, err := p.drainByGet(ctx, ep, queue, max-taken, batch, h)
+			return taken + n, err
+		}
 		if err != nil {
 			return taken, fmt.Errorf("drain %s on %s: %w", queue, ep, err)
 		}
@@ -126,4 +135,54 @@ func receive(ctx context.Context, ch *amqp.Channel, queue string, want int) (msg
 		msgs = append(msgs, d)
 	}
 	return msgs, complete, nil
+}
+
+// drainByGet drains like Drain with basic.get, on a channel of its own.
+func (p *Pool) drainByGet(ctx context.Context, ep Endpoint, queue string, max, batch int, h BatchHandler) (taken int, err error) {
+	ch, err := p.Channel(ctx, ep.Index)
+	if err != nil {
+		return 0, fmt.Errorf("drain %s: %w", queue, err)
+	}
+	defer ch.Close()
+	s := newSettler(p, ep, ch, queue, nil)
+	defer s.close()
+	for taken < max {
+		msgs, more, err := getBatch(ctx, ch, queue, min(batch, max-taken))
+		if isCode(err, amqp.NotFound) {
+			return taken, nil
+		}
+		if err != nil {
+			return taken, fmt.Errorf("drain %s on %s: %w", queue, ep, err)
+		}
+		if len(msgs) == 0 {
+			return taken, nil
+		}
+		n, err := s.handle(ctx, h, msgs)
+		taken += n
+		if err != nil {
+			return taken, fmt.Errorf("drain %s on %s: %w", queue, ep, err)
+		}
+		if !more {
+			return taken, nil
+		}
+	}
+	return taken, nil
+}
+
+// getBatch gets up to limit messages. more is false when the queue ran empty.
+func getBatch(ctx context.Context, ch *amqp.Channel, queue string, limit int) (msgs []amqp.Delivery, more bool, err error) {
+	for len(msgs) < limit {
+		if err := ctx.Err(); err != nil {
+			return nil, false, err
+		}
+		d, ok, err := ch.Get(queue, false)
+		if err != nil {
+			return nil, false, err
+		}
+		if !ok {
+			return msgs, false, nil
+		}
+		msgs = append(msgs, d)
+	}
+	return msgs, true, nil
 }

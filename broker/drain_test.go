@@ -96,3 +96,25 @@ func TestDrainCapInsideAPrefetchWindowKeepsOrder(t *testing.T) {
 		assert.False(t, d.Redelivered, "message %s was delivered before", d.Body)
 	}
 }
+
+// TestDrainBesideAnExclusiveConsumer drains a queue that another client consumes
+// exclusively: RabbitMQ refuses a second consumer there, so the drain falls back to
+// basic.get and still takes, in order, what that consumer was not sent.
+func TestDrainBesideAnExclusiveConsumer(t *testing.T) {
+	t.Parallel()
+	r := newRabbit(t)
+	r.declare(Topology{Queues: []string{"issues"}, RetryTTL: time.Minute})
+	r.publish("issues", numbered(8)...)
+	ch := r.channel()
+	require.NoError(t, ch.Qos(1, 0, false))
+	held, err := ch.Consume("issues", "other-window", false, true, false, false, nil)
+	require.NoError(t, err)
+	first := <-held
+
+	h := &recorder{}
+	taken, err := r.pool.Drain(context.Background(), 0, "issues", 5, 3, h)
+	require.NoError(t, err)
+	assert.Equal(t, 5, taken)
+	assert.Equal(t, numbered(8)[1:6], h.bodies())
+	assert.Equal(t, numbered(1), []string{string(first.Body)})
+}
