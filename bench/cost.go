@@ -34,7 +34,9 @@ func rabbitFootprint(vhosts []string) (amqpFootprint, error) {
 	var conns []struct {
 		PID              string  `json:"pid"`
 		Vhost            string  `json:"vhost"`
-		ClientProperties [][]any `json:"client_properties"`
+		// Raw: a connection still in its handshake (another user's, on this shared
+		// broker) lists its properties as a string.
+		ClientProperties json.RawMessage `json:"client_properties"`
 	}
 	if err := rabbitJSON(&conns, "list_connections", "pid", "vhost", "client_properties"); err != nil {
 		return fp, err
@@ -64,7 +66,11 @@ func rabbitFootprint(vhosts []string) (amqpFootprint, error) {
 	return fp, nil
 }
 
-func connectionName(props [][]any) string {
+func connectionName(raw json.RawMessage) string {
+	var props [][]any
+	if json.Unmarshal(raw, &props) != nil {
+		return ""
+	}
 	for _, p := range props {
 		if len(p) == 3 && p[0] == "connection_name" {
 			s, _ := p[2].(string)
