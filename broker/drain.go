@@ -50,47 +50,58 @@ func (p *Pool) Drain(ctx context.Context, index int, queue string, max int, batc
 	s := newSettler(p, ep, ch, queue, nil)
 	defer s.close()
 
+	taken, err = drainFrom(ctx, s, h, max, batch, func(limit int) ([]amqp.Delivery, bool, error) {
+		return consumeBatch(ctx, ch, queue, limit)
+	})
+	if isCode(err, amqp.AccessRefused) {
+		// Another client consumes the queue exclusively (the window of a worker that
+		// has not stopped yet, say). basic.get still works beside it, at one round trip
+		// per message; the refusal closed this channel.
+		var n int
+		n, err = p.drainByGet(ctx, ep, queue, max-taken, batch, h)
+		taken += n
+	}
+	if isCode(err, amqp.NotFound) {
+		return taken, nil
+	}
+	if err != nil {
+		return taken, fmt.Errorf("drain %s on %s: %w", queue, ep, err)
+	}
+	return taken, nil
+}
+
+// drainFrom hands h the batches next returns, at most max messages in all, and settles
+// them. next returns at most limit messages, and more=false once the queue ran empty.
+func drainFrom(ctx context.Context, s *settler, h BatchHandler, max, batch int,
+	next func(limit int) (msgs []amqp.Delivery, more bool, err error),
+) (taken int, err error) {
 	for taken < max {
 		if err := ctx.Err(); err != nil {
-			return taken, fmt.Errorf("drain %s on %s: %w", queue, ep, err)
+			return taken, err
 		}
-		info, err := ch.QueueDeclarePassive(queue, true, false, false, false, nil)
-		if isCode(err, amqp.NotFound) {
-			return taken, nil
-		}
-		if err != nil {
-			return taken, fmt.Errorf("drain %s on %s: %w", queue, ep, err)
-		}
-		if info.Messages == 0 {
-			return taken, nil
-		}
-		msgs, complete, err := receive(ctx, ch, queue, min(info.Messages, batch, max-taken))
-		if isCode(err, amqp.AccessRefused) {
-			// Another client consumes the queue exclusively (the window of a worker that
-			// has not stopped yet, say). basic.get still works beside it, at one round trip
-			// per message; the refusal closed this channel.
-			n, err := p.drainByGet(ctx, ep, queue, max-taken, batch, h)
-			return taken + n, err
-		}
-		if err != nil {
-			return taken, fmt.Errorf("drain %s on %s: %w", queue, ep, err)
-		}
-		if len(msgs) == 0 {
-			return taken, nil
+		msgs, more, err := next(min(batch, max-taken))
+		if err != nil || len(msgs) == 0 {
+			return taken, err
 		}
 		n, err := s.handle(ctx, h, msgs)
 		taken += n
-		if err != nil {
-			return taken, fmt.Errorf("drain %s on %s: %w", queue, ep, err)
-		}
-		if !complete {
-			// A delivery may have arrived as the consumer was cancelled and been dropped by
-			// the library: closing the channel puts it back in its place before another
-			// round could take what follows it.
-			return taken, nil
+		if err != nil || !more {
+			return taken, err
 		}
 	}
 	return taken, nil
+}
+
+// consumeBatch reads the queue's ready count and receives up to limit of them. more is
+// false when the queue is empty or a round ended early: a delivery may then have arrived
+// as the consumer was cancelled and been dropped by the library, and closing the channel
+// puts it back in its place before another round could take what follows it.
+func consumeBatch(ctx context.Context, ch *amqp.Channel, queue string, limit int) ([]amqp.Delivery, bool, error) {
+	info, err := ch.QueueDeclarePassive(queue, true, false, false, false, nil)
+	if err != nil || info.Messages == 0 {
+		return nil, false, err
+	}
+	return receive(ctx, ch, queue, min(info.Messages, limit))
 }
 
 // receive consumes up to want messages of queue with a prefetch of want, then cancels the
@@ -138,35 +149,17 @@ func receive(ctx context.Context, ch *amqp.Channel, queue string, want int) (msg
 }
 
 // drainByGet drains like Drain with basic.get, on a channel of its own.
-func (p *Pool) drainByGet(ctx context.Context, ep Endpoint, queue string, max, batch int, h BatchHandler) (taken int, err error) {
+func (p *Pool) drainByGet(ctx context.Context, ep Endpoint, queue string, max, batch int, h BatchHandler) (int, error) {
 	ch, err := p.Channel(ctx, ep.Index)
 	if err != nil {
-		return 0, fmt.Errorf("drain %s: %w", queue, err)
+		return 0, err
 	}
 	defer ch.Close()
 	s := newSettler(p, ep, ch, queue, nil)
 	defer s.close()
-	for taken < max {
-		msgs, more, err := getBatch(ctx, ch, queue, min(batch, max-taken))
-		if isCode(err, amqp.NotFound) {
-			return taken, nil
-		}
-		if err != nil {
-			return taken, fmt.Errorf("drain %s on %s: %w", queue, ep, err)
-		}
-		if len(msgs) == 0 {
-			return taken, nil
-		}
-		n, err := s.handle(ctx, h, msgs)
-		taken += n
-		if err != nil {
-			return taken, fmt.Errorf("drain %s on %s: %w", queue, ep, err)
-		}
-		if !more {
-			return taken, nil
-		}
-	}
-	return taken, nil
+	return drainFrom(ctx, s, h, max, batch, func(limit int) ([]amqp.Delivery, bool, error) {
+		return getBatch(ctx, ch, queue, limit)
+	})
 }
 
 // getBatch gets up to limit messages. more is false when the queue ran empty.

@@ -8,21 +8,10 @@ import (
 // archived, privatized, deleted, ...) to github_repositories.
 func applyRepository(w *writes, ev Event) {
 	r := &ev.Payload.Repository
-	row := models.Repository{
-		ID:             r.ID,
-		NodeID:         r.NodeID,
-		OwnerLogin:     ownerOf(r.Owner.Login, r.FullName),
-		Name:           r.Name,
-		FullName:       r.FullName,
-		Private:        r.Private,
-		Archived:       r.Archived,
-		DefaultBranch:  r.DefaultBranch,
-		HTMLURL:        r.HTMLURL,
-		InstallationID: optionalID(ev.Payload.Installation.ID),
-		Deleted:        ev.Action == actionDeleted,
-		SenderLogin:    ev.Sender.login(),
-		Tracking:       newTracking(ev, w.now),
-	}
+	row := repositoryRow(ev, r)
+	row.Archived, row.DefaultBranch, row.HTMLURL = r.Archived, r.DefaultBranch, r.HTMLURL
+	row.InstallationID = optionalID(ev.Payload.Installation.ID)
+	row.Deleted = ev.Action == actionDeleted
 	// installation_id and installation_removed stay out of the refresh: they are owned by
 	// installation events, and a repository event delivered through a plain webhook has
 	// no installation.
@@ -41,22 +30,25 @@ func (w *writes) addInstallationRepositories(ev Event, installationID int64, rep
 		if r.ID == 0 {
 			continue
 		}
-		row := models.Repository{
-			ID:                  r.ID,
-			NodeID:              r.NodeID,
-			OwnerLogin:          ownerOf(r.Owner.Login, r.FullName),
-			Name:                r.Name,
-			FullName:            r.FullName,
-			Private:             r.Private,
-			InstallationID:      optionalID(installationID),
-			InstallationRemoved: removed,
-			SenderLogin:         ev.Sender.login(),
-			Tracking:            newTracking(ev, w.now),
-		}
+		row := repositoryRow(ev, &r)
+		row.InstallationID, row.InstallationRemoved = optionalID(installationID), removed
 		w.repositories.add(row.ID, refresh(ev, w.now, row, repositoryTracking, func(dst, src *models.Repository) {
 			dst.NodeID, dst.OwnerLogin, dst.Name, dst.FullName, dst.Private = src.NodeID, src.OwnerLogin, src.Name, src.FullName, src.Private
 			dst.InstallationID, dst.InstallationRemoved, dst.SenderLogin = src.InstallationID, src.InstallationRemoved, src.SenderLogin
 		}))
+	}
+}
+
+// repositoryRow holds the columns every repository payload carries, full or short.
+func repositoryRow(ev Event, r *repository) models.Repository {
+	return models.Repository{
+		ID:          r.ID,
+		NodeID:      r.NodeID,
+		OwnerLogin:  ownerOf(r.Owner.Login, r.FullName),
+		Name:        r.Name,
+		FullName:    r.FullName,
+		Private:     r.Private,
+		SenderLogin: ev.Sender.login(),
 	}
 }
 
