@@ -138,7 +138,8 @@ func activityCount(run runHistory, activityType string) int {
 	return n
 }
 
-// leftoverTaken returns what each LeftoverDrain activity of a run took, summed over brokers.
+// leftoverTaken returns what each Leftover Drain of a run took, summed over brokers: the
+// LeftoverDrain activity's result, or the Drained part of PrepareWindow's.
 func leftoverTaken(run runHistory) []int {
 	scheduled := map[int64]string{}
 	var out []int
@@ -148,11 +149,22 @@ func leftoverTaken(run runHistory) []int {
 			scheduled[ev.GetEventId()] = a.GetActivityType().GetName()
 		}
 		a := ev.GetActivityTaskCompletedEventAttributes()
-		if a == nil || scheduled[a.GetScheduledEventId()] != "LeftoverDrain" {
+		if a == nil {
 			continue
 		}
 		var res activities.LeftoverDrainResult
-		if err := dc.FromPayloads(a.GetResult(), &res); err != nil {
+		switch scheduled[a.GetScheduledEventId()] {
+		case "LeftoverDrain": // windows recorded before PrepareWindow
+			if dc.FromPayloads(a.GetResult(), &res) != nil {
+				continue
+			}
+		case "PrepareWindow":
+			var w activities.PreparedWindow
+			if dc.FromPayloads(a.GetResult(), &w) != nil || len(w.Drained.Taken) == 0 {
+				continue
+			}
+			res = w.Drained
+		default:
 			continue
 		}
 		total := 0
