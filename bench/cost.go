@@ -32,8 +32,8 @@ func rabbitFootprint(vhosts []string) (amqpFootprint, error) {
 		Consumers:   make([]int, len(vhosts)),
 	}
 	var conns []struct {
-		PID              string  `json:"pid"`
-		Vhost            string  `json:"vhost"`
+		PID   string `json:"pid"`
+		Vhost string `json:"vhost"`
 		// Raw: a connection still in its handshake (another user's, on this shared
 		// broker) lists its properties as a string.
 		ClientProperties json.RawMessage `json:"client_properties"`
