@@ -173,7 +173,7 @@ func (a *Window) LeftoverDrain(ctx context.Context, in LeftoverDrainInput) (Left
 		default:
 			err = fmt.Errorf("leftover drain %s on %s: %w", in.Queue, a.endpoint(idx), err)
 			if ctx.Err() == nil {
-				a.Pings.Fail(ctx, err.Error())
+				a.Pings.Fail(ctx, failureKind(err))
 			}
 			return res, err
 		}
@@ -230,7 +230,7 @@ func (a *Window) Consume(ctx context.Context, in ConsumeInput) (err error) {
 		switch cause := context.Cause(windowCtx); {
 		case err != nil && ctx.Err() == nil:
 			outcome = metrics.WindowFailed
-			ping.Fail(ctx, err.Error())
+			ping.Fail(ctx, failureKind(err))
 		case ctx.Err() != nil, errors.Is(cause, errSwitched), errors.Is(cause, errStopping):
 			outcome = metrics.WindowCancelled
 			ping.Success(ctx)

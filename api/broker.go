@@ -81,7 +81,7 @@ func (s *server) postPendingSwitch(c *gin.Context) {
 	// the configured brokers however the producer spelled them.
 	n := models.Notification{Index: ep.Index, Host: ep.Host, Vhost: ep.Vhost, SwitchedAt: switchedAt.UTC()}
 	var outcome string
-	next, err := s.deps.Store.Update(ctx, func(cur models.BrokerState) (models.BrokerState, error) {
+	_, err = s.deps.Store.Update(ctx, func(cur models.BrokerState) (models.BrokerState, error) {
 		var next models.BrokerState
 		next, outcome = cur.ApplyNotification(n, now)
 		return next, nil
@@ -91,7 +91,6 @@ func (s *server) postPendingSwitch(c *gin.Context) {
 		return
 	}
 	answer := notificationAnswer{Outcome: outcome, Target: brokerRef{Index: ep.Index, Host: ep.Host, Vhost: ep.Vhost}}
-	answer.stateView = newStateView(next, s.scrub)
 	if outcome == models.NotificationStale {
 		answer.Ignored = outcome
 		c.JSON(http.StatusOK, answer)

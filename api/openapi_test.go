@@ -93,7 +93,7 @@ func TestOpenAPISchemasMatchAnswers(t *testing.T) {
 	}
 	checks := 1
 	for schema, value := range map[string]any{
-		"NotificationAnswer":  notificationAnswer{Ignored: "stale", stateView: state},
+		"NotificationAnswer":  notificationAnswer{Ignored: "stale"},
 		"NotificationRequest": notificationRequest{},
 		"OrderAnswer":         orderAnswer{stateView: state},
 		"BrokerStatus":        brokerStatus{stateView: state},

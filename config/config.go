@@ -100,8 +100,8 @@ func FromEnv(getenv Getenv) (Config, error) {
 		WorkerStopTimeout:      r.duration("WORKER_STOP_TIMEOUT", "1m"),
 		LeftoverDrainCap:       r.positiveInt("LEFTOVER_DRAIN_CAP", "500"),
 		HTTPAddr:               r.str("HTTP_ADDR", ":8080"),
-		ProducerToken:          getenv("PRODUCER_TOKEN"),
-		OperatorToken:          getenv("OPERATOR_TOKEN"),
+		ProducerToken:          r.token("PRODUCER_TOKEN"),
+		OperatorToken:          r.token("OPERATOR_TOKEN"),
 		InsecureNoAuth:         r.boolean("API_INSECURE_NO_AUTH"),
 		LogLevel:               r.str("LOG_LEVEL", "info"),
 		MetricsAddr:            r.str("METRICS_ADDR", ":9090"),
@@ -128,6 +128,7 @@ func FromEnv(getenv Getenv) (Config, error) {
 			r.fail("HEALTHCHECKS_PING_URL", "is not an http or https URL such as https://hc-ping.com/<uuid>")
 		}
 	}
+	r.errs = append(r.errs, c.tokenErrors()...)
 	switch c.LogLevel {
 	case "debug", "info", "warn", "error":
 	default:
@@ -136,12 +137,31 @@ func FromEnv(getenv Getenv) (Config, error) {
 	return c, errors.Join(r.errs...)
 }
 
-// ValidateAPIAuth refuses an API with no token unless development mode was asked for.
+// MinTokenLength is the shortest token accepted: a short token can be guessed.
+const MinTokenLength = 16
+
+// ValidateAPIAuth refuses an API with no token unless development mode was asked for, and
+// tokens that are too short or equal (a Config built in code skips FromEnv's checks).
 func (c Config) ValidateAPIAuth() error {
 	if c.ProducerToken == "" && c.OperatorToken == "" && !c.InsecureNoAuth {
 		return errors.New("config: OPERATOR_TOKEN and PRODUCER_TOKEN are both empty; set them, or API_INSECURE_NO_AUTH=true for local development")
 	}
-	return nil
+	return errors.Join(c.tokenErrors()...)
+}
+
+// tokenErrors checks the tokens that are set; the errors never quote a token.
+func (c Config) tokenErrors() []error {
+	var errs []error
+	for _, t := range []struct{ name, value string }{{"OPERATOR_TOKEN", c.OperatorToken}, {"PRODUCER_TOKEN", c.ProducerToken}} {
+		if t.value != "" && len(t.value) < MinTokenLength {
+			errs = append(errs, fmt.Errorf("config: %s: is %d characters long, at least %d are required", t.name, len(t.value), MinTokenLength))
+		}
+	}
+	if c.OperatorToken != "" && c.OperatorToken == c.ProducerToken {
+		// The producer would hold the operator's powers.
+		errs = append(errs, errors.New("config: OPERATOR_TOKEN and PRODUCER_TOKEN are equal; give each role its own token"))
+	}
+	return errs
 }
 
 // reader collects every bad variable so that one start reports them all.
@@ -190,6 +210,12 @@ func (e envLookup) LookupEnv(key string) (string, bool) {
 }
 
 func (e envLookup) Environ() []string { return nil }
+
+// token reads a secret: surrounding whitespace and newlines (a token read from a file or
+// a Kubernetes Secret often ends in one) are trimmed, as the API trims the presented one.
+func (r *reader) token(name string) string {
+	return strings.TrimSpace(r.getenv(name))
+}
 
 func (r *reader) list(name, def string) []string {
 	var out []string
