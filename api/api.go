@@ -41,7 +41,9 @@ type TemporalClient interface {
 // itself, the producer's notification, so that a window that starts right after the 202
 // already sees the Pending Switch's route; moving brokers is left to the workflow.
 type StateStore interface {
-	Load(ctx context.Context) (models.BrokerState, error)
+	// LoadStored reads the state as stored: an active broker removed from the
+	// configuration reads as index -1, so that the force that repairs it can be asked for.
+	LoadStored(ctx context.Context) (models.BrokerState, error)
 	Update(ctx context.Context, fn func(models.BrokerState) (models.BrokerState, error)) (models.BrokerState, error)
 }
 

@@ -19,12 +19,6 @@ import (
 	"github.com/brokerswitch/brokerswitch/workflows"
 )
 
-// maxFutureSkew is how far ahead of our clock a notification's switchedAt may be. A
-// notification is stale unless it is newer than every one taken before, so one switchedAt
-// in the far future (a producer clock gone wrong) would make every later notification
-// stale until that time: such a notification is refused instead.
-const maxFutureSkew = time.Hour
-
 // pollEvery is how often a forced switch or a cancel re-reads the state while it waits.
 const pollEvery = 100 * time.Millisecond
 
@@ -60,8 +54,10 @@ func (s *server) postPendingSwitch(c *gin.Context) {
 		return
 	}
 	now := s.deps.Now()
-	if switchedAt.After(now.Add(maxFutureSkew)) {
-		s.fail(c, http.StatusBadRequest, fmt.Sprintf("switchedAt %s is more than %s ahead of this server's clock", *req.SwitchedAt, maxFutureSkew))
+	// The mark of notifications taken only rises: one dated far ahead would make every
+	// real notification stale until then.
+	if err := models.CheckSwitchedAt(switchedAt, now, s.deps.Config.NotificationMaxClockSkew); err != nil {
+		s.fail(c, http.StatusUnprocessableEntity, err.Error())
 		return
 	}
 	vhost := ""
@@ -128,12 +124,15 @@ func (s *server) postSwitch(c *gin.Context) {
 	ctx := c.Request.Context()
 	// The last switch before the order tells our commit apart from an earlier one. Clocks
 	// are not compared: the worker that commits may run on another host.
-	before, err := s.deps.Store.Load(ctx)
+	before, err := s.deps.Store.LoadStored(ctx)
 	if err != nil {
 		s.failInternal(c, http.StatusServiceUnavailable, "the broker state cannot be read; retry later", err)
 		return
 	}
-	if err := s.signal(ctx, workflows.SignalForceSwitch, activities.ForceSwitchInput{Index: index}); err != nil {
+	// The force carries when it was asked for, so that a notification recorded while the
+	// workflow gets to it survives.
+	order := activities.ForceSwitchInput{Index: index, AskedAt: s.deps.Now().UTC()}
+	if err := s.signal(ctx, workflows.SignalForceSwitch, order); err != nil {
 		s.failInternal(c, http.StatusBadGateway, "the switch could not be handed to the workflow engine; nothing was changed, retry", err)
 		return
 	}
@@ -154,7 +153,7 @@ func (s *server) postSwitch(c *gin.Context) {
 // nothing pending it changes nothing.
 func (s *server) deletePendingSwitch(c *gin.Context) {
 	ctx := c.Request.Context()
-	cur, err := s.deps.Store.Load(ctx)
+	cur, err := s.deps.Store.LoadStored(ctx)
 	if err != nil {
 		s.failInternal(c, http.StatusServiceUnavailable, "the broker state cannot be read; retry later", err)
 		return
@@ -206,7 +205,7 @@ func (s *server) waitForState(ctx context.Context, done func(models.BrokerState)
 	defer ticker.Stop()
 	var last models.BrokerState
 	for {
-		st, err := s.deps.Store.Load(ctx)
+		st, err := s.deps.Store.LoadStored(ctx)
 		switch {
 		case err == nil:
 			last = st

@@ -151,7 +151,7 @@ func sortedKeys(m map[string]any) []string {
 func TestOpenAPIDeclaresStatuses(t *testing.T) {
 	doc := loadOpenAPI(t)
 	want := map[string][]string{
-		"post /api/v1/broker/pending-switch":   {"200", "202", "400", "401", "404", "413", "502", "503"},
+		"post /api/v1/broker/pending-switch":   {"200", "202", "400", "401", "404", "413", "422", "502", "503"},
 		"delete /api/v1/broker/pending-switch": {"200", "202", "401", "403", "502"},
 		"post /api/v1/broker/switch/{index}":   {"200", "400", "401", "403", "404", "502", "503", "504"},
 		"get /api/v1/broker":                   {"200", "401", "403", "503"},

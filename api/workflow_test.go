@@ -31,6 +31,15 @@ type workerEnv struct {
 
 func newWorkerEnv(t *testing.T) *workerEnv {
 	t.Helper()
+	e, start := newStoppedWorkerEnv(t)
+	start()
+	return e
+}
+
+// newStoppedWorkerEnv is newWorkerEnv with the worker started only when start is called,
+// so that a test can have orders wait for a busy or absent workflow.
+func newStoppedWorkerEnv(t *testing.T) (*workerEnv, func()) {
+	t.Helper()
 	urls := []string{testenv.NewVhost(t), testenv.NewVhost(t)}
 	eps, err := broker.ParseEndpoints(strings.Join(urls, ","))
 	require.NoError(t, err)
@@ -42,11 +51,13 @@ func newWorkerEnv(t *testing.T) *workerEnv {
 	for _, ep := range eps {
 		require.NoError(t, pool.DeclareTopology(t.Context(), ep.Index, topology))
 	}
-	w := sdkworker.New(e.client, e.cfg.TaskQueue, sdkworker.Options{})
-	worker.Register(w, worker.Deps{Config: e.cfg, Client: e.client, Pool: pool, DB: e.db, Logger: e.deps.Logger}, nil)
-	require.NoError(t, w.Start())
-	t.Cleanup(w.Stop)
-	return &workerEnv{env: e, urls: urls}
+	start := func() {
+		w := sdkworker.New(e.client, e.cfg.TaskQueue, sdkworker.Options{})
+		worker.Register(w, worker.Deps{Config: e.cfg, Client: e.client, Pool: pool, DB: e.db, Logger: e.deps.Logger}, nil)
+		require.NoError(t, w.Start())
+		t.Cleanup(w.Stop)
+	}
+	return &workerEnv{env: e, urls: urls}, start
 }
 
 // endpoint is broker i as the producer names it: host in capitals, vhost percent-encoded.

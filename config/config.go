@@ -58,6 +58,11 @@ type Config struct {
 	// DrainCheckInterval from DRAIN_CHECK_INTERVAL (default 3s): the pause between drain checks
 	// while a switch is pending.
 	DrainCheckInterval time.Duration
+	// NotificationMaxClockSkew from NOTIFICATION_MAX_CLOCK_SKEW (default 5m): how far ahead
+	// of this server's clock a notification's switchedAt may be; beyond it the
+	// notification is refused, so that a producer's clock gone wrong cannot hide the real
+	// notifications that follow.
+	NotificationMaxClockSkew time.Duration
 	// LeftoverDrainCap from LEFTOVER_DRAIN_CAP (default 500): messages one Leftover Drain takes
 	// per queue and window at most.
 	LeftoverDrainCap int
@@ -88,24 +93,25 @@ type Getenv func(string) string
 func FromEnv(getenv Getenv) (Config, error) {
 	r := reader{getenv: getenv}
 	c := Config{
-		DatabaseURL:            r.str("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/brokerswitch?sslmode=disable"),
-		TaskQueue:              r.str("TEMPORAL_TASK_QUEUE", "brokerswitch"),
-		Queues:                 r.list("QUEUES", "pull_requests,issues,pushes,installations"),
-		ConsumerWindow:         r.duration("CONSUMER_WINDOW", "5m"),
-		RetryTTL:               r.duration("RETRY_TTL", "10m"),
-		MaxRetryCycles:         r.positiveInt("MAX_RETRY_CYCLES", "10"),
-		Prefetch:               r.positiveInt("PREFETCH", "100"),
-		DrainCheckInterval:     r.duration("DRAIN_CHECK_INTERVAL", "3s"),
-		WindowHeartbeatTimeout: r.duration("WINDOW_HEARTBEAT_TIMEOUT", "1m"),
-		WorkerStopTimeout:      r.duration("WORKER_STOP_TIMEOUT", "1m"),
-		LeftoverDrainCap:       r.positiveInt("LEFTOVER_DRAIN_CAP", "500"),
-		HTTPAddr:               r.str("HTTP_ADDR", ":8080"),
-		ProducerToken:          r.token("PRODUCER_TOKEN"),
-		OperatorToken:          r.token("OPERATOR_TOKEN"),
-		InsecureNoAuth:         r.boolean("API_INSECURE_NO_AUTH"),
-		LogLevel:               r.str("LOG_LEVEL", "info"),
-		MetricsAddr:            r.str("METRICS_ADDR", ":9090"),
-		HealthchecksPingURL:    r.str("HEALTHCHECKS_PING_URL", ""),
+		DatabaseURL:              r.str("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/brokerswitch?sslmode=disable"),
+		TaskQueue:                r.str("TEMPORAL_TASK_QUEUE", "brokerswitch"),
+		Queues:                   r.list("QUEUES", "pull_requests,issues,pushes,installations"),
+		ConsumerWindow:           r.duration("CONSUMER_WINDOW", "5m"),
+		RetryTTL:                 r.duration("RETRY_TTL", "10m"),
+		MaxRetryCycles:           r.positiveInt("MAX_RETRY_CYCLES", "10"),
+		Prefetch:                 r.positiveInt("PREFETCH", "100"),
+		DrainCheckInterval:       r.duration("DRAIN_CHECK_INTERVAL", "3s"),
+		WindowHeartbeatTimeout:   r.duration("WINDOW_HEARTBEAT_TIMEOUT", "1m"),
+		WorkerStopTimeout:        r.duration("WORKER_STOP_TIMEOUT", "1m"),
+		LeftoverDrainCap:         r.positiveInt("LEFTOVER_DRAIN_CAP", "500"),
+		HTTPAddr:                 r.str("HTTP_ADDR", ":8080"),
+		ProducerToken:            r.token("PRODUCER_TOKEN"),
+		OperatorToken:            r.token("OPERATOR_TOKEN"),
+		InsecureNoAuth:           r.boolean("API_INSECURE_NO_AUTH"),
+		LogLevel:                 r.str("LOG_LEVEL", "info"),
+		MetricsAddr:              r.str("METRICS_ADDR", ":9090"),
+		HealthchecksPingURL:      r.str("HEALTHCHECKS_PING_URL", ""),
+		NotificationMaxClockSkew: r.duration("NOTIFICATION_MAX_CLOCK_SKEW", "5m"),
 	}
 	c.Temporal = r.temporal(getenv)
 	c.TemporalAddress, c.TemporalNamespace = c.Temporal.HostPort, c.Temporal.Namespace

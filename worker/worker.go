@@ -110,6 +110,8 @@ func Register(w sdkworker.Registry, d Deps, watcher *models.StateWatcher) {
 		Logger:  d.Logger,
 		Watcher: watcher,
 		Metrics: d.Metrics,
+		// The same limit the API applies, for a signal sent around it.
+		MaxClockSkew: d.Config.NotificationMaxClockSkew,
 	})
 }
 

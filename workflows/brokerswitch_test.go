@@ -106,14 +106,14 @@ func (s *brokerSwitchSuite) SetupTest() {
 		func(_ context.Context, in activities.ForceSwitchInput) (models.BrokerState, error) {
 			s.mu.Lock()
 			defer s.mu.Unlock()
-			s.state = s.state.Force(in.Index, t0)
+			s.state = s.state.Force(in.Index, in.AskedAt, t0)
 			return s.state, nil
 		})
 	s.env.OnActivity(a.CancelPendingSwitch, mock.Anything, mock.Anything).Return(
 		func(_ context.Context, in activities.CancelPendingSwitchInput) (models.BrokerState, error) {
 			s.mu.Lock()
 			defer s.mu.Unlock()
-			s.state = s.state.CancelPending(in.SwitchedAt)
+			s.state = s.state.CancelPending(in.SwitchedAt, t0)
 			return s.state, nil
 		})
 	s.env.OnSignalExternalWorkflow(mock.Anything, mock.Anything, "", SignalBrokerChanged, mock.Anything).Return(
