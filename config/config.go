@@ -23,6 +23,16 @@ type Config struct {
 	Brokers []broker.Endpoint
 	// DatabaseURL from DATABASE_URL (default a local Postgres database named brokerswitch).
 	DatabaseURL string
+	// DBMaxOpenConns from DB_MAX_OPEN_CONNS (default 10): the Postgres connections one
+	// process may hold. Size it per process: the sum over every worker and API replica
+	// must stay below the server's max_connections, or a burst starves ingestion.
+	DBMaxOpenConns int
+	// DBStatementTimeout from DB_STATEMENT_TIMEOUT (default 30s): Postgres ends a statement
+	// that runs longer, so that a stuck query cannot hold a pooled connection forever.
+	DBStatementTimeout time.Duration
+	// DBLockTimeout from DB_LOCK_TIMEOUT (default 10s): Postgres ends a wait for a lock
+	// that lasts longer; the activity or request that waited is retried.
+	DBLockTimeout time.Duration
 	// TemporalAddress from TEMPORAL_ADDRESS (default 127.0.0.1:7233).
 	TemporalAddress string
 	// TemporalNamespace from TEMPORAL_NAMESPACE (default "default").
@@ -94,6 +104,9 @@ func FromEnv(getenv Getenv) (Config, error) {
 	r := reader{getenv: getenv}
 	c := Config{
 		DatabaseURL:              r.str("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/brokerswitch?sslmode=disable"),
+		DBMaxOpenConns:           r.positiveInt("DB_MAX_OPEN_CONNS", "10"),
+		DBStatementTimeout:       r.duration("DB_STATEMENT_TIMEOUT", "30s"),
+		DBLockTimeout:            r.duration("DB_LOCK_TIMEOUT", "10s"),
 		TaskQueue:                r.str("TEMPORAL_TASK_QUEUE", "brokerswitch"),
 		Queues:                   r.list("QUEUES", "pull_requests,issues,pushes,installations"),
 		ConsumerWindow:           r.duration("CONSUMER_WINDOW", "5m"),

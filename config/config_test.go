@@ -23,6 +23,10 @@ func TestDefaults(t *testing.T) {
 	require.Equal(t, "127.0.0.1:7233", c.TemporalAddress)
 	require.Equal(t, "brokerswitch", c.TaskQueue)
 	require.Equal(t, ":8080", c.HTTPAddr)
+	require.Equal(t, 5*time.Minute, c.NotificationMaxClockSkew)
+	require.Equal(t, 10, c.DBMaxOpenConns)
+	require.Equal(t, 30*time.Second, c.DBStatementTimeout)
+	require.Equal(t, 10*time.Second, c.DBLockTimeout)
 }
 
 func TestBrokersAreSplitByCommasAndNewlines(t *testing.T) {
