@@ -19,6 +19,11 @@ const (
 	HeaderErrorQueue  = "x-error-queue"  // the queue it was rejected from
 )
 
+// ErrHandler is wrapped into the error of Consume or Drain when the batch handler failed
+// (the database, say), as opposed to the broker: a caller that tolerates a broker's
+// failure must not tolerate this one.
+var ErrHandler = errors.New("batch handler failed")
+
 // confirmTimeout bounds the wait for the broker to confirm a copy to {q}-error.
 const confirmTimeout = 30 * time.Second
 
@@ -60,7 +65,7 @@ func (s *settler) handle(ctx context.Context, h BatchHandler, batch []amqp.Deliv
 	defer cancel()
 	verdicts, err := h.HandleBatch(hctx, s.queue, batch)
 	if err != nil {
-		return 0, fmt.Errorf("handle batch of %d: %w", len(batch), err)
+		return 0, fmt.Errorf("handle batch of %d: %w: %w", len(batch), ErrHandler, err)
 	}
 	return s.settle(context.WithoutCancel(ctx), batch, verdicts)
 }
