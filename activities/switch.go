@@ -32,8 +32,10 @@ type Switch struct {
 	Pool   countingPool
 	Store  stateStore
 	Queues []string
-	Now    func() time.Time
-	Logger *slog.Logger
+	// DrainCheckInterval is the pause between drain checks (DRAIN_CHECK_INTERVAL).
+	DrainCheckInterval time.Duration
+	Now                func() time.Time
+	Logger             *slog.Logger
 	// Watcher announces changes of the state that an idle BrokerSwitch workflow waits for.
 	Watcher stateWatcher
 	// MaxClockSkew is how far ahead of Now a notification may be (0 means
@@ -98,6 +100,19 @@ func (a *Switch) WaitForChange(ctx context.Context, in WaitForChangeInput) (bool
 			return true, nil
 		}
 	}
+}
+
+// SwitchSettings are the worker's settings the BrokerSwitch workflow follows.
+type SwitchSettings struct {
+	Queues             []string
+	DrainCheckInterval time.Duration
+}
+
+// Settings reports the worker's queues and drain-check interval, so that a changed
+// configuration reaches the workflow at its next run instead of the first run's input
+// living on through every continue-as-new.
+func (a *Switch) Settings(context.Context) (SwitchSettings, error) {
+	return SwitchSettings{Queues: a.Queues, DrainCheckInterval: a.DrainCheckInterval}, nil
 }
 
 // NotificationResult is the state after a notification and what the notification did.

@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/gin-gonic/gin"
+	"go.temporal.io/api/serviceerror"
+	"go.temporal.io/sdk/client"
 
 	"github.com/brokerswitch/brokerswitch/activities"
 	"github.com/brokerswitch/brokerswitch/broker"
@@ -132,6 +134,9 @@ func (s *server) postSwitch(c *gin.Context) {
 	// The force carries when it was asked for, so that a notification recorded while the
 	// workflow gets to it survives.
 	order := activities.ForceSwitchInput{Index: index, AskedAt: s.deps.Now().UTC()}
+	if s.answerByUpdate(c, workflows.UpdateForceSwitch, order) {
+		return
+	}
 	if err := s.signal(ctx, workflows.SignalForceSwitch, order); err != nil {
 		s.failInternal(c, http.StatusBadGateway, "the switch could not be handed to the workflow engine; nothing was changed, retry", err)
 		return
@@ -165,6 +170,9 @@ func (s *server) deletePendingSwitch(c *gin.Context) {
 	// The cancel names the switch it cancels, so that a notification recorded before the
 	// workflow gets to the cancel survives it.
 	upTo := cur.Pending.Target().SwitchedAt
+	if s.answerByUpdate(c, workflows.UpdateCancelPendingSwitch, activities.CancelPendingSwitchInput{SwitchedAt: upTo}) {
+		return
+	}
 	if err := s.signal(ctx, workflows.SignalCancelPendingSwitch, activities.CancelPendingSwitchInput{SwitchedAt: upTo}); err != nil {
 		s.failInternal(c, http.StatusBadGateway, "the cancel could not be handed to the workflow engine; nothing was changed, retry", err)
 		return
@@ -179,6 +187,45 @@ func (s *server) deletePendingSwitch(c *gin.Context) {
 		return
 	}
 	c.JSON(http.StatusOK, orderAnswer{Committed: true, stateView: newStateView(st, s.scrub)})
+}
+
+// answerByUpdate sends an operator's order as a Workflow Update and answers with the
+// workflow's own word: committed, already there, or refused with the reason. It returns
+// false, having answered nothing, when the order must go as a signal instead: the
+// workflow is not running (the signal starts it), or its run predates the update
+// handlers.
+func (s *server) answerByUpdate(c *gin.Context, name string, arg any) bool {
+	ctx, cancel := context.WithTimeout(c.Request.Context(), s.deps.CommitWait)
+	defer cancel()
+	var res workflows.OrderResult
+	handle, err := s.deps.Temporal.UpdateWorkflow(ctx, client.UpdateWorkflowOptions{
+		WorkflowID: workflows.BrokerSwitchWorkflowID, UpdateName: name, Args: []any{arg},
+		WaitForStage: client.WorkflowUpdateStageCompleted,
+	})
+	if err == nil {
+		err = handle.Get(ctx, &res)
+	}
+	var notFound *serviceerror.NotFound
+	switch {
+	case errors.As(err, &notFound), err != nil && strings.Contains(err.Error(), "unknown update"):
+		return false
+	case err != nil && ctx.Err() != nil && c.Request.Context().Err() == nil:
+		s.fail(c, http.StatusGatewayTimeout, fmt.Sprintf(
+			"the order was given to the workflow but is not answered within %s; GET /api/v1/broker shows when it is applied", s.deps.CommitWait))
+		return true
+	case err != nil:
+		s.failInternal(c, http.StatusBadGateway, "the order could not be handed to the workflow engine; retry", err)
+		return true
+	}
+	s.log.InfoContext(ctx, "order answered by the workflow", "update", name, "outcome", res.Outcome)
+	answer := orderAnswer{Committed: res.Outcome != workflows.OrderRefused, Outcome: res.Outcome, Reason: res.Reason,
+		stateView: newStateView(res.State, s.scrub)}
+	if res.Outcome == workflows.OrderRefused {
+		c.JSON(http.StatusConflict, answer)
+		return true
+	}
+	c.JSON(http.StatusOK, answer)
+	return true
 }
 
 // signal hands an order to the BrokerSwitch workflow, starting it when it does not run:

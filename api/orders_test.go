@@ -9,6 +9,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 	"go.temporal.io/api/serviceerror"
+	"go.temporal.io/sdk/client"
 
 	"github.com/brokerswitch/brokerswitch/activities"
 	"github.com/brokerswitch/brokerswitch/models"
@@ -130,4 +131,45 @@ func TestAnActiveBrokerRemovedFromTheConfigurationCanBeLeft(t *testing.T) {
 	require.NoError(t, e.client.SignalWorkflow(t.Context(), workflows.BrokerSwitchWorkflowID, "",
 		workflows.SignalForceSwitch, activities.ForceSwitchInput{Index: 0}))
 	e.eventually("the forced switch to 0", func(st models.BrokerState) bool { return st.ActiveIndex == 0 })
+}
+
+// Force and cancel over HTTP wait for the workflow's own answer through Workflow Update:
+// committed, already there, or refused with a reason (issue 12, point 11).
+func TestOrdersWaitForTheWorkflowsAnswer(t *testing.T) {
+	e := newWorkerEnv(t)
+	e.publish(0)
+	// The first order starts the workflow by signal; from then on orders are updates.
+	require.Equal(t, http.StatusOK, e.do(http.MethodPost, "/api/v1/broker/switch/0", bearer(operatorToken), nil).Status)
+
+	res := e.do(http.MethodPost, "/api/v1/broker/switch/1", bearer(operatorToken), nil)
+	require.Equal(t, http.StatusOK, res.Status, res.Body)
+	m := res.JSON(t)
+	require.Equal(t, "committed", m["outcome"])
+	require.EqualValues(t, 1, m["activeIndex"])
+
+	res = e.do(http.MethodPost, "/api/v1/broker/switch/1", bearer(operatorToken), nil)
+	require.Equal(t, http.StatusOK, res.Status, res.Body)
+	require.Equal(t, "already-there", res.JSON(t)["outcome"])
+
+	host0, vhost0 := e.endpoint(0)
+	require.Equal(t, http.StatusAccepted, e.notify(host0, vhost0, time.Now()).Status)
+	e.eventually("the pending switch to 0", func(st models.BrokerState) bool { return target(st) == 0 })
+	res = e.do(http.MethodDelete, "/api/v1/broker/pending-switch", bearer(operatorToken), nil)
+	require.Equal(t, http.StatusOK, res.Status, res.Body)
+	m = res.JSON(t)
+	require.Equal(t, "committed", m["outcome"])
+	require.Nil(t, m["pendingSwitch"])
+
+	// A broker this API knows but the worker does not (a rollout half done) is refused
+	// by the workflow, with the reason.
+	handle, err := e.client.UpdateWorkflow(t.Context(), client.UpdateWorkflowOptions{
+		WorkflowID: workflows.BrokerSwitchWorkflowID, UpdateName: workflows.UpdateForceSwitch,
+		Args: []any{activities.ForceSwitchInput{Index: 7}}, WaitForStage: client.WorkflowUpdateStageCompleted,
+	})
+	require.NoError(t, err)
+	var answer workflows.OrderResult
+	require.NoError(t, handle.Get(t.Context(), &answer))
+	require.Equal(t, workflows.OrderRefused, answer.Outcome)
+	require.Contains(t, answer.Reason, "broker 7 is not configured")
+	require.Equal(t, 1, answer.State.ActiveIndex, "a refused order leaves the state as it was")
 }

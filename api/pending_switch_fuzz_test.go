@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"go.temporal.io/api/serviceerror"
 	"go.temporal.io/api/workflowservice/v1"
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/converter"
@@ -58,6 +59,10 @@ func (okTemporal) DescribeWorkflowExecution(context.Context, string, string) (*w
 
 func (okTemporal) QueryWorkflow(context.Context, string, string, string, ...any) (converter.EncodedValue, error) {
 	return nil, nil
+}
+
+func (okTemporal) UpdateWorkflow(context.Context, client.UpdateWorkflowOptions) (client.WorkflowUpdateHandle, error) {
+	return nil, serviceerror.NewNotFound("no workflow")
 }
 
 func (okTemporal) CheckHealth(context.Context, *client.CheckHealthRequest) (*client.CheckHealthResponse, error) {

@@ -54,6 +54,11 @@ type orderAnswer struct {
 	// Committed says the state below already shows the order; false means it was sent to
 	// the workflow and is still to be applied.
 	Committed bool `json:"committed"`
+	// Outcome is the workflow's own answer (committed, already-there or refused) when the
+	// order went as a Workflow Update; empty when the API had to fall back to a signal.
+	Outcome string `json:"outcome,omitempty"`
+	// Reason explains a refusal, or what a committed order left in place.
+	Reason string `json:"reason,omitempty"`
 	stateView
 }
 

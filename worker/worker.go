@@ -103,13 +103,15 @@ func Register(w sdkworker.Registry, d Deps, watcher *models.StateWatcher) {
 		Pings:            d.Pings,
 	})
 	w.RegisterActivity(&activities.Switch{
-		Pool:    d.Pool,
-		Store:   store,
-		Queues:  d.Config.Queues,
-		Now:     time.Now,
-		Logger:  d.Logger,
-		Watcher: watcher,
-		Metrics: d.Metrics,
+		Pool:   d.Pool,
+		Store:  store,
+		Queues: d.Config.Queues,
+		// Read by each run of the BrokerSwitch workflow, so that a change takes effect.
+		DrainCheckInterval: d.Config.DrainCheckInterval,
+		Now:                time.Now,
+		Logger:             d.Logger,
+		Watcher:            watcher,
+		Metrics:            d.Metrics,
 		// The same limit the API applies, for a signal sent around it.
 		MaxClockSkew: d.Config.NotificationMaxClockSkew,
 	})
