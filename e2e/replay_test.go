@@ -4,6 +4,7 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"go.temporal.io/sdk/interceptor"
 	"os"
 	"path/filepath"
 	"strings"
@@ -27,7 +28,11 @@ var recordHistories = flag.Bool("record-histories", false,
 func (s *stack) replayHistories() {
 	s.t.Helper()
 	ctx := context.Background()
-	replayer := sdkworker.NewWorkflowReplayer()
+	// As the workers run it: with the interceptor that records the signals' arrival order.
+	replayer, err := sdkworker.NewWorkflowReplayerWithOptions(sdkworker.WorkflowReplayerOptions{
+		Interceptors: []interceptor.WorkerInterceptor{&workflows.SignalArrival{}},
+	})
+	require.NoError(s.t, err)
 	replayer.RegisterWorkflow(workflows.QueueWindow)
 	replayer.RegisterWorkflow(workflows.BrokerSwitch)
 

@@ -12,6 +12,7 @@ import (
 	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/api/serviceerror"
 	"go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/interceptor"
 	sdkworker "go.temporal.io/sdk/worker"
 	"gorm.io/gorm"
 
@@ -55,6 +56,8 @@ func Run(ctx context.Context, d Deps) error {
 
 	w := sdkworker.New(d.Client, d.Config.TaskQueue, sdkworker.Options{
 		WorkerStopTimeout: d.Config.WorkerStopTimeout,
+		// The BrokerSwitch workflow takes its signals in the order they arrived.
+		Interceptors: []interceptor.WorkerInterceptor{&workflows.SignalArrival{}},
 	})
 	Register(w, d, watcher)
 	if err := w.Start(); err != nil {

@@ -80,6 +80,9 @@ type switchRun struct {
 	watching *idleWatch
 	// wakeup interrupts a wait when an order arrives as a Workflow Update.
 	wakeup workflow.Channel
+	// arrivals is the order signals came in, in runs that follow it; nil takes them name
+	// by name.
+	arrivals *arrivalLog
 }
 
 // signalNames are the signals the BrokerSwitch workflow takes.
@@ -92,6 +95,9 @@ func newSwitchRun(ctx workflow.Context, in BrokerSwitchInput) (*switchRun, error
 	w := &switchRun{in: in, signals: in.Signals, status: Status{Checks: in.Checks}, wakeup: workflow.NewBufferedChannel(ctx, 1)}
 	if err := workflow.SetQueryHandler(ctx, QueryStatus, func() (Status, error) { return w.status, nil }); err != nil {
 		return nil, fmt.Errorf("register status query: %w", err)
+	}
+	if workflow.GetVersion(ctx, signalsInArrivalOrder, workflow.DefaultVersion, 1) == 1 {
+		w.arrivals = arrivals(ctx)
 	}
 	if workflow.GetVersion(ctx, ordersByUpdate, workflow.DefaultVersion, 1) == 1 {
 		if err := w.acceptOrdersByUpdate(ctx); err != nil {
@@ -114,6 +120,7 @@ func (w *switchRun) acceptOrdersByUpdate(ctx workflow.Context) error {
 	order := func(ctx workflow.Context, s Signal) (OrderResult, error) {
 		reply := &OrderResult{}
 		s.reply = reply
+		w.takeBufferedSignals(ctx) // the signals that came before it go first
 		w.signals = append(w.signals, s)
 		w.wakeup.SendAsync(struct{}{})
 		if err := workflow.Await(ctx, func() bool { return reply.done }); err != nil {
@@ -403,7 +410,12 @@ func (w *switchRun) waitFor(ctx workflow.Context, why string, futures ...workflo
 	sel.AddReceive(ctx.Done(), func(workflow.ReceiveChannel, bool) {})
 	for _, name := range signalNames {
 		sel.AddReceive(workflow.GetSignalChannel(ctx, name), func(c workflow.ReceiveChannel, _ bool) {
-			w.signals = append(w.signals, receiveSignal(ctx, name, c))
+			if w.arrivals != nil {
+				// Every signal delivered so far, in the order it came, not this one first.
+				w.takeBufferedSignals(ctx)
+			} else {
+				w.signals = append(w.signals, receiveSignal(ctx, name, c))
+			}
 			signalled = true
 		})
 	}
@@ -419,8 +431,25 @@ func (w *switchRun) waitFor(ctx workflow.Context, why string, futures ...workflo
 	return signalled
 }
 
-// takeBufferedSignals moves every signal already delivered into the queue without blocking.
+// signalsInArrivalOrder versions the runs that take their signals in the order they
+// arrived, across names, instead of name by name.
+const signalsInArrivalOrder = "signals-in-arrival-order"
+
+// takeBufferedSignals moves every signal already delivered into the queue without blocking:
+// in arrival order when the worker records it (SignalArrival), else name by name.
 func (w *switchRun) takeBufferedSignals(ctx workflow.Context) {
+	if w.arrivals != nil {
+		log := w.arrivals
+		for len(log.names) > 0 {
+			name := log.names[0]
+			log.names = log.names[1:]
+			var raw json.RawMessage
+			if isSwitchSignal(name) && workflow.GetSignalChannel(ctx, name).ReceiveAsync(&raw) {
+				w.signals = append(w.signals, decodeSignal(name, raw))
+			}
+		}
+		return
+	}
 	for _, name := range signalNames {
 		c := workflow.GetSignalChannel(ctx, name)
 		for {
@@ -526,6 +555,15 @@ func decodeSignal(name string, raw json.RawMessage) Signal {
 		s.Invalid = err.Error()
 	}
 	return s
+}
+
+func isSwitchSignal(name string) bool {
+	for _, n := range signalNames {
+		if n == name {
+			return true
+		}
+	}
+	return false
 }
 
 func isNonRetryable(err error) bool {

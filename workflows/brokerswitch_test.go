@@ -11,9 +11,11 @@ import (
 	"github.com/stretchr/testify/mock"
 	"github.com/stretchr/testify/require"
 	"github.com/stretchr/testify/suite"
+	"go.temporal.io/sdk/interceptor"
 	"go.temporal.io/sdk/log"
 	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/testsuite"
+	"go.temporal.io/sdk/worker"
 
 	"github.com/brokerswitch/brokerswitch/activities"
 	"github.com/brokerswitch/brokerswitch/models"
@@ -342,6 +344,22 @@ func (s *brokerSwitchSuite) TestOrdersByUpdateAreAnswered() {
 	s.Equal(OrderRefused, answers["force unknown"].Outcome)
 	s.Contains(answers["force unknown"].Reason, "broker 7 is not configured")
 	s.Equal(2, answers["force unknown"].State.ActiveIndex)
+}
+
+// A force sent before a notification, in the same workflow task, is handled before it:
+// signals are taken in the order they arrived, not name by name (issue 11, point 5).
+func (s *brokerSwitchSuite) TestSignalsAreHandledInArrivalOrder() {
+	s.env.SetWorkerOptions(worker.Options{Interceptors: []interceptor.WorkerInterceptor{&SignalArrival{}}})
+	s.backlog[2] = busy(1000)
+	s.env.RegisterDelayedCallback(func() {
+		s.env.SignalWorkflow(SignalForceSwitch, map[string]int{"index": 2})
+		s.env.SignalWorkflow(SignalPendingSwitch, models.Notification{Index: 1, Host: "h", Vhost: "/", SwitchedAt: t0})
+	}, 0)
+	status := s.run(time.Minute)
+
+	s.Equal(2, status.State.ActiveIndex)
+	s.Require().NotNil(status.State.Pending, "the notification that came after the force is not dropped by it")
+	s.Equal(1, status.State.Pending.Target().Index)
 }
 
 func TestDecodeSignal(t *testing.T) {
