@@ -134,7 +134,7 @@ func (s *settler) settleOne(ctx context.Context, d amqp.Delivery, v Verdict) err
 		}
 		s.pool.Metrics.Routed(s.queue, metrics.RouteRetry)
 	case Reject:
-		if err := s.publishError(ctx, d, v.Reason); err != nil {
+		if err := s.publishError(ctx, d, v.Reason, v.RetryCycles); err != nil {
 			return fmt.Errorf("reject message of %s on %s: %w", s.queue, s.ep, err)
 		}
 		if err := s.ch.Ack(d.DeliveryTag, false); err != nil {
@@ -155,7 +155,7 @@ func (s *settler) notify(v Verdict) {
 // so that acknowledging d afterwards cannot lose the message. The publish is
 // mandatory: should {q}-error not exist, the broker returns the copy and we
 // fail instead of acknowledging.
-func (s *settler) publishError(ctx context.Context, d amqp.Delivery, reason string) error {
+func (s *settler) publishError(ctx context.Context, d amqp.Delivery, reason string, retryCycles int) error {
 	pub, err := s.publisher(ctx)
 	if err != nil {
 		return err
@@ -167,6 +167,7 @@ func (s *settler) publishError(ctx context.Context, d amqp.Delivery, reason stri
 	headers[HeaderErrorReason] = reason
 	headers[HeaderErrorAt] = time.Now().UTC().Format(time.RFC3339)
 	headers[HeaderErrorQueue] = s.queue
+	headers[HeaderRetryCycles] = int64(retryCycles)
 	msg := amqp.Publishing{
 		Headers:         headers,
 		ContentType:     d.ContentType,

@@ -1,0 +1,59 @@
+package ingest
+
+import (
+	"math"
+	"testing"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/brokerswitch/brokerswitch/broker"
+)
+
+// FuzzRetryHeaders feeds the retry count arbitrary x-death entries and our own
+// retry-cycles header, in every integer type AMQP carries: the count is never negative,
+// never beyond MaxRetryCount (no wrap-around, no retrying forever), and an honest count
+// reads as itself.
+func FuzzRetryHeaders(f *testing.F) {
+	f.Add(int64(3), uint8(0), int64(0), "issues", "rejected")
+	f.Add(int64(-5), uint8(0), int64(0), "issues", "rejected")
+	f.Add(int64(math.MaxInt64), uint8(7), int64(-1), "issues", "rejected")
+	f.Add(int64(2), uint8(3), int64(10), "issues", "expired")
+	f.Add(int64(1)<<40, uint8(4), int64(1)<<40, "issues-retry", "rejected")
+	f.Fuzz(func(t *testing.T, count int64, kind uint8, ours int64, queue, reason string) {
+		var v any
+		switch kind % 8 {
+		case 0:
+			v = count
+		case 1:
+			v = int32(count)
+		case 2:
+			v = int16(count)
+		case 3:
+			v = int8(count)
+		case 4:
+			v = uint64(count)
+		case 5:
+			v = uint32(count)
+		case 6:
+			v = uint8(count)
+		case 7:
+			v = "not a number"
+		}
+		headers := amqp.Table{
+			HeaderDelivery: "d-1", HeaderEvent: "issues",
+			"x-death": []any{amqp.Table{"queue": queue, "reason": reason, "count": v}},
+		}
+		if ours != 0 {
+			headers[broker.HeaderRetryCycles] = ours
+		}
+		ev, _ := Decode(amqp.Delivery{Headers: headers, Body: []byte(`{}`)})
+		got := ev.RetryCycles("issues")
+		if got < 0 || got > MaxRetryCount {
+			t.Fatalf("retry cycles %d out of [0, %d]", got, MaxRetryCount)
+		}
+		if kind%8 == 0 && queue == "issues" && reason == "rejected" && ours == 0 &&
+			count >= 0 && count <= MaxRetryCount && int64(got) != count {
+			t.Fatalf("an honest count %d read as %d", count, got)
+		}
+	})
+}
