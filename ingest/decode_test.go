@@ -1,7 +1,6 @@
 package ingest
 
 import (
-	"github.com/brokerswitch/brokerswitch/broker"
 	"testing"
 
 	"github.com/google/go-github/v75/github"
@@ -9,6 +8,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/brokerswitch/brokerswitch/broker"
 	"github.com/brokerswitch/brokerswitch/payloads"
 )
 

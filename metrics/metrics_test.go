@@ -120,7 +120,6 @@ brokerswitch_state_up 1
 
 	reading = StateReading{ActiveIndex: 2}
 	clock = clock.Add(stateCacheFor) // a reading serves the scrapes of one second
-	now = clock
 	require.NoError(t, testutil.GatherAndCompare(reg, strings.NewReader(`
 # HELP brokerswitch_pending_switch_age_seconds Seconds since the Pending Switch was recorded; 0 when nothing is pending.
 # TYPE brokerswitch_pending_switch_age_seconds gauge

@@ -242,8 +242,7 @@ func (w *switchRun) handleSignals(ctx workflow.Context) error {
 		w.signals = w.signals[1:]
 		moved := false
 		var err error
-		switch {
-		case s.Invalid != "":
+		if s.Invalid != "" {
 			workflow.GetLogger(ctx).Warn("signal ignored: its input is not valid", "signal", s.Name, "error", s.Invalid)
 			continue
 		}

@@ -1,13 +1,13 @@
 package workflows
 
 import (
-	"go.temporal.io/sdk/interceptor"
 	"os"
 	"path/filepath"
 	"testing"
 
 	"github.com/stretchr/testify/require"
 	"go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/interceptor"
 	"go.temporal.io/sdk/worker"
 )
 
