@@ -9,6 +9,18 @@ import (
 	"github.com/brokerswitch/brokerswitch/broker"
 )
 
+// asHeader turns a count into each type an AMQP table may carry it as, and into a string.
+var asHeader = []func(int64) any{
+	func(n int64) any { return n },
+	func(n int64) any { return int32(n) },
+	func(n int64) any { return int16(n) },
+	func(n int64) any { return int8(n) },
+	func(n int64) any { return uint64(n) },
+	func(n int64) any { return uint32(n) },
+	func(n int64) any { return uint8(n) },
+	func(int64) any { return "not a number" },
+}
+
 // FuzzRetryHeaders feeds the retry count arbitrary x-death entries and our own
 // retry-cycles header, in every integer type AMQP carries: the count is never negative,
 // never beyond MaxRetryCount (no wrap-around, no retrying forever), and an honest count
@@ -20,25 +32,7 @@ func FuzzRetryHeaders(f *testing.F) {
 	f.Add(int64(2), uint8(3), int64(10), "issues", "expired")
 	f.Add(int64(1)<<40, uint8(4), int64(1)<<40, "issues-retry", "rejected")
 	f.Fuzz(func(t *testing.T, count int64, kind uint8, ours int64, queue, reason string) {
-		var v any
-		switch kind % 8 {
-		case 0:
-			v = count
-		case 1:
-			v = int32(count)
-		case 2:
-			v = int16(count)
-		case 3:
-			v = int8(count)
-		case 4:
-			v = uint64(count)
-		case 5:
-			v = uint32(count)
-		case 6:
-			v = uint8(count)
-		case 7:
-			v = "not a number"
-		}
+		v := asHeader[int(kind)%len(asHeader)](count)
 		headers := amqp.Table{
 			HeaderDelivery: "d-1", HeaderEvent: "issues",
 			"x-death": []any{amqp.Table{"queue": queue, "reason": reason, "count": v}},
@@ -51,7 +45,7 @@ func FuzzRetryHeaders(f *testing.F) {
 		if got < 0 || got > MaxRetryCount {
 			t.Fatalf("retry cycles %d out of [0, %d]", got, MaxRetryCount)
 		}
-		if kind%8 == 0 && queue == "issues" && reason == "rejected" && ours == 0 &&
+		if kind%uint8(len(asHeader)) == 0 && queue == "issues" && reason == "rejected" && ours == 0 &&
 			count >= 0 && count <= MaxRetryCount && int64(got) != count {
 			t.Fatalf("an honest count %d read as %d", count, got)
 		}
