@@ -22,7 +22,7 @@ type countingPool interface {
 
 // stateStore reads and changes the broker state.
 type stateStore interface {
-	Load(ctx context.Context) (models.BrokerState, error)
+	LoadStored(ctx context.Context) (models.BrokerState, error)
 	Update(ctx context.Context, fn func(models.BrokerState) (models.BrokerState, error)) (models.BrokerState, error)
 	RecordDrainCheck(ctx context.Context, check models.DrainCheck) error
 }
@@ -32,17 +32,24 @@ type Switch struct {
 	Pool   countingPool
 	Store  stateStore
 	Queues []string
-	Now    func() time.Time
-	Logger *slog.Logger
+	// DrainCheckInterval is the pause between drain checks (DRAIN_CHECK_INTERVAL).
+	DrainCheckInterval time.Duration
+	Now                func() time.Time
+	Logger             *slog.Logger
 	// Watcher announces changes of the state that an idle BrokerSwitch workflow waits for.
 	Watcher stateWatcher
+	// MaxClockSkew is how far ahead of Now a notification may be (0 means
+	// models.DefaultMaxClockSkew): the API refuses it, and so does a signal sent around it.
+	MaxClockSkew time.Duration
 	// Metrics counts drain checks and switches and observes switch lags; nil counts nothing.
 	Metrics *metrics.Metrics
 }
 
-// LoadState reads the broker state.
+// LoadState reads the broker state as stored. An active broker removed from the
+// configuration reads as index -1, not as an error: retrying could not help, and the
+// workflow must get to the force signal that repairs it.
 func (a *Switch) LoadState(ctx context.Context) (models.BrokerState, error) {
-	st, err := a.Store.Load(ctx)
+	st, err := a.Store.LoadStored(ctx)
 	if err != nil {
 		return st, fmt.Errorf("load broker state: %w", err)
 	}
@@ -95,6 +102,19 @@ func (a *Switch) WaitForChange(ctx context.Context, in WaitForChangeInput) (bool
 	}
 }
 
+// SwitchSettings are the worker's settings the BrokerSwitch workflow follows.
+type SwitchSettings struct {
+	Queues             []string
+	DrainCheckInterval time.Duration
+}
+
+// Settings reports the worker's queues and drain-check interval, so that a changed
+// configuration reaches the workflow at its next run instead of the first run's input
+// living on through every continue-as-new.
+func (a *Switch) Settings(context.Context) (SwitchSettings, error) {
+	return SwitchSettings{Queues: a.Queues, DrainCheckInterval: a.DrainCheckInterval}, nil
+}
+
 // NotificationResult is the state after a notification and what the notification did.
 type NotificationResult struct {
 	State   models.BrokerState
@@ -104,6 +124,10 @@ type NotificationResult struct {
 // RecordNotification records the producer's notification as a Pending Switch, unless it
 // is stale or changes nothing.
 func (a *Switch) RecordNotification(ctx context.Context, n models.Notification) (NotificationResult, error) {
+	if err := models.CheckSwitchedAt(n.SwitchedAt, a.Now(), a.MaxClockSkew); err != nil {
+		// The API refuses these; a signal sent around it is refused the same way.
+		return NotificationResult{}, temporal.NewNonRetryableApplicationError(err.Error(), "SwitchedAtAhead", nil)
+	}
 	var outcome string
 	st, err := a.Store.Update(ctx, func(cur models.BrokerState) (models.BrokerState, error) {
 		next, o := cur.ApplyNotification(n, a.Now())
@@ -201,6 +225,9 @@ func switchLags(before models.BrokerState, from int, now time.Time) (commitLag, 
 // ForceSwitchInput is an operator's order to move now.
 type ForceSwitchInput struct {
 	Index int `json:"index"`
+	// AskedAt is when the operator asked: a Pending Switch recorded after it survives the
+	// force. Zero (the Temporal CLI's plain signal) drops whatever is pending.
+	AskedAt time.Time `json:"askedAt,omitzero"`
 }
 
 // ForceSwitch moves to the broker at once and drops any Pending Switch.
@@ -211,7 +238,7 @@ func (a *Switch) ForceSwitch(ctx context.Context, in ForceSwitchInput) (models.B
 			fmt.Sprintf("force switch: broker %d is not configured (%d brokers)", in.Index, len(a.Pool.Endpoints())), "UnknownBroker", nil)
 	}
 	st, err := a.Store.Update(ctx, func(cur models.BrokerState) (models.BrokerState, error) {
-		return cur.Force(in.Index, a.Now()), nil
+		return cur.Force(in.Index, in.AskedAt, a.Now()), nil
 	})
 	if err != nil {
 		return st, fmt.Errorf("force switch to %d: %w", in.Index, err)
@@ -230,7 +257,7 @@ type CancelPendingSwitchInput struct {
 // CancelPendingSwitch drops the Pending Switch without moving.
 func (a *Switch) CancelPendingSwitch(ctx context.Context, in CancelPendingSwitchInput) (models.BrokerState, error) {
 	st, err := a.Store.Update(ctx, func(cur models.BrokerState) (models.BrokerState, error) {
-		return cur.CancelPending(in.SwitchedAt), nil
+		return cur.CancelPending(in.SwitchedAt, a.Now()), nil
 	})
 	if err != nil {
 		return st, fmt.Errorf("cancel pending switch: %w", err)

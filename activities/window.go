@@ -136,6 +136,9 @@ type LeftoverDrainInput struct {
 type LeftoverDrainResult struct {
 	Taken       map[int]int
 	Unreachable []int
+	// Skipped are spares that failed otherwise (a refused declaration, a closed channel):
+	// a warning, like an unreachable one.
+	Skipped []int `json:",omitempty"`
 }
 
 // LeftoverDrain takes what waits on the queue on the other brokers (see broker.Pool.Drain), and
@@ -158,12 +161,24 @@ func (a *Window) LeftoverDrain(ctx context.Context, in LeftoverDrainInput) (Left
 		} else if skip {
 			continue
 		}
-		n, err := a.Pool.Drain(ctx, idx, in.Queue, budget, a.Prefetch, a.Handlers.ForBroker(idx))
+		// The spare's topology first: a message rejected to {q}-retry on a broker where
+		// the producer never declared it would be dead-lettered into nothing.
+		err := a.Pool.DeclareTopology(ctx, idx, broker.Topology{Queues: []string{in.Queue}, RetryTTL: a.Topology.RetryTTL})
+		n := 0
+		if err == nil {
+			n, err = a.Pool.Drain(ctx, idx, in.Queue, budget, a.Prefetch, a.Handlers.ForBroker(idx))
+		}
 		res.Taken[idx] = n
 		budget -= n
 		a.Metrics.LeftoverDrained(in.Queue, idx, n)
 		switch {
 		case err == nil:
+		case ctx.Err() == nil && !errors.Is(err, broker.ErrHandler) && !isBrokerUnreachable(err):
+			// Whatever else fails on a spare is the spare's: what it holds waits for the
+			// next window, and the active broker is read meanwhile.
+			a.Logger.WarnContext(ctx, "leftover drain: broker failed, skipped",
+				"queue", in.Queue, "broker", a.endpoint(idx), "error", err)
+			res.Skipped = append(res.Skipped, idx)
 		case isBrokerUnreachable(err):
 			// A spare that is down is a warning: never a failed window, nor a failed ping.
 			a.Logger.WarnContext(ctx, "leftover drain: broker unreachable, skipped",
@@ -173,7 +188,7 @@ func (a *Window) LeftoverDrain(ctx context.Context, in LeftoverDrainInput) (Left
 		default:
 			err = fmt.Errorf("leftover drain %s on %s: %w", in.Queue, a.endpoint(idx), err)
 			if ctx.Err() == nil {
-				a.Pings.Fail(ctx, err.Error())
+				a.Pings.Fail(ctx, failureKind(err))
 			}
 			return res, err
 		}
@@ -230,7 +245,7 @@ func (a *Window) Consume(ctx context.Context, in ConsumeInput) (err error) {
 		switch cause := context.Cause(windowCtx); {
 		case err != nil && ctx.Err() == nil:
 			outcome = metrics.WindowFailed
-			ping.Fail(ctx, err.Error())
+			ping.Fail(ctx, failureKind(err))
 		case ctx.Err() != nil, errors.Is(cause, errSwitched), errors.Is(cause, errStopping):
 			outcome = metrics.WindowCancelled
 			ping.Success(ctx)

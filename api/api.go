@@ -34,6 +34,7 @@ type TemporalClient interface {
 		options client.StartWorkflowOptions, workflow any, workflowArgs ...any) (client.WorkflowRun, error)
 	DescribeWorkflowExecution(ctx context.Context, workflowID, runID string) (*workflowservice.DescribeWorkflowExecutionResponse, error)
 	QueryWorkflow(ctx context.Context, workflowID, runID, queryType string, args ...any) (converter.EncodedValue, error)
+	UpdateWorkflow(ctx context.Context, options client.UpdateWorkflowOptions) (client.WorkflowUpdateHandle, error)
 	CheckHealth(ctx context.Context, request *client.CheckHealthRequest) (*client.CheckHealthResponse, error)
 }
 
@@ -41,7 +42,9 @@ type TemporalClient interface {
 // itself, the producer's notification, so that a window that starts right after the 202
 // already sees the Pending Switch's route; moving brokers is left to the workflow.
 type StateStore interface {
-	Load(ctx context.Context) (models.BrokerState, error)
+	// LoadStored reads the state as stored: an active broker removed from the
+	// configuration reads as index -1, so that the force that repairs it can be asked for.
+	LoadStored(ctx context.Context) (models.BrokerState, error)
 	Update(ctx context.Context, fn func(models.BrokerState) (models.BrokerState, error)) (models.BrokerState, error)
 }
 

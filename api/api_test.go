@@ -137,7 +137,7 @@ func TestBadInput(t *testing.T) {
 		{"unparsable switchedAt", `{"host": "rabbit-a.example.com", "switchedAt": "yesterday"}`, 400, "not an RFC 3339 time", false},
 		{"switchedAt without zone", `{"host": "rabbit-a.example.com", "switchedAt": "2026-02-01T00:00:00"}`, 400, "not an RFC 3339 time", false},
 		{"switchedAt as number", `{"host": "rabbit-a.example.com", "switchedAt": 1767225600}`, 400, "field switchedAt must be a string", false},
-		{"switchedAt far in the future", `{"host": "rabbit-a.example.com", "vhost": "vh-a", "switchedAt": "` + future + `"}`, 400, "ahead of this server's clock", false},
+		{"switchedAt far in the future", `{"host": "rabbit-a.example.com", "vhost": "vh-a", "switchedAt": "` + future + `"}`, 422, "ahead of this server's clock", false},
 		{"unknown host", `{"host": "rabbit-c.example.com", "vhost": "vh-a", "switchedAt": "2026-02-01T00:00:00Z"}`, 404, "no configured broker", false},
 		{"known host, other vhost", `{"host": "rabbit-a.example.com", "vhost": "vh-b", "switchedAt": "2026-02-01T00:00:00Z"}`, 404, "no configured broker", false},
 		{"known host, default vhost not configured", `{"host": "rabbit-a.example.com", "switchedAt": "2026-02-01T00:00:00Z"}`, 404, "no configured broker", false},
@@ -222,13 +222,15 @@ func TestStaleNotificationsChangeNothing(t *testing.T) {
 	} {
 		t.Run(name, func(t *testing.T) {
 			for _, target := range [][2]string{{"RABBIT-A.example.com", "vh-a"}, {"rabbit-b.example.com", "prod%2Fone"}} {
+				if at.Equal(seen) && target[1] == "vh-a" {
+					continue // another broker at the mark is a new hop (TestTwoRotationsInOneSecond)
+				}
 				res := e.notify(target[0], target[1], at)
 				require.Equal(t, http.StatusOK, res.Status, res.Body)
 				m := res.JSON(t)
 				require.Equal(t, "stale", m["ignored"])
 				require.Equal(t, "stale", m["outcome"])
-				require.EqualValues(t, 0, m["activeIndex"])
-				require.NotNil(t, m["pendingSwitch"], "the answer shows the state on record")
+				requireProducerAnswer(t, m)
 				require.Equal(t, before, e.settings())
 			}
 		})
@@ -376,7 +378,7 @@ func TestBackendsDown(t *testing.T) {
 			jsonBody(`{"host": "rabbit-b.example.com", "vhost": "prod/one", "switchedAt": "2026-02-01T00:00:00Z"}`))
 		res.requireError(t, http.StatusBadGateway, "was recorded")
 		require.NotContains(t, res.Body, "127.0.0.1")
-		st, err := e.deps.Store.Load(t.Context())
+		st, err := e.deps.Store.LoadStored(t.Context())
 		require.NoError(t, err)
 		require.NotNil(t, st.Pending, "the Pending Switch is in Postgres")
 		require.Equal(t, 1, st.Pending.Target().Index)
@@ -386,7 +388,7 @@ func TestBackendsDown(t *testing.T) {
 		defer cancel()
 		d.doCtx(ctx, http.MethodDelete, "/api/v1/broker/pending-switch", bearer(operatorToken), nil).
 			requireError(t, http.StatusBadGateway, "could not be handed to the workflow engine")
-		after, err := e.deps.Store.Load(t.Context())
+		after, err := e.deps.Store.LoadStored(t.Context())
 		require.NoError(t, err)
 		require.Equal(t, st, after)
 		e.restoreSettings(before)
@@ -405,4 +407,13 @@ func TestBackendsDown(t *testing.T) {
 		require.Equal(t, before, e.settings())
 		e.requireNoWorkflow()
 	})
+}
+
+// requireProducerAnswer checks that a notification's answer holds only what the producer
+// needs: no route, drain counts or errors, which are the operator's.
+func requireProducerAnswer(t *testing.T, m map[string]any) {
+	t.Helper()
+	for k := range m {
+		require.Contains(t, []string{"outcome", "ignored", "target"}, k, "the producer's answer carries %s", k)
+	}
 }

@@ -12,18 +12,14 @@ import (
 	"time"
 
 	"github.com/gin-gonic/gin"
+	"go.temporal.io/api/serviceerror"
+	"go.temporal.io/sdk/client"
 
 	"github.com/brokerswitch/brokerswitch/activities"
 	"github.com/brokerswitch/brokerswitch/broker"
 	"github.com/brokerswitch/brokerswitch/models"
 	"github.com/brokerswitch/brokerswitch/workflows"
 )
-
-// maxFutureSkew is how far ahead of our clock a notification's switchedAt may be. A
-// notification is stale unless it is newer than every one taken before, so one switchedAt
-// in the far future (a producer clock gone wrong) would make every later notification
-// stale until that time: such a notification is refused instead.
-const maxFutureSkew = time.Hour
 
 // pollEvery is how often a forced switch or a cancel re-reads the state while it waits.
 const pollEvery = 100 * time.Millisecond
@@ -60,8 +56,10 @@ func (s *server) postPendingSwitch(c *gin.Context) {
 		return
 	}
 	now := s.deps.Now()
-	if switchedAt.After(now.Add(maxFutureSkew)) {
-		s.fail(c, http.StatusBadRequest, fmt.Sprintf("switchedAt %s is more than %s ahead of this server's clock", *req.SwitchedAt, maxFutureSkew))
+	// The mark of notifications taken only rises: one dated far ahead would make every
+	// real notification stale until then.
+	if err := models.CheckSwitchedAt(switchedAt, now, s.deps.Config.NotificationMaxClockSkew); err != nil {
+		s.fail(c, http.StatusUnprocessableEntity, err.Error())
 		return
 	}
 	vhost := ""
@@ -81,7 +79,7 @@ func (s *server) postPendingSwitch(c *gin.Context) {
 	// the configured brokers however the producer spelled them.
 	n := models.Notification{Index: ep.Index, Host: ep.Host, Vhost: ep.Vhost, SwitchedAt: switchedAt.UTC()}
 	var outcome string
-	next, err := s.deps.Store.Update(ctx, func(cur models.BrokerState) (models.BrokerState, error) {
+	_, err = s.deps.Store.Update(ctx, func(cur models.BrokerState) (models.BrokerState, error) {
 		var next models.BrokerState
 		next, outcome = cur.ApplyNotification(n, now)
 		return next, nil
@@ -91,7 +89,6 @@ func (s *server) postPendingSwitch(c *gin.Context) {
 		return
 	}
 	answer := notificationAnswer{Outcome: outcome, Target: brokerRef{Index: ep.Index, Host: ep.Host, Vhost: ep.Vhost}}
-	answer.stateView = newStateView(next, s.scrub)
 	if outcome == models.NotificationStale {
 		answer.Ignored = outcome
 		c.JSON(http.StatusOK, answer)
@@ -129,12 +126,18 @@ func (s *server) postSwitch(c *gin.Context) {
 	ctx := c.Request.Context()
 	// The last switch before the order tells our commit apart from an earlier one. Clocks
 	// are not compared: the worker that commits may run on another host.
-	before, err := s.deps.Store.Load(ctx)
+	before, err := s.deps.Store.LoadStored(ctx)
 	if err != nil {
 		s.failInternal(c, http.StatusServiceUnavailable, "the broker state cannot be read; retry later", err)
 		return
 	}
-	if err := s.signal(ctx, workflows.SignalForceSwitch, activities.ForceSwitchInput{Index: index}); err != nil {
+	// The force carries when it was asked for, so that a notification recorded while the
+	// workflow gets to it survives.
+	order := activities.ForceSwitchInput{Index: index, AskedAt: s.deps.Now().UTC()}
+	if s.answerByUpdate(c, workflows.UpdateForceSwitch, order) {
+		return
+	}
+	if err := s.signal(ctx, workflows.SignalForceSwitch, order); err != nil {
 		s.failInternal(c, http.StatusBadGateway, "the switch could not be handed to the workflow engine; nothing was changed, retry", err)
 		return
 	}
@@ -155,7 +158,7 @@ func (s *server) postSwitch(c *gin.Context) {
 // nothing pending it changes nothing.
 func (s *server) deletePendingSwitch(c *gin.Context) {
 	ctx := c.Request.Context()
-	cur, err := s.deps.Store.Load(ctx)
+	cur, err := s.deps.Store.LoadStored(ctx)
 	if err != nil {
 		s.failInternal(c, http.StatusServiceUnavailable, "the broker state cannot be read; retry later", err)
 		return
@@ -167,6 +170,9 @@ func (s *server) deletePendingSwitch(c *gin.Context) {
 	// The cancel names the switch it cancels, so that a notification recorded before the
 	// workflow gets to the cancel survives it.
 	upTo := cur.Pending.Target().SwitchedAt
+	if s.answerByUpdate(c, workflows.UpdateCancelPendingSwitch, activities.CancelPendingSwitchInput{SwitchedAt: upTo}) {
+		return
+	}
 	if err := s.signal(ctx, workflows.SignalCancelPendingSwitch, activities.CancelPendingSwitchInput{SwitchedAt: upTo}); err != nil {
 		s.failInternal(c, http.StatusBadGateway, "the cancel could not be handed to the workflow engine; nothing was changed, retry", err)
 		return
@@ -181,6 +187,45 @@ func (s *server) deletePendingSwitch(c *gin.Context) {
 		return
 	}
 	c.JSON(http.StatusOK, orderAnswer{Committed: true, stateView: newStateView(st, s.scrub)})
+}
+
+// answerByUpdate sends an operator's order as a Workflow Update and answers with the
+// workflow's own word: committed, already there, or refused with the reason. It returns
+// false, having answered nothing, when the order must go as a signal instead: the
+// workflow is not running (the signal starts it), or its run predates the update
+// handlers.
+func (s *server) answerByUpdate(c *gin.Context, name string, arg any) bool {
+	ctx, cancel := context.WithTimeout(c.Request.Context(), s.deps.CommitWait)
+	defer cancel()
+	var res workflows.OrderResult
+	handle, err := s.deps.Temporal.UpdateWorkflow(ctx, client.UpdateWorkflowOptions{
+		WorkflowID: workflows.BrokerSwitchWorkflowID, UpdateName: name, Args: []any{arg},
+		WaitForStage: client.WorkflowUpdateStageCompleted,
+	})
+	if err == nil {
+		err = handle.Get(ctx, &res)
+	}
+	var notFound *serviceerror.NotFound
+	switch {
+	case errors.As(err, &notFound), err != nil && strings.Contains(err.Error(), "unknown update"):
+		return false
+	case err != nil && ctx.Err() != nil && c.Request.Context().Err() == nil:
+		s.fail(c, http.StatusGatewayTimeout, fmt.Sprintf(
+			"the order was given to the workflow but is not answered within %s; GET /api/v1/broker shows when it is applied", s.deps.CommitWait))
+		return true
+	case err != nil:
+		s.failInternal(c, http.StatusBadGateway, "the order could not be handed to the workflow engine; retry", err)
+		return true
+	}
+	s.log.InfoContext(ctx, "order answered by the workflow", "update", name, "outcome", res.Outcome)
+	answer := orderAnswer{Committed: res.Outcome != workflows.OrderRefused, Outcome: res.Outcome, Reason: res.Reason,
+		stateView: newStateView(res.State, s.scrub)}
+	if res.Outcome == workflows.OrderRefused {
+		c.JSON(http.StatusConflict, answer)
+		return true
+	}
+	c.JSON(http.StatusOK, answer)
+	return true
 }
 
 // signal hands an order to the BrokerSwitch workflow, starting it when it does not run:
@@ -207,7 +252,7 @@ func (s *server) waitForState(ctx context.Context, done func(models.BrokerState)
 	defer ticker.Stop()
 	var last models.BrokerState
 	for {
-		st, err := s.deps.Store.Load(ctx)
+		st, err := s.deps.Store.LoadStored(ctx)
 		switch {
 		case err == nil:
 			last = st

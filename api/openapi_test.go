@@ -93,9 +93,9 @@ func TestOpenAPISchemasMatchAnswers(t *testing.T) {
 	}
 	checks := 1
 	for schema, value := range map[string]any{
-		"NotificationAnswer":  notificationAnswer{Ignored: "stale", stateView: state},
+		"NotificationAnswer":  notificationAnswer{Ignored: "stale"},
 		"NotificationRequest": notificationRequest{},
-		"OrderAnswer":         orderAnswer{stateView: state},
+		"OrderAnswer":         orderAnswer{Outcome: "refused", Reason: "r", stateView: state},
 		"BrokerStatus":        brokerStatus{stateView: state},
 		"Broker":              brokerView{},
 		"Workflow":            workflowView{RunID: "r", StartTime: &now, Waiting: "w", Checks: &checks, Error: "e"},
@@ -151,9 +151,9 @@ func sortedKeys(m map[string]any) []string {
 func TestOpenAPIDeclaresStatuses(t *testing.T) {
 	doc := loadOpenAPI(t)
 	want := map[string][]string{
-		"post /api/v1/broker/pending-switch":   {"200", "202", "400", "401", "404", "413", "502", "503"},
-		"delete /api/v1/broker/pending-switch": {"200", "202", "401", "403", "502"},
-		"post /api/v1/broker/switch/{index}":   {"200", "400", "401", "403", "404", "502", "503", "504"},
+		"post /api/v1/broker/pending-switch":   {"200", "202", "400", "401", "404", "413", "422", "502", "503"},
+		"delete /api/v1/broker/pending-switch": {"200", "202", "401", "403", "409", "502", "504"},
+		"post /api/v1/broker/switch/{index}":   {"200", "400", "401", "403", "404", "409", "502", "503", "504"},
 		"get /api/v1/broker":                   {"200", "401", "403", "503"},
 		"get /healthz":                         {"200"},
 		"get /readyz":                          {"200", "503"},

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"go.temporal.io/api/serviceerror"
 	"go.temporal.io/api/workflowservice/v1"
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/converter"
@@ -28,7 +29,7 @@ type memStore struct {
 	st models.BrokerState
 }
 
-func (m *memStore) Load(context.Context) (models.BrokerState, error) {
+func (m *memStore) LoadStored(context.Context) (models.BrokerState, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	return m.st, nil
@@ -60,6 +61,10 @@ func (okTemporal) QueryWorkflow(context.Context, string, string, string, ...any)
 	return nil, nil
 }
 
+func (okTemporal) UpdateWorkflow(context.Context, client.UpdateWorkflowOptions) (client.WorkflowUpdateHandle, error) {
+	return nil, serviceerror.NewNotFound("no workflow")
+}
+
 func (okTemporal) CheckHealth(context.Context, *client.CheckHealthRequest) (*client.CheckHealthResponse, error) {
 	return &client.CheckHealthResponse{}, nil
 }
@@ -76,6 +81,8 @@ func FuzzPendingSwitchBody(f *testing.F) {
 		`{"host": "rabbit-a.example.com", "switchedAt": "2026-01-02T03:04:05Z"}`,
 		`{"host": "elsewhere.example.com", "vhost": "x", "switchedAt": "2026-01-02T03:04:05Z"}`,
 		`{"host": "rabbit-a.example.com", "vhost": "vh-a", "switchedAt": "9999-12-31T23:59:59Z"}`,
+		`{"host": "rabbit-a.example.com", "vhost": "vh-a", "switchedAt": "` + now.Add(4*time.Minute).Format(time.RFC3339) + `"}`,
+		`{"host": "rabbit-a.example.com", "vhost": "vh-a", "switchedAt": "` + now.Add(59*time.Minute).Format(time.RFC3339) + `"}`,
 		`{"host": "rabbit-a.example.com", "vhost": "vh-a", "switchedAt": "0001-01-01T00:00:00Z"}`,
 		`{"host": "rabbit-a.example.com", "vhost": "vh-a", "switchedAt": "yesterday"}`,
 		`{"host": "", "vhost": "", "switchedAt": ""}`,
@@ -121,7 +128,7 @@ func FuzzPendingSwitchBody(f *testing.F) {
 			if _, ok := answer["outcome"].(string); !ok {
 				t.Fatalf("a %d without an outcome: %s", res.StatusCode, b)
 			}
-		case http.StatusBadRequest, http.StatusNotFound, http.StatusRequestEntityTooLarge:
+		case http.StatusBadRequest, http.StatusNotFound, http.StatusRequestEntityTooLarge, http.StatusUnprocessableEntity:
 			if msg, ok := answer["error"].(string); !ok || msg == "" {
 				t.Fatalf("a %d without an error: %s", res.StatusCode, b)
 			}
@@ -131,7 +138,10 @@ func FuzzPendingSwitchBody(f *testing.F) {
 		if strings.Contains(string(b), brokerPass) {
 			t.Fatalf("the answer shows a broker password: %s", b)
 		}
-		st, _ := store.Load(context.Background())
+		st, _ := store.LoadStored(context.Background())
+		if limit := time.Now().Add(models.DefaultMaxClockSkew); st.SeenUntil.After(limit) {
+			t.Fatalf("the mark of notifications %s lies beyond the clock skew allowed", st.SeenUntil)
+		}
 		if st.Pending != nil && (st.Pending.Target().Index < 0 || st.Pending.Target().Index >= len(eps)) {
 			t.Fatalf("a pending switch to an unconfigured broker: %+v", st.Pending)
 		}

@@ -39,14 +39,14 @@ type brokerRef struct {
 }
 
 // notificationAnswer is the answer to a notification: what it does, as the API's read of
-// the state predicts it, and the state it leads to.
+// the state predicts it. It carries only what the producer needs to stop retrying; the
+// route, drain counts and errors are operator information (GET /api/v1/broker).
 type notificationAnswer struct {
 	// Outcome is one of models' notification outcomes.
 	Outcome string `json:"outcome"`
 	// Ignored repeats Outcome when the notification changes nothing.
 	Ignored string    `json:"ignored,omitempty"`
 	Target  brokerRef `json:"target"`
-	stateView
 }
 
 // orderAnswer is the answer to an operator's force or cancel order.
@@ -54,6 +54,11 @@ type orderAnswer struct {
 	// Committed says the state below already shows the order; false means it was sent to
 	// the workflow and is still to be applied.
 	Committed bool `json:"committed"`
+	// Outcome is the workflow's own answer (committed, already-there or refused) when the
+	// order went as a Workflow Update; empty when the API had to fall back to a signal.
+	Outcome string `json:"outcome,omitempty"`
+	// Reason explains a refusal, or what a committed order left in place.
+	Reason string `json:"reason,omitempty"`
 	stateView
 }
 

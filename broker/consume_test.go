@@ -43,7 +43,7 @@ func TestConsumeSettlesMixedVerdictsInOrder(t *testing.T) {
 	r.declare(Topology{Queues: []string{"issues"}, RetryTTL: time.Minute})
 	r.publish("issues", numbered(6)...)
 
-	verdicts := map[string]Verdict{"2": {Retry, "db busy"}, "4": {Reject, "bad payload"}}
+	verdicts := map[string]Verdict{"2": {Outcome: Retry, Reason: "db busy"}, "4": {Outcome: Reject, Reason: "bad payload", RetryCycles: 10}}
 	h := &recorder{verdict: func(d amqp.Delivery) Verdict { return verdicts[string(d.Body)] }}
 	var settled settleCounter
 	ctx, cancel := context.WithCancel(context.Background())
@@ -64,6 +64,7 @@ func TestConsumeSettlesMixedVerdictsInOrder(t *testing.T) {
 	assert.Equal(t, "4", string(d.Body))
 	assert.Equal(t, "bad payload", d.Headers[HeaderErrorReason])
 	assert.Equal(t, "issues", d.Headers[HeaderErrorQueue])
+	assert.EqualValues(t, 10, d.Headers[HeaderRetryCycles], "the count survives a broker that ignores a client's x-death")
 	at, err := time.Parse(time.RFC3339, d.Headers[HeaderErrorAt].(string))
 	require.NoError(t, err)
 	assert.WithinDuration(t, time.Now(), at, time.Minute)
@@ -82,7 +83,7 @@ func TestConsumeRetryComesBackAfterTheTTL(t *testing.T) {
 
 	h := &recorder{verdict: func(d amqp.Delivery) Verdict {
 		if d.Headers["x-death"] == nil {
-			return Verdict{Retry, "try later"}
+			return Verdict{Outcome: Retry, Reason: "try later"}
 		}
 		return Verdict{Outcome: Ack}
 	}}
@@ -155,7 +156,7 @@ func TestConsumeRejectWithoutErrorQueueKeepsTheMessage(t *testing.T) {
 	require.NoError(t, err)
 	r.publish("solo", "a")
 
-	h := &recorder{verdict: func(amqp.Delivery) Verdict { return Verdict{Reject, "bad"} }}
+	h := &recorder{verdict: func(amqp.Delivery) Verdict { return Verdict{Outcome: Reject, Reason: "bad"} }}
 	err = waitDone(t, r.consume(context.Background(), "solo", ConsumeOptions{}, h))
 	require.ErrorContains(t, err, "returned by broker")
 	r.eventuallyCount("solo", 1)

@@ -20,7 +20,7 @@ func TestDrainRespectsMaxThenEmptiesTheQueue(t *testing.T) {
 
 	h := &recorder{verdict: func(d amqp.Delivery) Verdict {
 		if string(d.Body) == "3" {
-			return Verdict{Reject, "bad"}
+			return Verdict{Outcome: Reject, Reason: "bad"}
 		}
 		return Verdict{Outcome: Ack}
 	}}

@@ -19,6 +19,11 @@ const (
 	HeaderErrorQueue  = "x-error-queue"  // the queue it was rejected from
 )
 
+// ErrHandler is wrapped into the error of Consume or Drain when the batch handler failed
+// (the database, say), as opposed to the broker: a caller that tolerates a broker's
+// failure must not tolerate this one.
+var ErrHandler = errors.New("batch handler failed")
+
 // confirmTimeout bounds the wait for the broker to confirm a copy to {q}-error.
 const confirmTimeout = 30 * time.Second
 
@@ -60,7 +65,7 @@ func (s *settler) handle(ctx context.Context, h BatchHandler, batch []amqp.Deliv
 	defer cancel()
 	verdicts, err := h.HandleBatch(hctx, s.queue, batch)
 	if err != nil {
-		return 0, fmt.Errorf("handle batch of %d: %w", len(batch), err)
+		return 0, fmt.Errorf("handle batch of %d: %w: %w", len(batch), ErrHandler, err)
 	}
 	return s.settle(context.WithoutCancel(ctx), batch, verdicts)
 }
@@ -129,7 +134,7 @@ func (s *settler) settleOne(ctx context.Context, d amqp.Delivery, v Verdict) err
 		}
 		s.pool.Metrics.Routed(s.queue, metrics.RouteRetry)
 	case Reject:
-		if err := s.publishError(ctx, d, v.Reason); err != nil {
+		if err := s.publishError(ctx, d, v.Reason, v.RetryCycles); err != nil {
 			return fmt.Errorf("reject message of %s on %s: %w", s.queue, s.ep, err)
 		}
 		if err := s.ch.Ack(d.DeliveryTag, false); err != nil {
@@ -150,7 +155,7 @@ func (s *settler) notify(v Verdict) {
 // so that acknowledging d afterwards cannot lose the message. The publish is
 // mandatory: should {q}-error not exist, the broker returns the copy and we
 // fail instead of acknowledging.
-func (s *settler) publishError(ctx context.Context, d amqp.Delivery, reason string) error {
+func (s *settler) publishError(ctx context.Context, d amqp.Delivery, reason string, retryCycles int) error {
 	pub, err := s.publisher(ctx)
 	if err != nil {
 		return err
@@ -162,6 +167,7 @@ func (s *settler) publishError(ctx context.Context, d amqp.Delivery, reason stri
 	headers[HeaderErrorReason] = reason
 	headers[HeaderErrorAt] = time.Now().UTC().Format(time.RFC3339)
 	headers[HeaderErrorQueue] = s.queue
+	headers[HeaderRetryCycles] = int64(retryCycles)
 	msg := amqp.Publishing{
 		Headers:         headers,
 		ContentType:     d.ContentType,

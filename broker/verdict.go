@@ -23,7 +23,16 @@ const (
 type Verdict struct {
 	Outcome Outcome
 	Reason  string
+	// RetryCycles, for Reject, is the count of retry cycles the message went through; the
+	// -error copy carries it in HeaderRetryCycles.
+	RetryCycles int
 }
+
+// HeaderRetryCycles carries a rejected message's retry cycles on its -error copy. RabbitMQ
+// 4.x ignores an x-death header that a client publishes, so a message an operator moves
+// back from -error would otherwise start counting from zero; consumers count the larger
+// of the broker's x-death and this. Not an x- header: those belong to the broker.
+const HeaderRetryCycles = "brokerswitch-retry-cycles"
 
 // BatchHandler handles deliveries in queue order and returns one verdict per delivery.
 // A returned error means nothing could be decided (the database is unreachable, say):

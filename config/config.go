@@ -23,6 +23,16 @@ type Config struct {
 	Brokers []broker.Endpoint
 	// DatabaseURL from DATABASE_URL (default a local Postgres database named brokerswitch).
 	DatabaseURL string
+	// DBMaxOpenConns from DB_MAX_OPEN_CONNS (default 10): the Postgres connections one
+	// process may hold. Size it per process: the sum over every worker and API replica
+	// must stay below the server's max_connections, or a burst starves ingestion.
+	DBMaxOpenConns int
+	// DBStatementTimeout from DB_STATEMENT_TIMEOUT (default 30s): Postgres ends a statement
+	// that runs longer, so that a stuck query cannot hold a pooled connection forever.
+	DBStatementTimeout time.Duration
+	// DBLockTimeout from DB_LOCK_TIMEOUT (default 10s): Postgres ends a wait for a lock
+	// that lasts longer; the activity or request that waited is retried.
+	DBLockTimeout time.Duration
 	// TemporalAddress from TEMPORAL_ADDRESS (default 127.0.0.1:7233).
 	TemporalAddress string
 	// TemporalNamespace from TEMPORAL_NAMESPACE (default "default").
@@ -58,6 +68,11 @@ type Config struct {
 	// DrainCheckInterval from DRAIN_CHECK_INTERVAL (default 3s): the pause between drain checks
 	// while a switch is pending.
 	DrainCheckInterval time.Duration
+	// NotificationMaxClockSkew from NOTIFICATION_MAX_CLOCK_SKEW (default 5m): how far ahead
+	// of this server's clock a notification's switchedAt may be; beyond it the
+	// notification is refused, so that a producer's clock gone wrong cannot hide the real
+	// notifications that follow.
+	NotificationMaxClockSkew time.Duration
 	// LeftoverDrainCap from LEFTOVER_DRAIN_CAP (default 500): messages one Leftover Drain takes
 	// per queue and window at most.
 	LeftoverDrainCap int
@@ -88,24 +103,28 @@ type Getenv func(string) string
 func FromEnv(getenv Getenv) (Config, error) {
 	r := reader{getenv: getenv}
 	c := Config{
-		DatabaseURL:            r.str("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/brokerswitch?sslmode=disable"),
-		TaskQueue:              r.str("TEMPORAL_TASK_QUEUE", "brokerswitch"),
-		Queues:                 r.list("QUEUES", "pull_requests,issues,pushes,installations"),
-		ConsumerWindow:         r.duration("CONSUMER_WINDOW", "5m"),
-		RetryTTL:               r.duration("RETRY_TTL", "10m"),
-		MaxRetryCycles:         r.positiveInt("MAX_RETRY_CYCLES", "10"),
-		Prefetch:               r.positiveInt("PREFETCH", "100"),
-		DrainCheckInterval:     r.duration("DRAIN_CHECK_INTERVAL", "3s"),
-		WindowHeartbeatTimeout: r.duration("WINDOW_HEARTBEAT_TIMEOUT", "1m"),
-		WorkerStopTimeout:      r.duration("WORKER_STOP_TIMEOUT", "1m"),
-		LeftoverDrainCap:       r.positiveInt("LEFTOVER_DRAIN_CAP", "500"),
-		HTTPAddr:               r.str("HTTP_ADDR", ":8080"),
-		ProducerToken:          getenv("PRODUCER_TOKEN"),
-		OperatorToken:          getenv("OPERATOR_TOKEN"),
-		InsecureNoAuth:         r.boolean("API_INSECURE_NO_AUTH"),
-		LogLevel:               r.str("LOG_LEVEL", "info"),
-		MetricsAddr:            r.str("METRICS_ADDR", ":9090"),
-		HealthchecksPingURL:    r.str("HEALTHCHECKS_PING_URL", ""),
+		DatabaseURL:              r.str("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/brokerswitch?sslmode=disable"),
+		DBMaxOpenConns:           r.positiveInt("DB_MAX_OPEN_CONNS", "10"),
+		DBStatementTimeout:       r.duration("DB_STATEMENT_TIMEOUT", "30s"),
+		DBLockTimeout:            r.duration("DB_LOCK_TIMEOUT", "10s"),
+		TaskQueue:                r.str("TEMPORAL_TASK_QUEUE", "brokerswitch"),
+		Queues:                   r.list("QUEUES", "pull_requests,issues,pushes,installations"),
+		ConsumerWindow:           r.duration("CONSUMER_WINDOW", "5m"),
+		RetryTTL:                 r.duration("RETRY_TTL", "10m"),
+		MaxRetryCycles:           r.positiveInt("MAX_RETRY_CYCLES", "10"),
+		Prefetch:                 r.positiveInt("PREFETCH", "100"),
+		DrainCheckInterval:       r.duration("DRAIN_CHECK_INTERVAL", "3s"),
+		WindowHeartbeatTimeout:   r.duration("WINDOW_HEARTBEAT_TIMEOUT", "1m"),
+		WorkerStopTimeout:        r.duration("WORKER_STOP_TIMEOUT", "1m"),
+		LeftoverDrainCap:         r.positiveInt("LEFTOVER_DRAIN_CAP", "500"),
+		HTTPAddr:                 r.str("HTTP_ADDR", ":8080"),
+		ProducerToken:            r.token("PRODUCER_TOKEN"),
+		OperatorToken:            r.token("OPERATOR_TOKEN"),
+		InsecureNoAuth:           r.boolean("API_INSECURE_NO_AUTH"),
+		LogLevel:                 r.str("LOG_LEVEL", "info"),
+		MetricsAddr:              r.str("METRICS_ADDR", ":9090"),
+		HealthchecksPingURL:      r.str("HEALTHCHECKS_PING_URL", ""),
+		NotificationMaxClockSkew: r.duration("NOTIFICATION_MAX_CLOCK_SKEW", "5m"),
 	}
 	c.Temporal = r.temporal(getenv)
 	c.TemporalAddress, c.TemporalNamespace = c.Temporal.HostPort, c.Temporal.Namespace
@@ -128,6 +147,7 @@ func FromEnv(getenv Getenv) (Config, error) {
 			r.fail("HEALTHCHECKS_PING_URL", "is not an http or https URL such as https://hc-ping.com/<uuid>")
 		}
 	}
+	r.errs = append(r.errs, c.tokenErrors()...)
 	switch c.LogLevel {
 	case "debug", "info", "warn", "error":
 	default:
@@ -136,12 +156,31 @@ func FromEnv(getenv Getenv) (Config, error) {
 	return c, errors.Join(r.errs...)
 }
 
-// ValidateAPIAuth refuses an API with no token unless development mode was asked for.
+// MinTokenLength is the shortest token accepted: a short token can be guessed.
+const MinTokenLength = 16
+
+// ValidateAPIAuth refuses an API with no token unless development mode was asked for, and
+// tokens that are too short or equal (a Config built in code skips FromEnv's checks).
 func (c Config) ValidateAPIAuth() error {
 	if c.ProducerToken == "" && c.OperatorToken == "" && !c.InsecureNoAuth {
 		return errors.New("config: OPERATOR_TOKEN and PRODUCER_TOKEN are both empty; set them, or API_INSECURE_NO_AUTH=true for local development")
 	}
-	return nil
+	return errors.Join(c.tokenErrors()...)
+}
+
+// tokenErrors checks the tokens that are set; the errors never quote a token.
+func (c Config) tokenErrors() []error {
+	var errs []error
+	for _, t := range []struct{ name, value string }{{"OPERATOR_TOKEN", c.OperatorToken}, {"PRODUCER_TOKEN", c.ProducerToken}} {
+		if t.value != "" && len(t.value) < MinTokenLength {
+			errs = append(errs, fmt.Errorf("config: %s: is %d characters long, at least %d are required", t.name, len(t.value), MinTokenLength))
+		}
+	}
+	if c.OperatorToken != "" && c.OperatorToken == c.ProducerToken {
+		// The producer would hold the operator's powers.
+		errs = append(errs, errors.New("config: OPERATOR_TOKEN and PRODUCER_TOKEN are equal; give each role its own token"))
+	}
+	return errs
 }
 
 // reader collects every bad variable so that one start reports them all.
@@ -190,6 +229,12 @@ func (e envLookup) LookupEnv(key string) (string, bool) {
 }
 
 func (e envLookup) Environ() []string { return nil }
+
+// token reads a secret: surrounding whitespace and newlines (a token read from a file or
+// a Kubernetes Secret often ends in one) are trimmed, as the API trims the presented one.
+func (r *reader) token(name string) string {
+	return strings.TrimSpace(r.getenv(name))
+}
 
 func (r *reader) list(name, def string) []string {
 	var out []string

@@ -23,6 +23,10 @@ func TestDefaults(t *testing.T) {
 	require.Equal(t, "127.0.0.1:7233", c.TemporalAddress)
 	require.Equal(t, "brokerswitch", c.TaskQueue)
 	require.Equal(t, ":8080", c.HTTPAddr)
+	require.Equal(t, 5*time.Minute, c.NotificationMaxClockSkew)
+	require.Equal(t, 10, c.DBMaxOpenConns)
+	require.Equal(t, 30*time.Second, c.DBStatementTimeout)
+	require.Equal(t, 10*time.Second, c.DBLockTimeout)
 }
 
 func TestBrokersAreSplitByCommasAndNewlines(t *testing.T) {
@@ -72,9 +76,31 @@ func TestTheAPIRefusesToStartWithoutTokens(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, c.ValidateAPIAuth())
 
-	c, err = FromEnv(env(map[string]string{"OPERATOR_TOKEN": "t"}))
+	c, err = FromEnv(env(map[string]string{"OPERATOR_TOKEN": "operator-token-0123"}))
 	require.NoError(t, err)
 	require.NoError(t, c.ValidateAPIAuth())
+}
+
+func TestTokensAreLongDistinctAndTrimmed(t *testing.T) {
+	_, err := FromEnv(env(map[string]string{"OPERATOR_TOKEN": "short-secret", "PRODUCER_TOKEN": "producer-token-0123"}))
+	require.ErrorContains(t, err, "OPERATOR_TOKEN: is 12 characters long, at least 16")
+	require.NotContains(t, err.Error(), "short-secret", "a token is never quoted")
+
+	_, err = FromEnv(env(map[string]string{"OPERATOR_TOKEN": "the-same-token-0123", "PRODUCER_TOKEN": "the-same-token-0123\n"}))
+	require.ErrorContains(t, err, "OPERATOR_TOKEN and PRODUCER_TOKEN are equal")
+	require.NotContains(t, err.Error(), "the-same-token")
+
+	// A token read from a file or a Secret ends in a newline; both are trimmed alike.
+	c, err := FromEnv(env(map[string]string{"OPERATOR_TOKEN": " operator-token-0123\n", "PRODUCER_TOKEN": "producer-token-0123\r\n"}))
+	require.NoError(t, err)
+	require.Equal(t, "operator-token-0123", c.OperatorToken)
+	require.Equal(t, "producer-token-0123", c.ProducerToken)
+
+	// A Config built in code is checked by the API as well.
+	c.ProducerToken = c.OperatorToken
+	require.ErrorContains(t, c.ValidateAPIAuth(), "equal")
+	c.ProducerToken = "tiny"
+	require.ErrorContains(t, c.ValidateAPIAuth(), "PRODUCER_TOKEN")
 }
 
 func TestMetricsAndHealthchecks(t *testing.T) {

@@ -23,7 +23,15 @@ const root = ".."
 // appServices run the brokerswitch image.
 var appServices = []string{"migrate", "worker", "api"}
 
+// loadProject loads the file with the development profile (compose.dev.env), then env.
 func loadProject(t *testing.T, env ...string) *types.Project {
+	t.Helper()
+	p, err := tryLoadProject(t, append(devProfile(t), env...)...)
+	require.NoError(t, err, "docker compose would refuse the file")
+	return p
+}
+
+func tryLoadProject(t *testing.T, env ...string) (*types.Project, error) {
 	t.Helper()
 	opts, err := cli.NewProjectOptions([]string{filepath.Join(root, "docker-compose.yml")},
 		cli.WithWorkingDirectory(root),
@@ -31,9 +39,21 @@ func loadProject(t *testing.T, env ...string) *types.Project {
 		cli.WithName("brokerswitch"),
 	)
 	require.NoError(t, err)
-	p, err := opts.LoadProject(t.Context())
-	require.NoError(t, err, "docker compose would refuse the file")
-	return p
+	return opts.LoadProject(t.Context())
+}
+
+// devProfile is compose.dev.env as KEY=VALUE lines, as --env-file passes it.
+func devProfile(t *testing.T) []string {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(root, "compose.dev.env"))
+	require.NoError(t, err)
+	var env []string
+	for line := range strings.Lines(string(b)) {
+		if line = strings.TrimSpace(line); line != "" && !strings.HasPrefix(line, "#") {
+			env = append(env, line)
+		}
+	}
+	return env
 }
 
 func TestComposeBringsUpTheWholeStack(t *testing.T) {
@@ -187,5 +207,24 @@ func TestDockerfileBuildsASmallNonRootImage(t *testing.T) {
 	require.NotContains(t, []string{"root", "0", "0:0", "root:root"}, last, "the final image runs as a non-root user")
 	for _, from := range froms {
 		require.NotContains(t, from, ":latest", "base images are pinned")
+	}
+}
+
+// Outside the development profile the tokens have no default, and every published port,
+// the API's included, listens on 127.0.0.1 only.
+func TestTokensHaveNoSilentDefaultAndPortsStayLocal(t *testing.T) {
+	_, err := tryLoadProject(t)
+	require.ErrorContains(t, err, "OPERATOR_TOKEN", "without tokens or the dev profile Compose refuses to start")
+	_, err = tryLoadProject(t, "OPERATOR_TOKEN=operator-from-the-shell")
+	require.ErrorContains(t, err, "PRODUCER_TOKEN")
+
+	p, err := tryLoadProject(t, "OPERATOR_TOKEN=operator-from-the-shell", "PRODUCER_TOKEN=producer-from-the-shell")
+	require.NoError(t, err)
+	require.Equal(t, "producer-from-the-shell", *p.Services["api"].Environment["PRODUCER_TOKEN"])
+
+	for name, s := range loadProject(t).Services {
+		for _, port := range s.Ports {
+			require.Equal(t, "127.0.0.1", port.HostIP, "%s publishes %s beyond this machine", name, port.Published)
+		}
 	}
 }

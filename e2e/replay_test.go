@@ -13,6 +13,7 @@ import (
 	historypb "go.temporal.io/api/history/v1"
 	"go.temporal.io/api/temporalproto"
 	"go.temporal.io/api/workflowservice/v1"
+	"go.temporal.io/sdk/interceptor"
 	sdkworker "go.temporal.io/sdk/worker"
 
 	"github.com/brokerswitch/brokerswitch/internal/testenv"
@@ -27,7 +28,11 @@ var recordHistories = flag.Bool("record-histories", false,
 func (s *stack) replayHistories() {
 	s.t.Helper()
 	ctx := context.Background()
-	replayer := sdkworker.NewWorkflowReplayer()
+	// As the workers run it: with the interceptor that records the signals' arrival order.
+	replayer, err := sdkworker.NewWorkflowReplayerWithOptions(sdkworker.WorkflowReplayerOptions{
+		Interceptors: []interceptor.WorkerInterceptor{&workflows.SignalArrival{}},
+	})
+	require.NoError(s.t, err)
 	replayer.RegisterWorkflow(workflows.QueueWindow)
 	replayer.RegisterWorkflow(workflows.BrokerSwitch)
 

@@ -49,9 +49,16 @@ func (s *stack) leftoverDrainTakes(queue string, brokerIndex int) []int {
 			if done == nil {
 				continue
 			}
-			var res activities.LeftoverDrainResult
-			if converter.GetDefaultDataConverter().FromPayloads(done.GetResult(), &res) == nil && res.Taken[brokerIndex] > 0 {
-				takes = append(takes, res.Taken[brokerIndex])
+			// A LeftoverDrain result, or a PrepareWindow one that holds it as Drained.
+			var res struct {
+				activities.LeftoverDrainResult
+				Drained activities.LeftoverDrainResult
+			}
+			if converter.GetDefaultDataConverter().FromPayloads(done.GetResult(), &res) != nil {
+				continue
+			}
+			if n := res.Taken[brokerIndex] + res.Drained.Taken[brokerIndex]; n > 0 {
+				takes = append(takes, n)
 			}
 		}
 	}

@@ -22,9 +22,13 @@ import (
 // pingTimeout bounds one ping.
 const pingTimeout = 10 * time.Second
 
-// maxBody is the most of a failure's reason sent with a /fail ping (healthchecks.io keeps
-// up to 100 kB of a request body).
-const maxBody = 10 << 10
+// maxBody is the most of a failure's kind sent with a /fail ping.
+const maxBody = 256
+
+// Kind names what went wrong in a few words ("broker unreachable", "database error
+// 57014"). A /fail ping carries only the kind: the check lives at a third party, and an
+// error's full text names hosts, vhosts and delivery ids.
+type Kind string
 
 // Pinger pings one check. A nil *Pinger, or one with an empty URL, pings nothing.
 type Pinger struct {
@@ -65,20 +69,20 @@ func (r *Run) Success(ctx context.Context) {
 	r.p.ping(ctx, "", r.rid, "")
 }
 
-// Fail pings <url>/fail with the reason as the body.
-func (r *Run) Fail(ctx context.Context, reason string) {
+// Fail pings <url>/fail with the failure's kind as the body.
+func (r *Run) Fail(ctx context.Context, kind Kind) {
 	if r == nil {
 		return
 	}
-	r.p.ping(ctx, "/fail", r.rid, reason)
+	r.p.ping(ctx, "/fail", r.rid, string(kind))
 }
 
 // Fail pings <url>/fail outside a run (a failure before a window could start).
-func (p *Pinger) Fail(ctx context.Context, reason string) {
+func (p *Pinger) Fail(ctx context.Context, kind Kind) {
 	if !p.enabled() {
 		return
 	}
-	p.ping(ctx, "/fail", "", reason)
+	p.ping(ctx, "/fail", "", string(kind))
 }
 
 // Wait blocks until the pings sent so far are delivered or given up; tests and shutdown use it.

@@ -64,12 +64,12 @@ func TestARunPingsStartThenSuccessWithOneRunID(t *testing.T) {
 
 	other := p.Start(t.Context())
 	p.Wait()
-	other.Fail(t.Context(), "consume issues on #0 127.0.0.1:5672/: channel closed")
+	other.Fail(t.Context(), "broker unreachable")
 	p.Wait()
 	got = s.got()
 	require.Len(t, got, 4)
 	require.Equal(t, "/check-uuid/fail", got[3].path)
-	require.Equal(t, "consume issues on #0 127.0.0.1:5672/: channel closed", got[3].body)
+	require.Equal(t, "broker unreachable", got[3].body)
 	require.NotEqual(t, got[0].rid, got[3].rid, "each window is its own run")
 }
 

@@ -5,11 +5,14 @@ import (
 	stdjson "encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"unicode"
 	"unicode/utf8"
 
 	amqp "github.com/rabbitmq/amqp091-go"
 	"github.com/segmentio/encoding/json"
+
+	"github.com/brokerswitch/brokerswitch/broker"
 )
 
 // AMQP headers of the message contract.
@@ -53,7 +56,15 @@ type Event struct {
 	Sender *account
 	// Deaths are the x-death entries RabbitMQ added on dead-lettering.
 	Deaths []Death
+	// RecordedRetryCycles is broker.HeaderRetryCycles: the cycles counted when the
+	// message was last sent to -error, 0 if it never was.
+	RecordedRetryCycles int
 }
+
+// MaxRetryCount is the largest retry count read from a header. A count the broker cannot
+// have written (negative, or beyond this) reads as this: the message goes to -error on its
+// next failure, instead of retrying forever or wrapping around.
+const MaxRetryCount = 1 << 20
 
 // Death is one x-death entry: how often the message died on Queue for Reason.
 type Death struct {
@@ -68,13 +79,29 @@ type Death struct {
 // RetryCycles counts the trips through queue's -retry sibling: each one starts with the
 // consumer rejecting the message on queue, which RabbitMQ records as the x-death entry
 // {queue: queue, reason: rejected}.
+//
+// The count is the larger of that entry and RecordedRetryCycles, our own header: RabbitMQ
+// 4.x keeps x-death for its own dead-lettering but ignores one a client publishes, so a
+// message an operator moved back from -error (a client publish) keeps its count only
+// through our header. Such a message therefore goes straight back to -error if it fails
+// once more: the operator moved it because the cause was fixed.
 func (e Event) RetryCycles(queue string) int {
+	n := sane(e.RecordedRetryCycles)
 	for _, d := range e.Deaths {
 		if d.Queue == queue && d.Reason == deathReasonRejected {
-			return d.Count
+			n = max(n, sane(d.Count))
+			break
 		}
 	}
-	return 0
+	return n
+}
+
+// sane reads a count from a header: one the broker cannot have written counts as used up.
+func sane(n int) int {
+	if n < 0 || n > MaxRetryCount {
+		return MaxRetryCount
+	}
+	return n
 }
 
 // Decode reads the headers and payload of a delivery. A delivery that cannot be applied
@@ -89,6 +116,9 @@ func (e Event) RetryCycles(queue string) int {
 func Decode(d amqp.Delivery) (Event, error) {
 	var ev Event
 	ev.Deaths = deaths(d.Headers)
+	if n, ok := toInt(d.Headers[broker.HeaderRetryCycles]); ok {
+		ev.RecordedRetryCycles = n
+	}
 
 	var err error
 	if ev.DeliveryID, err = requiredHeader(d.Headers, HeaderDelivery); err != nil {
@@ -281,6 +311,9 @@ func toInt(v any) (int, bool) {
 	case uint32:
 		return int(v), true
 	case uint64:
+		if v > math.MaxInt64 {
+			return -1, true // no count the broker writes; sane() reads it as used up
+		}
 		return int(v), true
 	default:
 		return 0, false

@@ -7,6 +7,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/brokerswitch/brokerswitch/broker"
 	"github.com/brokerswitch/brokerswitch/payloads"
 )
 
@@ -154,6 +155,10 @@ func TestRetryCycles(t *testing.T) {
 		{"typed table slice", []amqp.Table{{"queue": "issues", "reason": "rejected", "count": int64(5)}}, 5},
 		{"garbage is ignored", "not a list", 0},
 		{"entry without count is ignored", []any{amqp.Table{"queue": "issues", "reason": "rejected"}}, 0},
+		// Forged or odd counts neither retry forever nor wrap around: they read as used up.
+		{"negative count", []any{amqp.Table{"queue": "issues", "reason": "rejected", "count": int64(-5)}}, MaxRetryCount},
+		{"huge count", []any{amqp.Table{"queue": "issues", "reason": "rejected", "count": int64(1) << 62}}, MaxRetryCount},
+		{"count past int64", []any{amqp.Table{"queue": "issues", "reason": "rejected", "count": uint64(1) << 63}}, MaxRetryCount},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -173,4 +178,24 @@ func TestRetryCyclesSurviveMalformed(t *testing.T) {
 	ev, err := Decode(d)
 	require.ErrorIs(t, err, ErrMalformed)
 	assert.Equal(t, 2, ev.RetryCycles("issues"))
+}
+
+// A message moved back from -error keeps its count through our own header, also where the
+// broker ignores the x-death a client publishes (RabbitMQ 4.x): the larger one counts.
+func TestRetryCyclesFallBackToOurHeader(t *testing.T) {
+	d := delivery("issues", "d-1", example(t, "issues.opened.0"))
+	d.Headers[broker.HeaderRetryCycles] = int64(10)
+	ev, err := Decode(d)
+	require.NoError(t, err)
+	assert.Equal(t, 10, ev.RetryCycles("issues"), "no x-death (4.x dropped the client's): our header counts")
+
+	d = withDeaths(d, "issues", 12)
+	ev, err = Decode(d)
+	require.NoError(t, err)
+	assert.Equal(t, 12, ev.RetryCycles("issues"), "the broker's count where it is larger")
+
+	d.Headers[broker.HeaderRetryCycles] = int64(-1)
+	ev, err = Decode(d)
+	require.NoError(t, err)
+	assert.Equal(t, MaxRetryCount, ev.RetryCycles("issues"), "a forged header of ours is used up too")
 }

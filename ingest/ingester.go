@@ -279,7 +279,7 @@ func (h *batchHandler) fail(ctx context.Context, queue string, m message, now ti
 		// Only its ledger row could have failed; retrying would not make it well-formed.
 		verdict = broker.Verdict{Outcome: broker.Reject, Reason: m.malformed.Error()}
 	case m.retryCycles >= h.ingester.MaxRetryCycles:
-		verdict = broker.Verdict{Outcome: broker.Reject, Reason: cleanText(fmt.Sprintf(
+		verdict = broker.Verdict{Outcome: broker.Reject, RetryCycles: m.retryCycles, Reason: cleanText(fmt.Sprintf(
 			"failed after %d retry cycles (max %d): %v", m.retryCycles, h.ingester.MaxRetryCycles, cause))}
 	}
 	h.logger().WarnContext(ctx, "delivery failed",

@@ -144,8 +144,13 @@ func (m *Metrics) Handler() http.Handler {
 	if m != nil {
 		g = m.gatherer
 	}
-	return promhttp.HandlerFor(g, promhttp.HandlerOpts{})
+	// Prometheus scrapes a target one at a time; a burst beyond this is answered 503 at
+	// once instead of queueing on the process.
+	return promhttp.HandlerFor(g, promhttp.HandlerOpts{MaxRequestsInFlight: maxScrapesInFlight})
 }
+
+// maxScrapesInFlight bounds the /metrics requests served at once.
+const maxScrapesInFlight = 8
 
 // Event counts one delivery's outcome. event should come from a bounded set: the caller
 // maps unknown event types to "other".

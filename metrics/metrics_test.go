@@ -8,6 +8,8 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -87,12 +89,13 @@ func TestStateGaugesAreReadAtScrapeTime(t *testing.T) {
 		LastCheck:    &DrainCheckReading{Broker: 1, Counts: map[string]int{"issues": 3, "issues-retry": 1}, Reachable: true, At: now},
 	}
 	var fail bool
+	clock := now
 	c := newStateCollector(func(context.Context) (StateReading, error) {
 		if fail {
 			return StateReading{}, errors.New("postgres is down")
 		}
 		return reading, nil
-	}, func() time.Time { return now })
+	}, func() time.Time { return clock })
 	require.NoError(t, reg.Register(c))
 
 	require.NoError(t, testutil.GatherAndCompare(reg, strings.NewReader(`
@@ -116,6 +119,7 @@ brokerswitch_state_up 1
 		"brokerswitch_drain_check_ready_messages", "brokerswitch_state_up"))
 
 	reading = StateReading{ActiveIndex: 2}
+	clock = clock.Add(stateCacheFor) // a reading serves the scrapes of one second
 	require.NoError(t, testutil.GatherAndCompare(reg, strings.NewReader(`
 # HELP brokerswitch_pending_switch_age_seconds Seconds since the Pending Switch was recorded; 0 when nothing is pending.
 # TYPE brokerswitch_pending_switch_age_seconds gauge
@@ -123,11 +127,57 @@ brokerswitch_pending_switch_age_seconds 0
 `), "brokerswitch_pending_switch_age_seconds", "brokerswitch_drain_check_ready_messages"))
 
 	fail = true
+	clock = clock.Add(stateCacheFor)
 	require.NoError(t, testutil.GatherAndCompare(reg, strings.NewReader(`
 # HELP brokerswitch_state_up 1 when the broker state could be read from Postgres for this scrape, else 0 (and the other state gauges are absent).
 # TYPE brokerswitch_state_up gauge
 brokerswitch_state_up 0
 `), "brokerswitch_state_up", "brokerswitch_active_broker"))
+}
+
+// A burst of scrapes reads Postgres once a second, whatever its size, and the scrapes
+// beyond the in-flight limit are refused at once instead of piling up.
+func TestABurstOfScrapesSharesOneStateReading(t *testing.T) {
+	t.Parallel()
+	var reads atomic.Int64
+	release := make(chan struct{})
+	m := New(prometheus.NewRegistry())
+	require.NoError(t, m.WatchState(func(context.Context) (StateReading, error) {
+		reads.Add(1)
+		<-release // Postgres is slow: every scrape arrives while the first read is in flight
+		return StateReading{ActiveIndex: 1}, nil
+	}))
+	h := m.Handler()
+	const scrapes = 200
+	codes := make(chan int, scrapes)
+	var wg sync.WaitGroup
+	for range scrapes {
+		wg.Go(func() {
+			rec := httptest.NewRecorder()
+			h.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/metrics", nil))
+			codes <- rec.Code
+		})
+	}
+	// The scrapes beyond the limit are answered while the others wait on the read.
+	refused := 0
+	deadline := time.After(10 * time.Second)
+	for refused < scrapes-maxScrapesInFlight {
+		select {
+		case code := <-codes:
+			require.Equal(t, http.StatusServiceUnavailable, code)
+			refused++
+		case <-deadline:
+			close(release)
+			t.Fatalf("only %d of %d scrapes were refused while the read was in flight", refused, scrapes)
+		}
+	}
+	close(release)
+	wg.Wait()
+	close(codes)
+	for code := range codes {
+		require.Equal(t, http.StatusOK, code)
+	}
+	require.EqualValues(t, 1, reads.Load(), "one read served every scrape of that second")
 }
 
 func TestWatchStateOnlyOnce(t *testing.T) {

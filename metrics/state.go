@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -12,6 +13,11 @@ import (
 // stateReadTimeout bounds the Postgres read of one scrape, well within Prometheus' default
 // scrape timeout of 10s.
 const stateReadTimeout = 3 * time.Second
+
+// stateCacheFor is how long one reading serves the scrapes that follow. /metrics needs no
+// token: without it, a burst of scrapes would each read Postgres. A second is well under
+// any scrape interval, so every scrape still sees a fresh reading.
+const stateCacheFor = time.Second
 
 // StateReading is what Postgres says about the brokers at scrape time: the source of
 // truth, the same whichever replica is scraped.
@@ -55,6 +61,13 @@ type stateCollector struct {
 	read StateReader
 	now  func() time.Time
 
+	// mu makes concurrent scrapes share one read: at most one is in flight, and the
+	// others wait for it and use its reading.
+	mu       sync.Mutex
+	cached   StateReading
+	cacheErr error
+	readAt   time.Time
+
 	up, active, pendingAge, pendingHops, checkReady, checkReachable, checkTime *prometheus.Desc
 }
 
@@ -90,9 +103,7 @@ func (c *stateCollector) Describe(ch chan<- *prometheus.Desc) {
 
 // Collect reads the state and sends the gauges; on a failed read only state_up (0).
 func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
-	ctx, cancel := context.WithTimeout(context.Background(), stateReadTimeout)
-	defer cancel()
-	st, err := c.read(ctx)
+	st, err := c.reading()
 	if err != nil {
 		ch <- prometheus.MustNewConstMetric(c.up, prometheus.GaugeValue, 0)
 		return
@@ -117,4 +128,18 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(c.checkReachable, prometheus.GaugeValue, reachable, b)
 		ch <- prometheus.MustNewConstMetric(c.checkTime, prometheus.GaugeValue, float64(lc.At.UnixMilli())/1000, b)
 	}
+}
+
+// reading returns the last reading if it is younger than stateCacheFor, or reads anew.
+func (c *stateCollector) reading() (StateReading, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if now := c.now(); !c.readAt.IsZero() && now.Sub(c.readAt) < stateCacheFor && !now.Before(c.readAt) {
+		return c.cached, c.cacheErr
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), stateReadTimeout)
+	defer cancel()
+	c.cached, c.cacheErr = c.read(ctx)
+	c.readAt = c.now()
+	return c.cached, c.cacheErr
 }

@@ -5,15 +5,56 @@ package models
 import (
 	"context"
 	"fmt"
+	"strconv"
+	"time"
 
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/stdlib"
 	"gorm.io/driver/postgres"
 	"gorm.io/gorm"
 	"gorm.io/gorm/logger"
 )
 
-// Open connects to Postgres through gorm and checks the connection with ctx.
+// PoolConfig bounds what one process may take from Postgres. The zero value sets no
+// bound, which suits migrations and tests.
+type PoolConfig struct {
+	// MaxOpenConns caps the connections of this process (0: no cap). Without a cap, a
+	// burst of requests opens connections until Postgres refuses everyone, ingestion
+	// included.
+	MaxOpenConns int
+	// StatementTimeout ends a statement that runs longer (0: none), so that a stuck query
+	// cannot hold a connection of the capped pool forever.
+	StatementTimeout time.Duration
+	// LockTimeout ends a wait for a lock, the broker state's advisory lock included, that
+	// lasts longer (0: none).
+	LockTimeout time.Duration
+}
+
+// Open connects to Postgres through gorm, unbounded, and checks the connection with ctx.
 func Open(ctx context.Context, dsn string) (*gorm.DB, error) {
-	db, err := gorm.Open(postgres.Open(dsn), &gorm.Config{
+	return OpenPool(ctx, dsn, PoolConfig{})
+}
+
+// OpenPool connects to Postgres through gorm with the pool's bounds, and checks the
+// connection with ctx. The timeouts are session settings of every connection.
+func OpenPool(ctx context.Context, dsn string, pool PoolConfig) (*gorm.DB, error) {
+	cfg, err := pgx.ParseConfig(dsn)
+	if err != nil {
+		// pgx quotes the DSN, password included, in its parse errors.
+		return nil, fmt.Errorf("open postgres: the URL cannot be parsed")
+	}
+	if pool.StatementTimeout > 0 {
+		cfg.RuntimeParams["statement_timeout"] = strconv.FormatInt(pool.StatementTimeout.Milliseconds(), 10)
+	}
+	if pool.LockTimeout > 0 {
+		cfg.RuntimeParams["lock_timeout"] = strconv.FormatInt(pool.LockTimeout.Milliseconds(), 10)
+	}
+	sqlDB := stdlib.OpenDB(*cfg)
+	if pool.MaxOpenConns > 0 {
+		sqlDB.SetMaxOpenConns(pool.MaxOpenConns)
+		sqlDB.SetMaxIdleConns(pool.MaxOpenConns)
+	}
+	db, err := gorm.Open(postgres.New(postgres.Config{Conn: sqlDB}), &gorm.Config{
 		Logger: logger.Discard,
 		// Callers run their own transactions; gorm's implicit one per write only adds
 		// round trips.
@@ -24,10 +65,7 @@ func Open(ctx context.Context, dsn string) (*gorm.DB, error) {
 		// connection, so gorm's cache would only prepare twice.
 	})
 	if err != nil {
-		return nil, fmt.Errorf("open postgres: %w", err)
-	}
-	sqlDB, err := db.DB()
-	if err != nil {
+		_ = sqlDB.Close()
 		return nil, fmt.Errorf("open postgres: %w", err)
 	}
 	if err := sqlDB.PingContext(ctx); err != nil {

@@ -2,9 +2,12 @@ package models_test
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"sort"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -103,4 +106,29 @@ func TestProcessingStateIsIndexed(t *testing.T) {
 			"SELECT count(*) FROM pg_indexes WHERE tablename = ? AND indexdef LIKE '%(processing_state%'", table).Scan(&n).Error)
 		assert.Equal(t, 1, n, table)
 	}
+}
+
+// GitHub numbers past 2^31 - 1 and a login longer than a btree index row fit the schema:
+// such payloads must not fail deterministically (issue 11, point 8).
+func TestBigNumbersAndLongTextFit(t *testing.T) {
+	db := openMigrated(t)
+	now := time.Now()
+	track := models.Tracking{DeliveryID: "d", LastDeliveryID: "d", ProcessingState: models.ProcessingState("NEW"), ProcessingDate: now}
+	big := 3_000_000_000
+	require.NoError(t, db.Create(&models.PullRequest{NodeID: "PR_big", ID: 1, RepositoryID: 1, RepositoryOwner: "o", RepositoryName: "r",
+		Number: big, State: "open", Tracking: track}).Error)
+	require.NoError(t, db.Create(&models.Issue{NodeID: "I_big", ID: 1, RepositoryID: 1, RepositoryOwner: "o", RepositoryName: "r",
+		Number: big, State: "open", Tracking: track}).Error)
+	require.NoError(t, db.Create(&models.Comment{NodeID: "C_big", Kind: models.KindIssueComment, ID: 1, RepositoryID: 1, Number: &big, Tracking: track}).Error)
+
+	// Random text does not compress: 8 kB is well past a btree row's 2,704 bytes.
+	long := make([]byte, 8<<10)
+	_, err := rand.Read(long)
+	require.NoError(t, err)
+	login := hex.EncodeToString(long)
+	require.NoError(t, db.Create(&models.User{ID: 1, Login: login, Tracking: track}).Error)
+	require.NoError(t, db.Create(&models.Installation{ID: 1, AccountLogin: login, Tracking: track}).Error)
+	var n int64
+	require.NoError(t, db.Model(&models.User{}).Where("login = ?", login).Count(&n).Error)
+	require.EqualValues(t, 1, n)
 }

@@ -29,6 +29,7 @@ const (
 	KeyLastSwitch     = "broker.last_switch"
 	KeyLastDrainCheck = "broker.last_drain_check"
 	KeySeenUntil      = "broker.notifications_seen_until"
+	KeySeenAtMark     = "broker.notifications_seen_at_mark"
 	// KeyActiveEndpoint names the active broker by host and vhost beside its index, so that
 	// reordering RABBITMQ_CONNECTION_STRINGS does not silently move us to another broker.
 	KeyActiveEndpoint = "broker.active_endpoint"
@@ -55,7 +56,7 @@ type BrokerStore struct {
 // Load reads the broker state; an active broker that is not configured is an error that
 // says how to repair it.
 func (s *BrokerStore) Load(ctx context.Context) (BrokerState, error) {
-	st, err := s.load(s.DB.WithContext(ctx))
+	st, err := s.LoadStored(ctx)
 	if err != nil {
 		return st, err
 	}
@@ -64,6 +65,13 @@ func (s *BrokerStore) Load(ctx context.Context) (BrokerState, error) {
 			st.ActiveIndex, KeyActiveIndex, len(s.Brokers))
 	}
 	return st, nil
+}
+
+// LoadStored reads the broker state as stored: an active broker that was removed from
+// the configuration reads as ActiveIndex -1 instead of an error, so that the force that
+// repairs it can be asked for and applied. Whatever consumes the active broker uses Load.
+func (s *BrokerStore) LoadStored(ctx context.Context) (BrokerState, error) {
+	return s.load(s.DB.WithContext(ctx))
 }
 
 // Update changes the broker state in one transaction under a lock: fn sees the current
@@ -106,7 +114,7 @@ func (s *BrokerStore) RecordDrainCheck(ctx context.Context, check DrainCheck) er
 
 func (s *BrokerStore) load(db *gorm.DB) (BrokerState, error) {
 	var rows []Setting
-	keys := []string{KeyActiveIndex, KeyActiveEndpoint, KeyPendingSwitch, KeyLastSwitch, KeyLastDrainCheck, KeySeenUntil}
+	keys := []string{KeyActiveIndex, KeyActiveEndpoint, KeyPendingSwitch, KeyLastSwitch, KeyLastDrainCheck, KeySeenUntil, KeySeenAtMark}
 	if err := db.Where("key IN ?", keys).Find(&rows).Error; err != nil {
 		return BrokerState{}, fmt.Errorf("read broker settings: %w", err)
 	}
@@ -149,6 +157,11 @@ func (s *BrokerStore) load(db *gorm.DB) (BrokerState, error) {
 		}
 		st.SeenUntil = t
 	}
+	if v := values[KeySeenAtMark]; v != "" {
+		if err := json.Unmarshal([]byte(v), &st.SeenAtMark); err != nil {
+			return st, fmt.Errorf("setting %s: %w", KeySeenAtMark, err)
+		}
+	}
 	st.Pending = s.resolveRoute(st.Pending)
 	return st, nil
 }
@@ -189,6 +202,7 @@ func (s *BrokerStore) save(db *gorm.DB, st BrokerState) error {
 		KeyPendingSwitch:  "",
 		KeyLastSwitch:     "",
 		KeySeenUntil:      "",
+		KeySeenAtMark:     "",
 	}
 	if st.ActiveIndex >= 0 && st.ActiveIndex < len(s.Brokers) {
 		b, err := json.Marshal(s.Brokers[st.ActiveIndex])
@@ -213,6 +227,13 @@ func (s *BrokerStore) save(db *gorm.DB, st BrokerState) error {
 	}
 	if !st.SeenUntil.IsZero() {
 		values[KeySeenUntil] = st.SeenUntil.UTC().Format(time.RFC3339Nano)
+	}
+	if len(st.SeenAtMark) > 0 {
+		b, err := json.Marshal(st.SeenAtMark)
+		if err != nil {
+			return fmt.Errorf("encode notifications seen at the mark: %w", err)
+		}
+		values[KeySeenAtMark] = string(b)
 	}
 	return upsertSettings(db, values)
 }

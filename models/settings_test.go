@@ -22,7 +22,7 @@ func TestStoredBrokersFollowTheirEndpointWhenTheListIsReordered(t *testing.T) {
 	store := &models.BrokerStore{DB: db, Brokers: []models.BrokerRef{brokerA, brokerB, brokerC}}
 	at := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
 	_, err := store.Update(ctx, func(st models.BrokerState) (models.BrokerState, error) {
-		st = st.Force(1, at) // active: b
+		st = st.Force(1, at, at) // active: b
 		next, _ := st.ApplyNotification(models.Notification{Index: 2, Host: brokerC.Host, Vhost: brokerC.Vhost, SwitchedAt: at}, at)
 		return next, nil
 	})
@@ -44,14 +44,17 @@ func TestARemovedBrokerCanBeRepairedByAForcedSwitch(t *testing.T) {
 	db := openMigrated(t)
 	store := &models.BrokerStore{DB: db, Brokers: []models.BrokerRef{brokerA, brokerB}}
 	at := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
-	_, err := store.Update(ctx, func(st models.BrokerState) (models.BrokerState, error) { return st.Force(1, at), nil })
+	_, err := store.Update(ctx, func(st models.BrokerState) (models.BrokerState, error) { return st.Force(1, at, at), nil })
 	require.NoError(t, err)
 
 	without := &models.BrokerStore{DB: db, Brokers: []models.BrokerRef{brokerA, brokerC}}
 	_, err = without.Load(ctx)
 	require.ErrorContains(t, err, "force a switch", "the active broker b is gone: reading it is an error that says what to do")
+	stored, err := without.LoadStored(ctx)
+	require.NoError(t, err, "the force path reads the state as stored")
+	require.Equal(t, -1, stored.ActiveIndex)
 
-	_, err = without.Update(ctx, func(st models.BrokerState) (models.BrokerState, error) { return st.Force(0, at), nil })
+	_, err = without.Update(ctx, func(st models.BrokerState) (models.BrokerState, error) { return st.Force(0, at, at), nil })
 	require.NoError(t, err)
 	st, err := without.Load(ctx)
 	require.NoError(t, err)
@@ -71,4 +74,28 @@ func TestAPendingSwitchToARemovedBrokerReadsAsNone(t *testing.T) {
 	st, err := (&models.BrokerStore{DB: db, Brokers: []models.BrokerRef{brokerA, brokerC}}).Load(ctx)
 	require.NoError(t, err)
 	require.Nil(t, st.Pending)
+}
+
+// The brokers notified at the mark are stored with it, so that a duplicate is told from
+// a second rotation in the same second by every process.
+func TestTheBrokersAtTheMarkAreStored(t *testing.T) {
+	ctx := context.Background()
+	store := &models.BrokerStore{DB: openMigrated(t), Brokers: []models.BrokerRef{brokerA, brokerB, brokerC}}
+	at := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
+	for _, n := range []models.Notification{
+		{Index: 1, Host: brokerB.Host, Vhost: brokerB.Vhost, SwitchedAt: at},
+		{Index: 2, Host: brokerC.Host, Vhost: brokerC.Vhost, SwitchedAt: at},
+	} {
+		_, err := store.Update(ctx, func(st models.BrokerState) (models.BrokerState, error) {
+			next, outcome := st.ApplyNotification(n, at)
+			require.Equal(t, models.NotificationRecorded, outcome)
+			return next, nil
+		})
+		require.NoError(t, err)
+	}
+	st, err := store.Load(ctx)
+	require.NoError(t, err)
+	require.Equal(t, []models.BrokerRef{brokerB, brokerC}, st.SeenAtMark)
+	_, outcome := st.ApplyNotification(models.Notification{Index: 1, Host: brokerB.Host, Vhost: brokerB.Vhost, SwitchedAt: at}, at)
+	require.Equal(t, models.NotificationStale, outcome)
 }

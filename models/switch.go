@@ -1,9 +1,29 @@
 package models
 
 import (
+	"fmt"
+	"slices"
 	"strings"
 	"time"
 )
+
+// DefaultMaxClockSkew is how far ahead of our clock a notification's switchedAt may be
+// (NOTIFICATION_MAX_CLOCK_SKEW). The mark of notifications taken only rises, so one dated
+// far ahead would make every real notification stale until then.
+const DefaultMaxClockSkew = 5 * time.Minute
+
+// CheckSwitchedAt refuses a switchedAt more than maxSkew ahead of now (0 means
+// DefaultMaxClockSkew); the error says why, for the producer.
+func CheckSwitchedAt(at, now time.Time, maxSkew time.Duration) error {
+	if maxSkew <= 0 {
+		maxSkew = DefaultMaxClockSkew
+	}
+	if ahead := at.Sub(now); ahead > maxSkew {
+		return fmt.Errorf("switchedAt %s is %s ahead of this server's clock (%s), more than the %s allowed (NOTIFICATION_MAX_CLOCK_SKEW): check the producer's clock",
+			at.UTC().Format(time.RFC3339), ahead.Round(time.Second), now.UTC().Format(time.RFC3339), maxSkew)
+	}
+	return nil
+}
 
 // Hop is one step of a Pending Switch's route: the broker the producer moved to, and when.
 type Hop struct {
@@ -65,9 +85,14 @@ type BrokerState struct {
 	Pending        *PendingSwitch `json:"pendingSwitch"`
 	LastSwitch     *LastSwitch    `json:"lastSwitch"`
 	LastDrainCheck *DrainCheck    `json:"lastDrainCheck"`
-	// SeenUntil is the newest switchedAt of any notification taken: a notification
-	// that is not newer is stale, even after its switch was completed, forced or canceled.
+	// SeenUntil is the newest switchedAt of any notification taken: an older notification
+	// is stale, even after its switch was completed, forced or canceled.
 	SeenUntil time.Time `json:"seenUntil,omitzero"`
+	// SeenAtMark are the brokers notified at exactly SeenUntil: the same broker at that
+	// time again is a duplicate, another one a new hop (clocks tick in seconds, and two
+	// rotations can share one). Empty in a state written before it existed: then an equal
+	// time is stale, as it used to be.
+	SeenAtMark []BrokerRef `json:"seenAtMark,omitempty"`
 }
 
 // Notification is the producer's word that it now publishes to the broker at Index.
@@ -88,9 +113,22 @@ const (
 
 // ApplyNotification decides what a notification does to the state; it is pure so that the
 // API and the workflow agree and tests can reach every corner.
+//
+// A notification older than the mark is stale; one at the mark is a duplicate (stale too)
+// when it names a broker already notified at that time, and a new hop otherwise, taken in
+// arrival order.
 func (s BrokerState) ApplyNotification(n Notification, now time.Time) (BrokerState, string) {
-	if !n.SwitchedAt.After(s.SeenUntil) {
+	ref := BrokerRef{Host: strings.ToLower(n.Host), Vhost: n.Vhost}
+	switch {
+	case n.SwitchedAt.IsZero(), n.SwitchedAt.Before(s.SeenUntil):
 		return s, NotificationStale
+	case n.SwitchedAt.Equal(s.SeenUntil):
+		if len(s.SeenAtMark) == 0 || slices.Contains(s.SeenAtMark, ref) {
+			return s, NotificationStale
+		}
+		s.SeenAtMark = append(slices.Clip(s.SeenAtMark), ref)
+	default:
+		s.SeenAtMark = []BrokerRef{ref}
 	}
 	s.SeenUntil = n.SwitchedAt
 	hop := Hop{Index: n.Index, Host: strings.ToLower(n.Host), Vhost: n.Vhost, SwitchedAt: n.SwitchedAt}
@@ -134,20 +172,45 @@ func (s BrokerState) CompleteHop(from int, hop Hop, checks int, now time.Time) (
 	return s, true
 }
 
-// Force moves to index at once and drops any Pending Switch: the operator's hand wins.
-func (s BrokerState) Force(index int, now time.Time) BrokerState {
+// Force moves to index at once and drops the Pending Switch the operator knew of: the
+// operator's hand wins. A Pending Switch recorded after askedAt, the time the force was
+// asked for, survives (what the producer did meanwhile is not undone), less the hops up
+// to the forced broker. A zero askedAt (the Temporal CLI's plain signal) drops whatever is
+// pending. A mark of notifications that lies ahead of now is brought back to now.
+func (s BrokerState) Force(index int, askedAt, now time.Time) BrokerState {
 	s.LastSwitch = &LastSwitch{From: s.ActiveIndex, To: index, CompletedAt: now, Forced: true}
 	s.ActiveIndex = index
-	s.Pending = nil
-	return s
+	if p := s.Pending; p != nil && !askedAt.IsZero() && p.RecordedAt.After(askedAt) {
+		route := p.Route
+		if i := slices.IndexFunc(route, func(h Hop) bool { return h.Index == index }); i >= 0 {
+			route = route[i+1:]
+		}
+		s.Pending = nil
+		if len(route) > 0 {
+			s.Pending = &PendingSwitch{Route: slices.Clone(route), RecordedAt: p.RecordedAt}
+		}
+	} else {
+		s.Pending = nil
+	}
+	return s.clearFutureMark(now)
 }
 
 // CancelPending drops the Pending Switch without moving, unless it was recorded after the
 // cancel was given: an operator's cancel must not undo a notification that came later.
-// A zero upTo cancels whatever is pending.
-func (s BrokerState) CancelPending(upTo time.Time) BrokerState {
+// A zero upTo cancels whatever is pending. A mark ahead of now is brought back to now.
+func (s BrokerState) CancelPending(upTo, now time.Time) BrokerState {
 	if s.Pending != nil && (upTo.IsZero() || !s.Pending.Target().SwitchedAt.After(upTo)) {
 		s.Pending = nil
+	}
+	return s.clearFutureMark(now)
+}
+
+// clearFutureMark brings a mark of notifications that lies ahead of now back to now: a
+// notification dated ahead (a producer's clock gone wrong, before the skew limit) would
+// otherwise make every real one stale until then, and an operator's order is the repair.
+func (s BrokerState) clearFutureMark(now time.Time) BrokerState {
+	if !now.IsZero() && s.SeenUntil.After(now) {
+		s.SeenUntil, s.SeenAtMark = now, nil
 	}
 	return s
 }

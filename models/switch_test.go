@@ -69,7 +69,7 @@ func TestCompleteHop(t *testing.T) {
 
 func TestForce(t *testing.T) {
 	st, _ := BrokerState{}.ApplyNotification(note(1, t0), t0)
-	forced := st.Force(2, t0.Add(time.Minute))
+	forced := st.Force(2, t0.Add(time.Minute), t0.Add(time.Minute))
 	require.Equal(t, 2, forced.ActiveIndex)
 	require.Nil(t, forced.Pending)
 	require.True(t, forced.LastSwitch.Forced)
@@ -93,8 +93,79 @@ func routeIndexes(st BrokerState) []int {
 
 func TestCancelPendingSparesALaterNotification(t *testing.T) {
 	st, _ := BrokerState{}.ApplyNotification(note(1, t0), t0)
-	require.Nil(t, st.CancelPending(t0).Pending)
-	require.Nil(t, st.CancelPending(time.Time{}).Pending, "a cancel without a time cancels whatever is pending")
+	require.Nil(t, st.CancelPending(t0, t0).Pending)
+	require.Nil(t, st.CancelPending(time.Time{}, t0).Pending, "a cancel without a time cancels whatever is pending")
 	later, _ := st.ApplyNotification(note(2, t0.Add(time.Minute)), t0)
-	require.Equal(t, later, later.CancelPending(t0), "a cancel given before the second notification spares it")
+	require.Equal(t, later, later.CancelPending(t0, t0.Add(time.Hour)), "a cancel given before the second notification spares it")
+}
+
+func noteAt(index int, host string, at time.Time) Notification {
+	return Notification{Index: index, Host: host, Vhost: "/", SwitchedAt: at}
+}
+
+// Two rotations in the same second: the second broker is a new hop, the same broker again
+// a duplicate (issue 11, point 2).
+func TestEqualSwitchedAt(t *testing.T) {
+	st, outcome := BrokerState{}.ApplyNotification(noteAt(1, "b.example", t0), t0)
+	require.Equal(t, NotificationRecorded, outcome)
+
+	dup, outcome := st.ApplyNotification(noteAt(1, "B.example", t0), t0)
+	require.Equal(t, NotificationStale, outcome, "the same host, vhost and time is a duplicate")
+	require.Equal(t, st, dup)
+
+	two, outcome := st.ApplyNotification(noteAt(2, "c.example", t0), t0)
+	require.Equal(t, NotificationRecorded, outcome, "another broker at the same time is a new hop")
+	require.Equal(t, []int{1, 2}, routeIndexes(two), "taken in arrival order")
+	again, outcome := two.ApplyNotification(noteAt(1, "b.example", t0), t0)
+	require.Equal(t, NotificationStale, outcome, "each broker at the mark is a duplicate once taken")
+	require.Equal(t, two, again)
+
+	// A state written before the brokers at the mark were kept: an equal time stays stale.
+	legacy := BrokerState{SeenUntil: t0}
+	_, outcome = legacy.ApplyNotification(noteAt(1, "b.example", t0), t0)
+	require.Equal(t, NotificationStale, outcome)
+}
+
+// A mark ahead of the clock is brought back by a force or a cancel, and the skew limit
+// refuses what lies beyond it (issue 11, point 1).
+func TestAFutureMarkIsClearedByAnOrder(t *testing.T) {
+	future := t0.Add(59 * time.Minute)
+	st, _ := BrokerState{}.ApplyNotification(noteAt(1, "b.example", future), t0)
+	real := noteAt(2, "c.example", t0.Add(time.Second))
+	_, outcome := st.ApplyNotification(real, t0)
+	require.Equal(t, NotificationStale, outcome, "the future mark hides the real notification")
+
+	for name, cleared := range map[string]BrokerState{
+		"force":  st.Force(0, t0, t0),
+		"cancel": st.CancelPending(time.Time{}, t0),
+	} {
+		require.Equal(t, t0, cleared.SeenUntil, name)
+		_, outcome = cleared.ApplyNotification(real, t0.Add(time.Second))
+		require.Equal(t, NotificationRecorded, outcome, name)
+	}
+	past := st.Force(0, future.Add(time.Hour), future.Add(time.Hour))
+	require.Equal(t, future, past.SeenUntil, "a mark that is not ahead stays")
+
+	require.NoError(t, CheckSwitchedAt(t0.Add(5*time.Minute), t0, 0))
+	err := CheckSwitchedAt(t0.Add(59*time.Minute), t0, 0)
+	require.ErrorContains(t, err, "59m0s ahead")
+	require.ErrorContains(t, err, "NOTIFICATION_MAX_CLOCK_SKEW")
+	require.Error(t, CheckSwitchedAt(t0.Add(2*time.Minute), t0, time.Minute))
+}
+
+// A force keeps a Pending Switch recorded after it was asked for (issue 11, point 3).
+func TestAForceSparesALaterNotification(t *testing.T) {
+	asked := t0.Add(time.Minute)
+	before, _ := BrokerState{}.ApplyNotification(noteAt(1, "b.example", t0), t0)
+	require.Nil(t, before.Force(1, asked, asked.Add(time.Second)).Pending, "known when asked: dropped")
+	require.Nil(t, before.Force(1, time.Time{}, asked).Pending, "a plain CLI force drops whatever is pending")
+
+	// The producer moved on to broker 2 after the operator asked to force broker 1.
+	after, _ := before.ApplyNotification(noteAt(2, "c.example", t0.Add(2*time.Minute)), asked.Add(time.Second))
+	forced := after.Force(1, asked, asked.Add(2*time.Second))
+	require.Equal(t, 1, forced.ActiveIndex)
+	require.Equal(t, []int{2}, routeIndexes(forced), "the later hop survives, less the hops up to the forced broker")
+
+	elsewhere := after.Force(0, asked, asked.Add(2*time.Second))
+	require.Equal(t, []int{1, 2}, routeIndexes(elsewhere), "forced off the route: the producer's route is followed from there")
 }

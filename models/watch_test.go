@@ -44,7 +44,7 @@ func TestAWatcherHearsACommittedChangeThroughNotify(t *testing.T) {
 	// The first reading is taken once LISTEN is in place: from now on only the NOTIFY
 	// can bring a change before the fallback.
 	_, err := store.Update(context.Background(), func(st models.BrokerState) (models.BrokerState, error) {
-		return st.Force(1, time.Now()), nil
+		return st.Force(1, time.Time{}, time.Now()), nil
 	})
 	require.NoError(t, err)
 

@@ -12,6 +12,7 @@ import (
 	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/api/serviceerror"
 	"go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/interceptor"
 	sdkworker "go.temporal.io/sdk/worker"
 	"gorm.io/gorm"
 
@@ -55,6 +56,8 @@ func Run(ctx context.Context, d Deps) error {
 
 	w := sdkworker.New(d.Client, d.Config.TaskQueue, sdkworker.Options{
 		WorkerStopTimeout: d.Config.WorkerStopTimeout,
+		// The BrokerSwitch workflow takes its signals in the order they arrived.
+		Interceptors: []interceptor.WorkerInterceptor{&workflows.SignalArrival{}},
 	})
 	Register(w, d, watcher)
 	if err := w.Start(); err != nil {
@@ -103,13 +106,17 @@ func Register(w sdkworker.Registry, d Deps, watcher *models.StateWatcher) {
 		Pings:            d.Pings,
 	})
 	w.RegisterActivity(&activities.Switch{
-		Pool:    d.Pool,
-		Store:   store,
-		Queues:  d.Config.Queues,
-		Now:     time.Now,
-		Logger:  d.Logger,
-		Watcher: watcher,
-		Metrics: d.Metrics,
+		Pool:   d.Pool,
+		Store:  store,
+		Queues: d.Config.Queues,
+		// Read by each run of the BrokerSwitch workflow, so that a change takes effect.
+		DrainCheckInterval: d.Config.DrainCheckInterval,
+		Now:                time.Now,
+		Logger:             d.Logger,
+		Watcher:            watcher,
+		Metrics:            d.Metrics,
+		// The same limit the API applies, for a signal sent around it.
+		MaxClockSkew: d.Config.NotificationMaxClockSkew,
 	})
 }
 

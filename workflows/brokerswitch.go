@@ -34,6 +34,21 @@ type Signal struct {
 	Cancel       activities.CancelPendingSwitchInput `json:",omitzero"`
 	// Invalid says why the signal's input could not be read; such a signal is skipped.
 	Invalid string `json:",omitempty"`
+
+	// reply is set for an order that came as a Workflow Update: its handler waits for it.
+	// Updates finish before a continue-as-new, so it never needs to travel.
+	reply *OrderResult
+}
+
+// OrderResult is the workflow's answer to a force or cancel sent as a Workflow Update.
+type OrderResult struct {
+	// Outcome is OrderCommitted, OrderAlreadyThere or OrderRefused.
+	Outcome string
+	// Reason says why an order was refused.
+	Reason string `json:",omitempty"`
+	// State is the broker state after the order.
+	State models.BrokerState
+	done  bool
 }
 
 // Status is what the status query answers.
@@ -63,6 +78,11 @@ type switchRun struct {
 	act     *activities.Switch
 	// watching is the running watch of an idle workflow, if any.
 	watching *idleWatch
+	// wakeup interrupts a wait when an order arrives as a Workflow Update.
+	wakeup workflow.Channel
+	// arrivals is the order signals came in, in runs that follow it; nil takes them name
+	// by name.
+	arrivals *arrivalLog
 }
 
 // signalNames are the signals the BrokerSwitch workflow takes.
@@ -72,16 +92,79 @@ func newSwitchRun(ctx workflow.Context, in BrokerSwitchInput) (*switchRun, error
 	if in.DrainCheckInterval <= 0 {
 		in.DrainCheckInterval = 3 * time.Second
 	}
-	w := &switchRun{in: in, signals: in.Signals, status: Status{Checks: in.Checks}}
+	w := &switchRun{in: in, signals: in.Signals, status: Status{Checks: in.Checks}, wakeup: workflow.NewBufferedChannel(ctx, 1)}
 	if err := workflow.SetQueryHandler(ctx, QueryStatus, func() (Status, error) { return w.status, nil }); err != nil {
 		return nil, fmt.Errorf("register status query: %w", err)
 	}
+	if workflow.GetVersion(ctx, signalsInArrivalOrder, workflow.DefaultVersion, 1) == 1 {
+		w.arrivals = arrivals(ctx)
+	}
+	if workflow.GetVersion(ctx, ordersByUpdate, workflow.DefaultVersion, 1) == 1 {
+		if err := w.acceptOrdersByUpdate(ctx); err != nil {
+			return nil, err
+		}
+	}
 	return w, nil
+}
+
+// ordersByUpdate versions the runs that take force and cancel as Workflow Updates.
+const ordersByUpdate = "orders-by-update"
+
+// settingsFromWorker versions the runs that read the queues and the drain-check interval
+// from the worker's configuration instead of keeping the first run's input forever.
+const settingsFromWorker = "settings-from-worker"
+
+// acceptOrdersByUpdate registers the force and cancel updates. An order joins the signals
+// in arrival order and its handler waits for the main loop's answer.
+func (w *switchRun) acceptOrdersByUpdate(ctx workflow.Context) error {
+	order := func(ctx workflow.Context, s Signal) (OrderResult, error) {
+		reply := &OrderResult{}
+		s.reply = reply
+		w.takeBufferedSignals(ctx) // the signals that came before it go first
+		w.signals = append(w.signals, s)
+		w.wakeup.SendAsync(struct{}{})
+		if err := workflow.Await(ctx, func() bool { return reply.done }); err != nil {
+			return OrderResult{}, fmt.Errorf("wait for the order to be applied: %w", err)
+		}
+		return *reply, nil
+	}
+	err := workflow.SetUpdateHandlerWithOptions(ctx, UpdateForceSwitch,
+		func(ctx workflow.Context, in activities.ForceSwitchInput) (OrderResult, error) {
+			return order(ctx, Signal{Name: SignalForceSwitch, Force: in})
+		},
+		workflow.UpdateHandlerOptions{Validator: func(in activities.ForceSwitchInput) error {
+			if in.Index < 0 {
+				return fmt.Errorf("broker index %d is negative", in.Index)
+			}
+			return nil
+		}})
+	if err != nil {
+		return fmt.Errorf("register %s update: %w", UpdateForceSwitch, err)
+	}
+	err = workflow.SetUpdateHandler(ctx, UpdateCancelPendingSwitch,
+		func(ctx workflow.Context, in activities.CancelPendingSwitchInput) (OrderResult, error) {
+			return order(ctx, Signal{Name: SignalCancelPendingSwitch, Cancel: in})
+		})
+	if err != nil {
+		return fmt.Errorf("register %s update: %w", UpdateCancelPendingSwitch, err)
+	}
+	return nil
 }
 
 func (w *switchRun) run(ctx workflow.Context) error {
 	if err := w.execute(ctx, "read broker state", w.act.LoadState, nil, &w.status.State); err != nil {
 		return err
+	}
+	if workflow.GetVersion(ctx, settingsFromWorker, workflow.DefaultVersion, 1) == 1 {
+		// A changed QUEUES or DRAIN_CHECK_INTERVAL takes effect at the next run, not never.
+		var settings activities.SwitchSettings
+		if err := w.execute(ctx, "read the worker's settings", w.act.Settings, nil, &settings); err != nil {
+			return err
+		}
+		w.in.Queues = settings.Queues
+		if settings.DrainCheckInterval > 0 {
+			w.in.DrainCheckInterval = settings.DrainCheckInterval
+		}
 	}
 	w.afterChange(ctx, false)
 	for ctx.Err() == nil {
@@ -159,29 +242,36 @@ func (w *switchRun) handleSignals(ctx workflow.Context) error {
 		w.signals = w.signals[1:]
 		moved := false
 		var err error
-		switch {
-		case s.Invalid != "":
+		if s.Invalid != "" {
 			workflow.GetLogger(ctx).Warn("signal ignored: its input is not valid", "signal", s.Name, "error", s.Invalid)
 			continue
-		case s.Name == SignalPendingSwitch:
+		}
+		before := w.status.State
+		// Results land in next, so that a refused order leaves the cached state as it was.
+		var next models.BrokerState
+		switch s.Name {
+		case SignalPendingSwitch:
 			var res activities.NotificationResult
 			err = w.execute(ctx, fmt.Sprintf("record notification for %s vhost %s", s.Notification.Host, s.Notification.Vhost),
 				w.act.RecordNotification, s.Notification, &res)
-			w.status.State = res.State
-		case s.Name == SignalForceSwitch:
-			err = w.execute(ctx, fmt.Sprintf("force switch to broker %d", s.Force.Index), w.act.ForceSwitch, s.Force, &w.status.State)
+			next = res.State
+		case SignalForceSwitch:
+			err = w.execute(ctx, fmt.Sprintf("force switch to broker %d", s.Force.Index), w.act.ForceSwitch, s.Force, &next)
 			moved = err == nil
-		case s.Name == SignalCancelPendingSwitch:
-			err = w.execute(ctx, "cancel the pending switch", w.act.CancelPendingSwitch, s.Cancel, &w.status.State)
+		case SignalCancelPendingSwitch:
+			err = w.execute(ctx, "cancel the pending switch", w.act.CancelPendingSwitch, s.Cancel, &next)
 		}
 		if temporal.IsApplicationError(err) && isNonRetryable(err) {
 			// A refused order (an unknown broker) must not end the workflow.
 			workflow.GetLogger(ctx).Warn("signal refused", "signal", s.Name, "error", err)
+			s.answer(OrderResult{Outcome: OrderRefused, Reason: refusal(err), State: w.status.State})
 			continue
 		}
 		if err != nil {
 			return err
 		}
+		w.status.State = next
+		s.answer(orderOutcome(s, before, next))
 		w.status.Checks = 0
 		w.afterChange(ctx, moved)
 	}
@@ -319,10 +409,20 @@ func (w *switchRun) waitFor(ctx workflow.Context, why string, futures ...workflo
 	sel.AddReceive(ctx.Done(), func(workflow.ReceiveChannel, bool) {})
 	for _, name := range signalNames {
 		sel.AddReceive(workflow.GetSignalChannel(ctx, name), func(c workflow.ReceiveChannel, _ bool) {
-			w.signals = append(w.signals, receiveSignal(ctx, name, c))
+			if w.arrivals != nil {
+				// Every signal delivered so far, in the order it came, not this one first.
+				w.takeBufferedSignals(ctx)
+			} else {
+				w.signals = append(w.signals, receiveSignal(ctx, name, c))
+			}
 			signalled = true
 		})
 	}
+	// An order sent as an update is already queued; the wake-up only ends the wait.
+	sel.AddReceive(w.wakeup, func(c workflow.ReceiveChannel, _ bool) {
+		c.ReceiveAsync(nil)
+		signalled = true
+	})
 	for _, f := range futures {
 		sel.AddFuture(f, func(workflow.Future) {})
 	}
@@ -330,8 +430,25 @@ func (w *switchRun) waitFor(ctx workflow.Context, why string, futures ...workflo
 	return signalled
 }
 
-// takeBufferedSignals moves every signal already delivered into the queue without blocking.
+// signalsInArrivalOrder versions the runs that take their signals in the order they
+// arrived, across names, instead of name by name.
+const signalsInArrivalOrder = "signals-in-arrival-order"
+
+// takeBufferedSignals moves every signal already delivered into the queue without blocking:
+// in arrival order when the worker records it (SignalArrival), else name by name.
 func (w *switchRun) takeBufferedSignals(ctx workflow.Context) {
+	if w.arrivals != nil {
+		log := w.arrivals
+		for len(log.names) > 0 {
+			name := log.names[0]
+			log.names = log.names[1:]
+			var raw json.RawMessage
+			if isSwitchSignal(name) && workflow.GetSignalChannel(ctx, name).ReceiveAsync(&raw) {
+				w.signals = append(w.signals, decodeSignal(name, raw))
+			}
+		}
+		return
+	}
 	for _, name := range signalNames {
 		c := workflow.GetSignalChannel(ctx, name)
 		for {
@@ -344,9 +461,50 @@ func (w *switchRun) takeBufferedSignals(ctx workflow.Context) {
 	}
 }
 
+// answer ends the wait of an order's update handler, if the order came as one.
+func (s Signal) answer(r OrderResult) {
+	if s.reply != nil {
+		r.done = true
+		*s.reply = r
+	}
+}
+
+// orderOutcome says what an applied order did, from the state before and after it.
+func orderOutcome(s Signal, before, after models.BrokerState) OrderResult {
+	r := OrderResult{Outcome: OrderCommitted, State: after}
+	switch s.Name {
+	case SignalForceSwitch:
+		if before.ActiveIndex == s.Force.Index && before.Pending == nil {
+			r.Outcome = OrderAlreadyThere
+		}
+	case SignalCancelPendingSwitch:
+		switch {
+		case before.Pending == nil:
+			r.Outcome = OrderAlreadyThere
+		case after.Pending != nil:
+			// The switch the cancel named is gone; the producer's later one is not undone.
+			r.Reason = "a notification recorded after the cancel was asked for is kept"
+		}
+	}
+	return r
+}
+
+// refusal is a refused order's reason without the activity's wrapping.
+func refusal(err error) string {
+	var appErr *temporal.ApplicationError
+	if errors.As(err, &appErr) {
+		return appErr.Message()
+	}
+	return err.Error()
+}
+
 // continueAsNew hands the state and the unhandled signals to a fresh run, so that a long
-// -retry tail does not grow one history without bound.
+// -retry tail does not grow one history without bound. Orders that came as updates are
+// answered first: an update cannot travel to the next run.
 func (w *switchRun) continueAsNew(ctx workflow.Context) error {
+	if err := workflow.Await(ctx, func() bool { return workflow.AllHandlersFinished(ctx) }); err != nil {
+		return fmt.Errorf("wait for update handlers: %w", err)
+	}
 	w.takeBufferedSignals(ctx)
 	next := w.in
 	next.Signals = w.signals
@@ -396,6 +554,15 @@ func decodeSignal(name string, raw json.RawMessage) Signal {
 		s.Invalid = err.Error()
 	}
 	return s
+}
+
+func isSwitchSignal(name string) bool {
+	for _, n := range signalNames {
+		if n == name {
+			return true
+		}
+	}
+	return false
 }
 
 func isNonRetryable(err error) bool {

@@ -2,6 +2,7 @@ package workflows
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"sync"
 	"testing"
@@ -10,8 +11,11 @@ import (
 	"github.com/stretchr/testify/mock"
 	"github.com/stretchr/testify/require"
 	"github.com/stretchr/testify/suite"
+	"go.temporal.io/sdk/interceptor"
 	"go.temporal.io/sdk/log"
+	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/testsuite"
+	"go.temporal.io/sdk/worker"
 
 	"github.com/brokerswitch/brokerswitch/activities"
 	"github.com/brokerswitch/brokerswitch/models"
@@ -35,6 +39,7 @@ type brokerSwitchSuite struct {
 	checks        []int // broker of each drain check, in order
 	commits       []activities.CommitHopInput
 	windowSignals int
+	windowIDs     []string
 	loads         int
 	watches       int
 	// changeSeenByWatch answers the nth watch of an idle workflow; nil answers "no change".
@@ -51,7 +56,7 @@ func (s *brokerSwitchSuite) SetupTest() {
 	s.state = models.BrokerState{}
 	s.backlog = map[int][]int{}
 	s.reachable = map[int]bool{0: true, 1: true, 2: true}
-	s.checks, s.commits, s.windowSignals = nil, nil, 0
+	s.checks, s.commits, s.windowSignals, s.windowIDs = nil, nil, 0, nil
 	s.loads, s.watches, s.changeSeenByWatch = 0, 0, nil
 
 	var a *activities.Switch
@@ -74,10 +79,15 @@ func (s *brokerSwitchSuite) SetupTest() {
 			}
 			return false, nil
 		})
+	s.env.OnActivity(a.Settings, mock.Anything).Return(activities.SwitchSettings{
+		Queues: []string{"issues", "pushes"}, DrainCheckInterval: 3 * time.Second}, nil)
 	s.env.OnActivity(a.RecordNotification, mock.Anything, mock.Anything).Return(
 		func(_ context.Context, n models.Notification) (activities.NotificationResult, error) {
 			s.mu.Lock()
 			defer s.mu.Unlock()
+			if n.Host == "too-far-ahead" { // as the real activity refuses a switchedAt beyond the skew
+				return activities.NotificationResult{}, temporal.NewNonRetryableApplicationError("switchedAt is ahead", "SwitchedAtAhead", nil)
+			}
 			next, outcome := s.state.ApplyNotification(n, t0)
 			s.state = next
 			return activities.NotificationResult{State: next, Outcome: outcome}, nil
@@ -106,21 +116,26 @@ func (s *brokerSwitchSuite) SetupTest() {
 		func(_ context.Context, in activities.ForceSwitchInput) (models.BrokerState, error) {
 			s.mu.Lock()
 			defer s.mu.Unlock()
-			s.state = s.state.Force(in.Index, t0)
+			if in.Index > 2 {
+				return models.BrokerState{}, temporal.NewNonRetryableApplicationError(
+					fmt.Sprintf("force switch: broker %d is not configured (3 brokers)", in.Index), "UnknownBroker", nil)
+			}
+			s.state = s.state.Force(in.Index, in.AskedAt, t0)
 			return s.state, nil
 		})
 	s.env.OnActivity(a.CancelPendingSwitch, mock.Anything, mock.Anything).Return(
 		func(_ context.Context, in activities.CancelPendingSwitchInput) (models.BrokerState, error) {
 			s.mu.Lock()
 			defer s.mu.Unlock()
-			s.state = s.state.CancelPending(in.SwitchedAt)
+			s.state = s.state.CancelPending(in.SwitchedAt, t0)
 			return s.state, nil
 		})
 	s.env.OnSignalExternalWorkflow(mock.Anything, mock.Anything, "", SignalBrokerChanged, mock.Anything).Return(
-		func(_, _, _, _ string, _ any) error {
+		func(_, id, _, _ string, _ any) error {
 			s.mu.Lock()
 			defer s.mu.Unlock()
 			s.windowSignals++
+			s.windowIDs = append(s.windowIDs, id)
 			return nil
 		})
 }
@@ -133,6 +148,11 @@ func (s *brokerSwitchSuite) notify(at time.Duration, index int, switchedAt time.
 
 // run executes the workflow until the callback at `end` cancels it, and returns its status then.
 func (s *brokerSwitchSuite) run(end time.Duration) Status {
+	return s.runWith(end, BrokerSwitchInput{Queues: []string{"issues", "pushes"}, DrainCheckInterval: 3 * time.Second})
+}
+
+// runWith is run with the given input.
+func (s *brokerSwitchSuite) runWith(end time.Duration, in BrokerSwitchInput) Status {
 	var status Status
 	s.env.RegisterDelayedCallback(func() {
 		v, err := s.env.QueryWorkflow(QueryStatus)
@@ -140,7 +160,7 @@ func (s *brokerSwitchSuite) run(end time.Duration) Status {
 		s.Require().NoError(v.Get(&status))
 		s.env.CancelWorkflow()
 	}, end)
-	s.env.ExecuteWorkflow(BrokerSwitch, BrokerSwitchInput{Queues: []string{"issues", "pushes"}, DrainCheckInterval: 3 * time.Second})
+	s.env.ExecuteWorkflow(BrokerSwitch, in)
 	s.Require().True(s.env.IsWorkflowCompleted())
 	s.mu.Lock() // pairs with the activities' unlocks, so the assertions read what they wrote
 	defer s.mu.Unlock()
@@ -269,6 +289,77 @@ func (s *brokerSwitchSuite) TestMalformedSignalInputIsSkipped() {
 	status := s.run(time.Minute)
 
 	s.Equal(1, status.State.ActiveIndex, "the valid signal after the malformed one is handled")
+}
+
+// A refused notification leaves the cached state as it was (issue 11, point 5).
+func (s *brokerSwitchSuite) TestARefusedSignalKeepsTheCachedState() {
+	s.state.ActiveIndex = 2
+	s.env.RegisterDelayedCallback(func() {
+		s.env.SignalWorkflow(SignalPendingSwitch, models.Notification{Index: 1, Host: "too-far-ahead", Vhost: "/", SwitchedAt: t0})
+	}, time.Second)
+	status := s.run(time.Minute)
+	s.Equal(2, status.State.ActiveIndex, "the refusal did not zero the state")
+}
+
+// The windows told of a switch are the worker's queues now, not the first run's input
+// carried through every continue-as-new (issue 11, point 5).
+func (s *brokerSwitchSuite) TestTheQueuesComeFromTheWorker() {
+	s.env.RegisterDelayedCallback(func() {
+		s.env.SignalWorkflow(SignalForceSwitch, map[string]int{"index": 1})
+	}, time.Second)
+	s.runWith(time.Minute, BrokerSwitchInput{Queues: []string{"a-queue-since-removed"}, DrainCheckInterval: time.Hour})
+	s.ElementsMatch([]string{QueueWindowWorkflowID("issues"), QueueWindowWorkflowID("pushes")}, s.windowIDs)
+}
+
+// Force and cancel sent as Workflow Updates are answered with what happened.
+func (s *brokerSwitchSuite) TestOrdersByUpdateAreAnswered() {
+	answers := map[string]OrderResult{}
+	update := func(at time.Duration, key, name string, arg any) {
+		s.env.RegisterDelayedCallback(func() {
+			s.env.UpdateWorkflow(name, key, &testsuite.TestUpdateCallback{
+				OnAccept: func() {},
+				OnReject: func(err error) { s.Fail("rejected", "%s: %v", key, err) },
+				OnComplete: func(v any, err error) {
+					s.NoError(err, key)
+					answers[key] = v.(OrderResult)
+				},
+			}, arg)
+		}, at)
+	}
+	s.backlog[0] = busy(1000)
+	s.notify(time.Second, 1, t0)
+	update(2*time.Second, "cancel", UpdateCancelPendingSwitch, activities.CancelPendingSwitchInput{})
+	update(3*time.Second, "cancel again", UpdateCancelPendingSwitch, activities.CancelPendingSwitchInput{})
+	update(4*time.Second, "force", UpdateForceSwitch, activities.ForceSwitchInput{Index: 2})
+	update(5*time.Second, "force again", UpdateForceSwitch, activities.ForceSwitchInput{Index: 2})
+	update(6*time.Second, "force unknown", UpdateForceSwitch, activities.ForceSwitchInput{Index: 7})
+	s.run(time.Minute)
+
+	s.Equal(OrderCommitted, answers["cancel"].Outcome)
+	s.Nil(answers["cancel"].State.Pending)
+	s.Equal(OrderAlreadyThere, answers["cancel again"].Outcome)
+	s.Equal(OrderCommitted, answers["force"].Outcome)
+	s.Equal(2, answers["force"].State.ActiveIndex)
+	s.Equal(OrderAlreadyThere, answers["force again"].Outcome)
+	s.Equal(OrderRefused, answers["force unknown"].Outcome)
+	s.Contains(answers["force unknown"].Reason, "broker 7 is not configured")
+	s.Equal(2, answers["force unknown"].State.ActiveIndex)
+}
+
+// A force sent before a notification, in the same workflow task, is handled before it:
+// signals are taken in the order they arrived, not name by name (issue 11, point 5).
+func (s *brokerSwitchSuite) TestSignalsAreHandledInArrivalOrder() {
+	s.env.SetWorkerOptions(worker.Options{Interceptors: []interceptor.WorkerInterceptor{&SignalArrival{}}})
+	s.backlog[2] = busy(1000)
+	s.env.RegisterDelayedCallback(func() {
+		s.env.SignalWorkflow(SignalForceSwitch, map[string]int{"index": 2})
+		s.env.SignalWorkflow(SignalPendingSwitch, models.Notification{Index: 1, Host: "h", Vhost: "/", SwitchedAt: t0})
+	}, 0)
+	status := s.run(time.Minute)
+
+	s.Equal(2, status.State.ActiveIndex)
+	s.Require().NotNil(status.State.Pending, "the notification that came after the force is not dropped by it")
+	s.Equal(1, status.State.Pending.Target().Index)
 }
 
 func TestDecodeSignal(t *testing.T) {

@@ -21,6 +21,23 @@ const (
 
 	// QueryStatus returns a BrokerSwitch workflow's Status.
 	QueryStatus = "status"
+
+	// UpdateForceSwitch is the force-switch order as a Workflow Update: the caller waits
+	// for the workflow's own answer (an OrderResult) instead of polling Postgres. The
+	// signal stays, for the CLI and tctl.
+	UpdateForceSwitch = "force-switch"
+	// UpdateCancelPendingSwitch is the cancel-pending-switch order as a Workflow Update.
+	UpdateCancelPendingSwitch = "cancel-pending-switch"
+)
+
+// Order outcomes, as an OrderResult reports them.
+const (
+	// OrderCommitted: the state shows the order.
+	OrderCommitted = "committed"
+	// OrderAlreadyThere: the state already was what the order asks for; nothing moved.
+	OrderAlreadyThere = "already-there"
+	// OrderRefused: the order was not applied; Reason says why.
+	OrderRefused = "refused"
 )
 
 // QueueWindowWorkflowID is the fixed id of a queue's window workflow: one id per queue

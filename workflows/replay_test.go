@@ -7,6 +7,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 	"go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/interceptor"
 	"go.temporal.io/sdk/worker"
 )
 
@@ -25,7 +26,10 @@ func TestReplayRecordedHistories(t *testing.T) {
 			defer f.Close()
 			history, err := client.HistoryFromJSON(f, client.HistoryJSONOptions{})
 			require.NoError(t, err)
-			replayer := worker.NewWorkflowReplayer()
+			replayer, err := worker.NewWorkflowReplayerWithOptions(worker.WorkflowReplayerOptions{
+				Interceptors: []interceptor.WorkerInterceptor{&SignalArrival{}},
+			})
+			require.NoError(t, err)
 			replayer.RegisterWorkflow(BrokerSwitch)
 			replayer.RegisterWorkflow(QueueWindow)
 			require.NoError(t, replayer.ReplayWorkflowHistory(nil, history))

@@ -134,7 +134,9 @@ type services struct {
 }
 
 func withServices(ctx context.Context, cfg config.Config, logger *slog.Logger, fn func(context.Context, services) error) error {
-	db, err := models.Open(ctx, cfg.DatabaseURL)
+	db, err := models.OpenPool(ctx, cfg.DatabaseURL, models.PoolConfig{
+		MaxOpenConns: cfg.DBMaxOpenConns, StatementTimeout: cfg.DBStatementTimeout, LockTimeout: cfg.DBLockTimeout,
+	})
 	if err != nil {
 		return fmt.Errorf("DATABASE_URL: %w", err)
 	}
