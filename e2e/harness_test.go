@@ -138,6 +138,9 @@ func newStackWith(t *testing.T, opts stackOptions) *stack {
 		require.NoError(t, err)
 		pgProxy = testenv.NewProxy(t, u.Host)
 		u.Host = pgProxy.Addr()
+		q := u.Query()
+		q.Set("application_name", workerAppName) // to find the workers' backends
+		u.RawQuery = q.Encode()
 		workerDSN = u.String()
 	}
 	vars := map[string]string{
@@ -267,6 +270,18 @@ func (s *stack) counts(index int, queues ...string) map[string]int {
 	return c
 }
 
+// workerAppName names the workers' Postgres connections when they go through pgProxy.
+const workerAppName = "brokerswitch-e2e-worker"
+
+// workerBackends counts the Postgres backends serving the workers through pgProxy.
+func (s *stack) workerBackends() int {
+	s.t.Helper()
+	var n int
+	require.NoError(s.t, s.db.Raw("SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND application_name = ?",
+		workerAppName).Scan(&n).Error)
+	return n
+}
+
 // deliveries counts the ledger rows.
 func (s *stack) deliveries() int64 {
 	var n int64
@@ -277,10 +292,24 @@ func (s *stack) deliveries() int64 {
 // waitFor polls cond until it holds or the deadline passes.
 func (s *stack) waitFor(what string, within time.Duration, cond func() bool) {
 	s.t.Helper()
+	s.waitUntil(what, within, func() (bool, string) { return cond(), "" })
+}
+
+// waitUntil polls cond until it holds or the deadline passes; on a timeout the failure
+// shows what cond last said about the value it waits on.
+func (s *stack) waitUntil(what string, within time.Duration, cond func() (ok bool, last string)) {
+	s.t.Helper()
 	deadline := time.Now().Add(within)
-	for !cond() {
+	for {
+		ok, last := cond()
+		if ok {
+			return
+		}
 		if time.Now().After(deadline) {
-			s.t.Fatalf("timed out after %s waiting for %s", within, what)
+			if last != "" {
+				last = ": " + last
+			}
+			s.t.Fatalf("timed out after %s waiting for %s%s", within, what, last)
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
