@@ -19,8 +19,9 @@ import (
 	"github.com/brokerswitch/brokerswitch/worker"
 )
 
-// waitFor bounds every wait on the workflow.
-const waitFor = 15 * time.Second
+// waitFor bounds every wait on the workflow: long, because it only ends a test that hangs,
+// and the Temporal dev server can stall for half a minute on a loaded machine.
+const waitFor = 45 * time.Second
 
 // workerEnv is an env on two real RabbitMQ vhosts with a real worker running the
 // BrokerSwitch workflow.

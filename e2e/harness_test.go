@@ -193,6 +193,9 @@ func newStackWith(t *testing.T, opts stackOptions) *stack {
 	s.api = httptest.NewServer(api.Router(api.Deps{
 		Config: cfg, Temporal: tc, Store: s.store, Ping: sqlDB.PingContext,
 		Logger: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})),
+		// A forced switch answers once committed; a loaded machine may take longer than
+		// the default allows, and the scenarios test the commit, not its speed.
+		CommitWait: patience * api.DefaultCommitWait,
 	}))
 	t.Cleanup(s.api.Close)
 	t.Cleanup(s.replayHistories) // runs after the workers stop: cleanups run last-in first-out
@@ -295,10 +298,17 @@ func (s *stack) waitFor(what string, within time.Duration, cond func() bool) {
 	s.waitUntil(what, within, func() (bool, string) { return cond(), "" })
 }
 
-// waitUntil polls cond until it holds or the deadline passes; on a timeout the failure
-// shows what cond last said about the value it waits on.
+// patience stretches every wait's deadline. A deadline only ends a test that hangs; on a
+// loaded machine (make test-stress beside other work) the Temporal dev server alone can
+// stall for half a minute, and a wait ends as soon as its condition holds, so a long
+// deadline costs a passing run nothing. Timings the design promises are asserted apart.
+const patience = 3
+
+// waitUntil polls cond until it holds or the deadline (within × patience) passes; on a
+// timeout the failure shows what cond last said about the value it waits on.
 func (s *stack) waitUntil(what string, within time.Duration, cond func() (ok bool, last string)) {
 	s.t.Helper()
+	within *= patience
 	deadline := time.Now().Add(within)
 	for {
 		ok, last := cond()

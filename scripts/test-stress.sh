@@ -33,7 +33,8 @@ for i in $(seq "$runs"); do
 		echo "run $i/$runs: ok in $(($(date +%s) - start))s"
 	else
 		echo "run $i/$runs: FAIL after $(($(date +%s) - start))s; the failures:"
-		grep -E -- '--- FAIL|^\s+\S+_test\.go:[0-9]+:|timed out|panic:' "$logs/run-$i.log" | head -40 || true
+		grep -E -- '--- FAIL|_test\.go:[0-9]+:|Error:|Messages:|timed out|panic:|^signal:' "$logs/run-$i.log" |
+			grep -v SUMMARY | head -40 || true
 		echo "whole output: $logs/run-$i.log"
 		exit 1
 	fi
