@@ -39,6 +39,8 @@ type brokerSwitchSuite struct {
 	watches       int
 	// changeSeenByWatch answers the nth watch of an idle workflow; nil answers "no change".
 	changeSeenByWatch func(nth int) bool
+	// test counts the tests run so far: each test's mocks serve only their own environment.
+	test int
 }
 
 func TestBrokerSwitchWorkflow(t *testing.T) { suite.Run(t, new(brokerSwitchSuite)) }
@@ -48,17 +50,28 @@ var t0 = time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
 func (s *brokerSwitchSuite) SetupTest() {
 	s.SetLogger(quietLogger())
 	s.env = s.NewTestWorkflowEnvironment()
+	// The test environment does not wait for an activity still in flight when the workflow
+	// ends: its mock may run during the next test. Under s.mu, and with each test's mocks
+	// answering only their own environment, a late one changes nothing here.
+	s.mu.Lock()
+	s.test++
+	test := s.test
 	s.state = models.BrokerState{}
 	s.backlog = map[int][]int{}
 	s.reachable = map[int]bool{0: true, 1: true, 2: true}
 	s.checks, s.commits, s.windowSignals = nil, nil, 0
 	s.loads, s.watches, s.changeSeenByWatch = 0, 0, nil
+	s.mu.Unlock()
+	late := func() bool { return s.test != test } // called with s.mu held
 
 	var a *activities.Switch
 	s.env.RegisterActivity(a)
 	s.env.OnActivity(a.LoadState, mock.Anything).Return(func(context.Context) (models.BrokerState, error) {
 		s.mu.Lock()
 		defer s.mu.Unlock()
+		if late() {
+			return models.BrokerState{}, nil
+		}
 		s.loads++
 		return s.state, nil
 	})
@@ -68,6 +81,9 @@ func (s *brokerSwitchSuite) SetupTest() {
 		func(context.Context, activities.WaitForChangeInput) (bool, error) {
 			s.mu.Lock()
 			defer s.mu.Unlock()
+			if late() {
+				return false, nil
+			}
 			s.watches++
 			if s.changeSeenByWatch != nil {
 				return s.changeSeenByWatch(s.watches), nil
@@ -78,6 +94,9 @@ func (s *brokerSwitchSuite) SetupTest() {
 		func(_ context.Context, n models.Notification) (activities.NotificationResult, error) {
 			s.mu.Lock()
 			defer s.mu.Unlock()
+			if late() {
+				return activities.NotificationResult{}, nil
+			}
 			next, outcome := s.state.ApplyNotification(n, t0)
 			s.state = next
 			return activities.NotificationResult{State: next, Outcome: outcome}, nil
@@ -86,6 +105,9 @@ func (s *brokerSwitchSuite) SetupTest() {
 		func(_ context.Context, in activities.DrainCheckInput) (models.DrainCheck, error) {
 			s.mu.Lock()
 			defer s.mu.Unlock()
+			if late() {
+				return models.DrainCheck{}, nil
+			}
 			s.checks = append(s.checks, in.BrokerIndex)
 			check := models.DrainCheck{BrokerIndex: in.BrokerIndex, Reachable: s.reachable[in.BrokerIndex], Counts: map[string]int{"issues": 0}}
 			if q := s.backlog[in.BrokerIndex]; len(q) > 0 {
@@ -98,6 +120,9 @@ func (s *brokerSwitchSuite) SetupTest() {
 		func(_ context.Context, in activities.CommitHopInput) (models.BrokerState, error) {
 			s.mu.Lock()
 			defer s.mu.Unlock()
+			if late() {
+				return models.BrokerState{}, nil
+			}
 			s.commits = append(s.commits, in)
 			s.state, _ = s.state.CompleteHop(in.From, in.Hop, in.Checks, t0)
 			return s.state, nil
@@ -106,6 +131,9 @@ func (s *brokerSwitchSuite) SetupTest() {
 		func(_ context.Context, in activities.ForceSwitchInput) (models.BrokerState, error) {
 			s.mu.Lock()
 			defer s.mu.Unlock()
+			if late() {
+				return models.BrokerState{}, nil
+			}
 			s.state = s.state.Force(in.Index, t0)
 			return s.state, nil
 		})
@@ -113,6 +141,9 @@ func (s *brokerSwitchSuite) SetupTest() {
 		func(_ context.Context, in activities.CancelPendingSwitchInput) (models.BrokerState, error) {
 			s.mu.Lock()
 			defer s.mu.Unlock()
+			if late() {
+				return models.BrokerState{}, nil
+			}
 			s.state = s.state.CancelPending(in.SwitchedAt)
 			return s.state, nil
 		})
@@ -120,6 +151,9 @@ func (s *brokerSwitchSuite) SetupTest() {
 		func(_, _, _, _ string, _ any) error {
 			s.mu.Lock()
 			defer s.mu.Unlock()
+			if late() {
+				return nil
+			}
 			s.windowSignals++
 			return nil
 		})
