@@ -60,9 +60,16 @@ func (s *stack) leftoverDrainTakes(queue string, brokerIndex int) []int {
 			if done == nil {
 				continue
 			}
-			var res activities.LeftoverDrainResult
-			if converter.GetDefaultDataConverter().FromPayloads(done.GetResult(), &res) == nil && res.Taken[brokerIndex] > 0 {
-				takes = append(takes, res.Taken[brokerIndex])
+			// PrepareWindow returns the Leftover Drain's result with the plan; windows
+			// started before it ran LeftoverDrain on its own.
+			var prepared activities.PreparedWindow
+			var drained activities.LeftoverDrainResult
+			dc := converter.GetDefaultDataConverter()
+			switch {
+			case dc.FromPayloads(done.GetResult(), &prepared) == nil && prepared.Drained.Taken[brokerIndex] > 0:
+				takes = append(takes, prepared.Drained.Taken[brokerIndex])
+			case dc.FromPayloads(done.GetResult(), &drained) == nil && drained.Taken[brokerIndex] > 0:
+				takes = append(takes, drained.Taken[brokerIndex])
 			}
 		}
 	}
