@@ -29,7 +29,7 @@ echo "stress: $runs runs of $pkg beside $burners busy loops; logs in $logs"
 
 for i in $(seq "$runs"); do
 	start=$(date +%s)
-	if go test -race -count=1 -timeout 30m -v "$pkg" >"$logs/run-$i.log" 2>&1; then
+	if go test -race -count=1 -timeout 60m -v "$pkg" >"$logs/run-$i.log" 2>&1; then
 		echo "run $i/$runs: ok in $(($(date +%s) - start))s"
 	else
 		echo "run $i/$runs: FAIL after $(($(date +%s) - start))s; the failures:"
