@@ -6,7 +6,7 @@ TEMPORAL := $(BIN)/temporal
 GOLANGCI_LINT := $(BIN)/golangci-lint-$(GOLANGCI_LINT_VERSION)
 GO       ?= go
 
-.PHONY: dev test test-unit lint build migrate services temporal-cli golangci-lint bench clean
+.PHONY: dev test test-unit test-stress lint build migrate services temporal-cli golangci-lint bench clean
 
 ## dev: run the service against local Postgres, RabbitMQ (two vhosts) and a Temporal dev server with its Web UI on :8233
 dev: build temporal-cli services
@@ -20,6 +20,10 @@ test: temporal-cli services
 ## test-unit: the tests that need no service: configuration and workflow logic in virtual time
 test-unit:
 	$(GO) test -race -count=1 ./config/ ./workflows/
+
+## test-stress: the e2e package 5 times in a row under -race beside a busy loop on every core; every run must pass (RUNS=n for more)
+test-stress: temporal-cli services
+	scripts/test-stress.sh
 
 ## lint: golangci-lint (.golangci.yml) and go vet
 lint: $(GOLANGCI_LINT)

@@ -115,7 +115,7 @@ func newEnv(t *testing.T, modify ...func(*config.Config)) *env {
 		Store:      e.store,
 		Ping:       sqlDB.PingContext,
 		Logger:     slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelDebug})),
-		CommitWait: 10 * time.Second,
+		CommitWait: waitFor, // a forced switch answers 200 once committed, however slow the machine
 	}
 	e.router = Router(e.deps)
 	return e

@@ -56,6 +56,8 @@ func TestConsumeSettlesMixedVerdictsInOrder(t *testing.T) {
 
 	assert.Equal(t, []int{4, 1, 1}, []int{settled.get(Ack), settled.get(Retry), settled.get(Reject)})
 	assert.Equal(t, 0, r.count("issues"))
+	// RabbitMQ dead-letters the nacked message into issues-retry on its own time.
+	r.eventuallyCount("issues-retry", 1)
 	assert.Equal(t, []string{"2"}, bodies(r.getAll("issues-retry")))
 
 	rejected := r.getAll("issues-error")
@@ -192,7 +194,9 @@ func TestConsumeStopsPromptlyWhenIdle(t *testing.T) {
 	cancel()
 	start := time.Now()
 	require.NoError(t, waitDone(t, done))
-	assert.Less(t, time.Since(start), time.Second)
+	// A consumer that never saw the cancel hangs until waitDone gives up; this bound
+	// catches a slow poll, with room for two RPCs to a broker on a loaded machine.
+	assert.Less(t, time.Since(start), 3*time.Second)
 	assert.Equal(t, 0, consumers(r, "issues"))
 }
 

@@ -15,7 +15,9 @@ import (
 	"github.com/brokerswitch/brokerswitch/internal/testenv"
 )
 
-const waitFor = 10 * time.Second
+// waitFor bounds every wait on the broker: long, because it only ends a test that hangs,
+// and a loaded machine slows RabbitMQ too.
+const waitFor = 30 * time.Second
 
 // rabbit is a test's own vhost: a Pool under test plus a separate connection
 // for publishing and inspecting.

@@ -77,7 +77,9 @@ func TestPoolRedialsAfterTheBrokerClosedTheConnection(t *testing.T) {
 	}, waitFor, 20*time.Millisecond)
 	r.publish("issues", "after-restart")
 	assert.Equal(t, 1, r.count("issues"))
-	assert.Contains(t, r.logs.String(), "broker connection lost")
+	// The pool's watcher logs the loss on its own goroutine, maybe after the redial.
+	require.Eventually(t, func() bool { return strings.Contains(r.logs.String(), "broker connection lost") },
+		waitFor, 20*time.Millisecond, "the lost connection was never logged:\n%s", r.logs)
 }
 
 // consumers returns the consumer count of queue, or -1 when it cannot tell.

@@ -138,6 +138,9 @@ func newStackWith(t *testing.T, opts stackOptions) *stack {
 		require.NoError(t, err)
 		pgProxy = testenv.NewProxy(t, u.Host)
 		u.Host = pgProxy.Addr()
+		q := u.Query()
+		q.Set("application_name", workerAppName) // to find the workers' backends
+		u.RawQuery = q.Encode()
 		workerDSN = u.String()
 	}
 	vars := map[string]string{
@@ -190,6 +193,9 @@ func newStackWith(t *testing.T, opts stackOptions) *stack {
 	s.api = httptest.NewServer(api.Router(api.Deps{
 		Config: cfg, Temporal: tc, Store: s.store, Ping: sqlDB.PingContext,
 		Logger: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})),
+		// A forced switch answers once committed; a loaded machine may take longer than
+		// the default allows, and the scenarios test the commit, not its speed.
+		CommitWait: patience * api.DefaultCommitWait,
 	}))
 	t.Cleanup(s.api.Close)
 	t.Cleanup(s.replayHistories) // runs after the workers stop: cleanups run last-in first-out
@@ -267,6 +273,18 @@ func (s *stack) counts(index int, queues ...string) map[string]int {
 	return c
 }
 
+// workerAppName names the workers' Postgres connections when they go through pgProxy.
+const workerAppName = "brokerswitch-e2e-worker"
+
+// workerBackends counts the Postgres backends serving the workers through pgProxy.
+func (s *stack) workerBackends() int {
+	s.t.Helper()
+	var n int
+	require.NoError(s.t, s.db.Raw("SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND application_name = ?",
+		workerAppName).Scan(&n).Error)
+	return n
+}
+
 // deliveries counts the ledger rows.
 func (s *stack) deliveries() int64 {
 	var n int64
@@ -277,10 +295,31 @@ func (s *stack) deliveries() int64 {
 // waitFor polls cond until it holds or the deadline passes.
 func (s *stack) waitFor(what string, within time.Duration, cond func() bool) {
 	s.t.Helper()
+	s.waitUntil(what, within, func() (bool, string) { return cond(), "" })
+}
+
+// patience stretches every wait's deadline. A deadline only ends a test that hangs; on a
+// loaded machine (make test-stress beside other work) the Temporal dev server alone can
+// stall for half a minute, and a wait ends as soon as its condition holds, so a long
+// deadline costs a passing run nothing. Timings the design promises are asserted apart.
+const patience = 3
+
+// waitUntil polls cond until it holds or the deadline (within × patience) passes; on a
+// timeout the failure shows what cond last said about the value it waits on.
+func (s *stack) waitUntil(what string, within time.Duration, cond func() (ok bool, last string)) {
+	s.t.Helper()
+	within *= patience
 	deadline := time.Now().Add(within)
-	for !cond() {
+	for {
+		ok, last := cond()
+		if ok {
+			return
+		}
 		if time.Now().After(deadline) {
-			s.t.Fatalf("timed out after %s waiting for %s", within, what)
+			if last != "" {
+				last = ": " + last
+			}
+			s.t.Fatalf("timed out after %s waiting for %s%s", within, what, last)
 		}
 		time.Sleep(50 * time.Millisecond)
 	}

@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
@@ -115,6 +116,27 @@ func (o *observed) value(t *testing.T, name string, labels ...string) float64 {
 	return metricstest.Value(t, o.reg, name, labels...)
 }
 
+// requireCount waits until a counter (or a histogram's sample count) reaches want, then
+// requires exactly want. The service counts after the effect a test can see (a row
+// committed, a state saved, a connection closed), so one read right after the effect may
+// come before the count.
+func (o *observed) requireCount(s *stack, want float64, name string, labels ...string) {
+	s.t.Helper()
+	o.waitMetric(s, fmt.Sprintf("%s%v to reach %v", name, labels, want), func(v float64) bool { return v >= want }, name, labels...)
+	require.InDelta(s.t, want, o.value(s.t, name, labels...), 0, "%s%v", name, labels)
+}
+
+// waitMetric waits until the metric's value (its series matching labels, summed) satisfies ok.
+func (o *observed) waitMetric(s *stack, what string, ok func(float64) bool, name string, labels ...string) {
+	s.t.Helper()
+	s.waitUntil(what, 30*time.Second, func() (bool, string) {
+		v := o.value(s.t, name, labels...)
+		return ok(v), fmt.Sprintf("%s%v is %v", name, labels, v)
+	})
+}
+
+func positive(v float64) bool { return v > 0 }
+
 // TestMetricsAndPingsFollowRealWork runs a worker through consumption, a poison message, a
 // Leftover Drain, a drained switch, a forced switch and a broker outage, and checks the
 // counters, gauges and HealthChecks pings each step leaves.
@@ -137,7 +159,9 @@ func TestMetricsAndPingsFollowRealWork(t *testing.T) {
 			applied++
 		}
 	}
-	require.InDelta(t, applied, o.value(t, "brokerswitch_events_total", "outcome", "applied"), 0)
+	// Counted once the batch's transaction committed: the last rows may show first.
+	o.requireCount(s, float64(applied), "brokerswitch_events_total", "outcome", "applied")
+	// Counted before the handler returned the verdict that routed it.
 	require.InDelta(t, 1, o.value(t, "brokerswitch_events_total", "queue", "issues", "event", "issues", "outcome", "rejected"), 0)
 	s.waitFor("windows that ran their length", 30*time.Second, func() bool {
 		return o.value(t, "brokerswitch_consumer_window_seconds", "end", "elapsed") >= 4
@@ -153,17 +177,17 @@ func TestMetricsAndPingsFollowRealWork(t *testing.T) {
 	require.NoError(t, err)
 	s.publish(1, leftovers...)
 	s.waitFor("the leftovers applied", time.Minute, func() bool { return s.deliveries() == int64(len(events)+len(leftovers))+1 })
-	// Counted once the Leftover Drain returns, a moment after its last batch committed.
-	s.waitFor("the leftovers counted", 10*time.Second, func() bool {
-		return o.value(t, "brokerswitch_leftover_drain_messages_total", "broker", "1") == float64(len(leftovers))
-	})
+	// Counted once Pool.Drain returned, after the rows committed.
+	o.requireCount(s, float64(len(leftovers)), "brokerswitch_leftover_drain_messages_total", "broker", "1")
 
 	// A drained switch: counted, with its lags, and the gauges read from Postgres.
 	s.notify(1, time.Now())
 	s.waitFor("the switch to broker 1", 30*time.Second, func() bool { return s.state().ActiveIndex == 1 })
-	require.InDelta(t, 1, o.value(t, "brokerswitch_switches_total", "forced", "false"), 0)
-	require.InDelta(t, 1, o.value(t, "brokerswitch_switch_commit_lag_seconds"), 0)
-	require.InDelta(t, 1, o.value(t, "brokerswitch_switch_pending_seconds"), 0)
+	// Counted once CommitHop's transaction committed, after the state shows the switch.
+	o.requireCount(s, 1, "brokerswitch_switches_total", "forced", "false")
+	o.requireCount(s, 1, "brokerswitch_switch_commit_lag_seconds")
+	o.requireCount(s, 1, "brokerswitch_switch_pending_seconds")
+	// Counted by the drain check that CommitHop waited for.
 	require.Positive(t, o.value(t, "brokerswitch_drain_checks_total", "broker", "0", "result", "drained"))
 	// The state gauges come from a reading that serves one second of scrapes.
 	s.waitFor("the active broker gauge at 1", 10*time.Second, func() bool {
@@ -196,7 +220,8 @@ func TestMetricsAndPingsFollowRealWork(t *testing.T) {
 		return o.value(t, "brokerswitch_consumer_window_seconds", "end", "failed") >= 1
 	})
 	s.waitFor("a fail ping", 10*time.Second, func() bool { return o.pings.get("fail") >= 1 })
-	require.Positive(t, o.value(t, "brokerswitch_amqp_connections_lost_total", "broker", "1"))
+	// Counted by the pool's watcher of the connection, beside the window that failed.
+	o.waitMetric(s, "the lost connection counted", positive, "brokerswitch_amqp_connections_lost_total", "broker", "1")
 
 	s.signal(workflows.SignalForceSwitch, activities.ForceSwitchInput{Index: 0})
 	s.waitFor("the forced switch", 30*time.Second, func() bool { st := s.state(); return st.ActiveIndex == 0 && st.Pending == nil })
@@ -211,7 +236,8 @@ func TestMetricsAndPingsFollowRealWork(t *testing.T) {
 
 	// The Temporal SDK's metrics share the registry, and the API serves it all on /metrics.
 	require.Positive(t, o.value(t, "temporal_request_total"))
-	require.Positive(t, o.value(t, "temporal_activity_execution_latency_seconds", "activity_type", "CommitHop"))
+	// Recorded by the SDK once the activity returned, after its commit.
+	o.waitMetric(s, "CommitHop's latency recorded", positive, "temporal_activity_execution_latency_seconds", "activity_type", "CommitHop")
 	res, err := http.Get(o.api.URL + "/metrics")
 	require.NoError(t, err)
 	page, err := io.ReadAll(res.Body)

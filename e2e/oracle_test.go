@@ -439,12 +439,13 @@ func (s *stack) settled(e expectation) bool {
 	return true
 }
 
-// verify waits until the log's deliveries are settled, then runs the oracle on the log
-// file and fails the test on any difference. It returns the verdict for the summary.
+// verify waits until the log's deliveries are settled (for within × patience at most),
+// then runs the oracle on the log file and fails the test on any difference. It returns
+// the verdict for the summary.
 func (s *stack) verify(log string, within time.Duration) verdict {
 	s.t.Helper()
 	e := expectFromFile(s.t, log)
-	deadline := time.Now().Add(within)
+	deadline := time.Now().Add(within * patience)
 	for !s.settled(e) && time.Now().Before(deadline) {
 		time.Sleep(100 * time.Millisecond)
 	}

@@ -8,10 +8,12 @@ package e2e
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -102,8 +104,18 @@ func TestScenario03RetryTailHoldsTheSwitch(t *testing.T) {
 	require.NoError(t, s.db.First(&tailRow, "delivery_id = ?", tail.DeliveryID).Error)
 	last := s.state().LastSwitch
 	require.Equal(t, 0, tailRow.BrokerIndex, "the tail was read from the old broker")
-	require.True(t, tailRow.AppliedAt.Before(last.CompletedAt), "the tail was applied before the flip")
 	require.True(t, last.CompletedAt.After(tailAt.Add(retryTTL)), "the switch waited for the tail to come back from -retry")
+	// A drain check counts ready messages, so the switch may commit while the tail is in
+	// the old window's last batch, or, when it expires between the reads of issues and
+	// issues-retry, while it waits in issues for the Leftover Drain. Either way it is
+	// applied before anything from the new broker on its queue: that is the promise.
+	var firstNew *time.Time
+	require.NoError(t, s.db.Raw("SELECT min(applied_at) FROM github_deliveries WHERE broker_index = 1 AND queue = ? AND outcome <> 'error'",
+		tailRow.Queue).Scan(&firstNew).Error)
+	require.NotNil(t, firstNew, "broker 1's events on %s were applied", tailRow.Queue)
+	t.Logf("tail applied at %s, switch committed at %s, first event from broker 1 on %s applied at %s",
+		tailRow.AppliedAt.Format("15:04:05.000"), last.CompletedAt.Format("15:04:05.000"), tailRow.Queue, firstNew.Format("15:04:05.000"))
+	require.True(t, tailRow.AppliedAt.Before(*firstNew), "the tail was applied before the new broker's events on its queue")
 	s.requireFlipAfterDrain(0, 1)
 	s.report(v, s.lagOf())
 }
@@ -214,11 +226,15 @@ func TestScenario07ForcedSwitchMidDrainAndCancel(t *testing.T) {
 	require.Equal(t, http.StatusForbidden, status, body)
 	status, body = s.call(http.MethodPost, "/api/v1/broker/switch/1", operatorToken, "")
 	require.Equal(t, http.StatusOK, status, body)
-	require.Less(t, s.appliedFrom(0), backlog, "the switch was forced mid-drain")
 	st := s.state()
 	require.Equal(t, 1, st.ActiveIndex, "answered once committed")
 	require.True(t, st.LastSwitch.Forced)
 	require.Nil(t, st.Pending)
+	// Broker 0's windows go on until they hear of the switch, and the Leftover Drain takes
+	// the rest: what shows the switch came mid-drain is what was applied when it committed.
+	atSwitch := s.appliedFromUntil(0, st.LastSwitch.CompletedAt)
+	t.Logf("forced after %d of broker 0's %d messages", atSwitch, backlog)
+	require.Less(t, atSwitch, backlog, "the switch was forced mid-drain")
 
 	// Forced from the Temporal CLI, as an operator types it, while broker 1 still drains.
 	require.NoError(t, p.Publish(ctx, s.workload(mixed(16, 13))...))
@@ -287,7 +303,11 @@ func TestScenario08UnreachableBrokers(t *testing.T) {
 		return c != nil && !c.Reachable
 	})
 	require.Equal(t, 0, s.state().ActiveIndex)
-	require.Contains(t, s.switchStatus().Waiting, "unreachable")
+	// The activity records the check in Postgres before the workflow sees its result.
+	s.waitUntil("the workflow to say it waits for the unreachable broker", 30*time.Second, func() (bool, string) {
+		waiting := s.switchStatus().Waiting
+		return strings.Contains(waiting, "unreachable"), "waiting: " + waiting
+	})
 
 	s.proxies[0].Restore(t)
 	s.waitFor("the switch once broker 0 is back and drained", time.Minute, func() bool { return s.state().ActiveIndex == 1 })
@@ -329,8 +349,12 @@ func TestScenario10PostgresRestartedMidWindow(t *testing.T) {
 	s.startWorker()
 	s.waitFor("the worker consuming", time.Minute, func() bool { return s.appliedFrom(0) >= 150 })
 
-	s.pgProxy.Cut()                    // closes every connection of the worker: its backends end as in a restart
-	time.Sleep(500 * time.Millisecond) // a COMMIT the server had already read still lands
+	s.pgProxy.Cut() // closes every connection of the worker: its backends end as in a restart
+	// A COMMIT a backend had already read still lands; once the backends are gone, nothing can.
+	s.waitUntil("the worker's Postgres backends to end", 30*time.Second, func() (bool, string) {
+		n := s.workerBackends()
+		return n == 0, fmt.Sprintf("%d left", n)
+	})
 	during := s.appliedFrom(0)
 	deadline := time.Now().Add(5 * time.Second)
 	for time.Now().Before(deadline) {
@@ -437,6 +461,15 @@ func (s *stack) appliedFrom(index int) int64 {
 	s.t.Helper()
 	var n int64
 	require.NoError(s.t, s.db.Raw("SELECT count(*) FROM github_deliveries WHERE broker_index = ? AND outcome <> 'error'", index).Scan(&n).Error)
+	return n
+}
+
+// appliedFromUntil counts the deliveries from broker index applied or ignored no later than until.
+func (s *stack) appliedFromUntil(index int, until time.Time) int64 {
+	s.t.Helper()
+	var n int64
+	require.NoError(s.t, s.db.Raw("SELECT count(*) FROM github_deliveries WHERE broker_index = ? AND outcome <> 'error' AND applied_at <= ?",
+		index, until).Scan(&n).Error)
 	return n
 }
 
