@@ -151,6 +151,9 @@ func TestOrdersWaitForTheWorkflowsAnswer(t *testing.T) {
 	require.Equal(t, http.StatusOK, res.Status, res.Body)
 	require.Equal(t, "already-there", res.JSON(t)["outcome"])
 
+	// Broker 1, now active, holds a message, so that the switch back to 0 stays pending
+	// until it is cancelled.
+	e.publish(1)
 	host0, vhost0 := e.endpoint(0)
 	require.Equal(t, http.StatusAccepted, e.notify(host0, vhost0, time.Now()).Status)
 	e.eventually("the pending switch to 0", func(st models.BrokerState) bool { return target(st) == 0 })
