@@ -6,7 +6,11 @@ TEMPORAL := $(BIN)/temporal
 GOLANGCI_LINT := $(BIN)/golangci-lint-$(GOLANGCI_LINT_VERSION)
 GO       ?= go
 
-.PHONY: dev test test-unit lint build migrate services temporal-cli golangci-lint bench clean
+.PHONY: help dev test test-unit lint tidy-check build migrate services temporal-cli golangci-lint bench clean
+
+## help: list the targets with what each does
+help:
+	@sed -n 's/^## \([a-z-]*\): /\1\t/p' $(MAKEFILE_LIST) | awk -F '\t' '{ printf "  %-14s %s\n", $$1, $$2 }'
 
 ## dev: run the service against local Postgres, RabbitMQ (two vhosts) and a Temporal dev server with its Web UI on :8233
 dev: build temporal-cli services
@@ -21,10 +25,14 @@ test: temporal-cli services
 test-unit:
 	$(GO) test -race -count=1 ./config/ ./workflows/
 
-## lint: golangci-lint (.golangci.yml) and go vet
-lint: $(GOLANGCI_LINT)
+## lint: module tidiness, golangci-lint (.golangci.yml) and go vet
+lint: tidy-check $(GOLANGCI_LINT)
 	$(GOLANGCI_LINT) run ./...
 	$(GO) vet ./...
+
+## tidy-check: fail if `go mod tidy` would change go.mod or go.sum (prints the diff)
+tidy-check:
+	$(GO) mod tidy -diff
 
 ## build: the brokerswitch binary in bin/
 build:
@@ -55,5 +63,6 @@ $(GOLANGCI_LINT):
 bench: temporal-cli services
 	$(GO) run ./bench -runs 3 -out BENCHMARKS.md -chart bench/benchmarks.png
 
+## clean: remove bin/ (built binaries and pinned tools) and .dev/ (the dev server's state)
 clean:
 	rm -rf $(BIN) .dev
