@@ -5,8 +5,14 @@ BIN      := $(CURDIR)/bin
 TEMPORAL := $(BIN)/temporal
 GOLANGCI_LINT := $(BIN)/golangci-lint-$(GOLANGCI_LINT_VERSION)
 GO       ?= go
+# What `brokerswitch version` and brokerswitch_build_info report. Stamped with -X rather
+# than left to Go's VCS stamping alone, which GOFLAGS=-buildvcs=false or a copy without
+# .git (a Docker build context) turn off; a plain `go build` still gets Go's stamp.
+VERSION  ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+REVISION ?= $(shell git rev-parse HEAD 2>/dev/null)
+LDFLAGS  := -X main.version=$(VERSION) -X main.revision=$(REVISION)
 
-.PHONY: help dev test test-unit lint tidy-check build migrate services temporal-cli golangci-lint bench clean
+.PHONY: help dev test test-unit lint tidy-check build image migrate services temporal-cli golangci-lint bench clean
 
 ## help: list the targets with what each does
 help:
@@ -34,9 +40,13 @@ lint: tidy-check $(GOLANGCI_LINT)
 tidy-check:
 	$(GO) mod tidy -diff
 
-## build: the brokerswitch binary in bin/
+## build: the brokerswitch binary in bin/, stamped with VERSION and the commit
 build:
-	$(GO) build -o $(BIN)/brokerswitch ./cmd/brokerswitch
+	$(GO) build -ldflags '$(LDFLAGS)' -o $(BIN)/brokerswitch ./cmd/brokerswitch
+
+## image: the container image brokerswitch:$(VERSION), stamped like build (needs Docker)
+image:
+	docker build --build-arg VERSION=$(VERSION) --build-arg REVISION=$(REVISION) -t brokerswitch:$(VERSION) .
 
 ## migrate: apply the schema to DATABASE_URL
 migrate: build

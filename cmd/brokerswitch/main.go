@@ -14,7 +14,6 @@ import (
 	"syscall"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/collectors"
 	"go.temporal.io/sdk/client"
 	temporallog "go.temporal.io/sdk/log"
 	"golang.org/x/sync/errgroup"
@@ -40,13 +39,15 @@ commands:
   api       run the HTTP API on HTTP_ADDR
   serve     run worker and api in one process
   simulate  publish like the producer and rotate brokers, to rehearse a switch (simulate -h)
+  version   print the version, commit and Go version of this build
+  help      print this text
 
 Configuration comes from the environment; see README.md.
 `
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	err := run(ctx, os.Args[1:], os.Getenv, os.Stderr)
+	err := run(ctx, os.Args[1:], os.Getenv, os.Stdout, os.Stderr)
 	stop()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "brokerswitch:", err)
@@ -54,16 +55,26 @@ func main() {
 	}
 }
 
-func run(ctx context.Context, args []string, getenv config.Getenv, stderr io.Writer) error {
-	if len(args) > 0 && args[0] == "simulate" {
-		return simulate.Main(ctx, args[1:], getenv, os.Stdout, stderr)
-	}
-	if len(args) != 1 || args[0] == "help" || args[0] == "-h" || args[0] == "--help" {
+func run(ctx context.Context, args []string, getenv config.Getenv, stdout, stderr io.Writer) error {
+	if len(args) == 0 {
 		fmt.Fprint(stderr, usage)
-		if len(args) == 1 && args[0] != "help" && args[0][0] != '-' {
-			return fmt.Errorf("unknown command %q", args[0])
-		}
+		return errors.New("no command given")
+	}
+	switch args[0] {
+	case "simulate":
+		return simulate.Main(ctx, args[1:], getenv, stdout, stderr)
+	case "help", "-h", "-help", "--help":
+		fmt.Fprint(stdout, usage)
 		return nil
+	case "version", "-version", "--version":
+		return printVersion(stdout, buildInfo())
+	case "migrate", "worker", "api", "serve":
+		if len(args) > 1 {
+			return fmt.Errorf("%s takes no arguments (configuration comes from the environment), got %q", args[0], args[1:])
+		}
+	default:
+		fmt.Fprint(stderr, usage)
+		return fmt.Errorf("unknown command %q", args[0])
 	}
 	cfg, err := config.FromEnv(getenv)
 	if err != nil {
@@ -97,10 +108,8 @@ func run(ctx context.Context, args []string, getenv config.Getenv, stderr io.Wri
 			g.Go(func() error { return api.Serve(ctx, s.apiDeps(cfg, logger)) })
 			return g.Wait()
 		})
-	default:
-		fmt.Fprint(stderr, usage)
-		return fmt.Errorf("unknown command %q", args[0])
 	}
+	return fmt.Errorf("unknown command %q", args[0]) // unreachable: the commands are checked above
 }
 
 func newLogger(level string, w io.Writer) *slog.Logger {
@@ -144,7 +153,9 @@ func withServices(ctx context.Context, cfg config.Config, logger *slog.Logger, f
 	}
 	defer sqlDB.Close()
 	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	if err := metrics.RegisterRuntime(reg, buildInfo(), sqlDB); err != nil {
+		return err
+	}
 	m := metrics.New(reg)
 	if err := m.WatchState(worker.StateReader(worker.NewBrokerStore(db, cfg.Brokers))); err != nil {
 		return err
