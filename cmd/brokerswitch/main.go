@@ -157,6 +157,7 @@ func withServices(ctx context.Context, cfg config.Config, logger *slog.Logger, f
 		return err
 	}
 	m := metrics.New(reg)
+	m.StartAtZero(cfg.Queues, len(cfg.Brokers))
 	if err := m.WatchState(worker.StateReader(worker.NewBrokerStore(db, cfg.Brokers))); err != nil {
 		return err
 	}
