@@ -96,9 +96,9 @@ func TestServicesWaitForHealthyDependencies(t *testing.T) {
 		}
 		require.Equal(t, deps, got, "%s depends_on", name)
 	}
-	// The probes hit what the binary serves: /readyz on HTTP_ADDR, /healthz on METRICS_ADDR.
+	// The probes hit what the binary serves: /readyz on HTTP_ADDR and on METRICS_ADDR.
 	require.Contains(t, strings.Join(p.Services["api"].HealthCheck.Test, " "), "127.0.0.1:8080/readyz")
-	require.Contains(t, strings.Join(p.Services["worker"].HealthCheck.Test, " "), "127.0.0.1:9090/healthz")
+	require.Contains(t, strings.Join(p.Services["worker"].HealthCheck.Test, " "), "127.0.0.1:9090/readyz")
 }
 
 // Temporal runs from an image that is still published: the CLI's dev server, reachable

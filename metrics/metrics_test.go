@@ -186,7 +186,7 @@ func TestServeAnswersMetricsUntilContextEnds(t *testing.T) {
 	require.NoError(t, err)
 	ctx, cancel := context.WithCancel(t.Context())
 	done := make(chan error, 1)
-	go func() { done <- m.serve(ctx, ln, nil) }()
+	go func() { done <- m.serve(ctx, ln, nil, nil) }()
 
 	res, err := http.Get("http://" + ln.Addr().String() + "/metrics")
 	require.NoError(t, err)
@@ -203,7 +203,7 @@ func TestServeAnswersMetricsUntilContextEnds(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("the metrics server did not stop")
 	}
-	require.ErrorContains(t, m.Serve(t.Context(), "256.0.0.1:1", nil), "METRICS_ADDR")
+	require.ErrorContains(t, m.Serve(t.Context(), "256.0.0.1:1", nil, nil), "METRICS_ADDR")
 }
 
 type recorded struct {

@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"go.temporal.io/sdk/client"
@@ -88,7 +89,7 @@ func run(ctx context.Context, args []string, getenv config.Getenv, stdout, stder
 		return withServices(ctx, cfg, logger, func(ctx context.Context, s services) error {
 			g, ctx := errgroup.WithContext(ctx)
 			g.Go(func() error { return worker.Run(ctx, s.workerDeps(cfg, logger)) })
-			g.Go(func() error { return s.metrics.Serve(ctx, cfg.MetricsAddr, logger) })
+			g.Go(func() error { return s.metrics.Serve(ctx, cfg.MetricsAddr, logger, s.readiness(cfg, logger)) })
 			return g.Wait()
 		})
 	case "api":
@@ -184,6 +185,38 @@ func withServices(ctx context.Context, cfg config.Config, logger *slog.Logger, f
 		return nil
 	}
 	return err
+}
+
+// readinessMaxAge is how long the worker's /readyz answer is reused: probes from the
+// kubelet and Compose cost one round of checks per period, not one each.
+const readinessMaxAge = 5 * time.Second
+
+// readiness is the worker's /readyz: it can do its work, being connected to Postgres, to
+// Temporal and to the broker that is active now.
+func (s services) readiness(cfg config.Config, logger *slog.Logger) *metrics.Readiness {
+	store := worker.NewBrokerStore(s.db, cfg.Brokers)
+	return &metrics.Readiness{
+		MaxAge: readinessMaxAge,
+		Logger: logger,
+		Checks: []metrics.Check{
+			{Name: "postgres", Run: s.sqlDB.PingContext},
+			{Name: "temporal", Run: func(ctx context.Context) error {
+				_, err := s.temporal.CheckHealth(ctx, &client.CheckHealthRequest{})
+				return err
+			}},
+			{Name: "active_broker", Run: func(ctx context.Context) error {
+				st, err := store.Load(ctx)
+				if err != nil {
+					return fmt.Errorf("read the active broker: %w", err)
+				}
+				ch, err := s.pool.Channel(ctx, st.ActiveIndex)
+				if err != nil {
+					return err
+				}
+				return ch.Close()
+			}},
+		},
+	}
 }
 
 func (s services) workerDeps(cfg config.Config, logger *slog.Logger) worker.Deps {
