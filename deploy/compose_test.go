@@ -80,11 +80,11 @@ func TestServicesWaitForHealthyDependencies(t *testing.T) {
 
 	healthy, completed := types.ServiceConditionHealthy, types.ServiceConditionCompletedSuccessfully
 	want := map[string]map[string]string{
-		"postgres":    {},
-		"rabbitmq-a":  {},
-		"rabbitmq-b":  {},
-		"temporal":    {},
-		"migrate":     {"postgres": healthy},
+		"postgres":   {},
+		"rabbitmq-a": {},
+		"rabbitmq-b": {},
+		"temporal":   {},
+		"migrate":    {"postgres": healthy},
 		"worker": {"migrate": completed, "postgres": healthy, "rabbitmq-a": healthy, "rabbitmq-b": healthy,
 			"temporal": healthy},
 		"api": {"migrate": completed, "postgres": healthy, "temporal": healthy},
