@@ -1,9 +1,12 @@
 # brokerswitch: `make dev` runs it on this machine, `make test` proves it.
 TEMPORAL_CLI_VERSION := v1.5.1
 GOLANGCI_LINT_VERSION := v2.15.0
+# promtool runs the alert rules' unit tests; v0.316.0 is Prometheus 3.x's module version.
+PROMTOOL_VERSION := v0.316.0
 BIN      := $(CURDIR)/bin
 TEMPORAL := $(BIN)/temporal
 GOLANGCI_LINT := $(BIN)/golangci-lint-$(GOLANGCI_LINT_VERSION)
+PROMTOOL := $(BIN)/promtool-$(PROMTOOL_VERSION)
 GO       ?= go
 # What `brokerswitch version` and brokerswitch_build_info report. Stamped with -X rather
 # than left to Go's VCS stamping alone, which GOFLAGS=-buildvcs=false or a copy without
@@ -12,7 +15,7 @@ VERSION  ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev
 REVISION ?= $(shell git rev-parse HEAD 2>/dev/null)
 LDFLAGS  := -X main.version=$(VERSION) -X main.revision=$(REVISION)
 
-.PHONY: help dev test test-unit lint tidy-check build image migrate services temporal-cli golangci-lint bench clean
+.PHONY: help dev test test-unit lint tidy-check build image migrate services temporal-cli golangci-lint promtool test-alerts bench clean
 
 ## help: list the targets with what each does
 help:
@@ -22,10 +25,15 @@ help:
 dev: build temporal-cli services
 	scripts/dev.sh
 
-## test: unit and integration tests against real Postgres, RabbitMQ and a Temporal dev server
-test: temporal-cli services
+## test: unit and integration tests against real Postgres, RabbitMQ and a Temporal dev server, and the alert rules' tests
+test: temporal-cli services test-alerts
 	$(GO) vet ./...
 	$(GO) test -race -count=1 -timeout 20m ./...
+
+## test-alerts: promtool's unit tests of docs/alerts.yml (docs/alerts_test.yml): each alert fires, and is held back
+test-alerts: $(PROMTOOL)
+	$(PROMTOOL) check rules docs/alerts.yml
+	$(PROMTOOL) test rules docs/alerts_test.yml
 
 ## test-unit: the tests that need no service: configuration and workflow logic in virtual time
 test-unit:
@@ -68,6 +76,14 @@ $(GOLANGCI_LINT):
 	GOBIN=$(BIN)/.golangci-lint $(GO) install github.com/golangci/golangci-lint/v2/cmd/golangci-lint@$(GOLANGCI_LINT_VERSION)
 	mv $(BIN)/.golangci-lint/golangci-lint $@
 	rmdir $(BIN)/.golangci-lint
+
+## promtool: the pinned promtool in bin/ (several minutes the first time: it builds Prometheus' service discovery too)
+promtool: $(PROMTOOL)
+$(PROMTOOL):
+	@mkdir -p $(BIN)/.promtool
+	GOBIN=$(BIN)/.promtool $(GO) install github.com/prometheus/prometheus/cmd/promtool@$(PROMTOOL_VERSION)
+	mv $(BIN)/.promtool/promtool $@
+	rmdir $(BIN)/.promtool
 
 ## bench: throughput, switch lag, catch-up and cost against the local services (about 7 minutes on 2 CPUs); writes BENCHMARKS.md, bench/benchmarks.png and bench/results.json
 bench: temporal-cli services
