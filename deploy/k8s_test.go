@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 	appsv1 "k8s.io/api/apps/v1"
@@ -137,9 +138,11 @@ func TestKubernetesBaseHasEveryPart(t *testing.T) {
 	require.NotNil(t, worker)
 	require.EqualValues(t, 2, *worker.Spec.Replicas)
 	require.Equal(t, []string{"worker"}, worker.Spec.Template.Spec.Containers[0].Args)
-	// Longer than a window needs to hear of its cancellation (heartbeat timeout, 20 s)
-	// and settle its batch.
-	require.GreaterOrEqual(t, *worker.Spec.Template.Spec.TerminationGracePeriodSeconds, int64(120))
+	// Longer than the worker waits for its windows to settle (WORKER_STOP_TIMEOUT).
+	stop, err := time.ParseDuration(m.configMaps["brokerswitch-config"].Data["WORKER_STOP_TIMEOUT"])
+	require.NoError(t, err)
+	grace := time.Duration(*worker.Spec.Template.Spec.TerminationGracePeriodSeconds) * time.Second
+	require.Greater(t, grace, stop+10*time.Second, "the grace period outlasts WORKER_STOP_TIMEOUT")
 
 	api := m.deployments["brokerswitch-api"]
 	require.NotNil(t, api)
