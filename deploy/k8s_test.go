@@ -87,29 +87,17 @@ func loadManifests(t *testing.T) manifests {
 			var name2 string
 			switch head.APIVersion + " " + head.Kind {
 			case "apps/v1 Deployment":
-				o := &appsv1.Deployment{}
-				decodeStrict(t, name, js, o)
-				m.deployments[o.Name], name2 = o, o.Name
+				name2 = decodeNamed(t, name, js, m.deployments)
 			case "batch/v1 Job":
-				o := &batchv1.Job{}
-				decodeStrict(t, name, js, o)
-				m.jobs[o.Name], name2 = o, o.Name
+				name2 = decodeNamed(t, name, js, m.jobs)
 			case "v1 ConfigMap":
-				o := &corev1.ConfigMap{}
-				decodeStrict(t, name, js, o)
-				m.configMaps[o.Name], name2 = o, o.Name
+				name2 = decodeNamed(t, name, js, m.configMaps)
 			case "v1 Secret":
-				o := &corev1.Secret{}
-				decodeStrict(t, name, js, o)
-				m.secrets[o.Name], name2 = o, o.Name
+				name2 = decodeNamed(t, name, js, m.secrets)
 			case "v1 Service":
-				o := &corev1.Service{}
-				decodeStrict(t, name, js, o)
-				m.services[o.Name], name2 = o, o.Name
+				name2 = decodeNamed(t, name, js, m.services)
 			case "policy/v1 PodDisruptionBudget":
-				o := &policyv1.PodDisruptionBudget{}
-				decodeStrict(t, name, js, o)
-				m.pdbs[o.Name], name2 = o, o.Name
+				name2 = decodeNamed(t, name, js, m.pdbs)
 			default:
 				t.Fatalf("%s: unexpected %s %s", name, head.APIVersion, head.Kind)
 			}
@@ -117,6 +105,18 @@ func loadManifests(t *testing.T) manifests {
 		}
 	}
 	return m
+}
+
+// decodeNamed decodes one object strictly and files it under its name.
+func decodeNamed[T any, P interface {
+	*T
+	GetName() string
+}](t *testing.T, file string, js []byte, into map[string]P) string {
+	t.Helper()
+	o := P(new(T))
+	decodeStrict(t, file, js, o)
+	into[o.GetName()] = o
+	return o.GetName()
 }
 
 func decodeStrict(t *testing.T, file string, js []byte, into any) {
