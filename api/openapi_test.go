@@ -284,7 +284,7 @@ func TestServerLevelAnswersAreDocumented(t *testing.T) {
 	ctx, cancel := context.WithCancel(t.Context())
 	done := make(chan error, 1)
 	go func() { done <- serve(ctx, e.deps, ln) }()
-	t.Cleanup(func() { cancel(); <-done })
+	t.Cleanup(func() { cancel(); require.NoError(t, <-done) })
 
 	raw := func(request string) (status, contentType string) {
 		conn, err := net.DialTimeout("tcp", ln.Addr().String(), 5*time.Second)
