@@ -21,6 +21,7 @@ import (
 
 	"github.com/pb33f/libopenapi"
 	validator "github.com/pb33f/libopenapi-validator"
+	validatorconfig "github.com/pb33f/libopenapi-validator/config"
 	validationerrors "github.com/pb33f/libopenapi-validator/errors"
 	"github.com/stretchr/testify/require"
 	yaml "go.yaml.in/yaml/v3"
@@ -194,7 +195,9 @@ var openAPIValidator = sync.OnceValues(func() (validator.Validator, error) {
 	if err != nil {
 		return nil, err
 	}
-	v, errs := validator.NewValidator(doc)
+	// Authentication is checked by the auth tests: the document's bearer scheme cannot
+	// say that "token <t>" is accepted too, or that API_INSECURE_NO_AUTH needs none.
+	v, errs := validator.NewValidator(doc, validatorconfig.WithoutSecurityValidation())
 	if len(errs) > 0 {
 		return nil, errors.Join(errs...)
 	}
@@ -245,7 +248,7 @@ func unroutable(status int, errs []*validationerrors.ValidationError) bool {
 		return false
 	}
 	for _, e := range errs {
-		if e.ValidationType != "path" {
+		if e.ValidationType != "path" && !strings.Contains(e.Message, "response code") {
 			return false
 		}
 	}
