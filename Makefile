@@ -1,21 +1,39 @@
 # brokerswitch: `make dev` runs it on this machine, `make test` proves it.
 TEMPORAL_CLI_VERSION := v1.5.1
 GOLANGCI_LINT_VERSION := v2.15.0
+# promtool runs the alert rules' unit tests; v0.316.0 is Prometheus 3.x's module version.
+PROMTOOL_VERSION := v0.316.0
 BIN      := $(CURDIR)/bin
 TEMPORAL := $(BIN)/temporal
 GOLANGCI_LINT := $(BIN)/golangci-lint-$(GOLANGCI_LINT_VERSION)
+PROMTOOL := $(BIN)/promtool-$(PROMTOOL_VERSION)
 GO       ?= go
+# What `brokerswitch version` and brokerswitch_build_info report. Stamped with -X rather
+# than left to Go's VCS stamping alone, which GOFLAGS=-buildvcs=false or a copy without
+# .git (a Docker build context) turn off; a plain `go build` still gets Go's stamp.
+VERSION  ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+REVISION ?= $(shell git rev-parse HEAD 2>/dev/null)
+LDFLAGS  := -X main.version=$(VERSION) -X main.revision=$(REVISION)
 
-.PHONY: dev test test-unit test-stress lint build migrate services temporal-cli golangci-lint bench clean
+.PHONY: help dev test test-unit test-stress lint tidy-check build image migrate services temporal-cli golangci-lint promtool test-alerts bench clean
+
+## help: list the targets with what each does
+help:
+	@sed -n 's/^## \([a-z-]*\): /\1\t/p' $(MAKEFILE_LIST) | awk -F '\t' '{ printf "  %-14s %s\n", $$1, $$2 }'
 
 ## dev: run the service against local Postgres, RabbitMQ (two vhosts) and a Temporal dev server with its Web UI on :8233
 dev: build temporal-cli services
 	scripts/dev.sh
 
-## test: unit and integration tests against real Postgres, RabbitMQ and a Temporal dev server
-test: temporal-cli services
+## test: unit and integration tests against real Postgres, RabbitMQ and a Temporal dev server, and the alert rules' tests
+test: temporal-cli services test-alerts
 	$(GO) vet ./...
 	$(GO) test -race -count=1 -timeout 20m ./...
+
+## test-alerts: promtool's unit tests of docs/alerts.yml (docs/alerts_test.yml): each alert fires, and is held back
+test-alerts: $(PROMTOOL)
+	$(PROMTOOL) check rules docs/alerts.yml
+	$(PROMTOOL) test rules docs/alerts_test.yml
 
 ## test-unit: the tests that need no service: configuration and workflow logic in virtual time
 test-unit:
@@ -25,14 +43,22 @@ test-unit:
 test-stress: temporal-cli services
 	scripts/test-stress.sh
 
-## lint: golangci-lint (.golangci.yml) and go vet
-lint: $(GOLANGCI_LINT)
+## lint: module tidiness, golangci-lint (.golangci.yml) and go vet
+lint: tidy-check $(GOLANGCI_LINT)
 	$(GOLANGCI_LINT) run ./...
 	$(GO) vet ./...
 
-## build: the brokerswitch binary in bin/
+## tidy-check: fail if `go mod tidy` would change go.mod or go.sum (prints the diff)
+tidy-check:
+	$(GO) mod tidy -diff
+
+## build: the brokerswitch binary in bin/, stamped with VERSION and the commit
 build:
-	$(GO) build -o $(BIN)/brokerswitch ./cmd/brokerswitch
+	$(GO) build -ldflags '$(LDFLAGS)' -o $(BIN)/brokerswitch ./cmd/brokerswitch
+
+## image: the container image brokerswitch:$(VERSION), stamped like build (needs Docker)
+image:
+	docker build --build-arg VERSION=$(VERSION) --build-arg REVISION=$(REVISION) -t brokerswitch:$(VERSION) .
 
 ## migrate: apply the schema to DATABASE_URL
 migrate: build
@@ -55,9 +81,18 @@ $(GOLANGCI_LINT):
 	mv $(BIN)/.golangci-lint/golangci-lint $@
 	rmdir $(BIN)/.golangci-lint
 
+## promtool: the pinned promtool in bin/ (several minutes the first time: it builds Prometheus' service discovery too)
+promtool: $(PROMTOOL)
+$(PROMTOOL):
+	@mkdir -p $(BIN)/.promtool
+	GOBIN=$(BIN)/.promtool $(GO) install github.com/prometheus/prometheus/cmd/promtool@$(PROMTOOL_VERSION)
+	mv $(BIN)/.promtool/promtool $@
+	rmdir $(BIN)/.promtool
+
 ## bench: throughput, switch lag, catch-up and cost against the local services (about 7 minutes on 2 CPUs); writes BENCHMARKS.md, bench/benchmarks.png and bench/results.json
 bench: temporal-cli services
 	$(GO) run ./bench -runs 3 -out BENCHMARKS.md -chart bench/benchmarks.png
 
+## clean: remove bin/ (built binaries and pinned tools) and .dev/ (the dev server's state)
 clean:
 	rm -rf $(BIN) .dev

@@ -164,6 +164,13 @@ func (e *env) do(method, path, auth string, body io.Reader) response {
 
 func (e *env) doCtx(ctx context.Context, method, path, auth string, body io.Reader) response {
 	e.t.Helper()
+	var reqBody []byte
+	if body != nil {
+		var err error
+		reqBody, err = io.ReadAll(body)
+		require.NoError(e.t, err)
+		body = bytes.NewReader(reqBody)
+	}
 	req := httptest.NewRequestWithContext(ctx, method, path, body)
 	if body != nil {
 		req.Header.Set("Content-Type", "application/json")
@@ -176,6 +183,7 @@ func (e *env) doCtx(ctx context.Context, method, path, auth string, body io.Read
 	res := rec.Result()
 	b, err := io.ReadAll(res.Body)
 	require.NoError(e.t, err)
+	requireMatchesOpenAPI(e.t, req, reqBody, res, b)
 	return response{Status: res.StatusCode, Header: res.Header, Body: string(b)}
 }
 

@@ -1,15 +1,28 @@
 package api
 
 import (
+	"bufio"
+	"bytes"
+	"context"
 	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
 	"os"
 	"path/filepath"
 	"regexp"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
+	"github.com/pb33f/libopenapi"
+	validator "github.com/pb33f/libopenapi-validator"
+	validatorconfig "github.com/pb33f/libopenapi-validator/config"
+	validationerrors "github.com/pb33f/libopenapi-validator/errors"
 	"github.com/stretchr/testify/require"
 	yaml "go.yaml.in/yaml/v3"
 
@@ -169,4 +182,130 @@ func TestOpenAPIDeclaresStatuses(t *testing.T) {
 		}
 		require.ElementsMatch(t, statuses, got, key)
 	}
+}
+
+// openAPIValidator checks exchanges against openapi.yaml with libopenapi-validator, built
+// once per test binary: the document does not change while the tests run.
+var openAPIValidator = sync.OnceValues(func() (validator.Validator, error) {
+	b, err := os.ReadFile(filepath.Join("..", "openapi.yaml"))
+	if err != nil {
+		return nil, err
+	}
+	doc, err := libopenapi.NewDocument(b)
+	if err != nil {
+		return nil, err
+	}
+	// Authentication is checked by the auth tests: the document's bearer scheme cannot
+	// say that "token <t>" is accepted too, or that API_INSECURE_NO_AUTH needs none.
+	v, errs := validator.NewValidator(doc, validatorconfig.WithoutSecurityValidation())
+	if len(errs) > 0 {
+		return nil, errors.Join(errs...)
+	}
+	if ok, docErrs := v.ValidateDocument(); !ok {
+		var all []error
+		for _, e := range docErrs {
+			all = append(all, errors.New(e.Message+": "+e.Reason))
+		}
+		return nil, errors.Join(all...)
+	}
+	return v, nil
+})
+
+// requireMatchesOpenAPI checks one exchange with the real router against openapi.yaml:
+// every answer, errors included, must be declared for its route with its status, content
+// type and schema; a request the API accepted (2xx) must be one the document allows. A
+// request the API refused is not checked: tests send invalid ones on purpose.
+func requireMatchesOpenAPI(t *testing.T, req *http.Request, reqBody []byte, res *http.Response, resBody []byte) {
+	t.Helper()
+	v, err := openAPIValidator()
+	require.NoError(t, err, "openapi.yaml")
+	// The validator reads the bodies; hand it fresh copies.
+	fresh := req.Clone(context.WithoutCancel(req.Context()))
+	fresh.Body = io.NopCloser(bytes.NewReader(reqBody))
+	answer := *res
+	answer.Body = io.NopCloser(bytes.NewReader(resBody))
+
+	where := req.Method + " " + req.URL.RequestURI()
+	if ok, errs := v.ValidateHttpResponse(fresh, &answer); !ok {
+		if unroutable(res.StatusCode, errs) {
+			return // the document's description covers these: 404 and 405 on any path
+		}
+		t.Errorf("%s answered %d %s, which openapi.yaml does not describe:%s", where, res.StatusCode, resBody, describe(errs))
+	}
+	if res.StatusCode >= 200 && res.StatusCode < 300 {
+		fresh.Body = io.NopCloser(bytes.NewReader(reqBody))
+		if ok, errs := v.ValidateHttpRequest(fresh); !ok {
+			t.Errorf("%s was accepted, but openapi.yaml does not allow it:%s", where, describe(errs))
+		}
+	}
+}
+
+// unroutable says whether an answer is the router's 404 (no such path) or 405 (no such
+// method on the path): the document describes them once, in info.description, as they
+// are answered for paths and methods it does not list.
+func unroutable(status int, errs []*validationerrors.ValidationError) bool {
+	if status != http.StatusNotFound && status != http.StatusMethodNotAllowed {
+		return false
+	}
+	for _, e := range errs {
+		if e.ValidationType != "path" && !strings.Contains(e.Message, "response code") {
+			return false
+		}
+	}
+	return len(errs) > 0
+}
+
+func describe(errs []*validationerrors.ValidationError) string {
+	var b strings.Builder
+	for _, e := range errs {
+		fmt.Fprintf(&b, "\n  - %s: %s", e.Message, e.Reason)
+		for _, s := range e.SchemaValidationErrors {
+			fmt.Fprintf(&b, "\n      %s: %s", s.FieldPath, s.Reason)
+		}
+	}
+	return b.String()
+}
+
+// Go's HTTP server answers some requests before the router sees them, in plain text; the
+// document says which (info.description), and the server answers them as it says.
+func TestServerLevelAnswersAreDocumented(t *testing.T) {
+	b, err := os.ReadFile(filepath.Join("..", "openapi.yaml"))
+	require.NoError(t, err)
+	var doc struct {
+		Info struct {
+			Description string `yaml:"description"`
+		} `yaml:"info"`
+	}
+	require.NoError(t, yaml.Unmarshal(b, &doc))
+	require.Contains(t, doc.Info.Description, "`431 Request Header Fields Too Large`")
+	require.Contains(t, doc.Info.Description, "`400 Bad Request`")
+	require.Contains(t, doc.Info.Description, "exceed 16 KiB")
+
+	e := newEnv(t)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan error, 1)
+	go func() { done <- serve(ctx, e.deps, ln) }()
+	t.Cleanup(func() { cancel(); require.NoError(t, <-done) })
+
+	raw := func(request string) (status, contentType string) {
+		conn, err := net.DialTimeout("tcp", ln.Addr().String(), 5*time.Second)
+		require.NoError(t, err)
+		defer conn.Close()
+		require.NoError(t, conn.SetDeadline(time.Now().Add(10*time.Second)))
+		_, err = io.WriteString(conn, request)
+		require.NoError(t, err)
+		res, err := http.ReadResponse(bufio.NewReader(conn), nil)
+		require.NoError(t, err)
+		defer res.Body.Close()
+		return res.Status, res.Header.Get("Content-Type")
+	}
+	big := strings.Repeat("x", 20<<10)
+	status, ct := raw("GET /api/v1/broker HTTP/1.1\r\nHost: x\r\nX-Big: " + big + "\r\n\r\n")
+	require.Equal(t, "431 Request Header Fields Too Large", status)
+	require.Equal(t, "text/plain; charset=utf-8", ct)
+	status, ct = raw("GET /api/v1/broker HTTP/1.1\r\nHost: x\r\nbad header line\r\n\r\n")
+	require.Equal(t, "400 Bad Request", status)
+	require.Equal(t, "text/plain; charset=utf-8", ct)
 }

@@ -13,6 +13,10 @@ import (
 // has a consumer (RabbitMQ answers 403 ACCESS_REFUSED to an exclusive consume).
 var ErrExclusiveConsumer = errors.New("queue already has a consumer")
 
+// ErrConsumerCancelled is wrapped into Consume's error when the broker cancelled the
+// consumer (basic.cancel): the queue was deleted, or the node that holds it went down.
+var ErrConsumerCancelled = errors.New("consumer cancelled by the broker (queue deleted, or its node down)")
+
 const (
 	// DefaultPrefetch is the prefetch when ConsumeOptions.Prefetch is 0.
 	DefaultPrefetch = 100
@@ -91,6 +95,8 @@ func (p *Pool) Consume(ctx context.Context, index int, queue string, opts Consum
 	}
 	defer ch.Close()
 	closed := ch.NotifyClose(make(chan *amqp.Error, 1))
+	// Buffered: the library waits for a cancel listener to take the tag.
+	cancelled := ch.NotifyCancel(make(chan string, 1))
 
 	deliveries, err := subscribe(ch, queue, opts)
 	if err != nil {
@@ -108,7 +114,7 @@ func (p *Pool) Consume(ctx context.Context, index int, queue string, opts Consum
 	for {
 		batch, open := nextBatch(ctx, buffered, opts.MaxBatch)
 		if !open {
-			return fmt.Errorf("consume %s on %s: %w", queue, ep, endReason(closed))
+			return fmt.Errorf("consume %s on %s: %w", queue, ep, endReason(closed, cancelled))
 		}
 		if ctx.Err() != nil {
 			// Unhandled deliveries go back to the queue when the channel closes.
@@ -192,9 +198,16 @@ func (p *Pool) cancel(ch *amqp.Channel, ep Endpoint, queue, tag string) {
 }
 
 // endReason says why the deliveries channel closed. The library notifies the
-// close listeners before it closes the consumers, so a reason is there already
-// when there is one.
-func endReason(closed <-chan *amqp.Error) error {
+// cancel and close listeners before it closes the consumers, so a reason is there
+// already when there is one.
+func endReason(closed <-chan *amqp.Error, cancelled <-chan string) error {
+	select {
+	case tag, ok := <-cancelled:
+		if ok {
+			return fmt.Errorf("%w: consumer %s", ErrConsumerCancelled, tag)
+		}
+	default:
+	}
 	select {
 	case e, ok := <-closed:
 		if ok && e != nil {
@@ -202,6 +215,6 @@ func endReason(closed <-chan *amqp.Error) error {
 		}
 		return errors.New("channel closed")
 	default:
-		return errors.New("consumer cancelled by the broker")
+		return errors.New("deliveries ended without a reason from the broker")
 	}
 }

@@ -195,9 +195,10 @@ func (p *Pool) connection(ctx context.Context, b *brokerConn) (*amqp.Connection,
 	return conn, nil
 }
 
-// watch logs why the connection ended. The library closes the notify channel
-// on any shutdown, so the goroutine always ends; the buffer keeps the library
-// from blocking on us.
+// watch logs why the connection ended, and when the broker blocks it (a memory or
+// disk alarm: connection.blocked) or unblocks it, setting brokerswitch_amqp_blocked. The
+// library closes the notify channels on any shutdown, so the goroutines always end; the
+// buffers keep the library from blocking on us.
 func (p *Pool) watch(ep Endpoint, conn *amqp.Connection) {
 	closed := conn.NotifyClose(make(chan *amqp.Error, 1))
 	go func() {
@@ -205,6 +206,18 @@ func (p *Pool) watch(ep Endpoint, conn *amqp.Connection) {
 			p.Metrics.ConnectionLost(ep.Index)
 			p.logger.Warn("broker connection lost", "broker", ep, "reason", err.Error())
 		}
+	}()
+	blocked := conn.NotifyBlocked(make(chan amqp.Blocking, 1))
+	go func() {
+		for b := range blocked {
+			p.Metrics.Blocked(ep.Index, b.Active)
+			if b.Active {
+				p.logger.Warn("broker blocked the connection", "broker", ep, "reason", b.Reason)
+			} else {
+				p.logger.Info("broker unblocked the connection", "broker", ep)
+			}
+		}
+		p.Metrics.Blocked(ep.Index, false) // a closed connection blocks nothing
 	}()
 }
 

@@ -59,7 +59,7 @@ func devProfile(t *testing.T) []string {
 func TestComposeBringsUpTheWholeStack(t *testing.T) {
 	p := loadProject(t)
 	require.ElementsMatch(t,
-		[]string{"postgres", "rabbitmq-a", "rabbitmq-b", "temporal", "temporal-ui", "migrate", "worker", "api"},
+		[]string{"postgres", "rabbitmq-a", "rabbitmq-b", "temporal", "migrate", "worker", "api"},
 		p.ServiceNames())
 
 	pinned := regexp.MustCompile(`^[a-z0-9./-]+:[0-9][0-9A-Za-z.-]*$`)
@@ -73,6 +73,11 @@ func TestComposeBringsUpTheWholeStack(t *testing.T) {
 			continue
 		}
 		require.Regexp(t, pinned, s.Image, "%s: the image tag is pinned to a version", name)
+	}
+	for _, name := range appServices {
+		args := p.Services[name].Build.Args
+		require.Contains(t, args, "VERSION", "%s: the image is stamped with its version", name)
+		require.Contains(t, args, "REVISION", "%s: the image is stamped with its commit", name)
 	}
 	require.Equal(t, types.ShellCommand{"migrate"}, p.Services["migrate"].Command)
 	require.Equal(t, types.ShellCommand{"worker"}, p.Services["worker"].Command)
@@ -95,12 +100,11 @@ func TestServicesWaitForHealthyDependencies(t *testing.T) {
 
 	healthy, completed := types.ServiceConditionHealthy, types.ServiceConditionCompletedSuccessfully
 	want := map[string]map[string]string{
-		"postgres":    {},
-		"rabbitmq-a":  {},
-		"rabbitmq-b":  {},
-		"temporal":    {"postgres": healthy},
-		"temporal-ui": {"temporal": healthy},
-		"migrate":     {"postgres": healthy},
+		"postgres":   {},
+		"rabbitmq-a": {},
+		"rabbitmq-b": {},
+		"temporal":   {},
+		"migrate":    {"postgres": healthy},
 		"worker": {"migrate": completed, "postgres": healthy, "rabbitmq-a": healthy, "rabbitmq-b": healthy,
 			"temporal": healthy},
 		"api": {"migrate": completed, "postgres": healthy, "temporal": healthy},
@@ -112,9 +116,43 @@ func TestServicesWaitForHealthyDependencies(t *testing.T) {
 		}
 		require.Equal(t, deps, got, "%s depends_on", name)
 	}
-	// The probes hit what the binary serves: /readyz on HTTP_ADDR, /healthz on METRICS_ADDR.
+	// The probes hit what the binary serves: /readyz on HTTP_ADDR and on METRICS_ADDR.
 	require.Contains(t, strings.Join(p.Services["api"].HealthCheck.Test, " "), "127.0.0.1:8080/readyz")
-	require.Contains(t, strings.Join(p.Services["worker"].HealthCheck.Test, " "), "127.0.0.1:9090/healthz")
+	require.Contains(t, strings.Join(p.Services["worker"].HealthCheck.Test, " "), "127.0.0.1:9090/readyz")
+}
+
+// Temporal runs from an image that is still published: the CLI's dev server, reachable
+// from the other containers, with its Web UI; temporalio/auto-setup is deprecated.
+func TestTemporalIsTheCLIDevServer(t *testing.T) {
+	p := loadProject(t)
+	s := p.Services["temporal"]
+	require.True(t, strings.HasPrefix(s.Image, "temporalio/temporal:"), s.Image)
+	require.Equal(t, []string{"server", "start-dev", "--ip", "0.0.0.0"}, []string(s.Command[:4]))
+	require.Equal(t, []string{"7233", "8233"}, publishedPorts(s))
+	for name, svc := range p.Services {
+		require.NotContains(t, svc.Image, "auto-setup", name)
+	}
+}
+
+// The worker's /metrics is reachable from the host, on the loopback interface, so the
+// README's rotation example can read brokerswitch_switches_total, which only the worker
+// counts; a port range lets scaled replicas each have one.
+func TestWorkerMetricsArePublishedOnLoopback(t *testing.T) {
+	p := loadProject(t)
+	ports := p.Services["worker"].Ports
+	require.Len(t, ports, 1)
+	require.Equal(t, uint32(9090), ports[0].Target, "METRICS_ADDR is :9090")
+	require.Equal(t, "127.0.0.1", ports[0].HostIP)
+	require.True(t, strings.HasPrefix(ports[0].Published, "9090"), ports[0].Published)
+	require.Equal(t, ":9090", *p.Services["worker"].Environment["METRICS_ADDR"])
+}
+
+func publishedPorts(s types.ServiceConfig) []string {
+	var out []string
+	for _, p := range s.Ports {
+		out = append(out, p.Published)
+	}
+	return out
 }
 
 // configVariables are the variables config.FromEnv reads, recorded by asking it.
@@ -207,6 +245,16 @@ func TestDockerfileBuildsASmallNonRootImage(t *testing.T) {
 	require.NotContains(t, []string{"root", "0", "0:0", "root:root"}, last, "the final image runs as a non-root user")
 	for _, from := range froms {
 		require.NotContains(t, from, ":latest", "base images are pinned")
+	}
+	// Alpine releases get two years of support: 3.20 ended in April 2026.
+	require.Regexp(t, `^(alpine:3\.(2[2-9])|gcr\.io/distroless/static)`, froms[len(froms)-1],
+		"the final image is a supported base")
+
+	// The binary knows its build, and the image says what it is.
+	require.Contains(t, df, "-X main.version=${VERSION}")
+	require.Contains(t, df, "-X main.revision=${REVISION}")
+	for _, label := range []string{"title", "source", "licenses", "version", "revision"} {
+		require.Contains(t, df, "org.opencontainers.image."+label+"=", "OCI label %s", label)
 	}
 }
 

@@ -65,6 +65,7 @@ func exportedNames(t *testing.T) map[string]bool {
 	m.Reconnected(0)
 	m.DialFailed(0)
 	m.ConnectionLost(0)
+	m.Blocked(0, true)
 	families, err := reg.Gather()
 	require.NoError(t, err)
 	names := map[string]bool{}
@@ -78,4 +79,62 @@ func exportedNames(t *testing.T) map[string]bool {
 		}
 	}
 	return names
+}
+
+// Every alert of docs/alerts.yml has a promtool unit test in docs/alerts_test.yml that
+// fires it, and one that holds it back: a test where it must not fire, or a series beside
+// the firing one that the exact expected set leaves out. promtool runs them (make test);
+// this test keeps an alert from being added without them. Names follow one spelling.
+func TestEveryAlertHasPromtoolTests(t *testing.T) {
+	t.Parallel()
+	var rules struct {
+		Groups []struct {
+			Rules []struct {
+				Alert string `yaml:"alert"`
+			} `yaml:"rules"`
+		} `yaml:"groups"`
+	}
+	readYAML(t, "alerts.yml", &rules)
+	var tests struct {
+		RuleFiles []string `yaml:"rule_files"`
+		Tests     []struct {
+			InputSeries []struct {
+				Series string `yaml:"series"`
+			} `yaml:"input_series"`
+			AlertRuleTest []struct {
+				Alertname string `yaml:"alertname"`
+				ExpAlerts []struct {
+					ExpLabels map[string]string `yaml:"exp_labels"`
+				} `yaml:"exp_alerts"`
+			} `yaml:"alert_rule_test"`
+		} `yaml:"tests"`
+	}
+	readYAML(t, "alerts_test.yml", &tests)
+	require.Equal(t, []string{"alerts.yml"}, tests.RuleFiles)
+
+	fires, holds := map[string]bool{}, map[string]bool{}
+	for _, tc := range tests.Tests {
+		for _, a := range tc.AlertRuleTest {
+			if len(a.ExpAlerts) > 0 {
+				fires[a.Alertname] = true
+			}
+			if len(a.ExpAlerts) < len(tc.InputSeries) {
+				holds[a.Alertname] = true
+			}
+		}
+	}
+	for _, g := range rules.Groups {
+		for _, r := range g.Rules {
+			require.Regexp(t, `^Brokerswitch[A-Z]`, r.Alert, "one spelling of the prefix")
+			require.True(t, fires[r.Alert], "%s: no test fires it", r.Alert)
+			require.True(t, holds[r.Alert], "%s: no test holds it back", r.Alert)
+		}
+	}
+}
+
+func readYAML(t *testing.T, name string, v any) {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join("..", "docs", name))
+	require.NoError(t, err)
+	require.NoError(t, yaml.Unmarshal(b, v))
 }

@@ -65,6 +65,7 @@ type Metrics struct {
 	reconnects    *prometheus.CounterVec
 	dialFailures  *prometheus.CounterVec
 	connsLost     *prometheus.CounterVec
+	blocked       *prometheus.GaugeVec
 	pingFailures  prometheus.Counter
 	registerer    prometheus.Registerer
 	stateWatching bool
@@ -127,14 +128,55 @@ func New(reg *prometheus.Registry) *Metrics {
 			Namespace: namespace, Name: "amqp_connections_lost_total",
 			Help: "AMQP connections that the broker or the network closed.",
 		}, []string{"broker"}),
+		blocked: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Namespace: namespace, Name: "amqp_blocked",
+			Help: "1 while a broker has blocked this process's connection (connection.blocked: a memory or disk alarm), so publishes wait; else 0.",
+		}, []string{"broker"}),
 		pingFailures: prometheus.NewCounter(prometheus.CounterOpts{
 			Namespace: namespace, Name: "healthchecks_ping_failures_total",
 			Help: "HealthChecks pings that could not be delivered (the check then reports late, not failed).",
 		}),
 	}
 	reg.MustRegister(m.events, m.routed, m.leftover, m.leftoverDown, m.drainChecks, m.switches,
-		m.commitLag, m.pendingFor, m.windows, m.reconnects, m.dialFailures, m.connsLost, m.pingFailures)
+		m.commitLag, m.pendingFor, m.windows, m.reconnects, m.dialFailures, m.connsLost, m.blocked, m.pingFailures)
 	return m
+}
+
+// StartAtZero creates, at 0, every series whose label values are known at start: per
+// queue its routes and window ends, per broker its connection counters and drain check
+// results, per queue and broker the Leftover Drain's. A series born at its first event has
+// no earlier sample, so increase() and rate() would miss that event and an alert on it
+// would never fire after a restart. brokerswitch_events_total is left out: its event label
+// is whatever GitHub sends, so the alerts count brokerswitch_routed_messages_total instead.
+func (m *Metrics) StartAtZero(queues []string, brokers int) {
+	if m == nil {
+		return
+	}
+	for _, q := range queues {
+		for _, r := range []string{RouteRetry, RouteError} {
+			m.routed.WithLabelValues(q, r)
+		}
+		for _, e := range []string{WindowElapsed, WindowCancelled, WindowFailed} {
+			m.windows.WithLabelValues(q, e)
+		}
+	}
+	for _, f := range []string{"false", "true"} {
+		m.switches.WithLabelValues(f)
+	}
+	for b := range brokers {
+		idx := strconv.Itoa(b)
+		m.reconnects.WithLabelValues(idx)
+		m.dialFailures.WithLabelValues(idx)
+		m.connsLost.WithLabelValues(idx)
+		m.blocked.WithLabelValues(idx).Set(0)
+		for _, r := range []string{DrainDrained, DrainNotDrained, DrainUnreachable} {
+			m.drainChecks.WithLabelValues(idx, r)
+		}
+		for _, q := range queues {
+			m.leftover.WithLabelValues(q, idx)
+			m.leftoverDown.WithLabelValues(q, idx)
+		}
+	}
 }
 
 // Handler serves the registry in the Prometheus text format; a nil *Metrics serves an
@@ -247,6 +289,19 @@ func (m *Metrics) ConnectionLost(broker int) {
 		return
 	}
 	m.connsLost.WithLabelValues(strconv.Itoa(broker)).Inc()
+}
+
+// Blocked records whether broker has blocked our connection (connection.blocked) or
+// unblocked it again.
+func (m *Metrics) Blocked(broker int, blocked bool) {
+	if m == nil {
+		return
+	}
+	v := 0.0
+	if blocked {
+		v = 1
+	}
+	m.blocked.WithLabelValues(strconv.Itoa(broker)).Set(v)
 }
 
 // PingFailed counts a HealthChecks ping that could not be delivered.

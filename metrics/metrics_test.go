@@ -33,6 +33,8 @@ func TestNilMetricsIsANoOp(t *testing.T) {
 	m.DialFailed(0)
 	m.ConnectionLost(0)
 	m.PingFailed()
+	m.Blocked(0, true)
+	m.StartAtZero([]string{"issues"}, 2)
 	require.NoError(t, m.WatchState(nil))
 
 	rec := get(t, m.Handler())
@@ -75,6 +77,44 @@ func TestCountersCarryTheirLabels(t *testing.T) {
 	} {
 		require.Contains(t, page, want)
 	}
+}
+
+// Every series with known label values is served at 0 before its first event, so that
+// increase() sees that event.
+func TestKnownSeriesStartAtZero(t *testing.T) {
+	t.Parallel()
+	reg := prometheus.NewRegistry()
+	m := New(reg)
+	m.StartAtZero([]string{"issues", "pushes"}, 2)
+
+	page := get(t, m.Handler()).body
+	for _, want := range []string{
+		`brokerswitch_routed_messages_total{queue="issues",route="retry"} 0`,
+		`brokerswitch_routed_messages_total{queue="pushes",route="error"} 0`,
+		`brokerswitch_consumer_window_seconds_count{end="failed",queue="pushes"} 0`,
+		`brokerswitch_consumer_window_seconds_count{end="elapsed",queue="issues"} 0`,
+		`brokerswitch_switches_total{forced="false"} 0`,
+		`brokerswitch_switches_total{forced="true"} 0`,
+		`brokerswitch_amqp_dial_failures_total{broker="1"} 0`,
+		`brokerswitch_amqp_reconnects_total{broker="0"} 0`,
+		`brokerswitch_amqp_connections_lost_total{broker="1"} 0`,
+		`brokerswitch_amqp_blocked{broker="1"} 0`,
+		`brokerswitch_drain_checks_total{broker="0",result="unreachable"} 0`,
+		`brokerswitch_leftover_drain_messages_total{broker="1",queue="pushes"} 0`,
+		`brokerswitch_leftover_drain_unreachable_total{broker="0",queue="issues"} 0`,
+		`brokerswitch_healthchecks_ping_failures_total 0`,
+	} {
+		require.Contains(t, page, want)
+	}
+	require.NotContains(t, page, `broker="2"`, "only the configured brokers")
+
+	// The first event then counts from 0, and the gauge follows the broker's word.
+	m.Routed("issues", RouteRetry)
+	m.Blocked(1, true)
+	require.InDelta(t, 1, testutil.ToFloat64(m.routed.WithLabelValues("issues", RouteRetry)), 0)
+	require.InDelta(t, 1, testutil.ToFloat64(m.blocked.WithLabelValues("1")), 0)
+	m.Blocked(1, false)
+	require.InDelta(t, 0, testutil.ToFloat64(m.blocked.WithLabelValues("1")), 0)
 }
 
 func TestStateGaugesAreReadAtScrapeTime(t *testing.T) {
@@ -196,7 +236,7 @@ func TestServeAnswersMetricsUntilContextEnds(t *testing.T) {
 	require.NoError(t, err)
 	ctx, cancel := context.WithCancel(t.Context())
 	done := make(chan error, 1)
-	go func() { done <- m.serve(ctx, ln, nil) }()
+	go func() { done <- m.serve(ctx, ln, nil, nil) }()
 
 	res, err := http.Get("http://" + ln.Addr().String() + "/metrics")
 	require.NoError(t, err)
@@ -213,7 +253,7 @@ func TestServeAnswersMetricsUntilContextEnds(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("the metrics server did not stop")
 	}
-	require.ErrorContains(t, m.Serve(t.Context(), "256.0.0.1:1", nil), "METRICS_ADDR")
+	require.ErrorContains(t, m.Serve(t.Context(), "256.0.0.1:1", nil, nil), "METRICS_ADDR")
 }
 
 type recorded struct {

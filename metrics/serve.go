@@ -10,17 +10,19 @@ import (
 	"time"
 )
 
-// Serve runs a small HTTP server on addr with /metrics (and /healthz, for probes) until
-// ctx ends. The worker uses it; the API serves /metrics on its own router.
-func (m *Metrics) Serve(ctx context.Context, addr string, logger *slog.Logger) error {
+// Serve runs a small HTTP server on addr with /metrics, /healthz (the process answers:
+// for a liveness probe) and, when ready is not nil, /readyz (its checks pass: for a
+// readiness probe) until ctx ends. The worker uses it; the API serves /metrics on its own
+// router.
+func (m *Metrics) Serve(ctx context.Context, addr string, logger *slog.Logger, ready *Readiness) error {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return fmt.Errorf("metrics: listen on %s (METRICS_ADDR): %w", addr, err)
 	}
-	return m.serve(ctx, ln, logger)
+	return m.serve(ctx, ln, logger, ready)
 }
 
-func (m *Metrics) serve(ctx context.Context, ln net.Listener, logger *slog.Logger) error {
+func (m *Metrics) serve(ctx context.Context, ln net.Listener, logger *slog.Logger, ready *Readiness) error {
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
@@ -30,6 +32,9 @@ func (m *Metrics) serve(ctx context.Context, ln net.Listener, logger *slog.Logge
 		w.Header().Set("Content-Type", "application/json")
 		_, _ = w.Write([]byte(`{"status":"ok"}`))
 	})
+	if ready != nil {
+		mux.Handle("GET /readyz", ready)
+	}
 	srv := &http.Server{
 		Handler:           mux,
 		ReadHeaderTimeout: 5 * time.Second,

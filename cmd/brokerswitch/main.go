@@ -12,9 +12,9 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/collectors"
 	"go.temporal.io/sdk/client"
 	temporallog "go.temporal.io/sdk/log"
 	"golang.org/x/sync/errgroup"
@@ -40,13 +40,15 @@ commands:
   api       run the HTTP API on HTTP_ADDR
   serve     run worker and api in one process
   simulate  publish like the producer and rotate brokers, to rehearse a switch (simulate -h)
+  version   print the version, commit and Go version of this build
+  help      print this text
 
 Configuration comes from the environment; see README.md.
 `
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	err := run(ctx, os.Args[1:], os.Getenv, os.Stderr)
+	err := run(ctx, os.Args[1:], os.Getenv, os.Stdout, os.Stderr)
 	stop()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "brokerswitch:", err)
@@ -54,16 +56,26 @@ func main() {
 	}
 }
 
-func run(ctx context.Context, args []string, getenv config.Getenv, stderr io.Writer) error {
-	if len(args) > 0 && args[0] == "simulate" {
-		return simulate.Main(ctx, args[1:], getenv, os.Stdout, stderr)
-	}
-	if len(args) != 1 || args[0] == "help" || args[0] == "-h" || args[0] == "--help" {
+func run(ctx context.Context, args []string, getenv config.Getenv, stdout, stderr io.Writer) error {
+	if len(args) == 0 {
 		fmt.Fprint(stderr, usage)
-		if len(args) == 1 && args[0] != "help" && args[0][0] != '-' {
-			return fmt.Errorf("unknown command %q", args[0])
-		}
+		return errors.New("no command given")
+	}
+	switch args[0] {
+	case "simulate":
+		return simulate.Main(ctx, args[1:], getenv, stdout, stderr)
+	case "help", "-h", "-help", "--help":
+		fmt.Fprint(stdout, usage)
 		return nil
+	case "version", "-version", "--version":
+		return printVersion(stdout, buildInfo())
+	case "migrate", "worker", "api", "serve":
+		if len(args) > 1 {
+			return fmt.Errorf("%s takes no arguments (configuration comes from the environment), got %q", args[0], args[1:])
+		}
+	default:
+		fmt.Fprint(stderr, usage)
+		return fmt.Errorf("unknown command %q", args[0])
 	}
 	cfg, err := config.FromEnv(getenv)
 	if err != nil {
@@ -77,7 +89,7 @@ func run(ctx context.Context, args []string, getenv config.Getenv, stderr io.Wri
 		return withServices(ctx, cfg, logger, func(ctx context.Context, s services) error {
 			g, ctx := errgroup.WithContext(ctx)
 			g.Go(func() error { return worker.Run(ctx, s.workerDeps(cfg, logger)) })
-			g.Go(func() error { return s.metrics.Serve(ctx, cfg.MetricsAddr, logger) })
+			g.Go(func() error { return s.metrics.Serve(ctx, cfg.MetricsAddr, logger, s.readiness(cfg, logger)) })
 			return g.Wait()
 		})
 	case "api":
@@ -97,10 +109,8 @@ func run(ctx context.Context, args []string, getenv config.Getenv, stderr io.Wri
 			g.Go(func() error { return api.Serve(ctx, s.apiDeps(cfg, logger)) })
 			return g.Wait()
 		})
-	default:
-		fmt.Fprint(stderr, usage)
-		return fmt.Errorf("unknown command %q", args[0])
 	}
+	return fmt.Errorf("unknown command %q", args[0]) // unreachable: the commands are checked above
 }
 
 func newLogger(level string, w io.Writer) *slog.Logger {
@@ -146,8 +156,11 @@ func withServices(ctx context.Context, cfg config.Config, logger *slog.Logger, f
 	}
 	defer sqlDB.Close()
 	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	if err := metrics.RegisterRuntime(reg, buildInfo(), sqlDB); err != nil {
+		return err
+	}
 	m := metrics.New(reg)
+	m.StartAtZero(cfg.Queues, len(cfg.Brokers))
 	if err := m.WatchState(worker.StateReader(worker.NewBrokerStore(db, cfg.Brokers))); err != nil {
 		return err
 	}
@@ -174,6 +187,38 @@ func withServices(ctx context.Context, cfg config.Config, logger *slog.Logger, f
 		return nil
 	}
 	return err
+}
+
+// readinessMaxAge is how long the worker's /readyz answer is reused: probes from the
+// kubelet and Compose cost one round of checks per period, not one each.
+const readinessMaxAge = 5 * time.Second
+
+// readiness is the worker's /readyz: it can do its work, being connected to Postgres, to
+// Temporal and to the broker that is active now.
+func (s services) readiness(cfg config.Config, logger *slog.Logger) *metrics.Readiness {
+	store := worker.NewBrokerStore(s.db, cfg.Brokers)
+	return &metrics.Readiness{
+		MaxAge: readinessMaxAge,
+		Logger: logger,
+		Checks: []metrics.Check{
+			{Name: "postgres", Run: s.sqlDB.PingContext},
+			{Name: "temporal", Run: func(ctx context.Context) error {
+				_, err := s.temporal.CheckHealth(ctx, &client.CheckHealthRequest{})
+				return err
+			}},
+			{Name: "active_broker", Run: func(ctx context.Context) error {
+				st, err := store.Load(ctx)
+				if err != nil {
+					return fmt.Errorf("read the active broker: %w", err)
+				}
+				ch, err := s.pool.Channel(ctx, st.ActiveIndex)
+				if err != nil {
+					return err
+				}
+				return ch.Close()
+			}},
+		},
+	}
 }
 
 func (s services) workerDeps(cfg config.Config, logger *slog.Logger) worker.Deps {

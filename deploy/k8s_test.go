@@ -1,0 +1,278 @@
+package deploy
+
+import (
+	"bytes"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	appsv1 "k8s.io/api/apps/v1"
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
+	"sigs.k8s.io/yaml"
+)
+
+var k8sDir = filepath.Join(root, "deploy", "k8s")
+
+// temporalEnvconfig are the Temporal SDK's envconfig variables (go.temporal.io/sdk/contrib/envconfig)
+// that the client settings follow; the manifests may set them.
+var temporalEnvconfig = []string{
+	"TEMPORAL_ADDRESS", "TEMPORAL_NAMESPACE", "TEMPORAL_API_KEY",
+	"TEMPORAL_TLS_CLIENT_CERT_PATH", "TEMPORAL_TLS_CLIENT_KEY_PATH",
+	"TEMPORAL_TLS_SERVER_CA_CERT_PATH", "TEMPORAL_TLS_SERVER_NAME",
+}
+
+// manifests are the objects of the kustomize base, decoded strictly: a field the
+// Kubernetes API does not know (a typo, a wrong indentation) fails the test.
+type manifests struct {
+	deployments map[string]*appsv1.Deployment
+	jobs        map[string]*batchv1.Job
+	configMaps  map[string]*corev1.ConfigMap
+	secrets     map[string]*corev1.Secret
+	services    map[string]*corev1.Service
+	pdbs        map[string]*policyv1.PodDisruptionBudget
+}
+
+func loadManifests(t *testing.T) manifests {
+	t.Helper()
+	var kust struct {
+		APIVersion string   `json:"apiVersion"`
+		Kind       string   `json:"kind"`
+		Resources  []string `json:"resources"`
+		Labels     []struct {
+			Pairs map[string]string `json:"pairs"`
+		} `json:"labels"`
+		Images []struct {
+			Name    string `json:"name"`
+			NewName string `json:"newName"`
+			NewTag  string `json:"newTag"`
+		} `json:"images"`
+	}
+	b, err := os.ReadFile(filepath.Join(k8sDir, "kustomization.yaml"))
+	require.NoError(t, err)
+	require.NoError(t, yaml.UnmarshalStrict(b, &kust))
+	require.Equal(t, "Kustomization", kust.Kind)
+
+	// Every manifest in the directory is in the base, and every resource exists.
+	files, err := filepath.Glob(filepath.Join(k8sDir, "*.yaml"))
+	require.NoError(t, err)
+	var onDisk []string
+	for _, f := range files {
+		if base := filepath.Base(f); base != "kustomization.yaml" {
+			onDisk = append(onDisk, base)
+		}
+	}
+	require.ElementsMatch(t, onDisk, kust.Resources, "kustomization.yaml lists every manifest")
+
+	m := manifests{
+		deployments: map[string]*appsv1.Deployment{}, jobs: map[string]*batchv1.Job{},
+		configMaps: map[string]*corev1.ConfigMap{}, secrets: map[string]*corev1.Secret{},
+		services: map[string]*corev1.Service{}, pdbs: map[string]*policyv1.PodDisruptionBudget{},
+	}
+	for _, name := range kust.Resources {
+		b, err := os.ReadFile(filepath.Join(k8sDir, name))
+		require.NoError(t, err)
+		for doc := range strings.SplitSeq(string(b), "\n---\n") {
+			js, err := yaml.YAMLToJSON([]byte(doc))
+			require.NoError(t, err, name)
+			var head struct{ APIVersion, Kind string }
+			require.NoError(t, json.Unmarshal(js, &head), name)
+			var name2 string
+			switch head.APIVersion + " " + head.Kind {
+			case "apps/v1 Deployment":
+				name2 = decodeNamed(t, name, js, m.deployments)
+			case "batch/v1 Job":
+				name2 = decodeNamed(t, name, js, m.jobs)
+			case "v1 ConfigMap":
+				name2 = decodeNamed(t, name, js, m.configMaps)
+			case "v1 Secret":
+				name2 = decodeNamed(t, name, js, m.secrets)
+			case "v1 Service":
+				name2 = decodeNamed(t, name, js, m.services)
+			case "policy/v1 PodDisruptionBudget":
+				name2 = decodeNamed(t, name, js, m.pdbs)
+			default:
+				t.Fatalf("%s: unexpected %s %s", name, head.APIVersion, head.Kind)
+			}
+			require.NotEmpty(t, name2, "%s: every object has a name", name)
+		}
+	}
+	return m
+}
+
+// decodeNamed decodes one object strictly and files it under its name.
+func decodeNamed[T any, P interface {
+	*T
+	GetName() string
+}](t *testing.T, file string, js []byte, into map[string]P) string {
+	t.Helper()
+	o := P(new(T))
+	decodeStrict(t, file, js, o)
+	into[o.GetName()] = o
+	return o.GetName()
+}
+
+func decodeStrict(t *testing.T, file string, js []byte, into any) {
+	t.Helper()
+	dec := json.NewDecoder(bytes.NewReader(js))
+	dec.DisallowUnknownFields()
+	require.NoError(t, dec.Decode(into), "%s: Kubernetes would reject or ignore a field", file)
+}
+
+func TestKubernetesBaseHasEveryPart(t *testing.T) {
+	m := loadManifests(t)
+	require.Contains(t, m.jobs, "brokerswitch-migrate")
+	require.Equal(t, []string{"migrate"}, m.jobs["brokerswitch-migrate"].Spec.Template.Spec.Containers[0].Args)
+	require.Contains(t, m.configMaps, "brokerswitch-config")
+	require.Contains(t, m.secrets, "brokerswitch-secrets")
+	require.Contains(t, m.secrets, "brokerswitch-temporal-tls")
+
+	worker := m.deployments["brokerswitch-worker"]
+	require.NotNil(t, worker)
+	require.EqualValues(t, 2, *worker.Spec.Replicas)
+	require.Equal(t, []string{"worker"}, worker.Spec.Template.Spec.Containers[0].Args)
+	// Longer than the worker waits for its windows to settle (WORKER_STOP_TIMEOUT).
+	stop, err := time.ParseDuration(m.configMaps["brokerswitch-config"].Data["WORKER_STOP_TIMEOUT"])
+	require.NoError(t, err)
+	grace := time.Duration(*worker.Spec.Template.Spec.TerminationGracePeriodSeconds) * time.Second
+	require.Greater(t, grace, stop+10*time.Second, "the grace period outlasts WORKER_STOP_TIMEOUT")
+
+	api := m.deployments["brokerswitch-api"]
+	require.NotNil(t, api)
+	require.Equal(t, []string{"api"}, api.Spec.Template.Spec.Containers[0].Args)
+	svc := m.services["brokerswitch-api"]
+	require.NotNil(t, svc)
+	require.Equal(t, api.Spec.Template.Labels, withOnly(api.Spec.Template.Labels, svc.Spec.Selector), "the Service selects the api pods")
+	require.Equal(t, "http", svc.Spec.Ports[0].TargetPort.String())
+
+	// One disruption budget per Deployment, selecting exactly its pods.
+	for _, d := range []*appsv1.Deployment{worker, api} {
+		pdb := m.pdbs[d.Name]
+		require.NotNil(t, pdb, "%s has a PodDisruptionBudget", d.Name)
+		require.Equal(t, d.Spec.Selector.MatchLabels, pdb.Spec.Selector.MatchLabels, d.Name)
+		require.Equal(t, 1, pdb.Spec.MinAvailable.IntValue(), d.Name)
+	}
+}
+
+// withOnly keeps the labels of want that sel names, so a selector can be compared to the
+// pod labels it must match.
+func withOnly(labels, sel map[string]string) map[string]string {
+	out := map[string]string{}
+	for k, v := range sel {
+		if labels[k] == v {
+			out[k] = v
+		} else {
+			out[k] = "<" + v + " does not match>"
+		}
+	}
+	for k, v := range labels {
+		if _, ok := sel[k]; !ok {
+			out[k] = v
+		}
+	}
+	return out
+}
+
+// The probes and scrape annotations point at what the binary serves on the ports config
+// sets: the worker's /readyz and /metrics on METRICS_ADDR, the api's on HTTP_ADDR.
+func TestKubernetesProbesAndScrapingMatchTheBinary(t *testing.T) {
+	m := loadManifests(t)
+	cm := m.configMaps["brokerswitch-config"].Data
+	for name, addrKey := range map[string]string{"brokerswitch-worker": "METRICS_ADDR", "brokerswitch-api": "HTTP_ADDR"} {
+		d := m.deployments[name]
+		c := d.Spec.Template.Spec.Containers[0]
+		port := strings.TrimPrefix(cm[addrKey], ":")
+		require.Len(t, c.Ports, 1, name)
+		require.Equal(t, port, strconv.Itoa(int(c.Ports[0].ContainerPort)), "%s listens on %s", name, addrKey)
+
+		require.NotNil(t, c.ReadinessProbe, name)
+		require.Equal(t, "/readyz", c.ReadinessProbe.HTTPGet.Path, name)
+		require.Equal(t, c.Ports[0].Name, c.ReadinessProbe.HTTPGet.Port.String(), name)
+		require.NotNil(t, c.LivenessProbe, name)
+		require.Equal(t, "/healthz", c.LivenessProbe.HTTPGet.Path, name)
+		// A probe waits longer than one readiness round (3 s).
+		require.Greater(t, c.ReadinessProbe.TimeoutSeconds, int32(3), name)
+
+		ann := d.Spec.Template.Annotations
+		require.Equal(t, "true", ann["prometheus.io/scrape"], name)
+		require.Equal(t, port, ann["prometheus.io/port"], name)
+		require.Equal(t, "/metrics", ann["prometheus.io/path"], name)
+
+		sc := c.SecurityContext
+		require.False(t, *sc.AllowPrivilegeEscalation, name)
+		require.True(t, *sc.ReadOnlyRootFilesystem, name)
+		require.True(t, *d.Spec.Template.Spec.SecurityContext.RunAsNonRoot, name)
+	}
+}
+
+// Every variable a pod gets, set directly or through envFrom, is one the config package
+// reads (or one of the Temporal SDK's envconfig names); every reference resolves to a
+// ConfigMap or Secret of the base, and secrets come from Secrets, not the ConfigMap.
+func TestKubernetesEnvironmentIsWhatConfigReads(t *testing.T) {
+	m := loadManifests(t)
+	known := configVariables(t)
+	for _, k := range temporalEnvconfig {
+		known[k] = true
+	}
+	secretVars := []string{"RABBITMQ_CONNECTION_STRINGS", "DATABASE_URL", "OPERATOR_TOKEN", "PRODUCER_TOKEN",
+		"TEMPORAL_API_KEY", "HEALTHCHECKS_PING_URL"}
+	for k := range m.configMaps["brokerswitch-config"].Data {
+		require.True(t, known[k], "ConfigMap: %s is not a variable the config package reads", k)
+		require.NotContains(t, secretVars, k, "ConfigMap: %s is a secret", k)
+	}
+	for k := range m.secrets["brokerswitch-secrets"].StringData {
+		require.True(t, known[k], "Secret: %s is not a variable the config package reads", k)
+	}
+
+	pods := map[string]corev1.PodSpec{"job/brokerswitch-migrate": m.jobs["brokerswitch-migrate"].Spec.Template.Spec}
+	for name, d := range m.deployments {
+		pods[name] = d.Spec.Template.Spec
+	}
+	for pod, spec := range pods {
+		for _, c := range spec.Containers {
+			for _, from := range c.EnvFrom {
+				require.NotNil(t, from.ConfigMapRef, "%s: envFrom only the ConfigMap (secrets are named one by one)", pod)
+				require.Contains(t, m.configMaps, from.ConfigMapRef.Name, pod)
+			}
+			for _, e := range c.Env {
+				require.True(t, known[e.Name], "%s: %s is not a variable the config package reads", pod, e.Name)
+				require.NotNil(t, e.ValueFrom, "%s: %s comes from the ConfigMap or a Secret", pod, e.Name)
+				switch {
+				case e.ValueFrom.SecretKeyRef != nil:
+					ref := e.ValueFrom.SecretKeyRef
+					require.Contains(t, m.secrets, ref.Name, pod)
+					optional := ref.Optional != nil && *ref.Optional
+					_, present := m.secrets[ref.Name].StringData[ref.Key]
+					require.True(t, present || optional, "%s: %s names a key the Secret lacks", pod, e.Name)
+				case e.ValueFrom.ConfigMapKeyRef != nil:
+					ref := e.ValueFrom.ConfigMapKeyRef
+					require.Contains(t, m.configMaps[ref.Name].Data, ref.Key, pod)
+					require.NotContains(t, secretVars, e.Name, "%s: %s is a secret", pod, e.Name)
+				default:
+					t.Fatalf("%s: %s has an unexpected source", pod, e.Name)
+				}
+			}
+			for _, mount := range c.VolumeMounts {
+				require.True(t, mount.ReadOnly, "%s: %s", pod, mount.Name)
+				require.True(t, slices.ContainsFunc(spec.Volumes, func(v corev1.Volume) bool { return v.Name == mount.Name }), pod)
+			}
+		}
+	}
+
+	// The worker and the api get what they need: both the brokers and Postgres, the api its tokens.
+	has := func(name string, vars ...string) {
+		c := m.deployments[name].Spec.Template.Spec.Containers[0]
+		for _, v := range vars {
+			require.True(t, slices.ContainsFunc(c.Env, func(e corev1.EnvVar) bool { return e.Name == v }), "%s gets %s", name, v)
+		}
+	}
+	has("brokerswitch-worker", "RABBITMQ_CONNECTION_STRINGS", "DATABASE_URL")
+	has("brokerswitch-api", "RABBITMQ_CONNECTION_STRINGS", "DATABASE_URL", "OPERATOR_TOKEN", "PRODUCER_TOKEN")
+}
