@@ -20,14 +20,22 @@ import (
 
 func openMigrated(t *testing.T) *gorm.DB {
 	t.Helper()
+	db, _ := openMigratedDSN(t)
+	return db
+}
+
+// openMigratedDSN is openMigrated with the database's DSN, for a second connection.
+func openMigratedDSN(t *testing.T) (*gorm.DB, string) {
+	t.Helper()
 	ctx := context.Background()
-	db, err := models.Open(ctx, testenv.NewDatabase(t))
+	dsn := testenv.NewDatabase(t)
+	db, err := models.Open(ctx, dsn)
 	require.NoError(t, err)
 	sqlDB, err := db.DB()
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = sqlDB.Close() })
 	require.NoError(t, models.Migrate(ctx, sqlDB))
-	return db
+	return db, dsn
 }
 
 func TestMigrateIsIdempotent(t *testing.T) {

@@ -7,7 +7,6 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/brokerswitch/brokerswitch/internal/testenv"
 	"github.com/brokerswitch/brokerswitch/models"
 )
 
@@ -16,13 +15,7 @@ import (
 func startWatcher(t *testing.T, refresh time.Duration) (*models.StateWatcher, *models.BrokerStore, uint64) {
 	t.Helper()
 	ctx := context.Background()
-	dsn := testenv.NewDatabase(t)
-	db, err := models.Open(ctx, dsn)
-	require.NoError(t, err)
-	sqlDB, err := db.DB()
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = sqlDB.Close() })
-	require.NoError(t, models.Migrate(ctx, sqlDB))
+	db, dsn := openMigratedDSN(t)
 	store := &models.BrokerStore{DB: db, Brokers: []models.BrokerRef{brokerA, brokerB}}
 	w := &models.StateWatcher{Store: store, DSN: dsn, Refresh: refresh}
 	watchCtx, stop := context.WithCancel(ctx)
