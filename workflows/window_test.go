@@ -15,12 +15,18 @@ import (
 	"github.com/brokerswitch/brokerswitch/activities"
 )
 
-func newWindowEnv(t *testing.T, plan activities.WindowPlan) (*testsuite.TestWorkflowEnvironment, *[]string) {
+// newWindowTestEnv is a test environment with the window activities registered.
+func newWindowTestEnv() *testsuite.TestWorkflowEnvironment {
 	var s testsuite.WorkflowTestSuite
 	s.SetLogger(quietLogger())
 	env := s.NewTestWorkflowEnvironment()
+	env.RegisterActivity(&activities.Window{})
+	return env
+}
+
+func newWindowEnv(t *testing.T, plan activities.WindowPlan) (*testsuite.TestWorkflowEnvironment, *[]string) {
+	env := newWindowTestEnv()
 	var a *activities.Window
-	env.RegisterActivity(a)
 	var calls []string
 	env.OnActivity(a.PrepareWindow, mock.Anything, mock.Anything).Return(func(_ context.Context, queue string) (activities.PreparedWindow, error) {
 		require.Equal(t, "issues", queue)
@@ -99,11 +105,8 @@ func TestQueueWindowStartsOverWhenItsActivityFailsForGood(t *testing.T) {
 // cap on the other broker, and they are older than the active broker's: the window does
 // not consume, it continues as new to drain on.
 func TestQueueWindowDrainsOnWhenTheLeftoverDrainStopsAtItsCap(t *testing.T) {
-	var s testsuite.WorkflowTestSuite
-	s.SetLogger(quietLogger())
-	env := s.NewTestWorkflowEnvironment()
+	env := newWindowTestEnv()
 	var a *activities.Window
-	env.RegisterActivity(a)
 	plan := activities.WindowPlan{ActiveIndex: 1, Leftover: []int{0, 2}, Window: time.Minute, LeftoverDrainCap: 500}
 	env.OnActivity(a.PrepareWindow, mock.Anything, mock.Anything).Return(activities.PreparedWindow{
 		Plan: plan, Drained: activities.LeftoverDrainResult{Taken: map[int]int{0: 300, 2: 200}},
@@ -124,11 +127,8 @@ func TestQueueWindowDrainsOnWhenTheLeftoverDrainStopsAtItsCap(t *testing.T) {
 // replays the signalled window it began with, then continues as new with the window that
 // ends itself.
 func TestAWindowStartedByTheOldCodeContinuesWithTheNew(t *testing.T) {
-	var s testsuite.WorkflowTestSuite
-	s.SetLogger(quietLogger())
-	env := s.NewTestWorkflowEnvironment()
+	env := newWindowTestEnv()
 	var a *activities.Window
-	env.RegisterActivity(a)
 	var calls []string
 	env.OnActivity(a.PlanWindow, mock.Anything).Return(func(context.Context) (activities.WindowPlan, error) {
 		calls = append(calls, "plan")
