@@ -28,6 +28,12 @@ func (ackAll) ForBroker(int) broker.BatchHandler {
 // leftoverDrain runs the activity on the brokers at urls with spare 1.
 func leftoverDrain(t *testing.T, urls ...string) (LeftoverDrainResult, error) {
 	t.Helper()
+	return leftoverDrainOf(t, LeftoverDrainInput{Queue: "issues", Brokers: []int{1}, Cap: 10}, urls...)
+}
+
+// leftoverDrainOf runs the activity with in on the brokers at urls.
+func leftoverDrainOf(t *testing.T, in LeftoverDrainInput, urls ...string) (LeftoverDrainResult, error) {
+	t.Helper()
 	eps, err := broker.ParseEndpoints(strings.Join(urls, ","))
 	require.NoError(t, err)
 	pool := broker.NewPool(eps, nil)
@@ -39,7 +45,7 @@ func leftoverDrain(t *testing.T, urls ...string) (LeftoverDrainResult, error) {
 	var suite testsuite.WorkflowTestSuite
 	env := suite.NewTestActivityEnvironment()
 	env.RegisterActivity(w)
-	v, err := env.ExecuteActivity(w.LeftoverDrain, LeftoverDrainInput{Queue: "issues", Brokers: []int{1}, Cap: 10})
+	v, err := env.ExecuteActivity(w.LeftoverDrain, in)
 	var res LeftoverDrainResult
 	if err == nil {
 		require.NoError(t, v.Get(&res))
@@ -107,4 +113,39 @@ func TestAnyFailureOfASpareIsAWarning(t *testing.T) {
 	require.NoError(t, err, "a spare's failure does not fail the window")
 	require.Equal(t, []int{1}, res.Skipped)
 	require.Zero(t, res.Taken[1])
+}
+
+// A spare ahead of the active broker (the producer's broker after a cancel) is read only
+// once the active broker's queue and its -retry sibling are empty: its messages are newer
+// (issue 13, point 3).
+func TestASpareAheadWaitsForTheActiveBacklog(t *testing.T) {
+	active, behind, ahead := testenv.NewVhost(t), testenv.NewVhost(t), testenv.NewVhost(t)
+	eps, err := broker.ParseEndpoints(strings.Join([]string{active, behind, ahead}, ","))
+	require.NoError(t, err)
+	pool := broker.NewPool(eps, nil)
+	t.Cleanup(func() { _ = pool.Close() })
+	for i := range eps {
+		require.NoError(t, pool.DeclareTopology(context.Background(), i, broker.Topology{Queues: []string{"issues"}, RetryTTL: time.Minute}))
+	}
+	publish := func(url, queue string) {
+		t.Helper()
+		require.NoError(t, channel(t, url).Publish("", queue, false, false, amqp.Publishing{Body: []byte("{}")}))
+	}
+	publish(behind, "issues")
+	publish(ahead, "issues")
+	publish(active, "issues-retry") // a backlog, even one waiting in -retry, holds the spare
+	in := LeftoverDrainInput{Queue: "issues", Brokers: []int{1}, Ahead: []int{2}, Active: 0, Cap: 10}
+
+	res, err := leftoverDrainOf(t, in, active, behind, ahead)
+	require.NoError(t, err)
+	require.Equal(t, 1, res.Taken[1], "the spare behind is read")
+	require.Equal(t, []int{2}, res.Held, "the spare ahead waits")
+	require.Zero(t, res.Taken[2])
+
+	_, err = channel(t, active).QueuePurge("issues-retry", false)
+	require.NoError(t, err)
+	res, err = leftoverDrainOf(t, in, active, behind, ahead)
+	require.NoError(t, err)
+	require.Empty(t, res.Held)
+	require.Equal(t, 1, res.Taken[2], "read once the active broker is empty")
 }

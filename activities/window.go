@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"time"
 
 	"go.temporal.io/sdk/activity"
@@ -23,6 +24,7 @@ type consumerPool interface {
 	DeclareTopology(ctx context.Context, index int, t broker.Topology) error
 	Consume(ctx context.Context, index int, queue string, opts broker.ConsumeOptions, h broker.BatchHandler) error
 	Drain(ctx context.Context, index int, queue string, max, batch int, h broker.BatchHandler) (int, error)
+	ReadyCounts(ctx context.Context, index int, queues []string) (map[string]int, error)
 }
 
 // handlers gives the batch handler that applies a broker's deliveries.
@@ -72,9 +74,12 @@ type WindowPlan struct {
 	Window           time.Duration
 	HeartbeatTimeout time.Duration
 	LeftoverDrainCap int
-	// Leftover are the other brokers, less those on a pending route: the producer is
-	// filling those and they must not be read early.
+	// Leftover are the other brokers, less those on a pending route (the producer is
+	// filling those and they must not be read early), in the order the producer left them.
 	Leftover []int
+	// Ahead are spares the producer used after it left the active broker (a canceled
+	// route, its current broker last): read only once the active broker's queue is empty.
+	Ahead []int `json:",omitempty"`
 }
 
 // PlanWindow resolves the active broker from Postgres for one window.
@@ -83,12 +88,6 @@ func (a *Window) PlanWindow(ctx context.Context) (WindowPlan, error) {
 	if err != nil {
 		return WindowPlan{}, fmt.Errorf("plan window: %w", err)
 	}
-	onRoute := map[int]bool{}
-	if st.Pending != nil {
-		for _, h := range st.Pending.Route {
-			onRoute[h.Index] = true
-		}
-	}
 	plan := WindowPlan{
 		ActiveIndex:      st.ActiveIndex,
 		ActiveName:       a.endpoint(st.ActiveIndex),
@@ -96,11 +95,11 @@ func (a *Window) PlanWindow(ctx context.Context) (WindowPlan, error) {
 		HeartbeatTimeout: a.HeartbeatTimeout,
 		LeftoverDrainCap: a.LeftoverDrainCap,
 	}
+	var brokers []int
 	for _, ep := range a.Pool.Endpoints() {
-		if ep.Index != st.ActiveIndex && !onRoute[ep.Index] {
-			plan.Leftover = append(plan.Leftover, ep.Index)
-		}
+		brokers = append(brokers, ep.Index)
 	}
+	plan.Leftover, plan.Ahead = st.Spares(brokers)
 	return plan, nil
 }
 
@@ -118,10 +117,12 @@ func (a *Window) PrepareWindow(ctx context.Context, queue string) (PreparedWindo
 		return PreparedWindow{}, err
 	}
 	out := PreparedWindow{Plan: plan, Drained: LeftoverDrainResult{Taken: map[int]int{}}}
-	if len(plan.Leftover) == 0 {
+	if len(plan.Leftover)+len(plan.Ahead) == 0 {
 		return out, nil
 	}
-	out.Drained, err = a.LeftoverDrain(ctx, LeftoverDrainInput{Queue: queue, Brokers: plan.Leftover, Cap: plan.LeftoverDrainCap})
+	out.Drained, err = a.LeftoverDrain(ctx, LeftoverDrainInput{
+		Queue: queue, Brokers: plan.Leftover, Ahead: plan.Ahead, Active: plan.ActiveIndex, Cap: plan.LeftoverDrainCap,
+	})
 	return out, err
 }
 
@@ -129,7 +130,11 @@ func (a *Window) PrepareWindow(ctx context.Context, queue string) (PreparedWindo
 type LeftoverDrainInput struct {
 	Queue   string
 	Brokers []int
-	Cap     int
+	// Ahead are visited after Brokers, and only when the queue and its -retry sibling are
+	// empty on the Active broker: their messages are newer than its backlog.
+	Ahead  []int `json:",omitempty"`
+	Active int   `json:",omitempty"`
+	Cap    int
 }
 
 // LeftoverDrainResult says how many messages each broker gave and which could not be reached.
@@ -139,6 +144,9 @@ type LeftoverDrainResult struct {
 	// Skipped are spares that failed otherwise (a refused declaration, a closed channel):
 	// a warning, like an unreachable one.
 	Skipped []int `json:",omitempty"`
+	// Held are spares ahead of the active broker left for a later window, because the
+	// active broker's queue was not seen empty.
+	Held []int `json:",omitempty"`
 }
 
 // LeftoverDrain takes what waits on the queue on the other brokers (see broker.Pool.Drain), and
@@ -149,7 +157,15 @@ func (a *Window) LeftoverDrain(ctx context.Context, in LeftoverDrainInput) (Left
 	defer stopHeartbeat()
 	res := LeftoverDrainResult{Taken: map[int]int{}}
 	budget := in.Cap
-	for _, idx := range in.Brokers {
+	brokers := in.Brokers
+	if len(in.Ahead) > 0 {
+		if a.activeEmpty(ctx, in.Queue, in.Active) {
+			brokers = append(slices.Clip(brokers), in.Ahead...)
+		} else {
+			res.Held = in.Ahead
+		}
+	}
+	for _, idx := range brokers {
 		if budget <= 0 {
 			break
 		}
@@ -194,6 +210,23 @@ func (a *Window) LeftoverDrain(ctx context.Context, in LeftoverDrainInput) (Left
 		}
 	}
 	return res, nil
+}
+
+// activeEmpty tells whether queue and its -retry sibling were seen empty on the active
+// broker. Anything else, an unreachable broker included, holds the spares ahead of it.
+func (a *Window) activeEmpty(ctx context.Context, queue string, active int) bool {
+	counts, err := a.Pool.ReadyCounts(ctx, active, []string{queue, broker.RetryQueue(queue)})
+	if err != nil {
+		a.Logger.WarnContext(ctx, "leftover drain: the active broker's backlog is unknown; spares ahead of it wait",
+			"queue", queue, "broker", a.endpoint(active), "error", err)
+		return false
+	}
+	for _, n := range counts {
+		if n > 0 {
+			return false
+		}
+	}
+	return true
 }
 
 // noLongerLeftover tells whether broker index is, as Postgres has it now, the active

@@ -30,6 +30,7 @@ const (
 	KeyLastDrainCheck = "broker.last_drain_check"
 	KeySeenUntil      = "broker.notifications_seen_until"
 	KeySeenAtMark     = "broker.notifications_seen_at_mark"
+	KeyProducerTrail  = "broker.producer_trail"
 	// KeyActiveEndpoint names the active broker by host and vhost beside its index, so that
 	// reordering RABBITMQ_CONNECTION_STRINGS does not silently move us to another broker.
 	KeyActiveEndpoint = "broker.active_endpoint"
@@ -114,7 +115,7 @@ func (s *BrokerStore) RecordDrainCheck(ctx context.Context, check DrainCheck) er
 
 func (s *BrokerStore) load(db *gorm.DB) (BrokerState, error) {
 	var rows []Setting
-	keys := []string{KeyActiveIndex, KeyActiveEndpoint, KeyPendingSwitch, KeyLastSwitch, KeyLastDrainCheck, KeySeenUntil, KeySeenAtMark}
+	keys := []string{KeyActiveIndex, KeyActiveEndpoint, KeyPendingSwitch, KeyLastSwitch, KeyLastDrainCheck, KeySeenUntil, KeySeenAtMark, KeyProducerTrail}
 	if err := db.Where("key IN ?", keys).Find(&rows).Error; err != nil {
 		return BrokerState{}, fmt.Errorf("read broker settings: %w", err)
 	}
@@ -162,6 +163,18 @@ func (s *BrokerStore) load(db *gorm.DB) (BrokerState, error) {
 			return st, fmt.Errorf("setting %s: %w", KeySeenAtMark, err)
 		}
 	}
+	if v := values[KeyProducerTrail]; v != "" {
+		if err := json.Unmarshal([]byte(v), &st.Trail); err != nil {
+			return st, fmt.Errorf("setting %s: %w", KeyProducerTrail, err)
+		}
+		for i, visit := range st.Trail.Visits {
+			idx, ok := s.resolve(BrokerRef{Host: visit.Host, Vhost: visit.Vhost})
+			if !ok {
+				idx = -1 // no longer configured: it keeps its place, and is on no route
+			}
+			st.Trail.Visits[i].Index = idx
+		}
+	}
 	st.Pending = s.resolveRoute(st.Pending)
 	return st, nil
 }
@@ -203,6 +216,7 @@ func (s *BrokerStore) save(db *gorm.DB, st BrokerState) error {
 		KeyLastSwitch:     "",
 		KeySeenUntil:      "",
 		KeySeenAtMark:     "",
+		KeyProducerTrail:  "",
 	}
 	if st.ActiveIndex >= 0 && st.ActiveIndex < len(s.Brokers) {
 		b, err := json.Marshal(s.Brokers[st.ActiveIndex])
@@ -234,6 +248,13 @@ func (s *BrokerStore) save(db *gorm.DB, st BrokerState) error {
 			return fmt.Errorf("encode notifications seen at the mark: %w", err)
 		}
 		values[KeySeenAtMark] = string(b)
+	}
+	if len(st.Trail.Visits) > 0 {
+		b, err := json.Marshal(st.Trail)
+		if err != nil {
+			return fmt.Errorf("encode producer trail: %w", err)
+		}
+		values[KeyProducerTrail] = string(b)
 	}
 	return upsertSettings(db, values)
 }

@@ -99,3 +99,32 @@ func TestTheBrokersAtTheMarkAreStored(t *testing.T) {
 	_, outcome := st.ApplyNotification(models.Notification{Index: 1, Host: brokerB.Host, Vhost: brokerB.Vhost, SwitchedAt: at}, at)
 	require.Equal(t, models.NotificationStale, outcome)
 }
+
+// The trail is kept in Postgres and follows its brokers when the configuration is
+// reordered.
+func TestTheTrailIsStored(t *testing.T) {
+	db := openMigrated(t)
+	refs := []models.BrokerRef{{Host: "a.example", Vhost: "/"}, {Host: "b.example", Vhost: "/"}, {Host: "c.example", Vhost: "/"}}
+	store := &models.BrokerStore{DB: db, Brokers: refs}
+	ctx := context.Background()
+	at := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
+	_, err := store.Update(ctx, func(cur models.BrokerState) (models.BrokerState, error) {
+		next, outcome := cur.ApplyNotification(models.Notification{Index: 2, Host: "c.example", Vhost: "/", SwitchedAt: at}, at)
+		require.Equal(t, models.NotificationRecorded, outcome)
+		return next.CancelPending(time.Time{}, at), nil
+	})
+	require.NoError(t, err)
+	// The same brokers, listed in another order: c.example is now index 0.
+	reordered := &models.BrokerStore{DB: db, Brokers: []models.BrokerRef{refs[2], refs[0], refs[1]}}
+	st, err := reordered.Load(ctx)
+	require.NoError(t, err)
+	require.Equal(t, 1, st.ActiveIndex)
+	_, ahead := st.Spares([]int{0, 1, 2})
+	require.Equal(t, []int{0}, ahead, "the producer's broker, by host and vhost")
+	late, err := reordered.Update(ctx, func(cur models.BrokerState) (models.BrokerState, error) {
+		next, _ := cur.ApplyNotification(models.Notification{Index: 0, Host: "c.example", Vhost: "/", SwitchedAt: at}, at)
+		return next, nil
+	})
+	require.NoError(t, err)
+	require.Equal(t, st.Trail, late.Trail, "the same visit again is a duplicate after a reload")
+}

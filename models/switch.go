@@ -93,6 +93,9 @@ type BrokerState struct {
 	// rotations can share one). Empty in a state written before it existed: then an equal
 	// time is stale, as it used to be.
 	SeenAtMark []BrokerRef `json:"seenAtMark,omitempty"`
+	// Trail is where the producer went and when. It is kept in Postgres, and not sent
+	// through workflow histories: every change reads it under the state's lock.
+	Trail Trail `json:"-"`
 }
 
 // Notification is the producer's word that it now publishes to the broker at Index.
@@ -114,46 +117,63 @@ const (
 // ApplyNotification decides what a notification does to the state; it is pure so that the
 // API and the workflow agree and tests can reach every corner.
 //
-// A notification older than the mark is stale; one at the mark is a duplicate (stale too)
-// when it names a broker already notified at that time, and a new hop otherwise, taken in
-// arrival order.
+// A notification is placed on the producer's trail by its switchedAt, and the route is
+// read from the trail. One newer than every other extends the route. One at the newest
+// time is a duplicate (stale) when it names a broker already notified at that time, and
+// a new hop otherwise, taken in arrival order. A late one, older than the newest, is
+// inserted where its time puts it (a double rotation notified in reverse keeps its middle
+// broker on the route), unless it is older than the active broker's own time or already
+// on the trail: then it is stale.
 func (s BrokerState) ApplyNotification(n Notification, now time.Time) (BrokerState, string) {
 	ref := BrokerRef{Host: strings.ToLower(n.Host), Vhost: n.Vhost}
+	visit := Visit{Index: n.Index, Host: ref.Host, Vhost: ref.Vhost, At: n.SwitchedAt}
+	trail := s.trail()
+	at := trail.place(visit)
+	late := n.SwitchedAt.Before(s.SeenUntil)
 	switch {
-	case n.SwitchedAt.IsZero(), n.SwitchedAt.Before(s.SeenUntil):
+	case n.SwitchedAt.IsZero():
 		return s, NotificationStale
+	case late:
+		// A state written before the trail existed cannot place it, as it could not before.
+		if len(trail.Visits) == 0 || at < trail.Behind || trail.has(visit) {
+			return s, NotificationStale
+		}
 	case n.SwitchedAt.Equal(s.SeenUntil):
 		if len(s.SeenAtMark) == 0 || slices.Contains(s.SeenAtMark, ref) {
 			return s, NotificationStale
 		}
 		s.SeenAtMark = append(slices.Clip(s.SeenAtMark), ref)
 	default:
-		s.SeenAtMark = []BrokerRef{ref}
+		s.SeenUntil, s.SeenAtMark = n.SwitchedAt, []BrokerRef{ref}
 	}
-	s.SeenUntil = n.SwitchedAt
-	hop := Hop{Index: n.Index, Host: strings.ToLower(n.Host), Vhost: n.Vhost, SwitchedAt: n.SwitchedAt}
-	if n.Index == s.ActiveIndex {
-		if s.Pending == nil {
-			return s, NotificationAlreadyActive
-		}
+	before, unchanged := s.Pending, s
+	s = s.withRoute(trail.insert(at, visit), now)
+	switch {
+	case !late && n.Index == s.ActiveIndex && before == nil:
+		return s, NotificationAlreadyActive
+	case !late && n.Index == s.ActiveIndex:
 		// The producer came back to the broker we read: the brokers on the route are left
 		// to the Leftover Drain.
-		s.Pending = nil
 		return s, NotificationRouteCanceled
-	}
-	var route []Hop
-	if s.Pending != nil {
-		for _, h := range s.Pending.Route {
-			if h.Index == n.Index {
-				// The producer returned to a broker already on the route: what it published
-				// after that hop is reached through the Leftover Drain, not a second visit.
-				break
-			}
-			route = append(route, h)
+	case slices.Equal(routeOf(before), routeOf(s.Pending)):
+		// A late notification that moves nothing. One for a canceled stretch of the trail
+		// is kept, as it orders the spares ahead of the active broker; any other changes
+		// nothing at all.
+		if at >= trail.Canceled || n.Index == s.ActiveIndex {
+			return unchanged, NotificationStale
 		}
+		s.Pending = before
+		return s, NotificationStale
 	}
-	s.Pending = &PendingSwitch{Route: append(route, hop), RecordedAt: now}
 	return s, NotificationRecorded
+}
+
+// routeOf is a Pending Switch's route, or none.
+func routeOf(p *PendingSwitch) []Hop {
+	if p == nil {
+		return nil
+	}
+	return p.Route
 }
 
 // CompleteHop moves to the route's next hop after the active broker was seen drained.
@@ -163,13 +183,12 @@ func (s BrokerState) CompleteHop(from int, hop Hop, checks int, now time.Time) (
 		return s, false
 	}
 	s.LastSwitch = &LastSwitch{From: from, To: hop.Index, SwitchedAt: hop.SwitchedAt, CompletedAt: now, Checks: checks}
-	s.ActiveIndex = hop.Index
-	if rest := s.Pending.Route[1:]; len(rest) > 0 {
-		s.Pending = &PendingSwitch{Route: append([]Hop(nil), rest...), RecordedAt: s.Pending.RecordedAt}
-	} else {
-		s.Pending = nil
+	trail := s.trail()
+	if route := trail.route(s.ActiveIndex); len(route) > 0 {
+		trail.Behind = route[0] + 1
 	}
-	return s, true
+	s.ActiveIndex = hop.Index
+	return s.withRoute(trail, s.Pending.RecordedAt), true
 }
 
 // Force moves to index at once and drops the Pending Switch the operator knew of: the
@@ -179,28 +198,36 @@ func (s BrokerState) CompleteHop(from int, hop Hop, checks int, now time.Time) (
 // pending. A mark of notifications that lies ahead of now is brought back to now.
 func (s BrokerState) Force(index int, askedAt, now time.Time) BrokerState {
 	s.LastSwitch = &LastSwitch{From: s.ActiveIndex, To: index, CompletedAt: now, Forced: true}
-	s.ActiveIndex = index
-	if p := s.Pending; p != nil && !askedAt.IsZero() && p.RecordedAt.After(askedAt) {
-		route := p.Route
-		if i := slices.IndexFunc(route, func(h Hop) bool { return h.Index == index }); i >= 0 {
-			route = route[i+1:]
-		}
-		s.Pending = nil
-		if len(route) > 0 {
-			s.Pending = &PendingSwitch{Route: slices.Clone(route), RecordedAt: p.RecordedAt}
+	trail := s.trail()
+	route := trail.route(s.ActiveIndex)
+	recordedAt := time.Time{}
+	if p := s.Pending; p != nil && !askedAt.IsZero() && p.RecordedAt.After(askedAt) && len(route) > 0 {
+		recordedAt = p.RecordedAt
+		trail.Behind = route[0]
+		if i := slices.IndexFunc(route, func(q int) bool { return trail.Visits[q].Index == index }); i >= 0 {
+			trail.Behind = route[i] + 1
 		}
 	} else {
-		s.Pending = nil
+		// Everything the producer told us so far is behind the forced broker.
+		trail.Behind = len(trail.Visits)
 	}
-	return s.clearFutureMark(now)
+	s.ActiveIndex = index
+	return s.withRoute(trail, recordedAt).clearFutureMark(now)
 }
 
 // CancelPending drops the Pending Switch without moving, unless it was recorded after the
 // cancel was given: an operator's cancel must not undo a notification that came later.
 // A zero upTo cancels whatever is pending. A mark ahead of now is brought back to now.
+//
+// The canceled route's brokers become spares ahead of the active broker: the producer
+// published there after it left the active broker, so the Leftover Drain reads them, in
+// the producer's order, only once the active broker's queue is empty; a force moves there
+// at once.
 func (s BrokerState) CancelPending(upTo, now time.Time) BrokerState {
 	if s.Pending != nil && (upTo.IsZero() || !s.Pending.Target().SwitchedAt.After(upTo)) {
-		s.Pending = nil
+		trail := s.trail()
+		trail.Canceled = len(trail.Visits)
+		s = s.withRoute(trail, time.Time{})
 	}
 	return s.clearFutureMark(now)
 }
@@ -211,6 +238,15 @@ func (s BrokerState) CancelPending(upTo, now time.Time) BrokerState {
 func (s BrokerState) clearFutureMark(now time.Time) BrokerState {
 	if !now.IsZero() && s.SeenUntil.After(now) {
 		s.SeenUntil, s.SeenAtMark = now, nil
+		// The trail too: a real notification would otherwise be placed before the
+		// future-dated visit, on the stretch an order has just left behind.
+		visits := slices.Clone(s.Trail.Visits)
+		for i := range visits {
+			if visits[i].At.After(now) {
+				visits[i].At = now
+			}
+		}
+		s.Trail.Visits = visits
 	}
 	return s
 }

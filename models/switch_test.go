@@ -23,8 +23,8 @@ func TestApplyNotification(t *testing.T) {
 	require.Equal(t, st, again)
 
 	older, outcome := st.ApplyNotification(note(2, t0.Add(-time.Second)), t0)
-	require.Equal(t, NotificationStale, outcome, "an older notification cannot move us backwards")
-	require.Equal(t, st, older)
+	require.Equal(t, NotificationRecorded, outcome, "a late notification is placed by its time")
+	require.Equal(t, []int{2, 1}, routeIndexes(older), "the producer went to 2 before 1")
 
 	two, outcome := st.ApplyNotification(note(2, t0.Add(time.Minute)), t0)
 	require.Equal(t, NotificationRecorded, outcome)
@@ -132,16 +132,18 @@ func TestAFutureMarkIsClearedByAnOrder(t *testing.T) {
 	future := t0.Add(59 * time.Minute)
 	st, _ := BrokerState{}.ApplyNotification(noteAt(1, "b.example", future), t0)
 	real := noteAt(2, "c.example", t0.Add(time.Second))
-	_, outcome := st.ApplyNotification(real, t0)
-	require.Equal(t, NotificationStale, outcome, "the future mark hides the real notification")
+	placed, outcome := st.ApplyNotification(real, t0)
+	require.Equal(t, NotificationRecorded, outcome)
+	require.Equal(t, []int{2, 1}, routeIndexes(placed), "placed before the future-dated hop by its time")
 
 	for name, cleared := range map[string]BrokerState{
 		"force":  st.Force(0, t0, t0),
 		"cancel": st.CancelPending(time.Time{}, t0),
 	} {
 		require.Equal(t, t0, cleared.SeenUntil, name)
-		_, outcome = cleared.ApplyNotification(real, t0.Add(time.Second))
+		next, outcome := cleared.ApplyNotification(real, t0.Add(time.Second))
 		require.Equal(t, NotificationRecorded, outcome, name)
+		require.Equal(t, 2, next.Pending.Target().Index, "%s: the real notification is where the producer is", name)
 	}
 	past := st.Force(0, future.Add(time.Hour), future.Add(time.Hour))
 	require.Equal(t, future, past.SeenUntil, "a mark that is not ahead stays")

@@ -1,0 +1,180 @@
+package e2e
+
+// The orderings the design record gave up and brokerswitch keeps, because the producer's
+// notifications decide them: where it went, and when. Each scenario failed before the
+// producer's trail existed (models/trail.go).
+
+import (
+	"context"
+	"net/http"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/brokerswitch/brokerswitch/models"
+	"github.com/brokerswitch/brokerswitch/simulate"
+)
+
+// notifyAll sends the notices in the order given and returns brokerswitch's answers. The
+// scenarios check them after the oracle: what the order of events shows comes first.
+func (s *stack) notifyAll(p *simulate.Producer, notices ...simulate.Notice) []string {
+	s.t.Helper()
+	var outcomes []string
+	for _, n := range notices {
+		res, err := p.Notify(context.Background(), n)
+		require.NoError(s.t, err)
+		outcomes = append(outcomes, res.Outcome)
+	}
+	return outcomes
+}
+
+// routeOf lists the Pending Switch's hops by index.
+func routeOf(st models.BrokerState) []int {
+	var out []int
+	if st.Pending != nil {
+		for _, h := range st.Pending.Route {
+			out = append(out, h.Index)
+		}
+	}
+	return out
+}
+
+// Scenario 14. The producer rotates A→B→C with backlogs on A and B, and C's notification
+// arrives before B's: B is placed between A and C by its time, not read early as a spare.
+func TestScenario14ReversedNotificationsKeepTheMiddleBroker(t *testing.T) {
+	s := newStack(t, 3, nil)
+	p, log := s.producer(nil)
+	msgs := s.workload(mixed(30, 141))
+	ctx := context.Background()
+	third := len(msgs) / 3
+	require.NoError(t, p.Publish(ctx, msgs[:third]...))
+	toB, err := p.Rotate(ctx, 1)
+	require.NoError(t, err)
+	require.NoError(t, p.Publish(ctx, msgs[third:2*third]...))
+	toC, err := p.Rotate(ctx, 2)
+	require.NoError(t, err)
+	outcomes := s.notifyAll(p, toC, toB, toB)
+	route := routeOf(s.state())
+
+	s.startWorker()
+	require.NoError(t, p.Publish(ctx, msgs[2*third:]...))
+	s.waitFor("both hops", time.Minute, func() bool { st := s.state(); return st.ActiveIndex == 2 && st.Pending == nil })
+	v := s.verify(log, time.Minute)
+	s.requireFlipAfterDrain(0, 1)
+	s.requireFlipAfterDrain(1, 2)
+	s.report(v, s.lagOf())
+	require.Equal(t, []int{1, 2}, route, "A → B → C")
+	require.Equal(t, []string{models.NotificationRecorded, models.NotificationRecorded, models.NotificationStale}, outcomes)
+}
+
+// Scenario 15. Two spares hold leftovers from two earlier rotations: the producer went
+// 0 → 2 → 1 → 3 while nothing read, and the operator had already forced 3. The Leftover
+// Drain reads 0, then 2, then 1, as the producer left them; index order would apply 1's
+// events before 2's older ones.
+func TestScenario15SparesInTheProducersOrder(t *testing.T) {
+	s := newStack(t, 4, map[string]string{"CONSUMER_WINDOW": "3s"})
+	p, log := s.producer(func(c *simulate.Config) { c.Notify = simulate.NotifyNow })
+	ctx := context.Background()
+	stop := s.startWorker()
+	status, body := s.call(http.MethodPost, "/api/v1/broker/switch/3", operatorToken, "")
+	require.Equal(t, http.StatusOK, status, body)
+	stop() // nothing reads while the producer rotates
+
+	require.NoError(t, p.Publish(ctx, s.workload(mixed(8, 151))...))
+	for _, to := range []int{2, 1} {
+		_, err := p.Rotate(ctx, to)
+		require.NoError(t, err)
+		require.NoError(t, p.Publish(ctx, s.workload(mixed(8, uint64(150+to)))...))
+	}
+	_, err := p.Rotate(ctx, 3) // back to the broker we read: no route
+	require.NoError(t, err)
+	st := s.state()
+	require.Equal(t, 3, st.ActiveIndex)
+	require.Nil(t, st.Pending)
+
+	s.startWorker()
+	s.waitFor("the spares drained", time.Minute, func() bool { return s.drained(0) && s.drained(1) && s.drained(2) })
+	require.NoError(t, p.Publish(ctx, s.workload(mixed(8, 155))...))
+	v := s.verify(log, time.Minute)
+	s.requireBrokerOrder(0, 2)
+	s.requireBrokerOrder(2, 1)
+	s.requireBrokerOrder(1, 3)
+	s.report(v, "-")
+}
+
+// Scenario 16. The operator cancels a Pending Switch while the active broker still has a
+// backlog, and the producer keeps publishing to its new broker. That broker is the
+// future, not a spare: the Leftover Drain reads it only once the active broker is empty.
+func TestScenario16ACancelDoesNotReadTheFutureFirst(t *testing.T) {
+	const window = 2 * time.Second
+	s := newStack(t, 2, map[string]string{"CONSUMER_WINDOW": window.String(), "PREFETCH": "10"})
+	p, log := s.producer(func(c *simulate.Config) { c.Notify = simulate.NotifyNow })
+	msgs := s.workload(mixed(30, 161))
+	ctx := context.Background()
+	s.startWorker()
+	require.NoError(t, p.Publish(ctx, msgs[:4]...))
+	s.waitFor("the first events applied", time.Minute, func() bool { return s.deliveries() == 4 })
+
+	// Hold the ledger: each window keeps one batch in hand, and broker 0 keeps a backlog.
+	tx := s.db.Begin()
+	require.NoError(t, tx.Error)
+	require.NoError(t, tx.Exec("LOCK TABLE github_deliveries IN ACCESS EXCLUSIVE MODE").Error)
+	locked := time.Now()
+	half := len(msgs) / 2
+	require.NoError(t, p.Publish(ctx, msgs[4:half]...))
+	_, err := p.Rotate(ctx, 1)
+	require.NoError(t, err)
+	s.waitFor("the pending switch", time.Minute, func() bool { return s.state().Pending != nil })
+	status, body := s.call(http.MethodDelete, "/api/v1/broker/pending-switch", operatorToken, "")
+	require.Contains(t, []int{http.StatusOK, http.StatusAccepted}, status, body)
+	s.waitFor("the cancel", time.Minute, func() bool { return s.state().Pending == nil })
+	require.NoError(t, p.Publish(ctx, msgs[half:]...)) // the producer goes on, on broker 1
+	// The fault outlasts two windows, so that the next window starts while broker 0 still
+	// has its backlog: that window's Leftover Drain is what this scenario is about.
+	s.waitFor("two windows' time", time.Minute, func() bool { return time.Since(locked) > 2*window })
+	require.False(t, s.drained(0), "broker 0 still has a backlog")
+	require.NoError(t, tx.Commit().Error)
+
+	v := s.verify(log, 2*time.Minute)
+	require.Equal(t, 0, s.state().ActiveIndex, "a cancel does not move")
+	s.requireBrokerOrder(0, 1)
+	s.report(v, "-")
+}
+
+// Scenario 17. Duplicate and equal-time notifications, late and reversed: the producer
+// goes A→B, then B→C and C→D in the same second; we hear D, C, B, then each again. The
+// route is A → B → C → D, each repeat a duplicate, and every event applied in order.
+func TestScenario17DuplicateAndEqualTimeNotifications(t *testing.T) {
+	s := newStack(t, 4, nil)
+	p, log := s.producer(nil)
+	ctx := context.Background()
+	base := time.Now().Truncate(time.Second).Add(-time.Minute)
+	var notices []simulate.Notice
+	for i, to := range []int{1, 2, 3} {
+		require.NoError(t, p.Publish(ctx, s.workload(mixed(8, uint64(170+i)))...))
+		_, err := p.Rotate(ctx, to)
+		require.NoError(t, err)
+		at := base
+		if to > 1 {
+			at = base.Add(time.Second) // C and D in the same second
+		}
+		notices = append(notices, p.NoticeFor(to, at))
+	}
+	toB, toC, toD := notices[0], notices[1], notices[2]
+	// C before D: at an equal time, arrival order is the only order there is.
+	outcomes := s.notifyAll(p, toC, toD, toB, toD, toC, toB)
+	route := routeOf(s.state())
+
+	s.startWorker()
+	require.NoError(t, p.Publish(ctx, s.workload(mixed(8, 174))...))
+	s.waitFor("three hops", time.Minute, func() bool { st := s.state(); return st.ActiveIndex == 3 && st.Pending == nil })
+	v := s.verify(log, time.Minute)
+	s.requireFlipAfterDrain(0, 1)
+	s.requireFlipAfterDrain(1, 2)
+	s.requireFlipAfterDrain(2, 3)
+	s.report(v, s.lagOf())
+	require.Equal(t, []int{1, 2, 3}, route)
+	require.Equal(t, []string{models.NotificationRecorded, models.NotificationRecorded, models.NotificationRecorded,
+		models.NotificationStale, models.NotificationStale, models.NotificationStale}, outcomes)
+}

@@ -1,0 +1,168 @@
+package models
+
+import (
+	"slices"
+	"time"
+)
+
+// maxTrail bounds the trail: a rotation happens about once a month per broker, and only
+// the last visit of each broker decides an order.
+const maxTrail = 64
+
+// Visit is the producer's arrival at a broker, as one notification told it.
+type Visit struct {
+	Index int       `json:"index"`
+	Host  string    `json:"host"`
+	Vhost string    `json:"vhost"`
+	At    time.Time `json:"at"`
+}
+
+// Trail is where the producer went and when, as its notifications tell, ordered by
+// switchedAt and, at equal times, by arrival. The route is read from it, so that a late
+// notification lands where the producer's clock puts it, and the Leftover Drain reads the
+// spares in the order the producer left them.
+type Trail struct {
+	Visits []Visit `json:"visits"`
+	// Behind counts the first visits that lie behind the active broker: what the producer
+	// published there is older than the active broker's backlog. A late notification that
+	// would land among them is stale.
+	Behind int `json:"behind"`
+	// Canceled counts the first visits an operator's cancel took off the route. They stay
+	// on the trail: the brokers they name are spares ahead of the active broker.
+	Canceled int `json:"canceled"`
+}
+
+// place is where v belongs: after every visit at or before its time.
+func (t Trail) place(v Visit) int {
+	if p := slices.IndexFunc(t.Visits, func(w Visit) bool { return w.At.After(v.At) }); p >= 0 {
+		return p
+	}
+	return len(t.Visits)
+}
+
+// has tells whether the trail already holds this broker at this time: a duplicate.
+func (t Trail) has(v Visit) bool {
+	return slices.ContainsFunc(t.Visits, func(w Visit) bool {
+		return w.At.Equal(v.At) && w.Host == v.Host && w.Vhost == v.Vhost
+	})
+}
+
+// insert places v at p, keeping Behind and Canceled on the visits they counted, and drops
+// the oldest visits behind the active broker beyond maxTrail.
+func (t Trail) insert(p int, v Visit) Trail {
+	t.Visits = slices.Insert(slices.Clone(t.Visits), p, v)
+	if p < t.Behind {
+		t.Behind++
+	}
+	if p < t.Canceled {
+		t.Canceled++
+	}
+	if drop := min(len(t.Visits)-maxTrail, max(t.Behind, t.Canceled)); drop > 0 {
+		t.Visits = t.Visits[drop:]
+		t.Behind, t.Canceled = max(t.Behind-drop, 0), max(t.Canceled-drop, 0)
+	}
+	return t
+}
+
+// route follows the visits after those behind or canceled, as the producer made them:
+// a return to a broker already on the route cuts the route there (what it published
+// after that hop is reached through the Leftover Drain), and a return to the active
+// broker empties it. It gives the positions of the route's hops.
+func (t Trail) route(active int) []int {
+	var route []int
+	for p := max(t.Behind, t.Canceled); p < len(t.Visits); p++ {
+		v := t.Visits[p]
+		switch {
+		case v.Index < 0: // a broker no longer configured
+		case v.Index == active:
+			route = nil
+		default:
+			if i := slices.IndexFunc(route, func(q int) bool { return t.Visits[q].Index == v.Index }); i >= 0 {
+				route = route[:i]
+			}
+			route = append(route, p)
+		}
+	}
+	return route
+}
+
+// hops turns route positions into the Pending Switch's hops.
+func (t Trail) hops(route []int) []Hop {
+	out := make([]Hop, 0, len(route))
+	for _, p := range route {
+		v := t.Visits[p]
+		out = append(out, Hop{Index: v.Index, Host: v.Host, Vhost: v.Vhost, SwitchedAt: v.At})
+	}
+	return out
+}
+
+// trail is the state's trail, begun from the Pending Switch's route when the state was
+// written before the trail existed.
+func (s BrokerState) trail() Trail {
+	if len(s.Trail.Visits) > 0 || s.Pending == nil {
+		return s.Trail
+	}
+	var t Trail
+	for _, h := range s.Pending.Route {
+		t.Visits = append(t.Visits, Visit{Index: h.Index, Host: h.Host, Vhost: h.Vhost, At: h.SwitchedAt})
+	}
+	return t
+}
+
+// withRoute sets the trail and reads the Pending Switch from it; recordedAt is the
+// Pending Switch's recording time when it still has hops.
+func (s BrokerState) withRoute(t Trail, recordedAt time.Time) BrokerState {
+	s.Trail = t
+	s.Pending = nil
+	if route := t.route(s.ActiveIndex); len(route) > 0 {
+		s.Pending = &PendingSwitch{Route: t.hops(route), RecordedAt: recordedAt}
+	}
+	return s
+}
+
+// Spares orders the brokers that are neither active nor on the route for the Leftover
+// Drain, in the order the producer left them: first those it never used (by index), its
+// current broker last. Ahead are the spares it used after it left the active broker (a
+// canceled route): their events are newer than the active broker's backlog, so they are
+// read only once the active broker is empty.
+func (s BrokerState) Spares(brokers []int) (behind, ahead []int) {
+	t := s.trail()
+	activeFrom := t.Behind
+	if p := lastVisit(t, s.ActiveIndex); p >= activeFrom {
+		activeFrom = p + 1
+	}
+	type spare struct{ index, lastAt int }
+	var spares []spare
+	onRoute := map[int]bool{}
+	if s.Pending != nil {
+		for _, h := range s.Pending.Route {
+			onRoute[h.Index] = true
+		}
+	}
+	for _, b := range brokers {
+		if b != s.ActiveIndex && !onRoute[b] {
+			spares = append(spares, spare{b, lastVisit(t, b)})
+		}
+	}
+	// A broker's last visit ends where the next visit begins, so ordering by last visit
+	// orders by the time the producer left; -1 (never used) sorts first.
+	slices.SortStableFunc(spares, func(a, b spare) int { return a.lastAt - b.lastAt })
+	for _, sp := range spares {
+		if sp.lastAt >= activeFrom {
+			ahead = append(ahead, sp.index)
+		} else {
+			behind = append(behind, sp.index)
+		}
+	}
+	return behind, ahead
+}
+
+// lastVisit is the position of the producer's last visit to broker index, or -1.
+func lastVisit(t Trail, index int) int {
+	for p := len(t.Visits) - 1; p >= 0; p-- {
+		if t.Visits[p].Index == index {
+			return p
+		}
+	}
+	return -1
+}

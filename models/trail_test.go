@@ -1,0 +1,101 @@
+package models
+
+import (
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+func hostNote(index int, at time.Time) Notification {
+	return Notification{Index: index, Host: []string{"a", "b", "c", "d"}[index] + ".example", Vhost: "/", SwitchedAt: at}
+}
+
+func apply(t *testing.T, st BrokerState, n Notification, want string) BrokerState {
+	t.Helper()
+	next, outcome := st.ApplyNotification(n, t0)
+	require.Equal(t, want, outcome, "notification for %d at %s", n.Index, n.SwitchedAt.Format(time.TimeOnly))
+	return next
+}
+
+// The producer goes A→B at t1, then B→C at t2, and C's notification arrives first: B is
+// placed between A and C, not left to the Leftover Drain (issue 13, point 2).
+func TestAReversedDoubleRotationKeepsTheMiddleBroker(t *testing.T) {
+	t1, t2 := t0, t0.Add(time.Minute)
+	st := apply(t, BrokerState{}, hostNote(2, t2), NotificationRecorded)
+	st = apply(t, st, hostNote(1, t1), NotificationRecorded)
+	require.Equal(t, []int{1, 2}, routeIndexes(st), "A → B → C")
+	require.Equal(t, t2, st.SeenUntil, "the newest time stays the mark")
+	same := apply(t, st, hostNote(1, t1), NotificationStale)
+	require.Equal(t, st, same, "the late notification again is a duplicate")
+
+	st, ok := st.CompleteHop(0, st.Pending.Next(), 1, t0)
+	require.True(t, ok)
+	require.Equal(t, 1, st.ActiveIndex)
+	require.Equal(t, []int{2}, routeIndexes(st))
+	// Older than the active broker's own time: stale, as it always was.
+	apply(t, st, hostNote(3, t1.Add(-time.Second)), NotificationStale)
+	// Between B and C, after B became active: still on the route.
+	mid := apply(t, st, hostNote(3, t1.Add(time.Second)), NotificationRecorded)
+	require.Equal(t, []int{3, 2}, routeIndexes(mid))
+
+	st, ok = st.CompleteHop(1, st.Pending.Next(), 1, t0)
+	require.True(t, ok)
+	require.Nil(t, st.Pending)
+	apply(t, st, hostNote(3, t1.Add(time.Second)), NotificationStale)
+}
+
+// A late notification that puts a return to the active broker before the newest hop: the
+// route restarts after the return.
+func TestALateReturnToTheActiveBrokerCutsTheRoute(t *testing.T) {
+	st := apply(t, BrokerState{}, hostNote(1, t0), NotificationRecorded)
+	st = apply(t, st, hostNote(2, t0.Add(2*time.Minute)), NotificationRecorded)
+	st = apply(t, st, hostNote(0, t0.Add(time.Minute)), NotificationRecorded)
+	require.Equal(t, []int{2}, routeIndexes(st), "A → B → A → C: B is left behind")
+	behind, ahead := st.Spares([]int{0, 1, 2, 3})
+	require.Equal(t, []int{3, 1}, behind, "B was left before the producer came back to A")
+	require.Empty(t, ahead)
+}
+
+// Spares are read in the order the producer left them, never-used first (issue 13, point 1).
+func TestSparesInTheProducersOrder(t *testing.T) {
+	// The producer went 0 → 3 → 2 → 1 and the operator forced 1 without waiting.
+	st := apply(t, BrokerState{}, hostNote(3, t0), NotificationRecorded)
+	st = apply(t, st, hostNote(2, t0.Add(time.Minute)), NotificationRecorded)
+	st = apply(t, st, hostNote(1, t0.Add(2*time.Minute)), NotificationRecorded)
+	st = st.Force(1, time.Time{}, t0.Add(time.Hour))
+	require.Nil(t, st.Pending)
+	behind, ahead := st.Spares([]int{0, 1, 2, 3})
+	require.Equal(t, []int{0, 3, 2}, behind, "0 was left first, then 3, then 2")
+	require.Empty(t, ahead)
+
+	never := BrokerState{ActiveIndex: 2}.Trail
+	require.Empty(t, never.Visits)
+	behind, _ = BrokerState{ActiveIndex: 2}.Spares([]int{0, 1, 2, 3})
+	require.Equal(t, []int{0, 1, 3}, behind, "without a trail: index order, as before")
+}
+
+// After a cancel, the producer's brokers are ahead of the active broker's backlog, and a
+// late notification for the canceled stretch orders them without a route (issue 13,
+// point 3).
+func TestACanceledRouteIsAheadOfTheActiveBroker(t *testing.T) {
+	st := apply(t, BrokerState{}, hostNote(2, t0.Add(2*time.Minute)), NotificationRecorded)
+	st = st.CancelPending(time.Time{}, t0.Add(time.Hour))
+	require.Nil(t, st.Pending)
+	behind, ahead := st.Spares([]int{0, 1, 2, 3})
+	require.Equal(t, []int{1, 3}, behind)
+	require.Equal(t, []int{2}, ahead, "the producer's broker is the future, not a spare")
+
+	late := apply(t, st, hostNote(1, t0.Add(time.Minute)), NotificationStale)
+	require.Nil(t, late.Pending, "the cancel covers it")
+	behind, ahead = late.Spares([]int{0, 1, 2, 3})
+	require.Equal(t, []int{3}, behind)
+	require.Equal(t, []int{1, 2}, ahead, "in the producer's order")
+
+	// A newer notification after the cancel is a new route, and a force moves there.
+	next := apply(t, late, hostNote(3, t0.Add(3*time.Minute)), NotificationRecorded)
+	require.Equal(t, []int{3}, routeIndexes(next))
+	forced := late.Force(2, time.Time{}, t0.Add(time.Hour))
+	_, ahead = forced.Spares([]int{0, 1, 2, 3})
+	require.Empty(t, ahead, "forced to the producer's broker, nothing is ahead")
+}
