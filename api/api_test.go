@@ -282,8 +282,8 @@ func TestGetBrokerWithoutWorkflow(t *testing.T) {
 	m := res.JSON(t)
 	require.Equal(t, []any{
 		map[string]any{"index": 0.0, "host": "rabbit-a.example.com", "port": 5672.0, "vhost": "vh-a", "active": true, "onRoute": false},
-		map[string]any{"index": 1.0, "host": "rabbit-b.example.com", "port": 5671.0, "vhost": "prod/one", "active": false, "onRoute": false},
-	}, m["brokers"])
+		map[string]any{"index": 1.0, "host": "rabbit-b.example.com", "port": 5671.0, "vhost": "prod/one", "active": false, "onRoute": false, "leftoverOrder": 1.0},
+	}, m["brokers"], "a spare shows its place in the Leftover Drain")
 	require.EqualValues(t, 0, m["activeIndex"])
 	require.Nil(t, m["pendingSwitch"])
 	require.Nil(t, m["lastSwitch"])
@@ -294,6 +294,23 @@ func TestGetBrokerWithoutWorkflow(t *testing.T) {
 		"id": "broker-switch", "found": false, "status": "NotFound",
 		"error": "no BrokerSwitch workflow yet: a worker or the next notification or order starts it",
 	}, m["workflow"])
+}
+
+// After a cancel, the producer's broker is shown as ahead of the active broker: the
+// Leftover Drain reads it only once the active broker's queue is empty (issue 13).
+func TestGetBrokerShowsASpareAheadOfTheActiveBroker(t *testing.T) {
+	e := newEnv(t)
+	e.seed(func(st models.BrokerState) models.BrokerState {
+		at := time.Now().UTC().Add(-time.Minute)
+		st, _ = st.ApplyNotification(models.Notification{Index: 1, Host: "rabbit-b.example.com", Vhost: "prod/one", SwitchedAt: at}, at)
+		return st.CancelPending(time.Time{}, time.Now())
+	})
+	res := e.do(http.MethodGet, "/api/v1/broker", "token "+operatorToken, nil)
+	require.Equal(t, http.StatusOK, res.Status, res.Body)
+	b := res.JSON(t)["brokers"].([]any)[1].(map[string]any)
+	require.Equal(t, true, b["aheadOfActive"], res.Body)
+	require.Equal(t, 1.0, b["leftoverOrder"])
+	require.Equal(t, false, b["onRoute"])
 }
 
 func TestHealth(t *testing.T) {

@@ -110,7 +110,7 @@ func TestOpenAPISchemasMatchAnswers(t *testing.T) {
 		"NotificationRequest": notificationRequest{},
 		"OrderAnswer":         orderAnswer{Outcome: "refused", Reason: "r", stateView: state},
 		"BrokerStatus":        brokerStatus{stateView: state},
-		"Broker":              brokerView{},
+		"Broker":              brokerView{LeftoverOrder: 1, AheadOfActive: true},
 		"Workflow":            workflowView{RunID: "r", StartTime: &now, Waiting: "w", Checks: &checks, Error: "e"},
 		"Readiness":           readinessAnswer{},
 		"PendingSwitch":       state.PendingSwitch,

@@ -2,6 +2,7 @@ package api
 
 import (
 	"net/url"
+	"slices"
 	"strings"
 	"time"
 
@@ -29,6 +30,10 @@ type brokerView struct {
 	// OnRoute says the broker is a hop of the Pending Switch: the producer publishes, or
 	// published, to it and it is not read yet.
 	OnRoute bool `json:"onRoute"`
+	// LeftoverOrder is a spare's place in the Leftover Drain's order, from 1.
+	LeftoverOrder int `json:"leftoverOrder,omitempty"`
+	// AheadOfActive says the spare is read only once the active broker's queue is empty.
+	AheadOfActive bool `json:"aheadOfActive,omitempty"`
 }
 
 // brokerRef names the broker a notification resolved to.
@@ -139,15 +144,26 @@ func brokerViews(eps []broker.Endpoint, st models.BrokerState) []brokerView {
 			onRoute[h.Index] = true
 		}
 	}
+	indices := make([]int, 0, len(eps))
+	for _, ep := range eps {
+		indices = append(indices, ep.Index)
+	}
+	behind, ahead := st.Spares(indices)
+	order := map[int]int{}
+	for i, idx := range append(behind, ahead...) {
+		order[idx] = i + 1
+	}
 	out := make([]brokerView, 0, len(eps))
 	for _, ep := range eps {
 		out = append(out, brokerView{
-			Index:   ep.Index,
-			Host:    ep.Host,
-			Port:    ep.Port,
-			Vhost:   ep.Vhost,
-			Active:  ep.Index == st.ActiveIndex,
-			OnRoute: onRoute[ep.Index],
+			LeftoverOrder: order[ep.Index],
+			AheadOfActive: slices.Contains(ahead, ep.Index),
+			Index:         ep.Index,
+			Host:          ep.Host,
+			Port:          ep.Port,
+			Vhost:         ep.Vhost,
+			Active:        ep.Index == st.ActiveIndex,
+			OnRoute:       onRoute[ep.Index],
 		})
 	}
 	return out
