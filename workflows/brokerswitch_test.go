@@ -259,15 +259,19 @@ func (s *brokerSwitchSuite) TestDoubleRotationIsFollowedHopByHop() {
 	s.Equal([]int{0, 0, 0, 1, 1}, s.checks)
 }
 
-func (s *brokerSwitchSuite) TestStaleNotificationChangesNothing() {
+func (s *brokerSwitchSuite) TestALateNotificationIsPlacedByItsTime() {
 	s.backlog[0] = busy(1000)
 	s.notify(time.Second, 1, t0)
-	s.notify(2*time.Second, 2, t0.Add(-time.Minute)) // older than what is on record
+	s.notify(2*time.Second, 2, t0.Add(-time.Minute)) // the producer went to 2 before 1
+	s.notify(3*time.Second, 2, t0.Add(-time.Minute)) // a duplicate
 	status := s.run(time.Minute)
 
 	s.Empty(s.commits)
 	s.Require().NotNil(status.State.Pending)
-	s.Equal([]models.Hop{{Index: 1, Host: "h", Vhost: "/", SwitchedAt: t0}}, status.State.Pending.Route)
+	s.Equal([]models.Hop{
+		{Index: 2, Host: "h", Vhost: "/", SwitchedAt: t0.Add(-time.Minute)},
+		{Index: 1, Host: "h", Vhost: "/", SwitchedAt: t0},
+	}, status.State.Pending.Route)
 }
 
 func (s *brokerSwitchSuite) TestForceSwitchMovesAtOnceAndDropsThePendingSwitch() {
