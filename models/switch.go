@@ -146,7 +146,7 @@ func (s BrokerState) ApplyNotification(n Notification, now time.Time) (BrokerSta
 	default:
 		s.SeenUntil, s.SeenAtMark = n.SwitchedAt, []BrokerRef{ref}
 	}
-	before, unchanged := s.Pending, s
+	before := s.Pending
 	s = s.withRoute(trail.insert(at, visit), now)
 	switch {
 	case !late && n.Index == s.ActiveIndex && before == nil:
@@ -156,12 +156,9 @@ func (s BrokerState) ApplyNotification(n Notification, now time.Time) (BrokerSta
 		// to the Leftover Drain.
 		return s, NotificationRouteCanceled
 	case slices.Equal(routeOf(before), routeOf(s.Pending)):
-		// A late notification that moves nothing. One for a canceled stretch of the trail
-		// is kept, as it orders the spares ahead of the active broker; any other changes
-		// nothing at all.
-		if at >= trail.Canceled || n.Index == s.ActiveIndex {
-			return unchanged, NotificationStale
-		}
+		// A late notification that moves nothing now: one for a canceled stretch, or a
+		// return to the active broker before the newest hop. It stays on the trail, where
+		// it places later notifications and orders the spares.
 		s.Pending = before
 		return s, NotificationStale
 	}

@@ -48,7 +48,7 @@ func (t Trail) has(v Visit) bool {
 }
 
 // insert places v at p, keeping Behind and Canceled on the visits they counted, and drops
-// the oldest visits behind the active broker beyond maxTrail.
+// the oldest visits behind the active broker (or canceled) beyond maxTrail.
 func (t Trail) insert(p int, v Visit) Trail {
 	t.Visits = slices.Insert(slices.Clone(t.Visits), p, v)
 	if p < t.Behind {
@@ -57,7 +57,13 @@ func (t Trail) insert(p int, v Visit) Trail {
 	if p < t.Canceled {
 		t.Canceled++
 	}
-	if drop := min(len(t.Visits)-maxTrail, max(t.Behind, t.Canceled)); drop > 0 {
+	drop := min(len(t.Visits)-maxTrail, max(t.Behind, t.Canceled))
+	if len(t.Visits)-drop > 4*maxTrail {
+		// A producer sending ever older notifications must not grow the state without
+		// end: the oldest go, even on the route's stretch.
+		drop = len(t.Visits) - 4*maxTrail
+	}
+	if drop > 0 {
 		t.Visits = t.Visits[drop:]
 		t.Behind, t.Canceled = max(t.Behind-drop, 0), max(t.Canceled-drop, 0)
 	}

@@ -1,6 +1,8 @@
 package models
 
 import (
+	"math/rand/v2"
+	"slices"
 	"testing"
 	"time"
 
@@ -98,4 +100,65 @@ func TestACanceledRouteIsAheadOfTheActiveBroker(t *testing.T) {
 	forced := late.Force(2, time.Time{}, t0.Add(time.Hour))
 	_, ahead = forced.Spares([]int{0, 1, 2, 3})
 	require.Empty(t, ahead, "forced to the producer's broker, nothing is ahead")
+}
+
+// Whatever order the producer's notifications arrive in, duplicates included, the route
+// is the one their times say: the one they give when they arrive in order.
+func TestTheRouteDoesNotDependOnArrivalOrder(t *testing.T) {
+	for seed := range uint64(500) {
+		r := rand.New(rand.NewPCG(seed, 13))
+		var path []Notification
+		at := t0
+		for range 1 + r.IntN(6) {
+			at = at.Add(time.Duration(1+r.IntN(3)) * time.Second)
+			path = append(path, hostNote(r.IntN(4), at))
+		}
+		inOrder := BrokerState{}
+		for _, n := range path {
+			inOrder, _ = inOrder.ApplyNotification(n, at)
+		}
+		arrivals := append(slices.Clone(path), path[r.IntN(len(path))])
+		r.Shuffle(len(arrivals), func(i, j int) { arrivals[i], arrivals[j] = arrivals[j], arrivals[i] })
+		got := BrokerState{}
+		for _, n := range arrivals {
+			got, _ = got.ApplyNotification(n, at)
+		}
+		require.Equal(t, routeOrNil(inOrder), routeOrNil(got), "seed %d: path %v, arrivals %v", seed, indexes(path), indexes(arrivals))
+	}
+}
+
+func routeOrNil(st BrokerState) []Hop {
+	if st.Pending == nil {
+		return nil
+	}
+	return st.Pending.Route
+}
+
+func indexes(ns []Notification) []int {
+	out := make([]int, 0, len(ns))
+	for _, n := range ns {
+		out = append(out, n.Index)
+	}
+	return out
+}
+
+// The trail keeps the last visits only: older ones behind the active broker go first.
+func TestTheTrailIsBounded(t *testing.T) {
+	st := BrokerState{}
+	at := t0
+	for i := range 3 * maxTrail {
+		at = at.Add(time.Second)
+		st, _ = st.ApplyNotification(hostNote(1+i%3, at), at)
+		if i%2 == 0 && st.Pending != nil {
+			st, _ = st.CompleteHop(st.ActiveIndex, st.Pending.Next(), 1, at)
+		}
+	}
+	require.LessOrEqual(t, len(st.Trail.Visits), maxTrail+1)
+
+	// Ever older notifications with nothing completed: none lies behind the active broker.
+	st, _ = BrokerState{}.ApplyNotification(hostNote(1, t0), t0)
+	for i := range 5 * maxTrail {
+		st, _ = st.ApplyNotification(hostNote(1+i%3, t0.Add(-time.Duration(i+1)*time.Second)), t0)
+	}
+	require.Len(t, st.Trail.Visits, 4*maxTrail)
 }
