@@ -1,6 +1,7 @@
 package ingest
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -36,7 +37,28 @@ type Ingester struct {
 	Now func() time.Time
 	// Metrics counts each delivery's outcome once its transaction committed; nil counts nothing.
 	Metrics *metrics.Metrics
+	// TransientAttempts is how many times a batch is applied while Postgres turns it away
+	// for a transient reason (see isTransient) before HandleBatch gives up and returns the
+	// error, leaving the batch unsettled; 0 means DefaultTransientAttempts.
+	TransientAttempts int
+	// TransientBackoff is the pause before the second attempt, doubled before each next
+	// one up to maxTransientBackoff; 0 means DefaultTransientBackoff.
+	TransientBackoff time.Duration
 }
+
+const (
+	// DefaultTransientAttempts and DefaultTransientBackoff ride out a deadlock, a lock
+	// timeout or a full connection table for a few seconds (0.2+0.4+0.8+1.6 s) before the
+	// consumer stops and Temporal's retry of the window takes over the back-off.
+	DefaultTransientAttempts = 5
+	DefaultTransientBackoff  = 200 * time.Millisecond
+	// maxTransientBackoff caps one pause, whatever TransientAttempts says.
+	maxTransientBackoff = 5 * time.Second
+	// timeoutAttempts is how many times one message alone may hit statement_timeout
+	// before it is rejected to -error: once may be the server's load, twice in a row on
+	// its own is the message.
+	timeoutAttempts = 2
+)
 
 // ForBroker returns the BatchHandler for deliveries consumed from broker index, which is
 // recorded in the ledger.
@@ -71,7 +93,7 @@ func (h *batchHandler) HandleBatch(ctx context.Context, queue string, deliveries
 	now := h.now()
 	msgs := decodeAll(queue, deliveries)
 
-	verdicts, err := h.applyInTx(ctx, queue, msgs, now)
+	verdicts, err := h.apply(ctx, queue, msgs, now)
 	if err == nil {
 		return verdicts, nil
 	}
@@ -90,6 +112,46 @@ func (h *batchHandler) HandleBatch(ctx context.Context, queue string, deliveries
 		"queue", queue, "broker", h.broker, "deliveries", len(msgs), "error", err)
 	return h.isolate(ctx, queue, msgs, now)
 }
+
+// apply is applyInTx, applied again after a pause while Postgres turns it away for a
+// transient reason, so that a deadlock or a lock timeout settles nothing: the batch stays
+// in hand, unacknowledged, and is applied whole and in order once the other session has
+// gone. A statement timeout is retried likewise, but only for a single message: a batch
+// that times out is isolated by the caller, which is how a costly message is found.
+func (h *batchHandler) apply(ctx context.Context, queue string, msgs []message, now time.Time) ([]broker.Verdict, error) {
+	backoff := cmp.Or(h.ingester.TransientBackoff, DefaultTransientBackoff)
+	attempts := cmp.Or(h.ingester.TransientAttempts, DefaultTransientAttempts)
+	timeouts := 0
+	for attempt := 1; ; attempt++ {
+		verdicts, err := h.applyInTx(ctx, queue, msgs, now)
+		if err == nil || ctx.Err() != nil {
+			return verdicts, err
+		}
+		switch {
+		case isTransient(err) && attempt < attempts:
+		case isTimeout(err) && len(msgs) == 1:
+			if timeouts++; timeouts >= timeoutAttempts {
+				return nil, fmt.Errorf("%w: %w", errTimedOutAlone, err)
+			}
+		default:
+			return nil, err
+		}
+		h.logger().WarnContext(ctx, "batch turned away by Postgres for now, applying it again",
+			"queue", queue, "broker", h.broker, "deliveries", len(msgs), "attempt", attempt, "pause", backoff.String(), "error", err)
+		timer := time.NewTimer(backoff)
+		select {
+		case <-ctx.Done():
+			timer.Stop()
+			return nil, fmt.Errorf("%w (after: %w)", ctx.Err(), err)
+		case <-timer.C:
+		}
+		backoff = min(2*backoff, maxTransientBackoff)
+	}
+}
+
+// errTimedOutAlone marks a message that hit statement_timeout every time it was applied
+// on its own: it is too costly to apply, and holding the queue for it would help nothing.
+var errTimedOutAlone = errors.New("statement timeout each time the message was applied alone")
 
 // decodeAll decodes a batch on every core: decoding is most of a message's CPU, and one
 // queue's ordered consumer would otherwise use one core while the others idle. Only the
@@ -115,7 +177,7 @@ func decodeAll(queue string, deliveries []amqp.Delivery) []message {
 func (h *batchHandler) isolate(ctx context.Context, queue string, msgs []message, now time.Time) ([]broker.Verdict, error) {
 	verdicts := make([]broker.Verdict, len(msgs))
 	for i := range msgs {
-		v, err := h.applyInTx(ctx, queue, msgs[i:i+1], now)
+		v, err := h.apply(ctx, queue, msgs[i:i+1], now)
 		if err == nil {
 			verdicts[i] = v[0]
 			continue
@@ -278,6 +340,9 @@ func (h *batchHandler) fail(ctx context.Context, queue string, m message, now ti
 	case m.malformed != nil:
 		// Only its ledger row could have failed; retrying would not make it well-formed.
 		verdict = broker.Verdict{Outcome: broker.Reject, Reason: m.malformed.Error()}
+	case errors.Is(cause, errTimedOutAlone):
+		verdict = broker.Verdict{Outcome: broker.Reject, RetryCycles: m.retryCycles, Reason: cleanText(fmt.Sprintf(
+			"too costly to apply, not retried: %v", cause))}
 	case m.retryCycles >= h.ingester.MaxRetryCycles:
 		verdict = broker.Verdict{Outcome: broker.Reject, RetryCycles: m.retryCycles, Reason: cleanText(fmt.Sprintf(
 			"failed after %d retry cycles (max %d): %v", m.retryCycles, h.ingester.MaxRetryCycles, cause))}
@@ -309,10 +374,11 @@ func (h *batchHandler) fail(ctx context.Context, queue string, m message, now ti
 }
 
 // cannotDecide tells whether a failed transaction says nothing about the messages:
-// the caller is stopping, Postgres is unreachable or cannot take writes at all. The batch
+// the caller is stopping, Postgres is unreachable or cannot take writes at all, or it
+// kept turning the batch away for a transient reason (apply's attempts are used up). The batch
 // must then be left unsettled so it returns to the head of the queue in order.
 func (h *batchHandler) cannotDecide(ctx context.Context, err error) bool {
-	if ctx.Err() != nil || isConnectionError(err) || isDatabaseWide(err) {
+	if ctx.Err() != nil || isConnectionError(err) || isDatabaseWide(err) || isTransient(err) {
 		return true
 	}
 	// A statement error can hide a server that died right after; ask it directly.

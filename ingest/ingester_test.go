@@ -614,6 +614,33 @@ func TestPostgresDyingDuringFallbackReturnsError(t *testing.T) {
 	assert.Equal(t, int64(1), e.count(t, "github_pull_requests"))
 }
 
+// handleBlocked runs batch on broker 1 of ing, which must be a victim, and returns once
+// it waits on a lock; the returned function waits for its verdicts.
+func handleBlocked(t *testing.T, e *env, ing *Ingester, batch []amqp.Delivery, why string) func() []broker.Verdict {
+	t.Helper()
+	done := make(chan []broker.Verdict, 1)
+	go func() {
+		v, err := ing.ForBroker(1).HandleBatch(context.Background(), queue, batch)
+		assert.NoError(t, err)
+		done <- v
+	}()
+	require.Eventually(t, func() bool {
+		var n int
+		err := e.db.Raw("SELECT count(*) FROM pg_stat_activity WHERE application_name = ? AND wait_event_type = 'Lock'", victimApp).Scan(&n).Error
+		return err == nil && n == 1
+	}, 10*time.Second, 10*time.Millisecond, why)
+	return func() []broker.Verdict {
+		t.Helper()
+		select {
+		case v := <-done:
+			return v
+		case <-time.After(10 * time.Second):
+			t.Fatal("the blocked batch did not finish")
+			return nil
+		}
+	}
+}
+
 // TestConcurrentClaimAppliesOnce delivers the same message to a second broker while the
 // first one's transaction is still open: the second must wait, then acknowledge it as a
 // duplicate without applying it.
@@ -638,25 +665,9 @@ func TestConcurrentClaimAppliesOnce(t *testing.T) {
 	applyPullRequest(w, ev)
 	require.NoError(t, w.flush(context.Background(), first))
 
-	done := make(chan []broker.Verdict, 1)
-	go func() {
-		v, err := second.ForBroker(1).HandleBatch(context.Background(), queue, []amqp.Delivery{opened})
-		assert.NoError(t, err)
-		done <- v
-	}()
-	require.Eventually(t, func() bool {
-		var n int
-		err := e.db.Raw("SELECT count(*) FROM pg_stat_activity WHERE application_name = ? AND wait_event_type = 'Lock'", victimApp).Scan(&n).Error
-		return err == nil && n == 1
-	}, 10*time.Second, 10*time.Millisecond, "second broker never waited for the first")
+	wait := handleBlocked(t, e, second, []amqp.Delivery{opened}, "second broker never waited for the first")
 	require.NoError(t, first.Commit().Error)
-
-	select {
-	case v := <-done:
-		assert.Equal(t, acks(1), v)
-	case <-time.After(10 * time.Second):
-		t.Fatal("second broker did not finish")
-	}
+	assert.Equal(t, acks(1), wait())
 	d := e.ledger(t, "d-1")
 	assert.Equal(t, 0, d.BrokerIndex, "the first broker's row stands")
 	assert.Equal(t, models.StateNew, e.pullRequest(t).ProcessingState, "applied once")

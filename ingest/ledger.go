@@ -3,6 +3,7 @@ package ingest
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"unicode/utf8"
 
@@ -32,7 +33,14 @@ const ledgerColumnCount = 13
 // redelivery is recognised. Because it is an INSERT, a concurrent transaction claiming
 // the same delivery (another broker during a switch) makes this one wait for its outcome
 // instead of both applying it.
+//
+// The rows are claimed in delivery id order, whatever the queue order: two batches that
+// share deliveries (the active broker's and a Leftover Drain's during a switch) then wait
+// on each other instead of each holding a row the other needs, which is a deadlock.
 func claimLedger(ctx context.Context, tx *gorm.DB, rows []models.Delivery) (map[string]bool, error) {
+	rows = slices.SortedFunc(slices.Values(rows), func(a, b models.Delivery) int {
+		return strings.Compare(a.DeliveryID, b.DeliveryID)
+	})
 	claimed := make(map[string]bool, len(rows))
 	for start := 0; start < len(rows); start += maxRowsPerStatement {
 		chunk := rows[start:min(start+maxRowsPerStatement, len(rows))]

@@ -1,0 +1,118 @@
+package ingest
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/brokerswitch/brokerswitch/models"
+)
+
+// injectFault makes Postgres itself raise SQLSTATE code on the first times inserts into
+// table, then let them through: a trigger counts with a sequence, which a rolled-back
+// transaction does not undo. times < 0 raises on every insert.
+func injectFault(t *testing.T, e *env, table, code string, times int) {
+	t.Helper()
+	limit := int64(times)
+	if times < 0 {
+		limit = 1 << 62
+	}
+	for _, stmt := range []string{
+		"CREATE SEQUENCE fault_seq",
+		fmt.Sprintf(`CREATE FUNCTION inject_fault() RETURNS trigger LANGUAGE plpgsql AS $$
+			BEGIN
+				IF nextval('fault_seq') <= %[1]d THEN
+					RAISE EXCEPTION 'injected fault' USING ERRCODE = '%[2]s';
+				END IF;
+				RETURN NEW;
+			END $$`, limit, code),
+		"CREATE TRIGGER inject_fault BEFORE INSERT ON " + table + " FOR EACH ROW EXECUTE FUNCTION inject_fault()",
+	} {
+		require.NoError(t, e.db.Exec(stmt).Error)
+	}
+}
+
+// threeEvents is a batch whose middle event writes github_pushes.
+func threeEvents(t *testing.T) []amqp.Delivery {
+	return []amqp.Delivery{
+		delivery("pull_request", "d-1", example(t, "pull_request.opened.0")),
+		delivery("push", "d-2", example(t, "push.none.4")),
+		delivery("issues", "d-3", example(t, "issues.opened.0")),
+	}
+}
+
+// A serialization failure, a deadlock, a lock timeout or a full connection table says
+// nothing about the messages: the batch is applied again, whole and in order, and no
+// message goes through -retry.
+func TestTransientErrorsApplyTheBatchAgain(t *testing.T) {
+	for _, code := range []string{"40001", "40P01", "55P03", "53300"} {
+		t.Run(code, func(t *testing.T) {
+			e := newEnv(t)
+			e.ing.TransientBackoff = time.Millisecond
+			injectFault(t, e, "github_pushes", code, 2)
+
+			assert.Equal(t, acks(3), e.handle(t, threeEvents(t)...))
+			for _, id := range []string{"d-1", "d-2", "d-3"} {
+				d := e.ledger(t, id)
+				assert.Equal(t, models.OutcomeApplied, d.Outcome, id)
+				assert.Empty(t, d.ErrorReason, id)
+			}
+			assert.Equal(t, int64(1), e.count(t, "github_pushes"))
+		})
+	}
+}
+
+// A transient error that outlasts the attempts stops the consumer with the whole batch
+// unsettled, so it comes back to the head of the queue in order; it is never isolated.
+func TestTransientErrorThatLastsLeavesTheBatchUnsettled(t *testing.T) {
+	e := newEnv(t)
+	e.ing.TransientBackoff = time.Millisecond
+	e.ing.TransientAttempts = 3
+	injectFault(t, e, "github_pushes", "40P01", -1)
+
+	verdicts, err := e.ing.ForBroker(0).HandleBatch(context.Background(), queue, threeEvents(t))
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "40P01")
+	assert.Nil(t, verdicts, "nothing is settled")
+	assert.Zero(t, e.count(t, "github_deliveries"), "nothing committed, not even a failure row")
+	var attempts int64
+	require.NoError(t, e.db.Raw("SELECT last_value FROM fault_seq").Scan(&attempts).Error)
+	assert.Equal(t, int64(3), attempts, "the batch was applied TransientAttempts times, never one by one")
+}
+
+// Ledger rows are claimed in delivery id order, not queue order. Here the test's
+// transaction holds d-a and then wants d-b, while a batch of d-b, d-a waits: had the
+// batch claimed d-b first, as the queue has it, each would wait for the other.
+func TestLedgerClaimsInIDOrder(t *testing.T) {
+	e := newEnv(t)
+	second := victim(t, e)
+	da := delivery("issues", "d-a", example(t, "issues.opened.0"))
+	db := delivery("push", "d-b", example(t, "push.none.4"))
+	rowsOf := func(d amqp.Delivery) []models.Delivery {
+		ev, err := Decode(d)
+		require.NoError(t, err)
+		rows, _ := (&batchHandler{ingester: e.ing}).ledgerRows(queue, []message{{event: ev}}, e.clock.Now())
+		return rows
+	}
+
+	first := e.db.Begin()
+	require.NoError(t, first.Error)
+	defer first.Rollback()
+	// A wait shorter than deadlock_timeout (1s): a wait on the batch fails here, before
+	// Postgres would break the deadlock by aborting one side.
+	require.NoError(t, first.Exec("SET LOCAL lock_timeout = '500ms'").Error)
+	_, err := claimLedger(context.Background(), first, rowsOf(da))
+	require.NoError(t, err)
+
+	wait := handleBlocked(t, e, second, []amqp.Delivery{db, da}, "the batch never waited for d-a")
+	_, err = claimLedger(context.Background(), first, rowsOf(db))
+	require.NoError(t, err, "d-b was held by the batch waiting for d-a")
+	require.NoError(t, first.Commit().Error)
+	assert.Equal(t, acks(2), wait(), "both claimed by the other transaction: duplicates")
+	assert.Equal(t, 0, e.ledger(t, "d-b").BrokerIndex)
+}
