@@ -110,3 +110,21 @@ func isTimeout(err error) bool {
 	var pgErr *pgconn.PgError
 	return errors.As(err, &pgErr) && pgErr.Code == "57014"
 }
+
+// isDataError tells whether err says that the values written cannot be stored whatever
+// the database's state: a data exception (class 22: a number out of
+// range, a string too long, text Postgres cannot hold), an integrity constraint violation
+// (class 23: not-null, check, foreign key, unique) or a program limit (class 54: an index
+// row too large). Retrying the same payload gives the same error, so the message goes to
+// -error at once.
+func isDataError(err error) bool {
+	var pgErr *pgconn.PgError
+	if !errors.As(err, &pgErr) || len(pgErr.Code) != 5 {
+		return false
+	}
+	switch pgErr.Code[:2] {
+	case "22", "23", "54":
+		return true
+	}
+	return false
+}

@@ -86,3 +86,21 @@ func TestIsTransient(t *testing.T) {
 		})
 	}
 }
+
+func TestIsDataError(t *testing.T) {
+	for code, want := range map[string]bool{
+		"22001": true, // string too long
+		"22003": true, // integer out of range
+		"22P02": true, // invalid text representation
+		"22021": true, // NUL or bad UTF-8
+		"23502": true, // not-null violation
+		"23514": true, // check violation
+		"54000": true, // index row size
+		"40P01": false,
+		"57014": false,
+		"P0001": false,
+	} {
+		assert.Equal(t, want, isDataError(fmt.Errorf("x: %w", &pgconn.PgError{Code: code})), code)
+	}
+	assert.False(t, isDataError(errors.New("x")))
+}

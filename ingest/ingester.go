@@ -343,6 +343,9 @@ func (h *batchHandler) fail(ctx context.Context, queue string, m message, now ti
 	case errors.Is(cause, errTimedOutAlone):
 		verdict = broker.Verdict{Outcome: broker.Reject, RetryCycles: m.retryCycles, Reason: cleanText(fmt.Sprintf(
 			"too costly to apply, not retried: %v", cause))}
+	case isDataError(cause):
+		verdict = broker.Verdict{Outcome: broker.Reject, RetryCycles: m.retryCycles, Reason: cleanText(fmt.Sprintf(
+			"Postgres cannot store this payload, not retried: %v", cause))}
 	case m.retryCycles >= h.ingester.MaxRetryCycles:
 		verdict = broker.Verdict{Outcome: broker.Reject, RetryCycles: m.retryCycles, Reason: cleanText(fmt.Sprintf(
 			"failed after %d retry cycles (max %d): %v", m.retryCycles, h.ingester.MaxRetryCycles, cause))}

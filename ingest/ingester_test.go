@@ -428,16 +428,19 @@ func nulComment(t *testing.T) []byte {
 	})
 }
 
+// A message that fails on its own for a reason that is neither transient nor in its data
+// (here a trigger's error, P0001) may succeed later: it goes through -retry.
 func TestMessageFailureIsRetriedThenRejected(t *testing.T) {
 	e := newEnv(t)
+	injectFault(t, e, "github_comments", "P0001", -1)
 	good1 := delivery("pull_request", "good-1", example(t, "pull_request.opened.0"))
-	bad := delivery("issue_comment", "bad-1", nulComment(t))
+	bad := delivery("issue_comment", "bad-1", example(t, "issue_comment.created.0"))
 	good2 := delivery("push", "good-2", example(t, "push.none.4"))
 
 	got := e.handle(t, good1, bad, good2)
 	assert.Equal(t, broker.Verdict{Outcome: broker.Ack}, got[0])
 	assert.Equal(t, broker.Retry, got[1].Outcome)
-	assert.Contains(t, got[1].Reason, "22021", "the reason carries Postgres' error")
+	assert.Contains(t, got[1].Reason, "P0001", "the reason carries Postgres' error")
 	assert.Equal(t, broker.Verdict{Outcome: broker.Ack}, got[2])
 
 	assert.Equal(t, int64(1), e.count(t, "github_pull_requests"), "the rest of the batch is applied")
@@ -445,7 +448,7 @@ func TestMessageFailureIsRetriedThenRejected(t *testing.T) {
 	assert.Zero(t, e.count(t, "github_comments"))
 	failed := e.ledger(t, "bad-1")
 	assert.Equal(t, models.OutcomeError, failed.Outcome)
-	assert.Contains(t, failed.ErrorReason, "22021")
+	assert.Contains(t, failed.ErrorReason, "P0001")
 	assert.Equal(t, 0, failed.RetryCycles)
 
 	// Back from -retry once: still below MaxRetryCycles (2).
