@@ -37,6 +37,9 @@ type Ingester struct {
 	Now func() time.Time
 	// Metrics counts each delivery's outcome once its transaction committed; nil counts nothing.
 	Metrics *metrics.Metrics
+	// MaxMessageBytes is the largest body applied; a larger message is rejected to -error
+	// without being read. 0 means no limit.
+	MaxMessageBytes int
 	// TransientAttempts is how many times a batch is applied while Postgres turns it away
 	// for a transient reason (see isTransient) before HandleBatch gives up and returns the
 	// error, leaving the batch unsettled; 0 means DefaultTransientAttempts.
@@ -91,7 +94,7 @@ func (h *batchHandler) HandleBatch(ctx context.Context, queue string, deliveries
 		return nil, errors.New("ingest: Ingester.DB is nil")
 	}
 	now := h.now()
-	msgs := decodeAll(queue, deliveries)
+	msgs := decodeAll(queue, deliveries, h.ingester.MaxMessageBytes)
 
 	verdicts, err := h.apply(ctx, queue, msgs, now)
 	if err == nil {
@@ -156,14 +159,14 @@ var errTimedOutAlone = errors.New("statement timeout each time the message was a
 // decodeAll decodes a batch on every core: decoding is most of a message's CPU, and one
 // queue's ordered consumer would otherwise use one core while the others idle. Only the
 // decoding runs in parallel; the batch is applied in order.
-func decodeAll(queue string, deliveries []amqp.Delivery) []message {
+func decodeAll(queue string, deliveries []amqp.Delivery, maxBody int) []message {
 	msgs := make([]message, len(deliveries))
 	workers := min(runtime.GOMAXPROCS(0), len(deliveries))
 	var wg sync.WaitGroup
 	for w := range workers {
 		wg.Go(func() {
 			for i := w; i < len(deliveries); i += workers {
-				ev, err := Decode(deliveries[i])
+				ev, err := decodeWithin(deliveries[i], maxBody)
 				msgs[i] = message{event: ev, malformed: err, retryCycles: ev.RetryCycles(queue)}
 			}
 		})
