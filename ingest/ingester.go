@@ -1,8 +1,10 @@
 package ingest
 
 import (
+	"bytes"
 	"cmp"
 	"context"
+	"crypto/sha256"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -80,6 +82,9 @@ type message struct {
 	event       Event
 	malformed   error
 	retryCycles int
+	// hash is the SHA-256 of the body, kept in the ledger to tell a redelivery from a
+	// delivery id reused with another payload.
+	hash [sha256.Size]byte
 }
 
 // HandleBatch applies deliveries in order and returns one verdict per delivery; see
@@ -166,13 +171,18 @@ func decodeAll(queue string, deliveries []amqp.Delivery, maxBody int) []message 
 	for w := range workers {
 		wg.Go(func() {
 			for i := w; i < len(deliveries); i += workers {
-				ev, err := decodeWithin(deliveries[i], maxBody)
-				msgs[i] = message{event: ev, malformed: err, retryCycles: ev.RetryCycles(queue)}
+				msgs[i] = decodeMessage(queue, deliveries[i], maxBody)
 			}
 		})
 	}
 	wg.Wait()
 	return msgs
+}
+
+// decodeMessage decodes one delivery of queue, refusing a body over maxBody bytes.
+func decodeMessage(queue string, d amqp.Delivery, maxBody int) message {
+	ev, err := decodeWithin(d, maxBody)
+	return message{event: ev, malformed: err, retryCycles: ev.RetryCycles(queue), hash: sha256.Sum256(d.Body)}
 }
 
 // isolate applies each message in its own transaction, in order. Messages committed
@@ -211,9 +221,13 @@ func (h *batchHandler) applyInTx(ctx context.Context, queue string, msgs []messa
 		return verdicts, nil
 	}
 	db := h.ingester.DB.WithContext(ctx).Session(&gorm.Session{NowFunc: func() time.Time { return now }})
+	var reused []error // per message: why its id stands for another payload
 	err := db.Transaction(func(tx *gorm.DB) error {
 		claimed, err := claimLedger(ctx, tx, rows)
 		if err != nil {
+			return err
+		}
+		if reused, err = reusedIDs(ctx, tx, msgs, owner, claimed); err != nil {
 			return err
 		}
 		w := newWrites(now)
@@ -221,6 +235,9 @@ func (h *batchHandler) applyInTx(ctx context.Context, queue string, msgs []messa
 			switch {
 			case m.malformed != nil:
 				verdicts[i] = broker.Verdict{Outcome: broker.Reject, Reason: m.malformed.Error()}
+				outcomes[i] = metrics.OutcomeRejected
+			case reused[i] != nil:
+				verdicts[i] = broker.Verdict{Outcome: broker.Reject, Reason: reused[i].Error()}
 				outcomes[i] = metrics.OutcomeRejected
 			case !owner[i] || !claimed[m.event.DeliveryID]:
 				// Applied or ignored before, by an earlier attempt or earlier in this batch.
@@ -243,8 +260,54 @@ func (h *batchHandler) applyInTx(ctx context.Context, queue string, msgs []messa
 	}
 	for i, m := range msgs {
 		h.count(queue, m, outcomes[i])
+		if reused[i] != nil {
+			h.ingester.Metrics.DeliveryIDReused(queue)
+			h.logger().WarnContext(ctx, "delivery id reused with another payload, rejected",
+				"queue", queue, "broker", h.broker, "delivery_id", m.event.DeliveryID, "event", m.event.Type)
+		}
 	}
 	return verdicts, nil
+}
+
+// reusedIDs returns, per message, why its delivery id stands for another payload: the
+// ledger's row, or the copy earlier in the batch that claims the id, has a different
+// hash. nil means a redelivery of the same payload, or no way to tell (a row written
+// before payload hashes were kept).
+func reusedIDs(ctx context.Context, tx *gorm.DB, msgs []message, owner []bool, claimed map[string]bool) ([]error, error) {
+	var unclaimed []string
+	claimant := make(map[string][sha256.Size]byte, len(msgs))
+	for i, m := range msgs {
+		if owner[i] {
+			claimant[m.event.DeliveryID] = m.hash
+			if !claimed[m.event.DeliveryID] {
+				unclaimed = append(unclaimed, m.event.DeliveryID)
+			}
+		}
+	}
+	var stored map[string][]byte
+	if len(unclaimed) > 0 {
+		var err error
+		if stored, err = storedHashes(ctx, tx, unclaimed); err != nil {
+			return nil, err
+		}
+	}
+	reused := make([]error, len(msgs))
+	for i, m := range msgs {
+		id := m.event.DeliveryID
+		if m.malformed != nil || id == "" {
+			continue
+		}
+		earlier, kept := stored[id]
+		if !kept && !owner[i] {
+			c := claimant[id]
+			earlier, kept = c[:], true
+		}
+		if kept && !bytes.Equal(earlier, m.hash[:]) {
+			reused[i] = fmt.Errorf("delivery id %s was taken before with another payload (sha256 %x, this one %x): not a redelivery",
+				cleanText(id), earlier, m.hash)
+		}
+	}
+	return reused, nil
 }
 
 // count records a delivery's outcome once it is settled in the ledger.
@@ -319,6 +382,7 @@ func (h *batchHandler) ledgerRow(queue string, m message, now time.Time) models.
 		HookInstallationTargetID:   cleanText(m.event.HookTargetID),
 		HookInstallationTargetType: cleanText(m.event.HookTargetType),
 		ReceivedAt:                 now,
+		PayloadSHA256:              m.hash[:],
 	}
 	switch {
 	case m.malformed != nil:

@@ -657,10 +657,11 @@ func TestConcurrentClaimAppliesOnce(t *testing.T) {
 	require.NoError(t, first.Error)
 	defer first.Rollback()
 	firstHandler := &batchHandler{ingester: e.ing, broker: 0}
-	ev, err := Decode(opened)
-	require.NoError(t, err)
+	msg := decodeMessage(queue, opened, 0)
+	require.NoError(t, msg.malformed)
+	ev := msg.event
 	now := e.clock.Now()
-	rows, _ := firstHandler.ledgerRows(queue, []message{{event: ev}}, now)
+	rows, _ := firstHandler.ledgerRows(queue, []message{msg}, now)
 	claimed, err := claimLedger(context.Background(), first, rows)
 	require.NoError(t, err)
 	require.True(t, claimed["d-1"])

@@ -94,9 +94,9 @@ func TestLedgerClaimsInIDOrder(t *testing.T) {
 	da := delivery("issues", "d-a", example(t, "issues.opened.0"))
 	db := delivery("push", "d-b", example(t, "push.none.4"))
 	rowsOf := func(d amqp.Delivery) []models.Delivery {
-		ev, err := Decode(d)
-		require.NoError(t, err)
-		rows, _ := (&batchHandler{ingester: e.ing}).ledgerRows(queue, []message{{event: ev}}, e.clock.Now())
+		msg := decodeMessage(queue, d, 0)
+		require.NoError(t, msg.malformed)
+		rows, _ := (&batchHandler{ingester: e.ing}).ledgerRows(queue, []message{msg}, e.clock.Now())
 		return rows
 	}
 
