@@ -443,10 +443,10 @@ func (h *batchHandler) fail(ctx context.Context, queue string, m message, now ti
 	return verdict, nil
 }
 
-// cannotDecide tells whether a failed transaction says nothing about the messages:
-// the caller is stopping, Postgres is unreachable or cannot take writes at all, or it
-// kept turning the batch away for a transient reason (apply's attempts are used up). The batch
-// must then be left unsettled so it returns to the head of the queue in order.
+// cannotDecide tells whether a failed transaction says nothing about the messages: the
+// caller is stopping, Postgres is unreachable or cannot take writes at all, or it kept
+// turning the batch away for a transient reason (apply's attempts are used up). The
+// batch must then be left unsettled so it returns to the head of the queue in order.
 func (h *batchHandler) cannotDecide(ctx context.Context, err error) bool {
 	if ctx.Err() != nil || isConnectionError(err) || isDatabaseWide(err) || isTransient(err) {
 		return true
