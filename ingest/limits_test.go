@@ -40,23 +40,7 @@ func TestMessageOverTheSizeLimitIsRejected(t *testing.T) {
 // test, the first times of them (times < 0: always).
 func slowIssues(t *testing.T, e *env, times int) {
 	t.Helper()
-	limit := int64(times)
-	if times < 0 {
-		limit = 1 << 62
-	}
-	for _, stmt := range []string{
-		"CREATE SEQUENCE slow_seq",
-		fmt.Sprintf(`CREATE FUNCTION slow_issue() RETURNS trigger LANGUAGE plpgsql AS $$
-			BEGIN
-				IF NEW.title = 'slow' AND nextval('slow_seq') <= %d THEN
-					PERFORM pg_sleep(30);
-				END IF;
-				RETURN NEW;
-			END $$`, limit),
-		"CREATE TRIGGER slow_issue BEFORE INSERT ON github_issues FOR EACH ROW EXECUTE FUNCTION slow_issue()",
-	} {
-		require.NoError(t, e.db.Exec(stmt).Error)
-	}
+	onInsert(t, e, "slow_issue", "github_issues", "NEW.title = 'slow'", "PERFORM pg_sleep(30)", times)
 }
 
 // timeoutBatch is a pull request, an issue titled "slow" and a push, on an Ingester whose

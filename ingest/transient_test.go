@@ -14,24 +14,31 @@ import (
 )
 
 // injectFault makes Postgres itself raise SQLSTATE code on the first times inserts into
-// table, then let them through: a trigger counts with a sequence, which a rolled-back
-// transaction does not undo. times < 0 raises on every insert.
+// table, then let them through (times < 0: raise on every insert).
 func injectFault(t *testing.T, e *env, table, code string, times int) {
+	t.Helper()
+	onInsert(t, e, "inject_fault", table, "true", fmt.Sprintf("RAISE EXCEPTION 'injected fault' USING ERRCODE = '%s'", code), times)
+}
+
+// onInsert installs a trigger on table that runs action on the first times inserts for
+// which cond holds (times < 0: on all of them). A sequence, name_seq, counts them: a
+// rolled-back transaction does not undo it.
+func onInsert(t *testing.T, e *env, name, table, cond, action string, times int) {
 	t.Helper()
 	limit := int64(times)
 	if times < 0 {
 		limit = 1 << 62
 	}
 	for _, stmt := range []string{
-		"CREATE SEQUENCE fault_seq",
-		fmt.Sprintf(`CREATE FUNCTION inject_fault() RETURNS trigger LANGUAGE plpgsql AS $$
+		"CREATE SEQUENCE " + name + "_seq",
+		fmt.Sprintf(`CREATE FUNCTION %[1]s() RETURNS trigger LANGUAGE plpgsql AS $$
 			BEGIN
-				IF nextval('fault_seq') <= %[1]d THEN
-					RAISE EXCEPTION 'injected fault' USING ERRCODE = '%[2]s';
+				IF %[2]s AND nextval('%[1]s_seq') <= %[3]d THEN
+					%[4]s;
 				END IF;
 				RETURN NEW;
-			END $$`, limit, code),
-		"CREATE TRIGGER inject_fault BEFORE INSERT ON " + table + " FOR EACH ROW EXECUTE FUNCTION inject_fault()",
+			END $$`, name, cond, limit, action),
+		fmt.Sprintf("CREATE TRIGGER %[1]s BEFORE INSERT ON %[2]s FOR EACH ROW EXECUTE FUNCTION %[1]s()", name, table),
 	} {
 		require.NoError(t, e.db.Exec(stmt).Error)
 	}
@@ -81,7 +88,7 @@ func TestTransientErrorThatLastsLeavesTheBatchUnsettled(t *testing.T) {
 	assert.Nil(t, verdicts, "nothing is settled")
 	assert.Zero(t, e.count(t, "github_deliveries"), "nothing committed, not even a failure row")
 	var attempts int64
-	require.NoError(t, e.db.Raw("SELECT last_value FROM fault_seq").Scan(&attempts).Error)
+	require.NoError(t, e.db.Raw("SELECT last_value FROM inject_fault_seq").Scan(&attempts).Error)
 	assert.Equal(t, int64(3), attempts, "the batch was applied TransientAttempts times, never one by one")
 }
 
