@@ -3,6 +3,9 @@ package ingest
 import (
 	"context"
 	"fmt"
+	"log/slog"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -10,6 +13,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/brokerswitch/brokerswitch/broker"
 	"github.com/brokerswitch/brokerswitch/models"
 )
 
@@ -122,4 +126,69 @@ func TestLedgerClaimsInIDOrder(t *testing.T) {
 	require.NoError(t, first.Commit().Error)
 	assert.Equal(t, acks(2), wait(), "both claimed by the other transaction: duplicates")
 	assert.Equal(t, 0, e.ledger(t, "d-b").BrokerIndex)
+}
+
+// lines is a log destination that tests can read while handlers write to it.
+type lines struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (l *lines) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lines) contains(s string) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return strings.Contains(l.b.String(), s)
+}
+
+// A real lock_timeout: another transaction holds the pull request's row. The batch is
+// applied again until the lock is released, then acknowledged whole; nothing is isolated
+// and nothing goes through -retry.
+func TestLockTimeoutAppliesTheBatchOnceTheLockIsFree(t *testing.T) {
+	e := newEnv(t)
+	e.handle(t, delivery("pull_request", "pr-1", example(t, "pull_request.opened.0")))
+	db, err := models.OpenPool(context.Background(), e.dsn, models.PoolConfig{LockTimeout: 100 * time.Millisecond})
+	require.NoError(t, err)
+	sqlDB, err := db.DB()
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = sqlDB.Close() })
+	logs := &lines{}
+	ing := *e.ing
+	ing.DB, ing.Logger, ing.TransientBackoff, ing.TransientAttempts = db, slog.New(slog.NewTextHandler(logs, nil)), 50*time.Millisecond, 1000
+
+	blocker := e.db.Begin()
+	require.NoError(t, blocker.Error)
+	defer blocker.Rollback()
+	require.NoError(t, blocker.Exec("SELECT 1 FROM github_pull_requests WHERE node_id = ? FOR UPDATE", prNode).Error)
+
+	steps := prLifecycle(t)
+	batch := []amqp.Delivery{delivery("push", "push-1", example(t, "push.none.4")), steps[1], steps[2]}
+	type result struct {
+		verdicts []broker.Verdict
+		err      error
+	}
+	done := make(chan result, 1)
+	go func() {
+		v, err := ing.ForBroker(0).HandleBatch(context.Background(), queue, batch)
+		done <- result{v, err}
+	}()
+	require.Eventually(t, func() bool { return logs.contains("55P03") }, 10*time.Second, 10*time.Millisecond,
+		"the batch never hit lock_timeout")
+	require.NoError(t, blocker.Rollback().Error)
+
+	select {
+	case res := <-done:
+		require.NoError(t, res.err)
+		assert.Equal(t, acks(3), res.verdicts)
+	case <-time.After(10 * time.Second):
+		t.Fatal("the batch did not finish once the lock was free")
+	}
+	assert.False(t, logs.contains("applying its deliveries one by one"), "the batch was isolated")
+	assert.Equal(t, "closed", e.pullRequest(t).State)
+	assert.Equal(t, models.OutcomeApplied, e.ledger(t, "pr-3").Outcome)
 }
