@@ -32,7 +32,7 @@ type ConsumeOptions struct {
 	// DefaultPrefetch, at most MaxPrefetch.
 	Prefetch int
 	// MaxBatch is the most deliveries per HandleBatch call: 0 means Prefetch,
-	// which is also its upper bound.
+	// which is also its upper bound. Pool.MaxBatchBytes bounds a call in bytes too.
 	MaxBatch int
 	// ConsumerTag names the consumer on the broker; empty means a random
 	// "brokerswitch-..." tag.

@@ -239,3 +239,25 @@ func TestConsumeOptionsValidation(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, 10, o.MaxBatch)
 }
+
+// A batch has no deadline while its consumer runs: isolating a costly message can take
+// several statement timeouts, and a deadline would fail that batch at every attempt and
+// hold the queue. (Once the consumer is told to stop, handleTimeout bounds it.)
+func TestConsumeSetsNoDeadlineOnABatchWhileRunning(t *testing.T) {
+	t.Parallel()
+	r := newRabbit(t)
+	r.declare(Topology{Queues: []string{"issues"}, RetryTTL: time.Minute})
+	r.publish("issues", numbered(1)...)
+
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	deadlines := make(chan bool, 1)
+	h := BatchHandlerFunc(func(hctx context.Context, _ string, ds []amqp.Delivery) ([]Verdict, error) {
+		_, has := hctx.Deadline()
+		deadlines <- has
+		cancel()
+		return make([]Verdict, len(ds)), nil
+	})
+	require.NoError(t, waitDone(t, r.consume(ctx, "issues", ConsumeOptions{}, h)))
+	assert.False(t, <-deadlines, "the batch had a deadline while its consumer ran")
+}

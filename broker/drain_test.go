@@ -1,6 +1,7 @@
 package broker
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"testing"
@@ -117,4 +118,24 @@ func TestDrainBesideAnExclusiveConsumer(t *testing.T) {
 	assert.Equal(t, 5, taken)
 	assert.Equal(t, numbered(8)[1:6], h.bodies())
 	assert.Equal(t, numbered(1), []string{string(first.Body)})
+}
+
+// A batch is bounded in bytes as well as in count: the handler gets parts of at most
+// MaxBatchBytes, in order, and a message larger than that alone.
+func TestBatchesAreBoundedInBytes(t *testing.T) {
+	t.Parallel()
+	r := newRabbit(t)
+	r.declare(Topology{Queues: []string{"issues"}, RetryTTL: time.Minute})
+	sized := func(n int, c byte) string { return string(bytes.Repeat([]byte{c}, n)) }
+	sent := []string{sized(90, 'a'), sized(90, 'b'), sized(90, 'c'), sized(240, 'd'), sized(50, 'e')}
+	r.publish("issues", sent...)
+	r.pool.MaxBatchBytes = 200
+
+	h := &recorder{}
+	taken, err := r.pool.Drain(context.Background(), 0, "issues", 10, 10, h)
+	require.NoError(t, err)
+	assert.Equal(t, 5, taken)
+	assert.Equal(t, sent, h.bodies())
+	assert.Equal(t, []int{2, 1, 1, 1}, h.batchSizes())
+	assert.Equal(t, 0, r.count("issues"))
 }

@@ -1,7 +1,6 @@
 package broker
 
 import (
-	"bytes"
 	"context"
 	"log/slog"
 	"strconv"
@@ -25,7 +24,7 @@ type rabbit struct {
 	t    *testing.T
 	url  string
 	pool *Pool
-	logs *syncBuffer
+	logs *testenv.Buffer
 
 	mu   sync.Mutex
 	conn *amqp.Connection
@@ -36,7 +35,7 @@ func newRabbit(t *testing.T) *rabbit {
 	url := testenv.NewVhost(t)
 	eps, err := ParseEndpoints(url)
 	require.NoError(t, err)
-	logs := &syncBuffer{}
+	logs := &testenv.Buffer{}
 	pool := NewPool(eps, slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug})))
 	t.Cleanup(func() { require.NoError(t, pool.Close()) })
 	r := &rabbit{t: t, url: url, pool: pool, logs: logs}
@@ -214,21 +213,4 @@ func (c *settleCounter) get(o Outcome) int {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.n[o]
-}
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }

@@ -24,7 +24,7 @@ func TestDialFailureLogsNeverCarryThePassword(t *testing.T) {
 	eps, err := ParseEndpoints("amqp://user:" + closedPortPassword + "@127.0.0.1:1/nowhere," +
 		strings.Replace(vhost, "guest:guest", "guest:"+wrongPassword, 1))
 	require.NoError(t, err)
-	logs := &syncBuffer{}
+	logs := &testenv.Buffer{}
 	m, reg := metricstest.New()
 	pool := NewPool(eps, slog.New(slog.NewJSONHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug})))
 	pool.Metrics = m

@@ -45,6 +45,10 @@ type Pool struct {
 	// Metrics counts reconnects, dial failures, lost connections and messages routed to
 	// -retry and -error; nil counts nothing. Set it before the pool is used.
 	Metrics *metrics.Metrics
+	// MaxBatchBytes bounds the bodies of one batch that Consume and Drain hand to a
+	// handler, as Prefetch bounds their count; 0 means no bound. A message larger than it
+	// is handed alone. Set it before the pool is used.
+	MaxBatchBytes int
 
 	logger    *slog.Logger
 	endpoints []Endpoint

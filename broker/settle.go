@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"sync/atomic"
 	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
@@ -54,15 +55,57 @@ func (s *settler) close() {
 	}
 }
 
-// handle runs h on batch and settles the verdicts, returning how many
-// deliveries it settled. Settling uses a context that the end of ctx does not
-// cancel: a handled batch is always settled.
+// handle runs h on batch, in parts of at most Pool.MaxBatchBytes, and settles the
+// verdicts, returning how many deliveries it settled. Settling uses a context that the
+// end of ctx does not cancel: a handled batch is always settled, every part of it.
 func (s *settler) handle(ctx context.Context, h BatchHandler, batch []amqp.Delivery) (int, error) {
+	settled := 0
+	for _, part := range splitByBytes(batch, s.pool.MaxBatchBytes) {
+		n, err := s.handlePart(ctx, h, part)
+		settled += n
+		if err != nil {
+			return settled, err
+		}
+	}
+	return settled, nil
+}
+
+// splitByBytes cuts batch, in order, into parts whose bodies add up to at most maxBytes;
+// a message larger than that is a part of its own. maxBytes <= 0 keeps batch whole.
+func splitByBytes(batch []amqp.Delivery, maxBytes int) [][]amqp.Delivery {
+	if maxBytes <= 0 {
+		return [][]amqp.Delivery{batch}
+	}
+	var parts [][]amqp.Delivery
+	start, size := 0, 0
+	for i, d := range batch {
+		if i > start && size+len(d.Body) > maxBytes {
+			parts = append(parts, batch[start:i])
+			start, size = i, 0
+		}
+		size += len(d.Body)
+	}
+	return append(parts, batch[start:])
+}
+
+// handlePart runs h on one part of a batch and settles its verdicts.
+func (s *settler) handlePart(ctx context.Context, h BatchHandler, batch []amqp.Delivery) (int, error) {
 	// A batch in hand is finished even when ctx ends meanwhile (a window cut short by a
 	// switch): abandoning it would only have it delivered and applied again later, and
-	// every delivery counts against a CloudAMQP plan.
-	hctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), handleTimeout)
+	// every delivery counts against a CloudAMQP plan. Only from that end on is it bounded
+	// in time: while the consumer runs, a batch that needs long (isolating a costly message
+	// one statement timeout after another) must be let finish, or it would fail the same
+	// way at every attempt and hold the queue for good.
+	hctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	defer cancel()
+	var timer atomic.Pointer[time.Timer]
+	stopWatch := context.AfterFunc(ctx, func() { timer.Store(time.AfterFunc(handleTimeout, cancel)) })
+	defer func() {
+		stopWatch()
+		if t := timer.Load(); t != nil {
+			t.Stop()
+		}
+	}()
 	verdicts, err := h.HandleBatch(hctx, s.queue, batch)
 	if err != nil {
 		return 0, fmt.Errorf("handle batch of %d: %w: %w", len(batch), ErrHandler, err)

@@ -57,6 +57,14 @@ type Config struct {
 	// also the largest batch committed in one transaction. CloudAMQP's shared plans close a
 	// connection with more than 1,000 unacknowledged messages, so it stays well below that.
 	Prefetch int
+	// MaxMessageBytes from MAX_MESSAGE_BYTES (default 26214400, 25 MiB: GitHub's own cap
+	// on a webhook payload): a message whose body is larger goes to -error, unread, with
+	// the limit in its reason.
+	MaxMessageBytes int
+	// MaxBatchBytes from MAX_BATCH_BYTES (default 16777216, 16 MiB): the most body bytes
+	// committed in one transaction, besides PREFETCH messages; a single message larger than
+	// this is committed alone.
+	MaxBatchBytes int
 	// WindowHeartbeatTimeout from WINDOW_HEARTBEAT_TIMEOUT (default 1m): how long a window
 	// may go silent before Temporal retries it on another worker. Heartbeats only prove
 	// liveness; one reaches Temporal every 0.8 × this, and each is a billable Action.
@@ -113,6 +121,8 @@ func FromEnv(getenv Getenv) (Config, error) {
 		RetryTTL:                 r.duration("RETRY_TTL", "10m"),
 		MaxRetryCycles:           r.positiveInt("MAX_RETRY_CYCLES", "10"),
 		Prefetch:                 r.positiveInt("PREFETCH", "100"),
+		MaxMessageBytes:          r.positiveInt("MAX_MESSAGE_BYTES", "26214400"),
+		MaxBatchBytes:            r.positiveInt("MAX_BATCH_BYTES", "16777216"),
 		DrainCheckInterval:       r.duration("DRAIN_CHECK_INTERVAL", "3s"),
 		WindowHeartbeatTimeout:   r.duration("WINDOW_HEARTBEAT_TIMEOUT", "1m"),
 		WorkerStopTimeout:        r.duration("WORKER_STOP_TIMEOUT", "1m"),

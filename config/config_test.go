@@ -27,6 +27,8 @@ func TestDefaults(t *testing.T) {
 	require.Equal(t, 10, c.DBMaxOpenConns)
 	require.Equal(t, 30*time.Second, c.DBStatementTimeout)
 	require.Equal(t, 10*time.Second, c.DBLockTimeout)
+	require.Equal(t, 25<<20, c.MaxMessageBytes)
+	require.Equal(t, 16<<20, c.MaxBatchBytes)
 }
 
 func TestBrokersAreSplitByCommasAndNewlines(t *testing.T) {
@@ -50,10 +52,12 @@ func TestEveryBadVariableIsNamed(t *testing.T) {
 		"API_INSECURE_NO_AUTH": "perhaps",
 		"LOG_LEVEL":            "loud",
 		"QUEUES":               " , ",
+		"MAX_MESSAGE_BYTES":    "25MB",
+		"MAX_BATCH_BYTES":      "-1",
 	}))
 	require.Error(t, err)
 	for _, name := range []string{"CONSUMER_WINDOW", "RETRY_TTL", "MAX_RETRY_CYCLES", "PREFETCH", "LEFTOVER_DRAIN_CAP",
-		"DRAIN_CHECK_INTERVAL", "API_INSECURE_NO_AUTH", "LOG_LEVEL", "QUEUES"} {
+		"DRAIN_CHECK_INTERVAL", "API_INSECURE_NO_AUTH", "LOG_LEVEL", "QUEUES", "MAX_MESSAGE_BYTES", "MAX_BATCH_BYTES"} {
 		require.Contains(t, err.Error(), name)
 	}
 }

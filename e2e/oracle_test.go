@@ -115,14 +115,16 @@ var entityTables = map[string]struct{ table, key, state string }{
 }
 
 // auditSQL records, in a test-only table, every committed write of a ledger row (applied or
-// ignored) and of a typed row, in commit order per row: it shows what applied an event
-// twice or out of order, which the final rows alone could hide.
+// ignored) and of a typed row, in commit order per row, with the transaction that wrote
+// it: it shows what applied an event twice or out of order, which the final rows alone
+// could hide.
 const auditSQL = `
 CREATE TABLE test_audit (
 	id          bigserial PRIMARY KEY,
 	tbl         text NOT NULL,
 	key         text NOT NULL,
 	delivery_id text NOT NULL,
+	tx          bigint NOT NULL DEFAULT txid_current(),
 	at          timestamptz NOT NULL DEFAULT clock_timestamp()
 );
 CREATE FUNCTION test_audit() RETURNS trigger LANGUAGE plpgsql AS $$
@@ -292,13 +294,20 @@ func (e expectation) checkRows(t *testing.T, db *gorm.DB, v *verdict) {
 func (e expectation) checkAudit(t *testing.T, db *gorm.DB, v *verdict) {
 	var audit []struct {
 		Tbl, Key, DeliveryID string
+		Tx                   int64
 	}
-	require.NoError(t, db.Raw("SELECT tbl, key, delivery_id FROM test_audit ORDER BY id").Scan(&audit).Error)
+	require.NoError(t, db.Raw("SELECT tbl, key, delivery_id, tx FROM test_audit ORDER BY id").Scan(&audit).Error)
 	type rowKey struct{ tbl, key string }
 	written := map[rowKey]map[string]bool{}
 	lastSeq := map[rowKey]int64{}
-	queueMax := map[string]int64{}
-	queueMaxDelivery := map[string]string{}
+	// The ledger rows of one transaction commit together, and the ingester claims them in
+	// delivery id order so that concurrent claims cannot deadlock: their order inside the
+	// transaction is no order anyone can see. A ledger row is compared with what earlier
+	// transactions of its queue applied (queueMax), and its transaction's highest (txMax)
+	// joins queueMax once the queue's next transaction begins.
+	queueMax, txMax := map[string]int64{}, map[string]int64{}
+	queueMaxDelivery, txMaxDelivery := map[string]string{}, map[string]string{}
+	queueTx := map[string]int64{}
 	// timeline says, per queue, from which brokers deliveries were applied, run by run:
 	// "b0×120 b1×35", the first thing to read when the order broke.
 	timeline := map[string][]string{}
@@ -319,6 +328,12 @@ func (e expectation) checkAudit(t *testing.T, db *gorm.DB, v *verdict) {
 			continue
 		}
 		if a.Tbl == "github_deliveries" {
+			if queueTx[r.Queue] != a.Tx {
+				if txMax[r.Queue] > queueMax[r.Queue] {
+					queueMax[r.Queue], queueMaxDelivery[r.Queue] = txMax[r.Queue], txMaxDelivery[r.Queue]
+				}
+				queueTx[r.Queue], txMax[r.Queue] = a.Tx, 0
+			}
 			if cur, ok := run[r.Queue]; ok && cur[0] == r.Broker {
 				run[r.Queue] = [2]int{cur[0], cur[1] + 1}
 			} else {
@@ -331,8 +346,9 @@ func (e expectation) checkAudit(t *testing.T, db *gorm.DB, v *verdict) {
 				v.OrderViolations++
 				v.diff("queue %s: delivery %s (#%d %s %s, broker %d) applied after %s (#%d, broker %d)", r.Queue, r.Delivery, r.Seq,
 					r.Event, r.Action, r.Broker, queueMaxDelivery[r.Queue], queueMax[r.Queue], e.published[queueMaxDelivery[r.Queue]].Broker)
-			} else {
-				queueMax[r.Queue], queueMaxDelivery[r.Queue] = r.Seq, r.Delivery
+			}
+			if r.Seq > txMax[r.Queue] {
+				txMax[r.Queue], txMaxDelivery[r.Queue] = r.Seq, r.Delivery
 			}
 			continue
 		}

@@ -79,3 +79,52 @@ func isDatabaseWide(err error) bool {
 	}
 	return false
 }
+
+// isTransient tells whether err is Postgres turning a statement away because of what
+// other sessions or the server's load did at that moment, not because of what the
+// statement wrote: a serialization failure, a deadlock, a lock not granted within
+// lock_timeout, or no free connection slot. Applying the same batch again shortly after
+// is expected to work, so such an error must neither settle nor isolate anything:
+// isolating would send healthy messages through -retry, out of queue order.
+func isTransient(err error) bool {
+	var pgErr *pgconn.PgError
+	if !errors.As(err, &pgErr) {
+		return false
+	}
+	switch pgErr.Code {
+	case "40001", // serialization_failure
+		"40P01", // deadlock_detected
+		"55P03", // lock_not_available: lock_timeout
+		"53300", // too_many_connections
+		"53400", // configuration_limit_exceeded
+		"57P03": // cannot_connect_now: the server is starting
+		return true
+	}
+	return false
+}
+
+// isTimeout tells whether err is a statement cancelled by statement_timeout (57014,
+// query_canceled). It may be the server's load, or a message that is too costly to apply
+// at all; HandleBatch tells them apart by applying the message alone (see timeoutAttempts).
+func isTimeout(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && pgErr.Code == "57014"
+}
+
+// isDataError tells whether err says that the values written cannot be stored whatever
+// the database's state: a data exception (class 22: a number out of
+// range, a string too long, text Postgres cannot hold), an integrity constraint violation
+// (class 23: not-null, check, foreign key, unique) or a program limit (class 54: an index
+// row too large). Retrying the same payload gives the same error, so the message goes to
+// -error at once.
+func isDataError(err error) bool {
+	var pgErr *pgconn.PgError
+	if !errors.As(err, &pgErr) || len(pgErr.Code) != 5 {
+		return false
+	}
+	switch pgErr.Code[:2] {
+	case "22", "23", "54":
+		return true
+	}
+	return false
+}

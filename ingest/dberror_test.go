@@ -65,3 +65,42 @@ func TestIsDatabaseWide(t *testing.T) {
 		})
 	}
 }
+
+func TestIsTransient(t *testing.T) {
+	tests := []struct {
+		name string
+		err  error
+		want bool
+	}{
+		{"serialization failure", &pgconn.PgError{Code: "40001"}, true},
+		{"deadlock", fmt.Errorf("x: %w", &pgconn.PgError{Code: "40P01"}), true},
+		{"lock timeout", &pgconn.PgError{Code: "55P03"}, true},
+		{"too many connections", &pgconn.PgError{Code: "53300"}, true},
+		{"statement timeout is not: a batch that times out is isolated", &pgconn.PgError{Code: "57014"}, false},
+		{"integer out of range", &pgconn.PgError{Code: "22003"}, false},
+		{"not a Postgres error", errors.New("x"), false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			assert.Equal(t, tt.want, isTransient(tt.err))
+		})
+	}
+}
+
+func TestIsDataError(t *testing.T) {
+	for code, want := range map[string]bool{
+		"22001": true, // string too long
+		"22003": true, // integer out of range
+		"22P02": true, // invalid text representation
+		"22021": true, // NUL or bad UTF-8
+		"23502": true, // not-null violation
+		"23514": true, // check violation
+		"54000": true, // index row size
+		"40P01": false,
+		"57014": false,
+		"P0001": false,
+	} {
+		assert.Equal(t, want, isDataError(fmt.Errorf("x: %w", &pgconn.PgError{Code: code})), code)
+	}
+	assert.False(t, isDataError(errors.New("x")))
+}

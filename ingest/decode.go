@@ -114,6 +114,12 @@ func sane(n int) int {
 // and most of the ingest's CPU. segmentio's decoder checks the whole document while it
 // skips the fields it does not need, which the standard library's does too, but slower.
 func Decode(d amqp.Delivery) (Event, error) {
+	return decodeWithin(d, 0)
+}
+
+// decodeWithin is Decode, refusing a body larger than maxBody bytes (0: no limit) before
+// reading it: such a message is malformed, with its headers read for the ledger.
+func decodeWithin(d amqp.Delivery, maxBody int) (Event, error) {
 	var ev Event
 	ev.Deaths = deaths(d.Headers)
 	if n, ok := toInt(d.Headers[broker.HeaderRetryCycles]); ok {
@@ -138,6 +144,11 @@ func Decode(d amqp.Delivery) (Event, error) {
 	ev.HookID = optionalHeader(d.Headers, HeaderHookID)
 	ev.HookTargetID = optionalHeader(d.Headers, HeaderHookTargetID)
 	ev.HookTargetType = optionalHeader(d.Headers, HeaderHookTargetType)
+
+	if maxBody > 0 && len(d.Body) > maxBody {
+		return ev, fmt.Errorf("%w: body of %d bytes is larger than the limit of %d bytes (MAX_MESSAGE_BYTES)",
+			ErrMalformed, len(d.Body), maxBody)
+	}
 
 	if trimmed := bytes.TrimLeft(d.Body, " \t\r\n"); len(trimmed) == 0 || trimmed[0] != '{' {
 		if !json.Valid(d.Body) {

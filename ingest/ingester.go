@@ -1,7 +1,10 @@
 package ingest
 
 import (
+	"bytes"
+	"cmp"
 	"context"
+	"crypto/sha256"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -36,7 +39,31 @@ type Ingester struct {
 	Now func() time.Time
 	// Metrics counts each delivery's outcome once its transaction committed; nil counts nothing.
 	Metrics *metrics.Metrics
+	// MaxMessageBytes is the largest body applied; a larger message is rejected to -error
+	// without being read. 0 means no limit.
+	MaxMessageBytes int
+	// TransientAttempts is how many times a batch is applied while Postgres turns it away
+	// for a transient reason (see isTransient) before HandleBatch gives up and returns the
+	// error, leaving the batch unsettled; 0 means DefaultTransientAttempts.
+	TransientAttempts int
+	// TransientBackoff is the pause before the second attempt, doubled before each next
+	// one up to maxTransientBackoff; 0 means DefaultTransientBackoff.
+	TransientBackoff time.Duration
 }
+
+const (
+	// DefaultTransientAttempts and DefaultTransientBackoff ride out a deadlock, a lock
+	// timeout or a full connection table for a few seconds (0.2+0.4+0.8+1.6 s) before the
+	// consumer stops and Temporal's retry of the window takes over the back-off.
+	DefaultTransientAttempts = 5
+	DefaultTransientBackoff  = 200 * time.Millisecond
+	// maxTransientBackoff caps one pause, whatever TransientAttempts says.
+	maxTransientBackoff = 5 * time.Second
+	// timeoutAttempts is how many times one message alone may hit statement_timeout
+	// before it is rejected to -error: once may be the server's load, twice in a row on
+	// its own is the message.
+	timeoutAttempts = 2
+)
 
 // ForBroker returns the BatchHandler for deliveries consumed from broker index, which is
 // recorded in the ledger.
@@ -55,6 +82,9 @@ type message struct {
 	event       Event
 	malformed   error
 	retryCycles int
+	// hash is the SHA-256 of the body, kept in the ledger to tell a redelivery from a
+	// delivery id reused with another payload.
+	hash [sha256.Size]byte
 }
 
 // HandleBatch applies deliveries in order and returns one verdict per delivery; see
@@ -69,9 +99,9 @@ func (h *batchHandler) HandleBatch(ctx context.Context, queue string, deliveries
 		return nil, errors.New("ingest: Ingester.DB is nil")
 	}
 	now := h.now()
-	msgs := decodeAll(queue, deliveries)
+	msgs := decodeAll(queue, deliveries, h.ingester.MaxMessageBytes)
 
-	verdicts, err := h.applyInTx(ctx, queue, msgs, now)
+	verdicts, err := h.apply(ctx, queue, msgs, now)
 	if err == nil {
 		return verdicts, nil
 	}
@@ -91,18 +121,57 @@ func (h *batchHandler) HandleBatch(ctx context.Context, queue string, deliveries
 	return h.isolate(ctx, queue, msgs, now)
 }
 
+// apply is applyInTx, applied again after a pause while Postgres turns it away for a
+// transient reason, so that a deadlock or a lock timeout settles nothing: the batch stays
+// in hand, unacknowledged, and is applied whole and in order once the other session has
+// gone. A statement timeout is retried likewise, but only for a single message: a batch
+// that times out is isolated by the caller, which is how a costly message is found.
+func (h *batchHandler) apply(ctx context.Context, queue string, msgs []message, now time.Time) ([]broker.Verdict, error) {
+	backoff := cmp.Or(h.ingester.TransientBackoff, DefaultTransientBackoff)
+	attempts := cmp.Or(h.ingester.TransientAttempts, DefaultTransientAttempts)
+	timeouts := 0
+	for attempt := 1; ; attempt++ {
+		verdicts, err := h.applyInTx(ctx, queue, msgs, now)
+		if err == nil || ctx.Err() != nil {
+			return verdicts, err
+		}
+		switch {
+		case isTransient(err) && attempt < attempts:
+		case isTimeout(err) && len(msgs) == 1:
+			if timeouts++; timeouts >= timeoutAttempts {
+				return nil, fmt.Errorf("%w: %w", errTimedOutAlone, err)
+			}
+		default:
+			return nil, err
+		}
+		h.logger().WarnContext(ctx, "batch turned away by Postgres for now, applying it again",
+			"queue", queue, "broker", h.broker, "deliveries", len(msgs), "attempt", attempt, "pause", backoff.String(), "error", err)
+		timer := time.NewTimer(backoff)
+		select {
+		case <-ctx.Done():
+			timer.Stop()
+			return nil, fmt.Errorf("%w (after: %w)", ctx.Err(), err)
+		case <-timer.C:
+		}
+		backoff = min(2*backoff, maxTransientBackoff)
+	}
+}
+
+// errTimedOutAlone marks a message that hit statement_timeout every time it was applied
+// on its own: it is too costly to apply, and holding the queue for it would help nothing.
+var errTimedOutAlone = errors.New("statement timeout each time the message was applied alone")
+
 // decodeAll decodes a batch on every core: decoding is most of a message's CPU, and one
 // queue's ordered consumer would otherwise use one core while the others idle. Only the
 // decoding runs in parallel; the batch is applied in order.
-func decodeAll(queue string, deliveries []amqp.Delivery) []message {
+func decodeAll(queue string, deliveries []amqp.Delivery, maxBody int) []message {
 	msgs := make([]message, len(deliveries))
 	workers := min(runtime.GOMAXPROCS(0), len(deliveries))
 	var wg sync.WaitGroup
 	for w := range workers {
 		wg.Go(func() {
 			for i := w; i < len(deliveries); i += workers {
-				ev, err := Decode(deliveries[i])
-				msgs[i] = message{event: ev, malformed: err, retryCycles: ev.RetryCycles(queue)}
+				msgs[i] = decodeMessage(queue, deliveries[i], maxBody)
 			}
 		})
 	}
@@ -110,12 +179,18 @@ func decodeAll(queue string, deliveries []amqp.Delivery) []message {
 	return msgs
 }
 
+// decodeMessage decodes one delivery of queue, refusing a body over maxBody bytes.
+func decodeMessage(queue string, d amqp.Delivery, maxBody int) message {
+	ev, err := decodeWithin(d, maxBody)
+	return message{event: ev, malformed: err, retryCycles: ev.RetryCycles(queue), hash: sha256.Sum256(d.Body)}
+}
+
 // isolate applies each message in its own transaction, in order. Messages committed
 // before Postgres becomes unreachable are in the ledger, so their redelivery is a no-op.
 func (h *batchHandler) isolate(ctx context.Context, queue string, msgs []message, now time.Time) ([]broker.Verdict, error) {
 	verdicts := make([]broker.Verdict, len(msgs))
 	for i := range msgs {
-		v, err := h.applyInTx(ctx, queue, msgs[i:i+1], now)
+		v, err := h.apply(ctx, queue, msgs[i:i+1], now)
 		if err == nil {
 			verdicts[i] = v[0]
 			continue
@@ -146,9 +221,13 @@ func (h *batchHandler) applyInTx(ctx context.Context, queue string, msgs []messa
 		return verdicts, nil
 	}
 	db := h.ingester.DB.WithContext(ctx).Session(&gorm.Session{NowFunc: func() time.Time { return now }})
+	var reused []error // per message: why its id stands for another payload
 	err := db.Transaction(func(tx *gorm.DB) error {
 		claimed, err := claimLedger(ctx, tx, rows)
 		if err != nil {
+			return err
+		}
+		if reused, err = reusedIDs(ctx, tx, msgs, owner, claimed); err != nil {
 			return err
 		}
 		w := newWrites(now)
@@ -156,6 +235,9 @@ func (h *batchHandler) applyInTx(ctx context.Context, queue string, msgs []messa
 			switch {
 			case m.malformed != nil:
 				verdicts[i] = broker.Verdict{Outcome: broker.Reject, Reason: m.malformed.Error()}
+				outcomes[i] = metrics.OutcomeRejected
+			case reused[i] != nil:
+				verdicts[i] = broker.Verdict{Outcome: broker.Reject, Reason: reused[i].Error()}
 				outcomes[i] = metrics.OutcomeRejected
 			case !owner[i] || !claimed[m.event.DeliveryID]:
 				// Applied or ignored before, by an earlier attempt or earlier in this batch.
@@ -178,8 +260,54 @@ func (h *batchHandler) applyInTx(ctx context.Context, queue string, msgs []messa
 	}
 	for i, m := range msgs {
 		h.count(queue, m, outcomes[i])
+		if reused[i] != nil {
+			h.ingester.Metrics.DeliveryIDReused(queue)
+			h.logger().WarnContext(ctx, "delivery id reused with another payload, rejected",
+				"queue", queue, "broker", h.broker, "delivery_id", m.event.DeliveryID, "event", m.event.Type)
+		}
 	}
 	return verdicts, nil
+}
+
+// reusedIDs returns, per message, why its delivery id stands for another payload: the
+// ledger's row, or the copy earlier in the batch that claims the id, has a different
+// hash. nil means a redelivery of the same payload, or no way to tell (a row written
+// before payload hashes were kept).
+func reusedIDs(ctx context.Context, tx *gorm.DB, msgs []message, owner []bool, claimed map[string]bool) ([]error, error) {
+	var unclaimed []string
+	claimant := make(map[string][sha256.Size]byte, len(msgs))
+	for i, m := range msgs {
+		if owner[i] {
+			claimant[m.event.DeliveryID] = m.hash
+			if !claimed[m.event.DeliveryID] {
+				unclaimed = append(unclaimed, m.event.DeliveryID)
+			}
+		}
+	}
+	var stored map[string][]byte
+	if len(unclaimed) > 0 {
+		var err error
+		if stored, err = storedHashes(ctx, tx, unclaimed); err != nil {
+			return nil, err
+		}
+	}
+	reused := make([]error, len(msgs))
+	for i, m := range msgs {
+		id := m.event.DeliveryID
+		if m.malformed != nil || id == "" {
+			continue
+		}
+		earlier, kept := stored[id]
+		if !kept && !owner[i] {
+			c := claimant[id]
+			earlier, kept = c[:], true
+		}
+		if kept && !bytes.Equal(earlier, m.hash[:]) {
+			reused[i] = fmt.Errorf("delivery id %s was taken before with another payload (sha256 %x, this one %x): not a redelivery",
+				cleanText(id), earlier, m.hash)
+		}
+	}
+	return reused, nil
 }
 
 // count records a delivery's outcome once it is settled in the ledger.
@@ -254,6 +382,7 @@ func (h *batchHandler) ledgerRow(queue string, m message, now time.Time) models.
 		HookInstallationTargetID:   cleanText(m.event.HookTargetID),
 		HookInstallationTargetType: cleanText(m.event.HookTargetType),
 		ReceivedAt:                 now,
+		PayloadSHA256:              m.hash[:],
 	}
 	switch {
 	case m.malformed != nil:
@@ -278,6 +407,12 @@ func (h *batchHandler) fail(ctx context.Context, queue string, m message, now ti
 	case m.malformed != nil:
 		// Only its ledger row could have failed; retrying would not make it well-formed.
 		verdict = broker.Verdict{Outcome: broker.Reject, Reason: m.malformed.Error()}
+	case errors.Is(cause, errTimedOutAlone):
+		verdict = broker.Verdict{Outcome: broker.Reject, RetryCycles: m.retryCycles, Reason: cleanText(fmt.Sprintf(
+			"too costly to apply, not retried: %v", cause))}
+	case isDataError(cause):
+		verdict = broker.Verdict{Outcome: broker.Reject, RetryCycles: m.retryCycles, Reason: cleanText(fmt.Sprintf(
+			"Postgres cannot store this payload, not retried: %v", cause))}
 	case m.retryCycles >= h.ingester.MaxRetryCycles:
 		verdict = broker.Verdict{Outcome: broker.Reject, RetryCycles: m.retryCycles, Reason: cleanText(fmt.Sprintf(
 			"failed after %d retry cycles (max %d): %v", m.retryCycles, h.ingester.MaxRetryCycles, cause))}
@@ -308,11 +443,12 @@ func (h *batchHandler) fail(ctx context.Context, queue string, m message, now ti
 	return verdict, nil
 }
 
-// cannotDecide tells whether a failed transaction says nothing about the messages:
-// the caller is stopping, Postgres is unreachable or cannot take writes at all. The batch
-// must then be left unsettled so it returns to the head of the queue in order.
+// cannotDecide tells whether a failed transaction says nothing about the messages: the
+// caller is stopping, Postgres is unreachable or cannot take writes at all, or it kept
+// turning the batch away for a transient reason (apply's attempts are used up). The
+// batch must then be left unsettled so it returns to the head of the queue in order.
 func (h *batchHandler) cannotDecide(ctx context.Context, err error) bool {
-	if ctx.Err() != nil || isConnectionError(err) || isDatabaseWide(err) {
+	if ctx.Err() != nil || isConnectionError(err) || isDatabaseWide(err) || isTransient(err) {
 		return true
 	}
 	// A statement error can hide a server that died right after; ask it directly.

@@ -428,16 +428,19 @@ func nulComment(t *testing.T) []byte {
 	})
 }
 
+// A message that fails on its own for a reason that is neither transient nor in its data
+// (here a trigger's error, P0001) may succeed later: it goes through -retry.
 func TestMessageFailureIsRetriedThenRejected(t *testing.T) {
 	e := newEnv(t)
+	injectFault(t, e, "github_comments", "P0001", -1)
 	good1 := delivery("pull_request", "good-1", example(t, "pull_request.opened.0"))
-	bad := delivery("issue_comment", "bad-1", nulComment(t))
+	bad := delivery("issue_comment", "bad-1", example(t, "issue_comment.created.0"))
 	good2 := delivery("push", "good-2", example(t, "push.none.4"))
 
 	got := e.handle(t, good1, bad, good2)
 	assert.Equal(t, broker.Verdict{Outcome: broker.Ack}, got[0])
 	assert.Equal(t, broker.Retry, got[1].Outcome)
-	assert.Contains(t, got[1].Reason, "22021", "the reason carries Postgres' error")
+	assert.Contains(t, got[1].Reason, "P0001", "the reason carries Postgres' error")
 	assert.Equal(t, broker.Verdict{Outcome: broker.Ack}, got[2])
 
 	assert.Equal(t, int64(1), e.count(t, "github_pull_requests"), "the rest of the batch is applied")
@@ -445,7 +448,7 @@ func TestMessageFailureIsRetriedThenRejected(t *testing.T) {
 	assert.Zero(t, e.count(t, "github_comments"))
 	failed := e.ledger(t, "bad-1")
 	assert.Equal(t, models.OutcomeError, failed.Outcome)
-	assert.Contains(t, failed.ErrorReason, "22021")
+	assert.Contains(t, failed.ErrorReason, "P0001")
 	assert.Equal(t, 0, failed.RetryCycles)
 
 	// Back from -retry once: still below MaxRetryCycles (2).
@@ -614,6 +617,33 @@ func TestPostgresDyingDuringFallbackReturnsError(t *testing.T) {
 	assert.Equal(t, int64(1), e.count(t, "github_pull_requests"))
 }
 
+// handleBlocked runs batch on broker 1 of ing, which must be a victim, and returns once
+// it waits on a lock; the returned function waits for its verdicts.
+func handleBlocked(t *testing.T, e *env, ing *Ingester, batch []amqp.Delivery, why string) func() []broker.Verdict {
+	t.Helper()
+	done := make(chan []broker.Verdict, 1)
+	go func() {
+		v, err := ing.ForBroker(1).HandleBatch(context.Background(), queue, batch)
+		assert.NoError(t, err)
+		done <- v
+	}()
+	require.Eventually(t, func() bool {
+		var n int
+		err := e.db.Raw("SELECT count(*) FROM pg_stat_activity WHERE application_name = ? AND wait_event_type = 'Lock'", victimApp).Scan(&n).Error
+		return err == nil && n == 1
+	}, 10*time.Second, 10*time.Millisecond, why)
+	return func() []broker.Verdict {
+		t.Helper()
+		select {
+		case v := <-done:
+			return v
+		case <-time.After(10 * time.Second):
+			t.Fatal("the blocked batch did not finish")
+			return nil
+		}
+	}
+}
+
 // TestConcurrentClaimAppliesOnce delivers the same message to a second broker while the
 // first one's transaction is still open: the second must wait, then acknowledge it as a
 // duplicate without applying it.
@@ -627,10 +657,11 @@ func TestConcurrentClaimAppliesOnce(t *testing.T) {
 	require.NoError(t, first.Error)
 	defer first.Rollback()
 	firstHandler := &batchHandler{ingester: e.ing, broker: 0}
-	ev, err := Decode(opened)
-	require.NoError(t, err)
+	msg := decodeMessage(queue, opened, 0)
+	require.NoError(t, msg.malformed)
+	ev := msg.event
 	now := e.clock.Now()
-	rows, _ := firstHandler.ledgerRows(queue, []message{{event: ev}}, now)
+	rows, _ := firstHandler.ledgerRows(queue, []message{msg}, now)
 	claimed, err := claimLedger(context.Background(), first, rows)
 	require.NoError(t, err)
 	require.True(t, claimed["d-1"])
@@ -638,25 +669,9 @@ func TestConcurrentClaimAppliesOnce(t *testing.T) {
 	applyPullRequest(w, ev)
 	require.NoError(t, w.flush(context.Background(), first))
 
-	done := make(chan []broker.Verdict, 1)
-	go func() {
-		v, err := second.ForBroker(1).HandleBatch(context.Background(), queue, []amqp.Delivery{opened})
-		assert.NoError(t, err)
-		done <- v
-	}()
-	require.Eventually(t, func() bool {
-		var n int
-		err := e.db.Raw("SELECT count(*) FROM pg_stat_activity WHERE application_name = ? AND wait_event_type = 'Lock'", victimApp).Scan(&n).Error
-		return err == nil && n == 1
-	}, 10*time.Second, 10*time.Millisecond, "second broker never waited for the first")
+	wait := handleBlocked(t, e, second, []amqp.Delivery{opened}, "second broker never waited for the first")
 	require.NoError(t, first.Commit().Error)
-
-	select {
-	case v := <-done:
-		assert.Equal(t, acks(1), v)
-	case <-time.After(10 * time.Second):
-		t.Fatal("second broker did not finish")
-	}
+	assert.Equal(t, acks(1), wait())
 	d := e.ledger(t, "d-1")
 	assert.Equal(t, 0, d.BrokerIndex, "the first broker's row stands")
 	assert.Equal(t, models.StateNew, e.pullRequest(t).ProcessingState, "applied once")

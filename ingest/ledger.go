@@ -3,6 +3,7 @@ package ingest
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"unicode/utf8"
 
@@ -21,9 +22,9 @@ const maxTextLength = 4000
 
 // ledgerColumns are the columns claimLedger writes, in bind order.
 const ledgerColumns = "delivery_id, event, action, queue, broker_index, outcome, error_reason, retry_cycles, " +
-	"hook_id, hook_installation_target_id, hook_installation_target_type, received_at, applied_at"
+	"hook_id, hook_installation_target_id, hook_installation_target_type, received_at, applied_at, payload_sha256"
 
-const ledgerColumnCount = 13
+const ledgerColumnCount = 14
 
 // claimLedger inserts the ledger rows and returns the delivery ids whose row was written.
 //
@@ -32,7 +33,14 @@ const ledgerColumnCount = 13
 // redelivery is recognised. Because it is an INSERT, a concurrent transaction claiming
 // the same delivery (another broker during a switch) makes this one wait for its outcome
 // instead of both applying it.
+//
+// The rows are claimed in delivery id order, whatever the queue order: two batches that
+// share deliveries (the active broker's and a Leftover Drain's during a switch) then wait
+// on each other instead of each holding a row the other needs, which is a deadlock.
 func claimLedger(ctx context.Context, tx *gorm.DB, rows []models.Delivery) (map[string]bool, error) {
+	rows = slices.SortedFunc(slices.Values(rows), func(a, b models.Delivery) int {
+		return strings.Compare(a.DeliveryID, b.DeliveryID)
+	})
 	claimed := make(map[string]bool, len(rows))
 	for start := 0; start < len(rows); start += maxRowsPerStatement {
 		chunk := rows[start:min(start+maxRowsPerStatement, len(rows))]
@@ -43,10 +51,10 @@ func claimLedger(ctx context.Context, tx *gorm.DB, rows []models.Delivery) (map[
 			if i > 0 {
 				sql.WriteString(", ")
 			}
-			sql.WriteString("(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)")
+			sql.WriteString("(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)")
 			args = append(args, r.DeliveryID, r.Event, r.Action, r.Queue, r.BrokerIndex, string(r.Outcome),
 				r.ErrorReason, r.RetryCycles, r.HookID, r.HookInstallationTargetID, r.HookInstallationTargetType,
-				r.ReceivedAt, r.AppliedAt)
+				r.ReceivedAt, r.AppliedAt, r.PayloadSHA256)
 		}
 		sql.WriteString(` ON CONFLICT (delivery_id) DO UPDATE SET
 			event = excluded.event, action = excluded.action, queue = excluded.queue,
@@ -54,7 +62,8 @@ func claimLedger(ctx context.Context, tx *gorm.DB, rows []models.Delivery) (map[
 			error_reason = excluded.error_reason, retry_cycles = excluded.retry_cycles,
 			hook_id = excluded.hook_id, hook_installation_target_id = excluded.hook_installation_target_id,
 			hook_installation_target_type = excluded.hook_installation_target_type,
-			received_at = excluded.received_at, applied_at = excluded.applied_at
+			received_at = excluded.received_at, applied_at = excluded.applied_at,
+			payload_sha256 = excluded.payload_sha256
 			WHERE github_deliveries.outcome = 'error'
 			RETURNING delivery_id`)
 		var ids []string
@@ -66,6 +75,28 @@ func claimLedger(ctx context.Context, tx *gorm.DB, rows []models.Delivery) (map[
 		}
 	}
 	return claimed, nil
+}
+
+// storedHashes returns the payload hashes the ledger holds for ids, leaving out rows
+// that have none (written before migration 0004). Called in the transaction that
+// claimed them, after the claim waited for any concurrent one, it reads committed rows.
+func storedHashes(ctx context.Context, tx *gorm.DB, ids []string) (map[string][]byte, error) {
+	hashes := make(map[string][]byte, len(ids))
+	for start := 0; start < len(ids); start += maxRowsPerStatement {
+		var rows []struct {
+			DeliveryID    string
+			PayloadSHA256 []byte
+		}
+		err := tx.WithContext(ctx).Raw("SELECT delivery_id, payload_sha256 FROM github_deliveries WHERE delivery_id IN ? AND payload_sha256 IS NOT NULL",
+			ids[start:min(start+maxRowsPerStatement, len(ids))]).Scan(&rows).Error
+		if err != nil {
+			return nil, fmt.Errorf("read payload hashes: %w", err)
+		}
+		for _, r := range rows {
+			hashes[r.DeliveryID] = r.PayloadSHA256
+		}
+	}
+	return hashes, nil
 }
 
 // cleanText makes free text storable in the ledger: Postgres text rejects NUL and invalid

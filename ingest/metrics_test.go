@@ -39,7 +39,8 @@ func TestOutcomesAreCountedPerQueueAndEvent(t *testing.T) {
 	require.InDelta(t, 1, value("pull_request", "duplicate"), 0)
 	require.InDelta(t, 1, value("pull_request", "applied"), 0, "a redelivery is no second application")
 
-	bad := delivery("issue_comment", "bad-2", nulComment(t))
+	injectFault(t, e, "github_comments", "P0001", -1)
+	bad := delivery("issue_comment", "bad-2", example(t, "issue_comment.created.0"))
 	e.handle(t, bad)
 	e.handle(t, withDeaths(bad, queue, 2))
 	require.InDelta(t, 1, value("issue_comment", "retried"), 0)

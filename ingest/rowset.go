@@ -27,6 +27,9 @@ type rowSet[K comparable, R any] struct {
 	compare func(a, b K) int
 	// load reads the existing rows among keys with FOR UPDATE, in compare's order.
 	load func(ctx context.Context, tx *gorm.DB, keys []K) ([]R, error)
+	// conflict is the upsert's conflict target: the unique index that identifies a row.
+	// Empty means the model's primary key columns.
+	conflict []clause.Column
 
 	keys    []K
 	changes map[K][]change[R]
@@ -36,6 +39,12 @@ func newRowSet[K comparable, R any](name string, key func(*R) K, compare func(a,
 	load func(ctx context.Context, tx *gorm.DB, keys []K) ([]R, error),
 ) *rowSet[K, R] {
 	return &rowSet[K, R]{name: name, key: key, compare: compare, load: load, changes: map[K][]change[R]{}}
+}
+
+// withConflict sets the upsert's conflict target and returns s.
+func (s *rowSet[K, R]) withConflict(columns []clause.Column) *rowSet[K, R] {
+	s.conflict = columns
+	return s
 }
 
 // add queues c for the row with key k, after the changes added before it.
@@ -90,7 +99,7 @@ func (s *rowSet[K, R]) flush(ctx context.Context, tx *gorm.DB) error {
 	}
 	// The rows are locked or new, and each appears once, so writing every column of each
 	// is the same as the per-event updates it replaces.
-	if err := tx.WithContext(ctx).Clauses(clause.OnConflict{UpdateAll: true}).CreateInBatches(&rows, maxRowsPerStatement).Error; err != nil {
+	if err := tx.WithContext(ctx).Clauses(clause.OnConflict{Columns: s.conflict, UpdateAll: true}).CreateInBatches(&rows, maxRowsPerStatement).Error; err != nil {
 		return fmt.Errorf("write %d rows of %s: %w", len(rows), s.name, err)
 	}
 	return nil

@@ -3,6 +3,8 @@ package ingest
 import (
 	"cmp"
 	"context"
+	"crypto/md5" //nolint:gosec // an index key that must match Postgres' md5(), not a secret
+	"encoding/hex"
 	"fmt"
 	"slices"
 	"strings"
@@ -46,7 +48,7 @@ func newWrites(now time.Time) *writes {
 			strings.Compare, lockByKey[string, models.Comment]("node_id")),
 		branches: newRowSet("github_branches", func(r *models.Branch) branchKey {
 			return branchKey{repositoryID: r.RepositoryID, refType: r.RefType, ref: r.Ref}
-		}, compareBranchKeys, lockBranches),
+		}, compareBranchKeys, lockBranches).withConflict(branchConflict()),
 		installations: newRowSet("github_installations", func(r *models.Installation) int64 { return r.ID },
 			cmp.Compare[int64], lockByKey[int64, models.Installation]("id")),
 		repositories: newRowSet("github_repositories", func(r *models.Repository) int64 { return r.ID },
@@ -88,14 +90,23 @@ func compareBranchKeys(a, b branchKey) int {
 	return cmp.Or(cmp.Compare(a.repositoryID, b.repositoryID), strings.Compare(a.refType, b.refType), strings.Compare(a.ref, b.ref))
 }
 
+// branchConflict is github_branches' unique index (migration 0003): it holds md5(ref)
+// because a ref can be longer than a btree index row.
+func branchConflict() []clause.Column {
+	return []clause.Column{{Name: "repository_id"}, {Name: "ref_type"}, {Name: "md5(ref)", Raw: true}}
+}
+
+// lockBranches reads the branches of keys through their unique index: md5 is computed
+// here, as Postgres' md5(text) does on the UTF-8 bytes, so that the index is used.
 func lockBranches(ctx context.Context, tx *gorm.DB, keys []branchKey) ([]models.Branch, error) {
 	tuples := make([][]any, len(keys))
 	for i, k := range keys {
-		tuples[i] = []any{k.repositoryID, k.refType, k.ref}
+		sum := md5.Sum([]byte(k.ref)) //nolint:gosec // must match the index's md5(ref)
+		tuples[i] = []any{k.repositoryID, k.refType, hex.EncodeToString(sum[:])}
 	}
 	var rows []models.Branch
 	err := tx.WithContext(ctx).Clauses(clause.Locking{Strength: "UPDATE"}).
-		Where("(repository_id, ref_type, ref) IN ?", tuples).Order("repository_id, ref_type, ref").Find(&rows).Error
+		Where("(repository_id, ref_type, md5(ref)) IN ?", tuples).Order("repository_id, ref_type, ref").Find(&rows).Error
 	return rows, err
 }
 

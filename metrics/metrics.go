@@ -67,6 +67,7 @@ type Metrics struct {
 	connsLost     *prometheus.CounterVec
 	blocked       *prometheus.GaugeVec
 	pingFailures  prometheus.Counter
+	idReused      *prometheus.CounterVec
 	registerer    prometheus.Registerer
 	stateWatching bool
 }
@@ -136,9 +137,14 @@ func New(reg *prometheus.Registry) *Metrics {
 			Namespace: namespace, Name: "healthchecks_ping_failures_total",
 			Help: "HealthChecks pings that could not be delivered (the check then reports late, not failed).",
 		}),
+		idReused: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: namespace, Name: "delivery_id_reused_total",
+			Help: "Deliveries whose id the ledger holds with a different payload hash: rejected to {q}-error, not acknowledged as duplicates.",
+		}, []string{"queue"}),
 	}
 	reg.MustRegister(m.events, m.routed, m.leftover, m.leftoverDown, m.drainChecks, m.switches,
-		m.commitLag, m.pendingFor, m.windows, m.reconnects, m.dialFailures, m.connsLost, m.blocked, m.pingFailures)
+		m.commitLag, m.pendingFor, m.windows, m.reconnects, m.dialFailures, m.connsLost, m.blocked, m.pingFailures,
+		m.idReused)
 	return m
 }
 
@@ -159,6 +165,7 @@ func (m *Metrics) StartAtZero(queues []string, brokers int) {
 		for _, e := range []string{WindowElapsed, WindowCancelled, WindowFailed} {
 			m.windows.WithLabelValues(q, e)
 		}
+		m.idReused.WithLabelValues(q)
 	}
 	for _, f := range []string{"false", "true"} {
 		m.switches.WithLabelValues(f)
@@ -302,6 +309,15 @@ func (m *Metrics) Blocked(broker int, blocked bool) {
 		v = 1
 	}
 	m.blocked.WithLabelValues(strconv.Itoa(broker)).Set(v)
+}
+
+// DeliveryIDReused counts a delivery of queue whose id the ledger holds with a different
+// payload: a producer that reuses ids, or a forged delivery.
+func (m *Metrics) DeliveryIDReused(queue string) {
+	if m == nil {
+		return
+	}
+	m.idReused.WithLabelValues(queue).Inc()
 }
 
 // PingFailed counts a HealthChecks ping that could not be delivered.

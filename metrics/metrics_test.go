@@ -34,6 +34,7 @@ func TestNilMetricsIsANoOp(t *testing.T) {
 	m.ConnectionLost(0)
 	m.PingFailed()
 	m.Blocked(0, true)
+	m.DeliveryIDReused("issues")
 	m.StartAtZero([]string{"issues"}, 2)
 	require.NoError(t, m.WatchState(nil))
 
@@ -103,6 +104,7 @@ func TestKnownSeriesStartAtZero(t *testing.T) {
 		`brokerswitch_leftover_drain_messages_total{broker="1",queue="pushes"} 0`,
 		`brokerswitch_leftover_drain_unreachable_total{broker="0",queue="issues"} 0`,
 		`brokerswitch_healthchecks_ping_failures_total 0`,
+		`brokerswitch_delivery_id_reused_total{queue="pushes"} 0`,
 	} {
 		require.Contains(t, page, want)
 	}

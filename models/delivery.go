@@ -43,6 +43,9 @@ type Delivery struct {
 	ReceivedAt time.Time `gorm:"column:received_at"`
 	// AppliedAt is when the delivery was applied or ignored; nil for errors.
 	AppliedAt *time.Time `gorm:"column:applied_at"`
+	// PayloadSHA256 is the SHA-256 of the message body, to tell a redelivery from a
+	// delivery id reused with another payload; nil on rows older than migration 0004.
+	PayloadSHA256 []byte `gorm:"column:payload_sha256"`
 }
 
 // TableName is the ledger table.

@@ -93,6 +93,7 @@ func Register(w sdkworker.Registry, d Deps, watcher *models.StateWatcher) {
 		Pool: d.Pool,
 		Handlers: &ingest.Ingester{
 			DB: d.DB, MaxRetryCycles: d.Config.MaxRetryCycles, Logger: d.Logger, Now: time.Now, Metrics: d.Metrics,
+			MaxMessageBytes: d.Config.MaxMessageBytes,
 		},
 		State:            store,
 		Watcher:          watcher,

@@ -181,6 +181,7 @@ func withServices(ctx context.Context, cfg config.Config, logger *slog.Logger, f
 	defer tc.Close()
 	pool := broker.NewPool(cfg.Brokers, logger)
 	pool.Metrics = m
+	pool.MaxBatchBytes = cfg.MaxBatchBytes
 	defer pool.Close()
 	err = fn(ctx, services{db: db, sqlDB: sqlDB, temporal: tc, pool: pool, metrics: m})
 	if errors.Is(err, context.Canceled) {
