@@ -222,9 +222,15 @@ func TestScenario07ForcedSwitchMidDrainAndCancel(t *testing.T) {
 	require.NoError(t, p.Publish(ctx, s.workload(mixed(10, 12))...))
 	s.startWorker()
 	s.waitFor("broker 0 draining", 30*time.Second, func() bool { return s.appliedFrom(0) >= 50 })
+	// The ledger is held while the operator forces, so that the force is mid-drain
+	// however fast the rest of the backlog would otherwise go.
+	hold := s.db.Begin()
+	require.NoError(t, hold.Error)
+	require.NoError(t, hold.Exec("LOCK TABLE github_deliveries IN ACCESS EXCLUSIVE MODE").Error)
 	status, body := s.call(http.MethodPost, "/api/v1/broker/switch/1", producerToken, "")
 	require.Equal(t, http.StatusForbidden, status, body)
 	status, body = s.call(http.MethodPost, "/api/v1/broker/switch/1", operatorToken, "")
+	require.NoError(t, hold.Commit().Error)
 	require.Equal(t, http.StatusOK, status, body)
 	st := s.state()
 	require.Equal(t, 1, st.ActiveIndex, "answered once committed")
@@ -385,9 +391,12 @@ func TestScenario11TemporalRestartedWhileASwitchIsPending(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, p.Publish(ctx, s.workload(mixed(10, 24))...))
 	s.startWorker()
-	s.waitFor("broker 0 draining under a pending switch", time.Minute, func() bool {
-		st := s.state()
-		return st.Pending != nil && s.appliedFrom(0) >= 100
+	// Every queue's window must be consuming before Temporal goes: one that has not
+	// started by then cannot start until Temporal is back, which a loaded machine showed.
+	s.waitFor("every queue's window draining broker 0 under a pending switch", time.Minute, func() bool {
+		var queues int64
+		require.NoError(t, s.db.Raw("SELECT count(DISTINCT queue) FROM github_deliveries WHERE broker_index = 0").Scan(&queues).Error)
+		return s.state().Pending != nil && queues == int64(len(s.cfg.Queues))
 	})
 
 	dev.stop(t)
