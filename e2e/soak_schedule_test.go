@@ -301,7 +301,7 @@ func (m *model) spare(b int) bool { return !slices.Contains(m.route, b) }
 // cuttable: any broker but a spare that may hold leftovers, which the Leftover Drain would
 // skip while the active broker's newer events are applied.
 func (m *model) cuttable(b int) bool {
-	return !m.cut[b] && !(m.spare(b) && slices.Contains(m.holds, b))
+	return !m.cut[b] && (!m.spare(b) || !slices.Contains(m.holds, b))
 }
 
 // fresh are the brokers a rotation may go to: neither on the route nor holding anything

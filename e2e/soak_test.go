@@ -428,3 +428,52 @@ func (r *soakRun) finish(active int) {
 	r.tally.order += v.OrderViolations
 	r.s.report(v, "-")
 }
+
+// soakRegression is a seed whose schedule found a bug, with the options it was drawn with
+// (turning reversedDoubleRotation on changes what a seed draws) and the schedule as it was
+// drawn then: should the generator change, the seed would draw another schedule and test
+// nothing in particular, so the test fails instead and asks for a new seed of the bug.
+type soakRegression struct {
+	seed     uint64
+	opts     scheduleOptions
+	bug      string
+	schedule string
+}
+
+// soakRegressions are the bugs the soak found, each replayed by `make test`.
+func soakRegressions() []soakRegression {
+	return []soakRegression{{
+		seed: 4046107636596888648,
+		bug: "a notification recorded while Temporal was down waited an hour: the idle watch saw it, " +
+			"its answer was lost with Temporal away, and without a heartbeat nothing failed it",
+		schedule: `schedule of seed 4046107636596888648 (15 steps):
+   1. publish 9 events
+   2. publish 60 events
+   3. publish 9 events with 4 poison
+   4. let it run for 4.139s
+   5. let it run for 951ms
+   6. stop the Temporal dev server
+   7. publish 19 events
+   8. rotate to broker 2 and notify
+   9. start the Temporal dev server again
+  10. wait until everything published is applied, broker 2 active
+  11. rotate to broker 0, publish 48 events there, then notify late
+  12. cut broker 2 (active)
+  13. start worker 2 beside the others
+  14. restore broker 2
+  15. wait until everything is drained, broker 0 active`,
+	}}
+}
+
+// TestSoakRegressions replays every seed that found a bug.
+func TestSoakRegressions(t *testing.T) {
+	tally := newSoakTally()
+	for _, reg := range soakRegressions() {
+		t.Run(fmt.Sprintf("seed=%d", reg.seed), func(t *testing.T) {
+			sc := generateSchedule(reg.seed, reg.opts)
+			require.Equal(t, reg.schedule, sc.String(),
+				"the generator no longer draws the schedule that found %q: find the bug's seed again", reg.bug)
+			playSchedule(t, sc, tally)
+		})
+	}
+}
