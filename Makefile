@@ -15,7 +15,12 @@ VERSION  ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev
 REVISION ?= $(shell git rev-parse HEAD 2>/dev/null)
 LDFLAGS  := -X main.version=$(VERSION) -X main.revision=$(REVISION)
 
-.PHONY: help dev test test-unit test-stress lint tidy-check build image migrate services temporal-cli golangci-lint promtool test-alerts bench clean
+# make soak: how long to play random fault schedules, and the go test timeout around it
+# (raise SOAK_TIMEOUT with SOAK_DURATION: a schedule in flight finishes after the duration).
+SOAK_DURATION ?= 30m
+SOAK_TIMEOUT  ?= 1h
+
+.PHONY: help dev test test-unit test-stress soak lint tidy-check build image migrate services temporal-cli golangci-lint promtool test-alerts bench clean
 
 ## help: list the targets with what each does
 help:
@@ -42,6 +47,10 @@ test-unit:
 ## test-stress: the e2e package 5 times in a row under -race beside a busy loop on every core; every run must pass (RUNS=n for more)
 test-stress: temporal-cli services
 	scripts/test-stress.sh
+
+## soak: random fault schedules against the real service for SOAK_DURATION (default 30m), each checked by the oracle; writes the table to SOAK.md
+soak: temporal-cli services
+	SOAK_DURATION=$(SOAK_DURATION) SOAK_REPORT=$(CURDIR)/SOAK.md $(GO) test -count=1 -timeout $(SOAK_TIMEOUT) -run 'TestSoak$$' -v ./e2e/
 
 ## lint: module tidiness, golangci-lint (.golangci.yml) and go vet
 lint: tidy-check $(GOLANGCI_LINT)

@@ -68,6 +68,10 @@ type WaitForChangeInput struct {
 // so that the workflow re-reads the state and watches on from another worker, and false
 // shortly before its deadline, so that the workflow's fallback is not an activity timeout.
 func (a *Switch) WaitForChange(ctx context.Context, in WaitForChangeInput) (bool, error) {
+	// Heartbeats tell Temporal the watch still runs; once they stop (its answer was lost,
+	// its worker died), Temporal fails it and the workflow reads the state itself.
+	stopHeartbeat := heartbeat(ctx)
+	defer stopHeartbeat()
 	if deadline, ok := ctx.Deadline(); ok {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithDeadline(ctx, deadline.Add(-5*time.Second))

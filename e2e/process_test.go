@@ -63,6 +63,14 @@ type process struct {
 // environment, until it is killed or the test ends.
 func (s *stack) startWorkerProcess(name string) *process {
 	s.t.Helper()
+	return s.startWorkerProcessWith(name, nil)
+}
+
+// startWorkerProcessWith runs `brokerswitch worker` as startWorkerProcess does, with env
+// overriding the stack's configuration for this process alone: a worker that reaches
+// Temporal through a proxy of its own, which the soak cuts.
+func (s *stack) startWorkerProcessWith(name string, env map[string]string) *process {
+	s.t.Helper()
 	require.NoError(s.t, workerBinaryErr, "the worker binary was not built")
 	logPath := filepath.Join(s.t.TempDir(), name+".log")
 	f, err := os.Create(logPath)
@@ -70,6 +78,11 @@ func (s *stack) startWorkerProcess(name string) *process {
 	cmd := exec.Command(workerBinary, "worker")
 	cmd.Env = append(os.Environ()[:0:0], "PATH="+os.Getenv("PATH"), "HOME="+os.Getenv("HOME"))
 	for k, v := range s.env {
+		if _, over := env[k]; !over {
+			cmd.Env = append(cmd.Env, k+"="+v)
+		}
+	}
+	for k, v := range env {
 		cmd.Env = append(cmd.Env, k+"="+v)
 	}
 	cmd.Stdout, cmd.Stderr = f, f
@@ -107,17 +120,28 @@ func (p *process) stop() {
 	}
 }
 
+// exited tells, without waiting, whether the process has ended; its exit error is then
+// in p.err.
+func (p *process) exited() bool { return p.wait(0) }
+
+// wait waits up to within for the process to end, and tells whether it has.
 func (p *process) wait(within time.Duration) bool {
 	if p.done == nil {
 		return true
 	}
+	timer := time.NewTimer(within)
+	defer timer.Stop()
 	select {
 	case p.err = <-p.done:
-		p.done = nil
-		return true
-	case <-time.After(within):
-		return false
+	case <-timer.C:
+		select { // the exit and the timer may come together
+		case p.err = <-p.done:
+		default:
+			return false
+		}
 	}
+	p.done = nil
+	return true
 }
 
 func tail(path string, n int) string {

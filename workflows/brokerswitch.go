@@ -351,9 +351,18 @@ type idleWatch struct {
 	cancelTimer workflow.CancelFunc
 }
 
+// watchHeartbeatTimeout is how long a watch may go silent before Temporal fails it, and
+// the workflow reads the state. A watch that saw a change while Temporal was away has its
+// answer lost (the SDK gives up reporting it after ten seconds), and one whose worker died
+// answers nothing: without a heartbeat either held the idle workflow until idleFallback,
+// an hour, with a recorded notification unread (soak seed 4046107636596888648). A minute
+// is what the API's 502 "recorded" promises.
+const watchHeartbeatTimeout = time.Minute
+
 func (w *switchRun) watch(ctx workflow.Context) *idleWatch {
 	watchCtx := workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
 		StartToCloseTimeout: idleFallback + time.Minute,
+		HeartbeatTimeout:    watchHeartbeatTimeout,
 		RetryPolicy:         &temporal.RetryPolicy{MaximumAttempts: 1},
 		Summary:             "wait for Postgres to announce a change of the broker state",
 	})

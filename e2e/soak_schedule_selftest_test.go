@@ -1,0 +1,74 @@
+package e2e
+
+import (
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+// TestSoakSchedulesReplayAndCoverEveryFault: a seed gives the same schedule every time;
+// across seeds, every kind of step is drawn; every schedule heals what it broke and ends
+// the same way; the reversed double rotation is drawn only behind its switch.
+func TestSoakSchedulesReplayAndCoverEveryFault(t *testing.T) {
+	opts := scheduleOptions{reversedDoubleRotation: reversedDoubleRotation}
+	require.Equal(t, generateSchedule(42, opts).String(), generateSchedule(42, opts).String(), "the same seed, the same schedule")
+	require.NotEqual(t, generateSchedule(42, opts).String(), generateSchedule(43, opts).String())
+
+	seen := map[stepKind]int{}
+	short := 0
+	for seed := range uint64(2000) {
+		sc := generateSchedule(seed, opts)
+		if sc.short() {
+			short++
+		}
+		cut, pg, temporal, isolated := map[int]bool{}, false, true, map[int]bool{}
+		for i, st := range sc.steps {
+			seen[st.kind]++
+			require.NotEmpty(t, st.String())
+			switch st.kind {
+			case stepCutBroker:
+				require.False(t, cut[st.broker], "seed %d step %d cuts a cut broker", seed, i+1)
+				cut[st.broker] = true
+			case stepRestoreBroker:
+				require.True(t, cut[st.broker], "seed %d step %d restores a broker that is not cut", seed, i+1)
+				delete(cut, st.broker)
+			case stepCutPostgres:
+				pg = true
+			case stepRestorePostgres:
+				pg = false
+			case stepStopTemporal:
+				temporal = false
+			case stepStartTemporal:
+				temporal = true
+			case stepIsolateWorker:
+				isolated[st.worker] = true
+			case stepRejoinWorker, stepKillWorker, stepTermWorker:
+				delete(isolated, st.worker)
+			case stepSettle, stepFinish:
+				require.True(t, len(cut) == 0 && !pg && temporal && len(isolated) == 0,
+					"seed %d step %d waits for the service with faults in place:\n%s", seed, i+1, sc)
+			}
+		}
+		require.Equal(t, stepFinish, sc.steps[len(sc.steps)-1].kind, "seed %d ends with the finish", seed)
+	}
+	for k := stepPublish; k <= stepFinish; k++ {
+		if k == stepRotateReversed && !opts.reversedDoubleRotation {
+			require.Zero(t, seen[k], "a reversed double rotation drawn with its switch off")
+			continue
+		}
+		require.Positive(t, seen[k], "no schedule of 2000 draws %q", step{kind: k}.String())
+	}
+	require.Positive(t, short, "no short schedule for make test")
+	t.Logf("short schedules: %d of 2000; an example:\n%s", short, generateSchedule(7, opts))
+
+	opts.reversedDoubleRotation = true
+	reversed := 0
+	for seed := range uint64(500) {
+		for _, st := range generateSchedule(seed, opts).steps {
+			if st.kind == stepRotateReversed {
+				reversed++
+			}
+		}
+	}
+	require.Positive(t, reversed, "the switch turns the reversed double rotation on")
+}
