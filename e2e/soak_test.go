@@ -30,11 +30,10 @@ import (
 	"github.com/brokerswitch/brokerswitch/workflows"
 )
 
-// reversedDoubleRotation is the switch for the one pattern the generator holds back: a
-// double rotation whose notifications arrive newest first. The README lists it among the
-// orders not kept (the middle broker is left off the route and may be read early); turn
-// it on once issue 13 inserts a late hop into the route by its switchedAt.
-const reversedDoubleRotation = false
+// reversedDoubleRotation lets schedules draw a double rotation whose notifications arrive
+// newest first: the producer's trail places the middle broker on the route by its
+// switchedAt (models/trail.go). Seeds recorded before it was on keep their options.
+const reversedDoubleRotation = true
 
 // soakShortSchedules is how many short schedules `make test` plays: each takes under a
 // minute on two cores.

@@ -56,6 +56,11 @@ func Run(ctx context.Context, d Deps) error {
 
 	w := sdkworker.New(d.Client, d.Config.TaskQueue, sdkworker.Options{
 		WorkerStopTimeout: d.Config.WorkerStopTimeout,
+		// A worker throttled at its CPU limit (a container, a busy node) can take longer
+		// than the SDK's 1 s default over a workflow task of ours, which fails the task and
+		// holds operator orders past the API's wait (soak seed 3650416446803315636). Five
+		// seconds stays within the server's 10 s workflow task timeout.
+		DeadlockDetectionTimeout: 5 * time.Second,
 		// The BrokerSwitch workflow takes its signals in the order they arrived.
 		Interceptors: []interceptor.WorkerInterceptor{&workflows.SignalArrival{}},
 	})
