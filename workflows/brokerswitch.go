@@ -488,7 +488,10 @@ func orderOutcome(s Signal, before, after models.BrokerState) OrderResult {
 		}
 	case SignalCancelPendingSwitch:
 		switch {
-		case before.Pending == nil:
+		// A cancel that names a switch was given because the API read one in Postgres;
+		// the workflow's own reading may not show it yet (the notification's signal can
+		// reach the workflow after the update), so only an unnamed cancel is judged by it.
+		case before.Pending == nil && s.Cancel.SwitchedAt.IsZero():
 			r.Outcome = OrderAlreadyThere
 		case after.Pending != nil:
 			// The switch the cancel named is gone; the producer's later one is not undone.

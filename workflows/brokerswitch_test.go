@@ -423,6 +423,27 @@ func (s *brokerSwitchSuite) TestOrdersByUpdateAreAnswered() {
 	s.Equal(2, answers["force unknown"].State.ActiveIndex)
 }
 
+// A cancel that names the switch the API read in Postgres is committed, even when the
+// notification's signal has not reached the workflow yet: its answer is not "already there".
+func (s *brokerSwitchSuite) TestANamedCancelIsCommittedBeforeTheWorkflowHeardOfTheSwitch() {
+	var answer OrderResult
+	s.env.RegisterDelayedCallback(func() {
+		s.mu.Lock()
+		s.state, _ = s.state.ApplyNotification(models.Notification{Index: 1, Host: "h", Vhost: "/", SwitchedAt: t0}, t0)
+		s.mu.Unlock()
+		s.env.UpdateWorkflow(UpdateCancelPendingSwitch, "cancel", &testsuite.TestUpdateCallback{
+			OnAccept:   func() {},
+			OnReject:   func(err error) { s.Fail("rejected", "%v", err) },
+			OnComplete: func(v any, err error) { s.NoError(err); answer = v.(OrderResult) },
+		}, activities.CancelPendingSwitchInput{SwitchedAt: t0})
+	}, time.Second)
+	s.run(time.Minute)
+
+	s.Equal(OrderCommitted, answer.Outcome)
+	s.Nil(answer.State.Pending)
+	s.Empty(s.commits)
+}
+
 // A force sent before a notification, in the same workflow task, is handled before it:
 // signals are taken in the order they arrived, not name by name (issue 11, point 5).
 func (s *brokerSwitchSuite) TestSignalsAreHandledInArrivalOrder() {
