@@ -53,6 +53,7 @@ func soakEnv() map[string]string {
 // TestSoak plays random fault schedules and checks each with the oracle. Without
 // SOAK_SEED or SOAK_DURATION it plays soakShortSchedules short ones, as `make test` does.
 func TestSoak(t *testing.T) {
+	t.Parallel() // it mostly waits for its processes: it overlaps the other waiting tests
 	opts := scheduleOptions{reversedDoubleRotation: reversedDoubleRotation}
 	tally := newSoakTally()
 	tally.load = loadAverage()
@@ -542,6 +543,7 @@ func soakRegressions() []soakRegression {
 
 // TestSoakRegressions replays every seed that found a bug.
 func TestSoakRegressions(t *testing.T) {
+	t.Parallel() // as TestSoak
 	tally := newSoakTally()
 	for _, reg := range soakRegressions() {
 		t.Run(fmt.Sprintf("seed=%d", reg.seed), func(t *testing.T) {
