@@ -325,6 +325,16 @@ func (s *stack) waitUntil(what string, within time.Duration, cond func() (ok boo
 	}
 }
 
+// holdLedger locks the ledger until release: every batch then waits in hand, unsettled,
+// as it does behind a slow or locked database.
+func (s *stack) holdLedger() (release func()) {
+	s.t.Helper()
+	tx := s.db.Begin()
+	require.NoError(s.t, tx.Error)
+	require.NoError(s.t, tx.Exec("LOCK TABLE github_deliveries IN ACCESS EXCLUSIVE MODE").Error)
+	return func() { require.NoError(s.t, tx.Commit().Error) }
+}
+
 // state reads the broker state from Postgres.
 func (s *stack) state() models.BrokerState {
 	st, err := s.store.Load(context.Background())

@@ -224,13 +224,11 @@ func TestScenario07ForcedSwitchMidDrainAndCancel(t *testing.T) {
 	s.waitFor("broker 0 draining", 30*time.Second, func() bool { return s.appliedFrom(0) >= 50 })
 	// The ledger is held while the operator forces, so that the force is mid-drain
 	// however fast the rest of the backlog would otherwise go.
-	hold := s.db.Begin()
-	require.NoError(t, hold.Error)
-	require.NoError(t, hold.Exec("LOCK TABLE github_deliveries IN ACCESS EXCLUSIVE MODE").Error)
+	release := s.holdLedger()
 	status, body := s.call(http.MethodPost, "/api/v1/broker/switch/1", producerToken, "")
 	require.Equal(t, http.StatusForbidden, status, body)
 	status, body = s.call(http.MethodPost, "/api/v1/broker/switch/1", operatorToken, "")
-	require.NoError(t, hold.Commit().Error)
+	release()
 	require.Equal(t, http.StatusOK, status, body)
 	st := s.state()
 	require.Equal(t, 1, st.ActiveIndex, "answered once committed")

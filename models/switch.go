@@ -25,7 +25,8 @@ func CheckSwitchedAt(at, now time.Time, maxSkew time.Duration) error {
 	return nil
 }
 
-// Hop is one step of a Pending Switch's route: the broker the producer moved to, and when.
+// Hop is one step of a Pending Switch's route, or of the producer's trail: the broker the
+// producer moved to, and when.
 type Hop struct {
 	Index      int       `json:"index"`
 	Host       string    `json:"host"`
@@ -126,7 +127,7 @@ const (
 // on the trail: then it is stale.
 func (s BrokerState) ApplyNotification(n Notification, now time.Time) (BrokerState, string) {
 	ref := BrokerRef{Host: strings.ToLower(n.Host), Vhost: n.Vhost}
-	visit := Visit{Index: n.Index, Host: ref.Host, Vhost: ref.Vhost, At: n.SwitchedAt}
+	visit := Hop{Index: n.Index, Host: ref.Host, Vhost: ref.Vhost, SwitchedAt: n.SwitchedAt}
 	trail := s.trail()
 	at := trail.place(visit)
 	late := n.SwitchedAt.Before(s.SeenUntil)
@@ -239,8 +240,8 @@ func (s BrokerState) clearFutureMark(now time.Time) BrokerState {
 		// future-dated visit, on the stretch an order has just left behind.
 		visits := slices.Clone(s.Trail.Visits)
 		for i := range visits {
-			if visits[i].At.After(now) {
-				visits[i].At = now
+			if visits[i].SwitchedAt.After(now) {
+				visits[i].SwitchedAt = now
 			}
 		}
 		s.Trail.Visits = visits

@@ -9,20 +9,12 @@ import (
 // the last visit of each broker decides an order.
 const maxTrail = 64
 
-// Visit is the producer's arrival at a broker, as one notification told it.
-type Visit struct {
-	Index int       `json:"index"`
-	Host  string    `json:"host"`
-	Vhost string    `json:"vhost"`
-	At    time.Time `json:"at"`
-}
-
-// Trail is where the producer went and when, as its notifications tell, ordered by
-// switchedAt and, at equal times, by arrival. The route is read from it, so that a late
-// notification lands where the producer's clock puts it, and the Leftover Drain reads the
-// spares in the order the producer left them.
+// Trail is where the producer went and when, as its notifications tell: each visit is a
+// hop the producer made, ordered by switchedAt and, at equal times, by arrival. The route
+// is read from it, so that a late notification lands where the producer's clock puts it,
+// and the Leftover Drain reads the spares in the order the producer left them.
 type Trail struct {
-	Visits []Visit `json:"visits"`
+	Visits []Hop `json:"visits"`
 	// Behind counts the first visits that lie behind the active broker: what the producer
 	// published there is older than the active broker's backlog. A late notification that
 	// would land among them is stale.
@@ -33,23 +25,23 @@ type Trail struct {
 }
 
 // place is where v belongs: after every visit at or before its time.
-func (t Trail) place(v Visit) int {
-	if p := slices.IndexFunc(t.Visits, func(w Visit) bool { return w.At.After(v.At) }); p >= 0 {
+func (t Trail) place(v Hop) int {
+	if p := slices.IndexFunc(t.Visits, func(w Hop) bool { return w.SwitchedAt.After(v.SwitchedAt) }); p >= 0 {
 		return p
 	}
 	return len(t.Visits)
 }
 
 // has tells whether the trail already holds this broker at this time: a duplicate.
-func (t Trail) has(v Visit) bool {
-	return slices.ContainsFunc(t.Visits, func(w Visit) bool {
-		return w.At.Equal(v.At) && w.Host == v.Host && w.Vhost == v.Vhost
+func (t Trail) has(v Hop) bool {
+	return slices.ContainsFunc(t.Visits, func(w Hop) bool {
+		return w.SwitchedAt.Equal(v.SwitchedAt) && w.Host == v.Host && w.Vhost == v.Vhost
 	})
 }
 
 // insert places v at p, keeping Behind and Canceled on the visits they counted, and drops
 // the oldest visits behind the active broker (or canceled) beyond maxTrail.
-func (t Trail) insert(p int, v Visit) Trail {
+func (t Trail) insert(p int, v Hop) Trail {
 	t.Visits = slices.Insert(slices.Clone(t.Visits), p, v)
 	if p < t.Behind {
 		t.Behind++
@@ -92,12 +84,11 @@ func (t Trail) route(active int) []int {
 	return route
 }
 
-// hops turns route positions into the Pending Switch's hops.
+// hops gathers the route's hops from their positions.
 func (t Trail) hops(route []int) []Hop {
 	out := make([]Hop, 0, len(route))
 	for _, p := range route {
-		v := t.Visits[p]
-		out = append(out, Hop{Index: v.Index, Host: v.Host, Vhost: v.Vhost, SwitchedAt: v.At})
+		out = append(out, t.Visits[p])
 	}
 	return out
 }
@@ -108,11 +99,7 @@ func (s BrokerState) trail() Trail {
 	if len(s.Trail.Visits) > 0 || s.Pending == nil {
 		return s.Trail
 	}
-	var t Trail
-	for _, h := range s.Pending.Route {
-		t.Visits = append(t.Visits, Visit{Index: h.Index, Host: h.Host, Vhost: h.Vhost, At: h.SwitchedAt})
-	}
-	return t
+	return Trail{Visits: slices.Clone(s.Pending.Route)}
 }
 
 // withRoute sets the trail and reads the Pending Switch from it; recordedAt is the
