@@ -71,8 +71,6 @@ func TestSparesInTheProducersOrder(t *testing.T) {
 	require.Equal(t, []int{0, 3, 2}, behind, "0 was left first, then 3, then 2")
 	require.Empty(t, ahead)
 
-	never := BrokerState{ActiveIndex: 2}.Trail
-	require.Empty(t, never.Visits)
 	behind, _ = BrokerState{ActiveIndex: 2}.Spares([]int{0, 1, 2, 3})
 	require.Equal(t, []int{0, 1, 3}, behind, "without a trail: index order, as before")
 }
