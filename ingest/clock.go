@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"strconv"
 	"time"
+
+	"github.com/brokerswitch/brokerswitch/metrics"
 )
 
 // stamp is a payload timestamp read without ever failing the decode: GitHub writes them
@@ -52,13 +54,6 @@ func (s *stamp) time() *time.Time {
 	return &t
 }
 
-// Why an event's clock could not be used, the reason label of
-// brokerswitch_clock_fallbacks_total.
-const (
-	clockMissing    = "missing"
-	clockUnreadable = "unparseable"
-)
-
 // eventClock is the clock an event carries for the row its table keys on.
 type eventClock struct {
 	// table is the typed table whose rows follow this clock; "" for an event whose table
@@ -66,7 +61,7 @@ type eventClock struct {
 	table string
 	// at is the clock, nil when the payload has none that can be read.
 	at *time.Time
-	// fallback says why at is nil: clockMissing or clockUnreadable.
+	// fallback says why at is nil: metrics.ClockMissing or metrics.ClockUnparseable.
 	fallback string
 }
 
@@ -108,9 +103,9 @@ func clockOf(ev Event) eventClock {
 	switch {
 	case c.at != nil:
 	case s.unreadable:
-		c.fallback = clockUnreadable
+		c.fallback = metrics.ClockUnparseable
 	default:
-		c.fallback = clockMissing
+		c.fallback = metrics.ClockMissing
 	}
 	return c
 }
