@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"os"
@@ -23,12 +24,22 @@ import (
 // itself.
 
 // expectedRow is what the typed table must hold for an entity after its events were
-// applied in publish order. State is checked for pull requests and issues only.
+// applied: the newest by the clock its payloads carry, equal or missing clocks in publish
+// order. State is checked for pull requests and issues only; Clock (Unix seconds, 0 for
+// none) for the tables that keep one.
 type expectedRow struct {
 	LastDeliveryID  string
 	LastAction      string
 	State           string
 	ProcessingState string
+	Clock           int64
+}
+
+// creates are the actions that create a row of the tables without a lifecycle that
+// follow a clock: a row first seen through any other event is UPDATED, not NEW.
+var creates = map[string]map[string]bool{
+	simulate.EntityComment:      {"created": true, "submitted": true},
+	simulate.EntityInstallation: {"created": true},
 }
 
 // tabled are the events that have a typed table; any other event is ledgered as ignored.
@@ -67,6 +78,16 @@ func expect(records []simulate.Record) expectation {
 		}
 		kind, _, _ := strings.Cut(r.Entity, ":")
 		row, exists := e.rows[r.Entity]
+		// GitHub's clock: an event older than the row changes nothing but the ledger.
+		clock := int64(0)
+		if !r.Clock.IsZero() {
+			clock = r.Clock.Unix()
+		}
+		if exists && clock != 0 && clock < row.Clock {
+			continue
+		}
+		newer := exists && clock != 0 && clock > row.Clock
+		row.Clock = max(row.Clock, clock)
 		row.LastDeliveryID = r.Delivery
 		row.LastAction = r.Action
 		if row.LastAction == "" {
@@ -84,18 +105,21 @@ func expect(records []simulate.Record) expectation {
 				row.State, row.ProcessingState = "open", "RE_REQUESTED"
 			case r.Action == "closed":
 				row.State, row.ProcessingState = "closed", "UPDATED"
-			case !exists:
-				// Never seen before (its opened predates the log): taken from the payload.
-				row.State, row.ProcessingState = "open", "UPDATED"
+			case !exists || newer:
+				// Never seen before (its opened predates the log or is still on its way), or
+				// newer than the row: the payload is GitHub's truth, state included.
+				row.State, row.ProcessingState = cmp.Or(r.State, row.State, "open"), "UPDATED"
 			case row.State == "closed":
-				// Another action on a closed row: only last_delivery_id and last_action change.
+				// Another action on a closed row, and no clock to tell it is newer: only
+				// last_delivery_id and last_action change.
 			default:
 				row.ProcessingState = "UPDATED"
 			}
 		default:
-			// Rows without lifecycle rules: NEW when created, UPDATED by every later event.
+			// Rows without lifecycle rules: NEW when created by the entity's creating event
+			// (any event, for tables without a clock), UPDATED by every later one.
 			row.ProcessingState = "NEW"
-			if exists {
+			if made, clocked := creates[kind]; exists || (clocked && !made[r.Action]) {
 				row.ProcessingState = "UPDATED"
 			}
 		}
@@ -104,15 +128,18 @@ func expect(records []simulate.Record) expectation {
 	return e
 }
 
-// entityTables says where each kind of entity lives and how its key is read.
-var entityTables = map[string]struct{ table, key, state string }{
-	simulate.EntityPullRequest:  {"github_pull_requests", "node_id", "state"},
-	simulate.EntityIssue:        {"github_issues", "node_id", "state"},
-	simulate.EntityComment:      {"github_comments", "node_id", "''"},
-	simulate.EntityPush:         {"github_pushes", "delivery_id", "''"},
-	simulate.EntityBranch:       {"github_branches", "repository_id || '/' || ref_type || '/' || ref", "''"},
-	simulate.EntityInstallation: {"github_installations", "id::text", "''"},
+// entityTables says where each kind of entity lives and how its key and clock are read.
+var entityTables = map[string]struct{ table, key, state, clock string }{
+	simulate.EntityPullRequest:  {"github_pull_requests", "node_id", "state", clockSeconds},
+	simulate.EntityIssue:        {"github_issues", "node_id", "state", clockSeconds},
+	simulate.EntityComment:      {"github_comments", "node_id", "''", clockSeconds},
+	simulate.EntityPush:         {"github_pushes", "delivery_id", "''", "0"},
+	simulate.EntityBranch:       {"github_branches", "repository_id || '/' || ref_type || '/' || ref", "''", "0"},
+	simulate.EntityInstallation: {"github_installations", "id::text", "''", clockSeconds},
 }
+
+// clockSeconds reads a row's entity clock as Unix seconds, 0 for none.
+const clockSeconds = "coalesce(extract(epoch FROM entity_clock)::bigint, 0)"
 
 // auditSQL records, in a test-only table, every committed write of a ledger row (applied or
 // ignored) and of a typed row, in commit order per row, with the transaction that wrote
@@ -260,13 +287,14 @@ func (e expectation) checkRows(t *testing.T, db *gorm.DB, v *verdict) {
 			LastAction      string
 			State           string
 			ProcessingState string
+			Clock           int64
 		}
 		require.NoError(t, db.Raw(fmt.Sprintf(
-			"SELECT %s AS key, last_delivery_id, last_action, %s AS state, processing_state FROM %s",
-			tbl.key, tbl.state, tbl.table)).Scan(&rows).Error)
+			"SELECT %s AS key, last_delivery_id, last_action, %s AS state, processing_state, %s AS clock FROM %s",
+			tbl.key, tbl.state, tbl.clock, tbl.table)).Scan(&rows).Error)
 		got := map[string]expectedRow{}
 		for _, r := range rows {
-			got[kind+":"+r.Key] = expectedRow{r.LastDeliveryID, r.LastAction, r.State, r.ProcessingState}
+			got[kind+":"+r.Key] = expectedRow{r.LastDeliveryID, r.LastAction, r.State, r.ProcessingState, r.Clock}
 		}
 		for entity, w := range e.rows {
 			if !strings.HasPrefix(entity, kind+":") {
@@ -279,9 +307,9 @@ func (e expectation) checkRows(t *testing.T, db *gorm.DB, v *verdict) {
 				continue
 			}
 			if g != w {
-				v.diff("%s: got last delivery %s (#%d %s) state %q %s, want %s (#%d %s) state %q %s", entity,
-					g.LastDeliveryID, e.published[g.LastDeliveryID].Seq, g.LastAction, g.State, g.ProcessingState,
-					w.LastDeliveryID, e.published[w.LastDeliveryID].Seq, w.LastAction, w.State, w.ProcessingState)
+				v.diff("%s: got last delivery %s (#%d %s) state %q %s clock %d, want %s (#%d %s) state %q %s clock %d", entity,
+					g.LastDeliveryID, e.published[g.LastDeliveryID].Seq, g.LastAction, g.State, g.ProcessingState, g.Clock,
+					w.LastDeliveryID, e.published[w.LastDeliveryID].Seq, w.LastAction, w.State, w.ProcessingState, w.Clock)
 			}
 		}
 		for entity := range got {

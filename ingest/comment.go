@@ -1,10 +1,18 @@
 package ingest
 
 import (
+	"time"
+
 	"github.com/brokerswitch/brokerswitch/models"
 )
 
-const actionDeleted = "deleted"
+const (
+	actionDeleted = "deleted"
+	// actionCreated creates a comment, a repository or an installation; actionSubmitted
+	// creates a review.
+	actionCreated   = "created"
+	actionSubmitted = "submitted"
+)
 
 // applyIssueComment applies an issue_comment event (on an issue or a pull request's
 // conversation) to github_comments.
@@ -20,7 +28,7 @@ func applyIssueComment(w *writes, ev Event) {
 		AuthorLogin:     c.User.Login,
 		Body:            c.Body,
 		HTMLURL:         c.HTMLURL,
-		GitHubUpdatedAt: timeOf(c.UpdatedAt),
+		GitHubUpdatedAt: c.UpdatedAt.time(),
 	})
 }
 
@@ -36,7 +44,7 @@ func applyCommitComment(w *writes, ev Event) {
 		AuthorLogin:     c.User.Login,
 		Body:            c.Body,
 		HTMLURL:         c.HTMLURL,
-		GitHubUpdatedAt: timeOf(c.UpdatedAt),
+		GitHubUpdatedAt: c.UpdatedAt.time(),
 	})
 }
 
@@ -55,7 +63,7 @@ func applyReviewComment(w *writes, ev Event) {
 		AuthorLogin:     c.User.Login,
 		Body:            c.Body,
 		HTMLURL:         c.HTMLURL,
-		GitHubUpdatedAt: timeOf(c.UpdatedAt),
+		GitHubUpdatedAt: c.UpdatedAt.time(),
 	})
 }
 
@@ -75,11 +83,13 @@ func applyReview(w *writes, ev Event) {
 		AuthorLogin:     r.User.Login,
 		Body:            r.Body,
 		HTMLURL:         r.HTMLURL,
-		GitHubUpdatedAt: timeOf(r.SubmittedAt),
+		GitHubUpdatedAt: r.SubmittedAt.time(),
 	})
 }
 
 func commentTracking(r *models.Comment) *models.Tracking { return &r.Tracking }
+
+func commentClock(r *models.Comment) **time.Time { return &r.EntityClock }
 
 // addComment fills the columns every kind of comment shares, and refreshes every column
 // of an existing row: each kind's payload carries all of them.
@@ -90,5 +100,8 @@ func (w *writes) addComment(ev Event, row models.Comment) {
 	row.InstallationID = optionalID(ev.Payload.Installation.ID)
 	row.SenderLogin = ev.Sender.login()
 	row.Tracking = newTracking(ev, w.now)
-	w.comments.add(row.NodeID, refresh(ev, w.now, row, commentTracking, allColumns(commentTracking)))
+	row.EntityClock = row.GitHubUpdatedAt
+	creates := ev.Action == actionCreated || ev.Action == actionSubmitted
+	w.comments.add(row.NodeID, clocked(refresh(ev, w.now, row, commentTracking, allColumns(commentTracking)),
+		row.EntityClock, creates, commentClock, commentTracking))
 }

@@ -24,15 +24,8 @@ var typedTables = []string{"github_deliveries", "github_pull_requests", "github_
 // closed, reopened, opened again), redeliveries, changing senders, ignored events and
 // malformed ones, so that one batch often changes the same row several times.
 func TestSetBasedApplyEqualsOneByOne(t *testing.T) {
-	batched, oneByOne := newEnv(t), newEnv(t)
-	// One instant for every batch: the two runs make different numbers of batches, and
-	// the timestamps would otherwise tell them apart.
-	at := time.Date(2025, 1, 2, 3, 0, 0, 0, time.UTC)
-	batched.ing.Now = func() time.Time { return at }
-	oneByOne.ing.Now = batched.ing.Now
-	seed := rand.Uint64()
-	t.Logf("seed %d", seed)
-	rng := rand.New(rand.NewPCG(seed, 1))
+	batched, oneByOne := twinEnvs(t)
+	seed, rng := seeded(t, 1)
 	examples := payloads.All()
 	ctx := context.Background()
 	for round := range 15 {
@@ -56,6 +49,24 @@ func TestSetBasedApplyEqualsOneByOne(t *testing.T) {
 			require.Equal(t, want, got, "round %d (seed %d): %s differs between one-by-one and set-based apply", round, seed, table)
 		}
 	}
+}
+
+// twinEnvs are two environments whose every batch reads one instant: two runs of the
+// same events make different numbers of batches, and the timestamps would otherwise
+// tell them apart.
+func twinEnvs(t *testing.T) (*env, *env) {
+	a, b := newEnv(t), newEnv(t)
+	at := time.Date(2025, 1, 2, 3, 0, 0, 0, time.UTC)
+	a.ing.Now = func() time.Time { return at }
+	b.ing.Now = a.ing.Now
+	return a, b
+}
+
+// seeded is a random source from a fresh seed, which the test logs for a replay.
+func seeded(t *testing.T, stream uint64) (uint64, *rand.Rand) {
+	seed := rand.Uint64()
+	t.Logf("seed %d", seed)
+	return seed, rand.New(rand.NewPCG(seed, stream))
 }
 
 func joinTables() string {

@@ -260,6 +260,11 @@ func (h *batchHandler) applyInTx(ctx context.Context, queue string, msgs []messa
 	}
 	for i, m := range msgs {
 		h.count(queue, m, outcomes[i])
+		if outcomes[i] == metrics.OutcomeApplied {
+			if c := clockOf(m.event); c.fallback != "" {
+				h.ingester.Metrics.ClockFallback(c.table, c.fallback)
+			}
+		}
 		if reused[i] != nil {
 			h.ingester.Metrics.DeliveryIDReused(queue)
 			h.logger().WarnContext(ctx, "delivery id reused with another payload, rejected",

@@ -121,24 +121,30 @@ func acks(n int) []broker.Verdict {
 }
 
 // prLifecycle derives an ordered lifecycle of ONE pull request from the vendored payloads:
-// opened, synchronize (new head), closed as merged, a late synchronize, reopened.
+// opened, synchronize (new head), closed as merged, a late synchronize, reopened. Each
+// payload carries its true clock (the vendored examples were captured at unrelated
+// moments): the late synchronize happened before the close, and arrives after it.
 func prLifecycle(t *testing.T) []amqp.Delivery {
-	opened := example(t, "pull_request.opened.0")
+	at := func(p map[string]any, clock string) { object(p, "pull_request")["updated_at"] = clock }
+	opened := edit(t, example(t, "pull_request.opened.0"), func(p map[string]any) { at(p, "2019-05-15T15:20:33Z") })
 	sync1 := edit(t, example(t, "pull_request.synchronize.0"), func(p map[string]any) {
 		object(object(p, "pull_request"), "head")["sha"] = "1111111111111111111111111111111111111111"
+		at(p, "2019-05-15T15:20:36Z")
 	})
 	closed := edit(t, example(t, "pull_request.closed.0"), func(p map[string]any) {
 		pr := object(p, "pull_request")
 		pr["merged"] = true
 		pr["merged_at"] = "2019-05-15T15:20:40Z"
 		object(pr, "head")["sha"] = "1111111111111111111111111111111111111111"
+		at(p, "2019-05-15T15:20:40Z")
 	})
 	lateSync := edit(t, example(t, "pull_request.synchronize.0"), func(p map[string]any) {
 		pr := object(p, "pull_request")
 		object(pr, "head")["sha"] = "2222222222222222222222222222222222222222"
 		pr["title"] = "changed after close"
+		at(p, "2019-05-15T15:20:38Z")
 	})
-	reopened := example(t, "pull_request.reopened.0")
+	reopened := edit(t, example(t, "pull_request.reopened.0"), func(p map[string]any) { at(p, "2019-05-15T15:21:00Z") })
 	return []amqp.Delivery{
 		delivery("pull_request", "pr-1", opened),
 		delivery("pull_request", "pr-2", sync1),
@@ -185,7 +191,7 @@ func TestPullRequestLifecycle(t *testing.T) {
 	assert.Equal(t, models.StateUpdated, closed.ProcessingState)
 	assert.Equal(t, "pr-3", closed.LastDeliveryID)
 
-	// The late synchronize only records that it arrived.
+	// The late synchronize is older than the row: only the ledger records it.
 	assert.Equal(t, acks(1), e.handle(t, steps[3]))
 	late := e.pullRequest(t)
 	assert.Equal(t, "closed", late.State)
@@ -194,9 +200,10 @@ func TestPullRequestLifecycle(t *testing.T) {
 	assert.Equal(t, closed.Title, late.Title)
 	assert.Equal(t, models.StateUpdated, late.ProcessingState)
 	assert.True(t, closed.ProcessingDate.Equal(late.ProcessingDate), "processing_date untouched")
-	assert.Equal(t, "pr-4", late.LastDeliveryID)
-	assert.Equal(t, "synchronize", late.LastAction)
-	assert.True(t, late.UpdatedAt.After(closed.UpdatedAt))
+	assert.Equal(t, "pr-3", late.LastDeliveryID, "last_* name the delivery whose payload the row holds")
+	assert.Equal(t, "closed", late.LastAction)
+	assert.True(t, late.UpdatedAt.Equal(closed.UpdatedAt), "the row was not written")
+	assert.Equal(t, time.Date(2019, 5, 15, 15, 20, 40, 0, time.UTC), late.EntityClock.UTC())
 
 	assert.Equal(t, acks(1), e.handle(t, steps[4]))
 	pr = e.pullRequest(t)

@@ -21,7 +21,8 @@ func applyInstallation(w *writes, ev Event) {
 		row.SuspendedAt = nil
 	}
 	// Every installation payload carries the whole installation.
-	w.installations.add(row.ID, refresh(ev, w.now, row, installationTracking, allColumns(installationTracking)))
+	w.installations.add(row.ID, clocked(refresh(ev, w.now, row, installationTracking, allColumns(installationTracking)),
+		row.EntityClock, ev.Action == actionCreated, installationClock, installationTracking))
 	// Installing grants the listed repositories; uninstalling removes them. Suspension does
 	// not change which repositories the installation holds.
 	switch ev.Action {
@@ -41,11 +42,11 @@ func applyInstallationRepositories(w *writes, ev Event) {
 		row.RepositorySelection = s
 	}
 	// This event says nothing about suspension or deletion: leave those columns alone.
-	w.installations.add(row.ID, refresh(ev, w.now, row, installationTracking, func(dst, src *models.Installation) {
+	w.installations.add(row.ID, clocked(refresh(ev, w.now, row, installationTracking, func(dst, src *models.Installation) {
 		suspended, suspendedAt, deleted := dst.Suspended, dst.SuspendedAt, dst.Deleted
 		allColumns(installationTracking)(dst, src)
 		dst.Suspended, dst.SuspendedAt, dst.Deleted = suspended, suspendedAt, deleted
-	}))
+	}), row.EntityClock, false, installationClock, installationTracking))
 	w.addInstallationRepositories(ev, row.ID, e.RepositoriesAdded, false)
 	w.addInstallationRepositories(ev, row.ID, e.RepositoriesRemoved, true)
 }
@@ -64,8 +65,11 @@ func installationRow(ev Event, now time.Time) models.Installation {
 		Suspended:           timeOf(inst.SuspendedAt) != nil,
 		SuspendedAt:         timeOf(inst.SuspendedAt),
 		SenderLogin:         ev.Sender.login(),
+		EntityClock:         inst.UpdatedAt.time(),
 		Tracking:            newTracking(ev, now),
 	}
 }
 
 func installationTracking(r *models.Installation) *models.Tracking { return &r.Tracking }
+
+func installationClock(r *models.Installation) **time.Time { return &r.EntityClock }

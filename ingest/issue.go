@@ -1,6 +1,8 @@
 package ingest
 
 import (
+	"time"
+
 	"github.com/brokerswitch/brokerswitch/models"
 )
 
@@ -24,9 +26,10 @@ func applyIssue(w *writes, ev Event) {
 		HTMLURL:         issue.HTMLURL,
 		InstallationID:  optionalID(e.Installation.ID),
 		SenderLogin:     ev.Sender.login(),
-		GitHubUpdatedAt: timeOf(issue.UpdatedAt),
+		GitHubUpdatedAt: issue.UpdatedAt.time(),
+		EntityClock:     issue.UpdatedAt.time(),
 	}
-	w.issues.add(row.NodeID, trackedChange(ev, w.now, row, func(r *models.Issue) (*models.Tracking, *string) {
-		return &r.Tracking, &r.State
+	w.issues.add(row.NodeID, trackedChange(ev, w.now, row, func(r *models.Issue) (*models.Tracking, *string, **time.Time) {
+		return &r.Tracking, &r.State, &r.EntityClock
 	}))
 }

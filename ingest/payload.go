@@ -62,6 +62,8 @@ type repository struct {
 	Archived      bool    `json:"archived"`
 	DefaultBranch string  `json:"default_branch"`
 	HTMLURL       string  `json:"html_url"`
+	// UpdatedAt is the repository's clock in repository events (see clockOf).
+	UpdatedAt stamp `json:"updated_at"`
 }
 
 type installation struct {
@@ -72,6 +74,7 @@ type installation struct {
 	TargetType          string            `json:"target_type"`
 	RepositorySelection string            `json:"repository_selection"`
 	SuspendedAt         *github.Timestamp `json:"suspended_at"`
+	UpdatedAt           stamp             `json:"updated_at"`
 }
 
 type gitRef struct {
@@ -89,7 +92,7 @@ type pullRequest struct {
 	Merged    bool              `json:"merged"`
 	MergedAt  *github.Timestamp `json:"merged_at"`
 	ClosedAt  *github.Timestamp `json:"closed_at"`
-	UpdatedAt *github.Timestamp `json:"updated_at"`
+	UpdatedAt stamp             `json:"updated_at"`
 	Head      gitRef            `json:"head"`
 	Base      gitRef            `json:"base"`
 	User      account           `json:"user"`
@@ -104,31 +107,31 @@ type issue struct {
 	State       string            `json:"state"`
 	StateReason string            `json:"state_reason"`
 	ClosedAt    *github.Timestamp `json:"closed_at"`
-	UpdatedAt   *github.Timestamp `json:"updated_at"`
+	UpdatedAt   stamp             `json:"updated_at"`
 	User        account           `json:"user"`
 	HTMLURL     string            `json:"html_url"`
 }
 
 type comment struct {
-	NodeID    string            `json:"node_id"`
-	ID        int64             `json:"id"`
-	CommitID  string            `json:"commit_id"`
-	Path      string            `json:"path"`
-	User      account           `json:"user"`
-	Body      string            `json:"body"`
-	HTMLURL   string            `json:"html_url"`
-	UpdatedAt *github.Timestamp `json:"updated_at"`
+	NodeID    string  `json:"node_id"`
+	ID        int64   `json:"id"`
+	CommitID  string  `json:"commit_id"`
+	Path      string  `json:"path"`
+	User      account `json:"user"`
+	Body      string  `json:"body"`
+	HTMLURL   string  `json:"html_url"`
+	UpdatedAt stamp   `json:"updated_at"`
 }
 
 type review struct {
-	NodeID      string            `json:"node_id"`
-	ID          int64             `json:"id"`
-	CommitID    string            `json:"commit_id"`
-	State       string            `json:"state"`
-	User        account           `json:"user"`
-	Body        string            `json:"body"`
-	HTMLURL     string            `json:"html_url"`
-	SubmittedAt *github.Timestamp `json:"submitted_at"`
+	NodeID      string  `json:"node_id"`
+	ID          int64   `json:"id"`
+	CommitID    string  `json:"commit_id"`
+	State       string  `json:"state"`
+	User        account `json:"user"`
+	Body        string  `json:"body"`
+	HTMLURL     string  `json:"html_url"`
+	SubmittedAt stamp   `json:"submitted_at"`
 }
 
 // login is the account's login, "" for none.

@@ -1,6 +1,8 @@
 package ingest
 
 import (
+	"time"
+
 	"github.com/brokerswitch/brokerswitch/models"
 )
 
@@ -30,9 +32,10 @@ func applyPullRequest(w *writes, ev Event) {
 		HTMLURL:         pr.HTMLURL,
 		InstallationID:  optionalID(e.Installation.ID),
 		SenderLogin:     ev.Sender.login(),
-		GitHubUpdatedAt: timeOf(pr.UpdatedAt),
+		GitHubUpdatedAt: pr.UpdatedAt.time(),
+		EntityClock:     pr.UpdatedAt.time(),
 	}
-	w.pullRequests.add(row.NodeID, trackedChange(ev, w.now, row, func(r *models.PullRequest) (*models.Tracking, *string) {
-		return &r.Tracking, &r.State
+	w.pullRequests.add(row.NodeID, trackedChange(ev, w.now, row, func(r *models.PullRequest) (*models.Tracking, *string, **time.Time) {
+		return &r.Tracking, &r.State, &r.EntityClock
 	}))
 }

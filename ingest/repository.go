@@ -1,6 +1,8 @@
 package ingest
 
 import (
+	"time"
+
 	"github.com/brokerswitch/brokerswitch/models"
 )
 
@@ -12,14 +14,16 @@ func applyRepository(w *writes, ev Event) {
 	row.Archived, row.DefaultBranch, row.HTMLURL = r.Archived, r.DefaultBranch, r.HTMLURL
 	row.InstallationID = optionalID(ev.Payload.Installation.ID)
 	row.Deleted = ev.Action == actionDeleted
+	row.EntityClock = r.UpdatedAt.time()
 	// installation_id and installation_removed stay out of the refresh: they are owned by
 	// installation events, and a repository event delivered through a plain webhook has
-	// no installation.
-	w.repositories.add(row.ID, refresh(ev, w.now, row, repositoryTracking, func(dst, src *models.Repository) {
+	// no installation. Installation events list repositories without a clock: their
+	// changes below keep queue order.
+	w.repositories.add(row.ID, clocked(refresh(ev, w.now, row, repositoryTracking, func(dst, src *models.Repository) {
 		installationID, removed := dst.InstallationID, dst.InstallationRemoved
 		allColumns(repositoryTracking)(dst, src)
 		dst.InstallationID, dst.InstallationRemoved = installationID, removed
-	}))
+	}), row.EntityClock, ev.Action == actionCreated, repositoryClock, repositoryTracking))
 }
 
 // addInstallationRepositories records that repos were added to (removed=false) or removed
@@ -53,3 +57,5 @@ func repositoryRow(ev Event, r *repository) models.Repository {
 }
 
 func repositoryTracking(r *models.Repository) *models.Tracking { return &r.Tracking }
+
+func repositoryClock(r *models.Repository) **time.Time { return &r.EntityClock }

@@ -30,6 +30,8 @@ type rowSet[K comparable, R any] struct {
 	// conflict is the upsert's conflict target: the unique index that identifies a row.
 	// Empty means the model's primary key columns.
 	conflict []clause.Column
+	// clock is the row's entity clock column, "" for a table that keeps queue order.
+	clock string
 
 	keys    []K
 	changes map[K][]change[R]
@@ -44,6 +46,12 @@ func newRowSet[K comparable, R any](name string, key func(*R) K, compare func(a,
 // withConflict sets the upsert's conflict target and returns s.
 func (s *rowSet[K, R]) withConflict(columns []clause.Column) *rowSet[K, R] {
 	s.conflict = columns
+	return s
+}
+
+// withClock names the table's entity clock column and returns s.
+func (s *rowSet[K, R]) withClock(column string) *rowSet[K, R] {
+	s.clock = column
 	return s
 }
 
@@ -99,7 +107,15 @@ func (s *rowSet[K, R]) flush(ctx context.Context, tx *gorm.DB) error {
 	}
 	// The rows are locked or new, and each appears once, so writing every column of each
 	// is the same as the per-event updates it replaces.
-	if err := tx.WithContext(ctx).Clauses(clause.OnConflict{Columns: s.conflict, UpdateAll: true}).CreateInBatches(&rows, maxRowsPerStatement).Error; err != nil {
+	upsert := clause.OnConflict{Columns: s.conflict, UpdateAll: true}
+	if s.clock != "" {
+		// The fold compared each event with the clock of the row it locked. A row that did
+		// not exist then could not be locked: if another consumer inserted it since, this
+		// decides, by the same clock, whether the batch's row is newer than the one there.
+		upsert.Where = clause.Where{Exprs: []clause.Expression{clause.Expr{SQL: fmt.Sprintf(
+			"excluded.%[2]s IS NULL OR %[1]s.%[2]s IS NULL OR excluded.%[2]s >= %[1]s.%[2]s", s.name, s.clock)}}}
+	}
+	if err := tx.WithContext(ctx).Clauses(upsert).CreateInBatches(&rows, maxRowsPerStatement).Error; err != nil {
 		return fmt.Errorf("write %d rows of %s: %w", len(rows), s.name, err)
 	}
 	return nil

@@ -34,6 +34,19 @@ const (
 	RouteError = "error" // copied to {q}-error with its reason, then acknowledged
 )
 
+// Why an event's entity clock could not be used, the reason label of
+// brokerswitch_clock_fallbacks_total.
+const (
+	ClockMissing     = "missing"     // the payload has no clock field, or it is null
+	ClockUnparseable = "unparseable" // the field holds something that is not a timestamp
+)
+
+// clockTables are the typed tables whose rows follow GitHub's clock (ingest's clockOf),
+// the table label of brokerswitch_clock_fallbacks_total.
+func clockTables() []string {
+	return []string{"github_pull_requests", "github_issues", "github_comments", "github_installations", "github_repositories"}
+}
+
 // Window ends, the end label of brokerswitch_consumer_window_seconds.
 const (
 	WindowElapsed   = "elapsed"   // the window ran its CONSUMER_WINDOW
@@ -68,6 +81,7 @@ type Metrics struct {
 	blocked       *prometheus.GaugeVec
 	pingFailures  prometheus.Counter
 	idReused      *prometheus.CounterVec
+	clockFallback *prometheus.CounterVec
 	registerer    prometheus.Registerer
 	stateWatching bool
 }
@@ -141,10 +155,14 @@ func New(reg *prometheus.Registry) *Metrics {
 			Namespace: namespace, Name: "delivery_id_reused_total",
 			Help: "Deliveries whose id the ledger holds with a different payload hash: rejected to {q}-error, not acknowledged as duplicates.",
 		}, []string{"queue"}),
+		clockFallback: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: namespace, Name: "clock_fallbacks_total",
+			Help: "Applied events whose entity clock was missing or unparseable, by typed table and reason: their row followed queue order.",
+		}, []string{"table", "reason"}),
 	}
 	reg.MustRegister(m.events, m.routed, m.leftover, m.leftoverDown, m.drainChecks, m.switches,
 		m.commitLag, m.pendingFor, m.windows, m.reconnects, m.dialFailures, m.connsLost, m.blocked, m.pingFailures,
-		m.idReused)
+		m.idReused, m.clockFallback)
 	return m
 }
 
@@ -169,6 +187,10 @@ func (m *Metrics) StartAtZero(queues []string, brokers int) {
 	}
 	for _, f := range []string{"false", "true"} {
 		m.switches.WithLabelValues(f)
+	}
+	for _, t := range clockTables() {
+		m.clockFallback.WithLabelValues(t, ClockMissing)
+		m.clockFallback.WithLabelValues(t, ClockUnparseable)
 	}
 	for b := range brokers {
 		idx := strconv.Itoa(b)
@@ -318,6 +340,15 @@ func (m *Metrics) DeliveryIDReused(queue string) {
 		return
 	}
 	m.idReused.WithLabelValues(queue).Inc()
+}
+
+// ClockFallback counts an applied event for table whose entity clock could not be used
+// (reason ClockMissing or ClockUnparseable), so its row followed queue order.
+func (m *Metrics) ClockFallback(table, reason string) {
+	if m == nil {
+		return
+	}
+	m.clockFallback.WithLabelValues(table, reason).Inc()
 }
 
 // PingFailed counts a HealthChecks ping that could not be delivered.

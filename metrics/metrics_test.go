@@ -35,6 +35,7 @@ func TestNilMetricsIsANoOp(t *testing.T) {
 	m.PingFailed()
 	m.Blocked(0, true)
 	m.DeliveryIDReused("issues")
+	m.ClockFallback("github_issues", ClockMissing)
 	m.StartAtZero([]string{"issues"}, 2)
 	require.NoError(t, m.WatchState(nil))
 
@@ -57,6 +58,7 @@ func TestCountersCarryTheirLabels(t *testing.T) {
 	m.SwitchForced()
 	m.Window("issues", WindowCancelled, 3*time.Second)
 	m.Reconnected(1)
+	m.ClockFallback("github_comments", ClockUnparseable)
 
 	require.InDelta(t, 2, testutil.ToFloat64(m.events.WithLabelValues("issues", "issues", OutcomeApplied)), 0)
 	require.InDelta(t, 1, testutil.ToFloat64(m.events.WithLabelValues("pushes", "other", OutcomeRejected)), 0)
@@ -65,6 +67,7 @@ func TestCountersCarryTheirLabels(t *testing.T) {
 	require.InDelta(t, 1, testutil.ToFloat64(m.switches.WithLabelValues("false")), 0)
 	require.InDelta(t, 1, testutil.ToFloat64(m.switches.WithLabelValues("true")), 0)
 	require.InDelta(t, 1, testutil.ToFloat64(m.reconnects.WithLabelValues("1")), 0)
+	require.InDelta(t, 1, testutil.ToFloat64(m.clockFallback.WithLabelValues("github_comments", ClockUnparseable)), 0)
 	require.Equal(t, 1, testutil.CollectAndCount(m.commitLag))
 	// An unknown pending time is not observed.
 	require.NoError(t, testutil.CollectAndCompare(m.pendingFor, strings.NewReader(""), "brokerswitch_switch_pending_seconds_count"))
@@ -105,6 +108,8 @@ func TestKnownSeriesStartAtZero(t *testing.T) {
 		`brokerswitch_leftover_drain_unreachable_total{broker="0",queue="issues"} 0`,
 		`brokerswitch_healthchecks_ping_failures_total 0`,
 		`brokerswitch_delivery_id_reused_total{queue="pushes"} 0`,
+		`brokerswitch_clock_fallbacks_total{reason="missing",table="github_pull_requests"} 0`,
+		`brokerswitch_clock_fallbacks_total{reason="unparseable",table="github_repositories"} 0`,
 	} {
 		require.Contains(t, page, want)
 	}

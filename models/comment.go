@@ -54,6 +54,10 @@ type Comment struct {
 	SenderLogin string `gorm:"column:sender_login"`
 	// GitHubUpdatedAt is GitHub's updated_at (submitted_at for reviews).
 	GitHubUpdatedAt *time.Time `gorm:"column:github_updated_at"`
+	// EntityClock is GitHub's timestamp of the entity in the payload the row holds, in
+	// whole seconds (the comment's updated_at, a review's submitted_at); nil compares as older than anything. An event with an older one
+	// changes nothing here (migration 0005).
+	EntityClock *time.Time `gorm:"column:entity_clock"`
 	Tracking
 }
 

@@ -28,6 +28,10 @@ type Installation struct {
 	Deleted bool `gorm:"column:deleted"`
 	// SenderLogin is the login of the last event's sender.
 	SenderLogin string `gorm:"column:sender_login"`
+	// EntityClock is GitHub's timestamp of the entity in the payload the row holds, in
+	// whole seconds (installation.updated_at); nil compares as older than anything. An event with an older one
+	// changes nothing here (migration 0005).
+	EntityClock *time.Time `gorm:"column:entity_clock"`
 	Tracking
 }
 

@@ -35,6 +35,10 @@ type Issue struct {
 	SenderLogin string `gorm:"column:sender_login"`
 	// GitHubUpdatedAt is GitHub's updated_at for the issue.
 	GitHubUpdatedAt *time.Time `gorm:"column:github_updated_at"`
+	// EntityClock is GitHub's timestamp of the entity in the payload the row holds, in
+	// whole seconds (issue.updated_at); nil compares as older than anything. An event with an older one
+	// changes nothing here (migration 0005).
+	EntityClock *time.Time `gorm:"column:entity_clock"`
 	Tracking
 }
 

@@ -1,5 +1,7 @@
 package models
 
+import "time"
+
 // Repository is a GitHub repository, from repository, installation and
 // installation_repositories events.
 type Repository struct {
@@ -29,6 +31,10 @@ type Repository struct {
 	Deleted bool `gorm:"column:deleted"`
 	// SenderLogin is the login of the last event's sender.
 	SenderLogin string `gorm:"column:sender_login"`
+	// EntityClock is GitHub's timestamp of the entity in the payload the row holds, in
+	// whole seconds (repository.updated_at of repository events); nil compares as older than anything. An event with an older one
+	// changes nothing here (migration 0005).
+	EntityClock *time.Time `gorm:"column:entity_clock"`
 	Tracking
 }
 

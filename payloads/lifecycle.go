@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"encoding/json"
 	"fmt"
+	"time"
 )
 
 // Event is one webhook delivery as the producer publishes it.
@@ -36,21 +37,23 @@ func QueueFor(event string) string {
 // Lifecycle builds events, in the order the producer would publish them, that change
 // real vendored payloads into n distinct pull requests, n issues and n pushes, each
 // entity going through a lifecycle whose order matters: opened, synchronize, closed,
-// a synchronize that arrives after closed, reopened, closed.
+// a synchronize that arrives after closed, reopened, closed. Each payload carries the
+// entity's true clock (updated_at), a minute apart in lifecycle order; the late event's
+// is just before the close it arrives after.
 func Lifecycle(n int) ([]Event, error) {
 	var out []Event
 	prActions := []string{"opened", "synchronize", "closed", "synchronize", "reopened", "closed"}
 	issueActions := []string{"opened", "edited", "closed", "edited", "reopened"}
 	for k := 1; k <= n; k++ {
-		for _, action := range prActions {
-			ev, err := entityEvent("pull_request", action, "pull_request", k)
+		for i, action := range prActions {
+			ev, err := entityEvent("pull_request", action, "pull_request", k, lifecycleClock(i, i == 3))
 			if err != nil {
 				return nil, err
 			}
 			out = append(out, ev)
 		}
-		for _, action := range issueActions {
-			ev, err := entityEvent("issues", action, "issue", k)
+		for i, action := range issueActions {
+			ev, err := entityEvent("issues", action, "issue", k, lifecycleClock(i, i == 3))
 			if err != nil {
 				return nil, err
 			}
@@ -65,9 +68,19 @@ func Lifecycle(n int) ([]Event, error) {
 	return out, nil
 }
 
+// lifecycleClock is the clock of step i of a lifecycle; a late step happened 30 seconds
+// before the step it is published after.
+func lifecycleClock(i int, late bool) string {
+	at := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC).Add(time.Duration(i) * time.Minute)
+	if late {
+		at = at.Add(-90 * time.Second)
+	}
+	return at.Format(time.RFC3339)
+}
+
 // entityEvent makes event/action for entity number k out of the vendored example of
-// that action (or the "opened" one, with its action changed).
-func entityEvent(event, action, objectKey string, k int) (Event, error) {
+// that action (or the "opened" one, with its action changed), stamped with clock.
+func entityEvent(event, action, objectKey string, k int, clock string) (Event, error) {
 	nodeID := fmt.Sprintf("%s_bs_%d", objectKey, k)
 	ev, err := Build(event, action, func(p map[string]any) {
 		p["action"] = action
@@ -79,6 +92,7 @@ func entityEvent(event, action, objectKey string, k int) (Event, error) {
 		obj["id"] = json.Number(fmt.Sprint(9_000_000 + k))
 		obj["number"] = json.Number(fmt.Sprint(k))
 		obj["title"] = fmt.Sprintf("%s %d", objectKey, k)
+		obj["updated_at"] = clock
 		switch action {
 		case "closed":
 			obj["state"] = "closed"

@@ -30,6 +30,10 @@ type Record struct {
 	Action   string `json:"action"`
 	Delivery string `json:"delivery"`
 	Entity   string `json:"entity,omitempty"`
+	// Clock is the entity's clock stamped in the payload (its updated_at), zero for an
+	// event whose table has none; State is the payload's state of a pull request or issue.
+	Clock time.Time `json:"clock,omitzero"`
+	State string    `json:"state,omitempty"`
 	// Poison is set for a message the consumer must reject to -error; PoisonKind says why.
 	Poison     bool      `json:"poison"`
 	PoisonKind string    `json:"poisonKind,omitempty"`

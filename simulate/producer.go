@@ -292,7 +292,7 @@ func (p *Producer) publishWindow(ctx context.Context, index int, msgs []Message)
 		m := msgs[i]
 		p.record(Record{
 			Kind: KindPublish, Seq: seqs[i], Queue: m.Queue, Broker: index, Event: m.Event, Action: m.Action,
-			Delivery: m.DeliveryID, Entity: m.Entity, Poison: m.Poison != "", PoisonKind: m.Poison,
+			Delivery: m.DeliveryID, Entity: m.Entity, Clock: m.Clock, State: m.State, Poison: m.Poison != "", PoisonKind: m.Poison,
 			RoutingKey: routingKey(m), At: p.cfg.Now().UTC(),
 		})
 	}

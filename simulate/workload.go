@@ -12,6 +12,7 @@ import (
 	mathrand "math/rand/v2"
 	"strings"
 	"sync"
+	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
 
@@ -50,6 +51,12 @@ type Message struct {
 	// Entity names the typed row the event writes ("pull_request:PR_sim_x_1",
 	// "push:<delivery>", ...), "" for an event that has no table.
 	Entity string
+	// Clock is the entity's clock the payload carries (pull_request.updated_at, a
+	// comment's updated_at, ...): the true time of the change, whatever the publish
+	// order. Zero for an event whose table keeps queue order (push, create, delete).
+	Clock time.Time
+	// State is the payload's state of a pull request or issue, "" for other events.
+	State string
 	// Poison is "" for a good message, else its Poison kind.
 	Poison string
 	// Body is the JSON payload.
@@ -108,6 +115,10 @@ type Workload struct {
 	Poison int
 	// Syncs is the number of synchronize events of an open pull request; 0 means 3.
 	Syncs int
+	// Swapped is how many pull requests and issues (the first ones of each) have two
+	// consecutive events of their own published in swapped order, as GitHub sometimes
+	// delivers them; their payloads keep their true clocks.
+	Swapped int
 	// Seed makes the interleaving reproducible.
 	Seed uint64
 	// RunID names this run's entities, so that runs against one database do not share
@@ -163,14 +174,17 @@ type Generator struct {
 // step is one event of a lifecycle, built when it is its turn.
 type step struct {
 	event, action, entity string
-	edit                  func(p map[string]any)
+	// clock is the entity clock to stamp (see Message.Clock), state the payload's state.
+	clock time.Time
+	state string
+	edit  func(p map[string]any)
 	// entityFromBody computes the entity from the built body when it depends on it.
 	entityFromBody func(m Message, p map[string]any) string
 }
 
 // Generator returns a generator of the workload's messages.
 func (w Workload) Generator() (*Generator, error) {
-	for _, n := range []int{w.PullRequests, w.Issues, w.Pushes, w.Branches, w.Installations, w.Ignored, w.Poison, w.Syncs} {
+	for _, n := range []int{w.PullRequests, w.Issues, w.Pushes, w.Branches, w.Installations, w.Ignored, w.Poison, w.Syncs, w.Swapped} {
 		if n < 0 {
 			return nil, errors.New("simulate: workload counts must not be negative")
 		}
@@ -194,10 +208,10 @@ func (w Workload) Generator() (*Generator, error) {
 		left:       w.Total(),
 	}
 	for k := 1; k <= w.PullRequests; k++ {
-		g.lifecycles = append(g.lifecycles, g.pullRequest(k, w.syncs()))
+		g.lifecycles = append(g.lifecycles, g.swap(g.pullRequest(k, w.syncs()), k <= w.Swapped))
 	}
 	for k := 1; k <= w.Issues; k++ {
-		g.lifecycles = append(g.lifecycles, g.issue(k))
+		g.lifecycles = append(g.lifecycles, g.swap(g.issue(k), k <= w.Swapped))
 	}
 	for k := 1; k <= w.Pushes; k++ {
 		g.lifecycles = append(g.lifecycles, []step{g.push("refs/heads/main")})
@@ -260,11 +274,13 @@ func build(st step) (Message, error) {
 	if st.edit != nil {
 		st.edit(p)
 	}
+	stampClock(st, p)
 	body, err := json.Marshal(p)
 	if err != nil {
 		return Message{}, fmt.Errorf("simulate: encode %s %s: %w", st.event, st.action, err)
 	}
-	m := Message{Queue: payloads.QueueFor(st.event), Event: st.event, Action: st.action, DeliveryID: payloads.NewDeliveryID(), Entity: st.entity, Body: body}
+	m := Message{Queue: payloads.QueueFor(st.event), Event: st.event, Action: st.action, DeliveryID: payloads.NewDeliveryID(),
+		Entity: st.entity, Clock: st.clock, State: st.state, Body: body}
 	if st.entityFromBody != nil {
 		m.Entity = st.entityFromBody(m, p)
 	}
@@ -365,7 +381,7 @@ func (g *Generator) pullRequest(k, syncs int) []step {
 			state = newState
 		}
 		st := state
-		return step{event: "pull_request", action: action, entity: EntityPullRequest + ":" + nodeID, edit: func(p map[string]any) {
+		return step{event: "pull_request", action: action, entity: EntityPullRequest + ":" + nodeID, state: st, edit: func(p map[string]any) {
 			o := obj(p, "pull_request")
 			o["node_id"], o["id"], o["number"] = nodeID, num(g.id(1, k)), num(number)
 			o["title"] = fmt.Sprintf("simulated pull request %s/%d", g.run, k)
@@ -410,10 +426,10 @@ func (g *Generator) pullRequest(k, syncs int) []step {
 	}
 	steps = append(steps, review(), comment("created"), comment("edited"),
 		pr("closed", "closed"),
-		pr("synchronize", ""), // arrives after closed: must not reopen it
+		pr("synchronize", ""), // arrives after the close it preceded: must not reopen it
 		pr("reopened", "open"),
 		pr("closed", "closed"))
-	return steps
+	return clocked(steps, map[int]bool{len(steps) - 3: true})
 }
 
 // issue is the lifecycle of issue k, with one comment.
@@ -425,7 +441,7 @@ func (g *Generator) issue(k int) []step {
 			state = newState
 		}
 		st := state
-		return step{event: "issues", action: action, entity: EntityIssue + ":" + nodeID, edit: func(p map[string]any) {
+		return step{event: "issues", action: action, entity: EntityIssue + ":" + nodeID, state: st, edit: func(p map[string]any) {
 			o := obj(p, "issue")
 			o["node_id"], o["id"], o["number"] = nodeID, num(g.id(4, k)), num(int64(k))
 			o["title"] = fmt.Sprintf("simulated issue %s/%d (%s)", g.run, k, action)
@@ -448,17 +464,17 @@ func (g *Generator) issue(k int) []step {
 			o["node_id"], o["id"], o["number"], o["state"] = nodeID, num(g.id(4, k)), num(int64(k)), st
 		}}
 	}
-	return []step{
+	return clocked([]step{
 		is("opened", "open"),
 		is("edited", ""),
 		comment("created"),
 		is("labeled", ""),
 		is("closed", "closed"),
 		comment("edited"),
-		is("edited", ""), // arrives after closed: only last_delivery_id and last_action change
+		is("edited", ""), // arrives after the close it preceded: older than the row, only the ledger records it
 		is("reopened", "open"),
 		comment("deleted"),
-	}
+	}, map[int]bool{6: true})
 }
 
 // push is one push to ref; a push is its own row, keyed by its delivery.
@@ -490,11 +506,72 @@ func (g *Generator) installation(k int) []step {
 			obj(p, "installation")["id"] = num(id)
 		}}
 	}
-	return []step{
+	return clocked([]step{
 		inst("installation", "created"),
 		inst("installation_repositories", "added"),
 		inst("installation", "suspend"),
 		inst("installation", "unsuspend"),
 		inst("installation_repositories", "removed"),
+	}, nil)
+}
+
+// clocked gives the steps of one entity's lifecycle their true clocks, a minute apart in
+// lifecycle order; an event that arrives late (after a close it preceded) is given a
+// clock just before the entity's latest one, and a deleted comment keeps its last
+// edit's, as GitHub stamps it.
+func clocked(steps []step, late map[int]bool) []step {
+	base := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	last := map[string]time.Time{} // the entity's latest clock so far
+	for i := range steps {
+		st := &steps[i]
+		st.clock = base.Add(time.Duration(i) * time.Minute)
+		switch {
+		case late[i] && !last[st.entity].IsZero():
+			st.clock = last[st.entity].Add(-30 * time.Second)
+		case st.action == "deleted" && !last[st.entity].IsZero():
+			st.clock = last[st.entity]
+		}
+		last[st.entity] = st.clock
+	}
+	return steps
+}
+
+// swap publishes two consecutive events of the lifecycle's own entity (not its comments
+// or reviews) in swapped order when on; the clocks stay with their events.
+func (g *Generator) swap(steps []step, on bool) []step {
+	if !on {
+		return steps
+	}
+	var own []int
+	for i := 1; i < len(steps); i++ {
+		if steps[i].entity == steps[0].entity && steps[i-1].entity == steps[0].entity {
+			own = append(own, i)
+		}
+	}
+	if len(own) == 0 {
+		return steps
+	}
+	i := own[g.rng.IntN(len(own))]
+	steps[i-1], steps[i] = steps[i], steps[i-1]
+	return steps
+}
+
+// stampClock writes the step's clock into the field its table reads (ingest's clockOf).
+func stampClock(st step, p map[string]any) {
+	if st.clock.IsZero() {
+		return
+	}
+	at := st.clock.Format(time.RFC3339)
+	switch st.event {
+	case "pull_request":
+		obj(p, "pull_request")["updated_at"] = at
+	case "issues":
+		obj(p, "issue")["updated_at"] = at
+	case "issue_comment", "pull_request_review_comment":
+		obj(p, "comment")["updated_at"] = at
+	case "pull_request_review":
+		obj(p, "review")["submitted_at"] = at
+	case "installation", "installation_repositories":
+		obj(p, "installation")["updated_at"] = at
 	}
 }

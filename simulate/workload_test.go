@@ -103,3 +103,43 @@ func BenchmarkWorkload(b *testing.B) {
 	}
 	b.ReportMetric(float64(w.Total()), "msgs/op")
 }
+
+// Each entity's payloads carry its true clock, distinct per event but for a deleted
+// comment (GitHub keeps the last edit's); a late event is older than the event before it
+// in publish order, and a swapped entity has exactly one more such pair.
+func TestWorkloadStampsTrueClocks(t *testing.T) {
+	for _, swapped := range []int{0, 2} {
+		w := Workload{PullRequests: 3, Issues: 3, Installations: 1, Swapped: swapped, Seed: 3, RunID: "clock"}
+		msgs, err := w.Messages()
+		require.NoError(t, err)
+		last := map[string]Message{}
+		inversions := map[string]int{}
+		for _, m := range msgs {
+			if m.Entity == "" || m.Clock.IsZero() {
+				continue
+			}
+			require.Contains(t, string(m.Body), m.Clock.Format("2006-01-02T15:04:05Z"), "%s %s carries its clock", m.Event, m.Action)
+			if prev, ok := last[m.Entity]; ok {
+				if m.Action == "deleted" {
+					require.True(t, m.Clock.Equal(prev.Clock) || m.Clock.Before(prev.Clock), "a deletion keeps the last edit's clock")
+				} else {
+					require.False(t, m.Clock.Equal(prev.Clock), "%s: distinct clocks", m.Entity)
+				}
+				if m.Clock.Before(prev.Clock) {
+					inversions[strings.SplitN(m.Entity, ":", 2)[0]]++
+				}
+			}
+			last[m.Entity] = m
+		}
+		// One late event per pull request and issue; the swapped ones add one each, or
+		// swap the late one back into clock order.
+		require.Equal(t, 0, inversions[EntityInstallation])
+		for _, kind := range []string{EntityPullRequest, EntityIssue} {
+			if swapped == 0 {
+				require.Equal(t, 3, inversions[kind], kind)
+			} else {
+				require.NotEqual(t, 3, inversions[kind], "%s: the swaps show", kind)
+			}
+		}
+	}
+}
