@@ -68,6 +68,7 @@ type Metrics struct {
 	blocked       *prometheus.GaugeVec
 	pingFailures  prometheus.Counter
 	idReused      *prometheus.CounterVec
+	ledger        ledgerGauges
 	registerer    prometheus.Registerer
 	stateWatching bool
 }
@@ -142,6 +143,8 @@ func New(reg *prometheus.Registry) *Metrics {
 			Help: "Deliveries whose id the ledger holds with a different payload hash: rejected to {q}-error, not acknowledged as duplicates.",
 		}, []string{"queue"}),
 	}
+	m.ledger = newLedgerGauges()
+	reg.MustRegister(m.ledger.collectors()...)
 	reg.MustRegister(m.events, m.routed, m.leftover, m.leftoverDown, m.drainChecks, m.switches,
 		m.commitLag, m.pendingFor, m.windows, m.reconnects, m.dialFailures, m.connsLost, m.blocked, m.pingFailures,
 		m.idReused)
