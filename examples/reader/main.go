@@ -22,9 +22,10 @@ import (
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
 	logger := slog.New(slog.NewJSONHandler(os.Stderr, nil))
-	if err := run(ctx, logger, os.Getenv); err != nil {
+	err := run(ctx, logger, os.Getenv)
+	stop()
+	if err != nil {
 		logger.Error("reader stopped", "error", err)
 		os.Exit(1)
 	}
