@@ -37,6 +37,7 @@ type options struct {
 	rttEvents    int
 	jsonOut      string
 	reportFrom   string
+	ledgerRows   int64
 }
 
 func main() {
@@ -49,7 +50,8 @@ func main() {
 	flag.IntVar(&o.catchUp, "catchup", 50000, "backlog on the old broker at rotation for the catch-up figure")
 	flag.IntVar(&o.drain, "drain", 3000, "messages per Leftover Drain throughput run")
 	flag.IntVar(&o.capLeftover, "cap-leftover", 1200, "leftover events for the 500-per-cycle cap demonstration")
-	flag.StringVar(&o.only, "only", "", "comma-separated figures to run (a,b,product,rtt,lag,drain,cap,actions,catchup); empty: all")
+	flag.StringVar(&o.only, "only", "", "comma-separated figures to run (a,b,product,rtt,lag,drain,cap,actions,catchup,ledger); empty: all")
+	flag.Int64Var(&o.ledgerRows, "ledger-rows", 10_000_000, "ledger rows written in SQL beside which the 'ledger' figure measures the apply rate (about 3 GB of disk while it runs)")
 	flag.StringVar(&o.out, "out", "BENCHMARKS.md", "markdown report to write (its generated block is replaced)")
 	flag.StringVar(&o.chart, "chart", "bench/benchmarks.png", "PNG chart to write")
 	flag.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of the in-process worker during the last end-to-end run")
@@ -204,6 +206,14 @@ func run(o options) error {
 			c := runCap(s, o.capLeftover, 5*time.Second)
 			logf("leftover cap: %d leftovers taken %v per cycle, cleared in %s", c.Leftover, c.PerCycle, c.Cleared.Round(time.Millisecond))
 			res.Cap = &c
+		}))
+	}
+
+	if o.wants("ledger") {
+		res.record(guard("ledger", func(s *scope) {
+			l := runLedger(s, o.events, o.runs, o.ledgerRows)
+			logf("ledger: empty %.0f events/s, beside %s rows %.0f events/s", median(l.Empty), commas(l.Rows), median(l.Full))
+			res.Ledger = &l
 		}))
 	}
 

@@ -36,6 +36,7 @@ type results struct {
 	Cap              *capResult
 	CatchUp          *catchUpResult
 	Actions          *actionsResult
+	Ledger           *ledgerResult
 	// CatchUpRTT is the same catch-up with Options.rtt injected (no counting proxies).
 	CatchUpRTT *catchUpResult
 	Failures   []string
@@ -234,6 +235,7 @@ func (r *results) table() report {
 			capEffect(*c), "≤ 500 per cycle", status(most <= 500 && most > 0)})
 	}
 	r.costRows(add, &rep)
+	r.ledgerRows(add, &rep)
 	return rep
 }
 

@@ -53,6 +53,10 @@ type Config struct {
 	RetryTTL time.Duration
 	// MaxRetryCycles from MAX_RETRY_CYCLES (default 10): retry cycles before a message goes to -error.
 	MaxRetryCycles int
+	// LedgerRetention from LEDGER_RETENTION (default 168h, 7 days): the worker deletes
+	// ledger rows whose last attempt is older. A delivery that comes back later is applied
+	// again, so it must outlast every redelivery path; see MinLedgerRetention.
+	LedgerRetention time.Duration
 	// Prefetch from PREFETCH (default 100, at most 500): unacknowledged messages per consumer,
 	// also the largest batch committed in one transaction. CloudAMQP's shared plans close a
 	// connection with more than 1,000 unacknowledged messages, so it stays well below that.
@@ -120,6 +124,7 @@ func FromEnv(getenv Getenv) (Config, error) {
 		ConsumerWindow:           r.duration("CONSUMER_WINDOW", "5m"),
 		RetryTTL:                 r.duration("RETRY_TTL", "10m"),
 		MaxRetryCycles:           r.positiveInt("MAX_RETRY_CYCLES", "10"),
+		LedgerRetention:          r.duration("LEDGER_RETENTION", "168h"),
 		Prefetch:                 r.positiveInt("PREFETCH", "100"),
 		MaxMessageBytes:          r.positiveInt("MAX_MESSAGE_BYTES", "26214400"),
 		MaxBatchBytes:            r.positiveInt("MAX_BATCH_BYTES", "16777216"),
@@ -151,6 +156,12 @@ func FromEnv(getenv Getenv) (Config, error) {
 	if c.Prefetch > broker.MaxPrefetch {
 		r.fail("PREFETCH", fmt.Sprintf("must be at most %d: CloudAMQP closes connections with more than 1000 unacknowledged messages", broker.MaxPrefetch))
 	}
+	if c.LedgerRetention > 0 && c.RetryTTL > 0 && c.MaxRetryCycles > 0 {
+		if least := MinLedgerRetention(c.RetryTTL, c.MaxRetryCycles); c.LedgerRetention < least {
+			r.fail("LEDGER_RETENTION", fmt.Sprintf("%s is shorter than the longest redelivery path: RETRY_TTL × MAX_RETRY_CYCLES + margin = %s × %d + %s = %s; a delivery still going through -retry would be applied again",
+				c.LedgerRetention, c.RetryTTL, c.MaxRetryCycles, LedgerRetentionMargin, least))
+		}
+	}
 	if c.HealthchecksPingURL != "" {
 		if u, err := url.Parse(c.HealthchecksPingURL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 			// The URL is the check's credential: it is not quoted.
@@ -164,6 +175,18 @@ func FromEnv(getenv Getenv) (Config, error) {
 		r.fail("LOG_LEVEL", "must be debug, info, warn or error")
 	}
 	return c, errors.Join(r.errs...)
+}
+
+// LedgerRetentionMargin is added to the -retry path in MinLedgerRetention: a delivery also
+// waits in its queue before each attempt, behind a backlog or through a consumer outage,
+// and that wait has no bound in the configuration. A day covers an outage noticed and
+// fixed within it.
+const LedgerRetentionMargin = 24 * time.Hour
+
+// MinLedgerRetention is the shortest LEDGER_RETENTION accepted: a delivery can come back
+// through -retry for retryTTL × cycles after its first attempt, plus LedgerRetentionMargin.
+func MinLedgerRetention(retryTTL time.Duration, cycles int) time.Duration {
+	return retryTTL*time.Duration(cycles) + LedgerRetentionMargin
 }
 
 // MinTokenLength is the shortest token accepted: a short token can be guessed.

@@ -19,6 +19,7 @@ func TestDefaults(t *testing.T) {
 	require.Equal(t, 5*time.Minute, c.ConsumerWindow)
 	require.Equal(t, 10*time.Minute, c.RetryTTL)
 	require.Equal(t, 10, c.MaxRetryCycles)
+	require.Equal(t, 7*24*time.Hour, c.LedgerRetention)
 	require.Equal(t, 500, c.LeftoverDrainCap)
 	require.Equal(t, "127.0.0.1:7233", c.TemporalAddress)
 	require.Equal(t, "brokerswitch", c.TaskQueue)
@@ -121,4 +122,19 @@ func TestMetricsAndHealthchecks(t *testing.T) {
 	_, err = FromEnv(env(map[string]string{"HEALTHCHECKS_PING_URL": "hc-ping.com/secret-uuid"}))
 	require.ErrorContains(t, err, "HEALTHCHECKS_PING_URL")
 	require.NotContains(t, err.Error(), "secret-uuid", "the ping URL is a credential")
+}
+
+// A retention shorter than the -retry path is refused with the arithmetic that bounds it.
+func TestLedgerRetentionShorterThanTheRetryPathIsRefused(t *testing.T) {
+	_, err := FromEnv(env(map[string]string{"LEDGER_RETENTION": "25h", "RETRY_TTL": "10m", "MAX_RETRY_CYCLES": "12"}))
+	require.Error(t, err)
+	require.Contains(t, err.Error(), "LEDGER_RETENTION: 25h0m0s is shorter than the longest redelivery path")
+	require.Contains(t, err.Error(), "10m0s × 12 + 24h0m0s = 26h0m0s")
+
+	c, err := FromEnv(env(map[string]string{"LEDGER_RETENTION": "26h", "RETRY_TTL": "10m", "MAX_RETRY_CYCLES": "12"}))
+	require.NoError(t, err)
+	require.Equal(t, 26*time.Hour, c.LedgerRetention)
+
+	_, err = FromEnv(env(map[string]string{"LEDGER_RETENTION": "7 days"}))
+	require.ErrorContains(t, err, "LEDGER_RETENTION")
 }

@@ -42,13 +42,14 @@ func lastAction(ev Event) string {
 // newTracking is the tracking of a row the event creates.
 func newTracking(ev Event, now time.Time) models.Tracking {
 	return models.Tracking{
-		DeliveryID:      ev.DeliveryID,
-		LastDeliveryID:  ev.DeliveryID,
-		LastAction:      lastAction(ev),
-		ProcessingState: models.StateNew,
-		ProcessingDate:  now,
-		CreatedAt:       now,
-		UpdatedAt:       now,
+		DeliveryID:        ev.DeliveryID,
+		LastDeliveryID:    ev.DeliveryID,
+		LastAction:        lastAction(ev),
+		ProcessingState:   models.StateNew,
+		ProcessingDate:    now,
+		ProcessingVersion: 1,
+		CreatedAt:         now,
+		UpdatedAt:         now,
 	}
 }
 

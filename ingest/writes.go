@@ -149,7 +149,10 @@ func touch(t *models.Tracking, ev Event, now time.Time, state models.ProcessingS
 	t.LastAction = lastAction(ev)
 	t.UpdatedAt = now
 	if state != "" {
+		// Over a reader's PROCESSING too: the new version fails its finish, so the row
+		// stays marked and is claimed again.
 		t.ProcessingState = state
 		t.ProcessingDate = now
+		t.ProcessingVersion++
 	}
 }

@@ -82,6 +82,7 @@ type Metrics struct {
 	pingFailures  prometheus.Counter
 	idReused      *prometheus.CounterVec
 	clockFallback *prometheus.CounterVec
+	ledger        ledgerGauges
 	registerer    prometheus.Registerer
 	stateWatching bool
 }
@@ -160,6 +161,8 @@ func New(reg *prometheus.Registry) *Metrics {
 			Help: "Applied events whose entity clock was missing or unparseable, by typed table and reason: their row followed queue order.",
 		}, []string{"table", "reason"}),
 	}
+	m.ledger = newLedgerGauges()
+	reg.MustRegister(m.ledger.collectors()...)
 	reg.MustRegister(m.events, m.routed, m.leftover, m.leftoverDown, m.drainChecks, m.switches,
 		m.commitLag, m.pendingFor, m.windows, m.reconnects, m.dialFailures, m.connsLost, m.blocked, m.pingFailures,
 		m.idReused, m.clockFallback)

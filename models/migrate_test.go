@@ -111,8 +111,12 @@ func TestProcessingStateIsIndexed(t *testing.T) {
 	} {
 		var n int
 		require.NoError(t, db.Raw(
-			"SELECT count(*) FROM pg_indexes WHERE tablename = ? AND indexdef LIKE '%(processing_state%'", table).Scan(&n).Error)
+			"SELECT count(*) FROM pg_indexes WHERE tablename = ? AND indexdef LIKE '%(processing_state, processing_date)%'", table).Scan(&n).Error)
 		assert.Equal(t, 1, n, table)
+		// Readers claim through the partial index of the rows waiting for them (0006).
+		var def string
+		require.NoError(t, db.Raw("SELECT indexdef FROM pg_indexes WHERE indexname = ?", table+"_unprocessed_idx").Scan(&def).Error)
+		assert.Contains(t, def, "(processing_date) WHERE (processing_state = ANY (ARRAY['NEW'::text, 'RE_REQUESTED'::text, 'UPDATED'::text]))", table)
 	}
 }
 

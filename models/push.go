@@ -47,6 +47,8 @@ type Push struct {
 	ProcessingState ProcessingState `gorm:"column:processing_state"`
 	// ProcessingDate is when this service last set ProcessingState.
 	ProcessingDate time.Time `gorm:"column:processing_date"`
+	// ProcessingVersion is 1: a push is written once (see Tracking.ProcessingVersion).
+	ProcessingVersion int64 `gorm:"column:processing_version"`
 	// ProcessedDate belongs to readers.
 	ProcessedDate *time.Time `gorm:"column:processed_date"`
 	// CreatedAt is when the row was inserted.

@@ -13,7 +13,8 @@ const (
 	StateReRequested ProcessingState = "RE_REQUESTED"
 	// StateUpdated marks a row this service changed.
 	StateUpdated ProcessingState = "UPDATED"
-	// StateProcessing is set by readers while they work on a row; never by this service.
+	// StateProcessing is set by readers while they work on a row; never by this service,
+	// which replaces it with the state an event sets (README, "Reading the typed tables").
 	StateProcessing ProcessingState = "PROCESSING"
 	// StateProcessed is set by readers once done; never by this service.
 	StateProcessed ProcessingState = "PROCESSED"
@@ -32,6 +33,10 @@ type Tracking struct {
 	ProcessingState ProcessingState `gorm:"column:processing_state"`
 	// ProcessingDate is when this service last set ProcessingState.
 	ProcessingDate time.Time `gorm:"column:processing_date"`
+	// ProcessingVersion goes up each time this service sets ProcessingState; a reader
+	// finishes a claim only at the version it claimed (migration 0006). Compare it, never
+	// read a count into it.
+	ProcessingVersion int64 `gorm:"column:processing_version"`
 	// ProcessedDate belongs to readers.
 	ProcessedDate *time.Time `gorm:"column:processed_date"`
 	// CreatedAt is when the row was inserted.

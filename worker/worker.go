@@ -53,6 +53,19 @@ func Run(ctx context.Context, d Deps) error {
 	defer stopWatching()
 	watcher := &models.StateWatcher{Store: NewBrokerStore(d.DB, d.Pool.Endpoints()), DSN: d.Config.DatabaseURL, Logger: d.Logger}
 	go watcher.Run(watchCtx)
+	// The sweep stops with the worker: a DELETE cut short rolls back and is done again
+	// by the next worker's first sweep.
+	retention := &ingest.Retention{DB: d.DB, After: d.Config.LedgerRetention, Logger: d.Logger, Metrics: d.Metrics}
+	sweepCtx, stopSweeping := context.WithCancel(ctx)
+	swept := make(chan struct{})
+	go func() {
+		defer close(swept)
+		retention.Run(sweepCtx)
+	}()
+	defer func() {
+		stopSweeping()
+		<-swept
+	}()
 
 	w := sdkworker.New(d.Client, d.Config.TaskQueue, sdkworker.Options{
 		WorkerStopTimeout: d.Config.WorkerStopTimeout,

@@ -1,0 +1,197 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+	"gorm.io/gorm"
+
+	"github.com/brokerswitch/brokerswitch/broker"
+	"github.com/brokerswitch/brokerswitch/ingest"
+	"github.com/brokerswitch/brokerswitch/internal/testenv"
+	"github.com/brokerswitch/brokerswitch/models"
+	"github.com/brokerswitch/brokerswitch/payloads"
+)
+
+// ledgerResult is the apply rate beside an empty ledger and beside a ledger of Rows rows
+// (written in SQL, not through RabbitMQ), and what each table costs per event.
+type ledgerResult struct {
+	Rows int64
+	Fill time.Duration
+	// Empty and Full are the apply rates (events/s) per run, in the same run order.
+	Empty, Full []float64
+	// FullLedgerBytes is github_deliveries' size beside the full ledger, indexes included.
+	FullLedgerBytes int64
+	// Tables are the sizes in the empty-ledger database after every run, per table.
+	Tables []tableSize
+	// Events is how many events the empty-ledger database applied.
+	Events int
+}
+
+// tableSize is a table's size with its indexes and TOAST.
+type tableSize struct {
+	Name  string
+	Rows  int64
+	Bytes int64
+}
+
+// ledgerTables are the tables whose bytes per event are reported, the ledger first.
+var ledgerTables = []string{"github_deliveries", "github_pull_requests", "github_issues", "github_comments",
+	"github_pushes", "github_branches", "github_installations", "github_repositories", "github_users"}
+
+// runLedger applies the same corpus, in batches of 100 per queue as a window commits them,
+// through the ingester (no broker: the figure is Postgres') to two databases: one with an
+// empty ledger and one whose ledger holds rows rows first.
+func runLedger(s *scope, events, runs int, rows int64) ledgerResult {
+	ctx := context.Background()
+	empty, full := ledgerDatabase(s), ledgerDatabase(s)
+	res := ledgerResult{Rows: rows, Events: 200}
+	res.Fill = fillLedger(s, full, rows)
+	// A first batch opens the pool's connections and fills the caches of both databases.
+	applyCorpus(s, empty, corpus(200))
+	applyCorpus(s, full, corpus(200))
+	type side struct {
+		db    *gorm.DB
+		rates *[]float64
+		name  string
+	}
+	sides := []side{{empty, &res.Empty, "empty ledger"}, {full, &res.Full, fmt.Sprintf("%s-row ledger", commas(rows))}}
+	for r := 1; r <= runs; r++ {
+		// The two take turns going first, so that drift on the machine hits both.
+		slices.Reverse(sides)
+		for _, side := range sides {
+			rate := applyCorpus(s, side.db, corpus(events))
+			logf("ledger: %s run %d: %.0f events/s", side.name, r, rate)
+			*side.rates = append(*side.rates, rate)
+		}
+		res.Events += events
+	}
+	s.check(full.WithContext(ctx).Raw("SELECT pg_total_relation_size('github_deliveries')").Scan(&res.FullLedgerBytes).Error, "ledger size")
+	for _, name := range ledgerTables {
+		var size struct{ Rows, Bytes int64 }
+		// name comes from ledgerTables.
+		s.check(empty.WithContext(ctx).Raw("SELECT count(*) AS rows, pg_total_relation_size(?::regclass) AS bytes FROM "+name, name).
+			Scan(&size).Error, "size of "+name)
+		res.Tables = append(res.Tables, tableSize{Name: name, Rows: size.Rows, Bytes: size.Bytes})
+	}
+	return res
+}
+
+// ledgerDatabase is a fresh migrated database, dropped when s closes.
+func ledgerDatabase(s *scope) *gorm.DB {
+	ctx := context.Background()
+	db, err := models.Open(ctx, testenv.NewDatabase(s))
+	s.check(err, "open database")
+	sqlDB, err := db.DB()
+	s.check(err, "database handle")
+	// Registered after NewDatabase's drop, so it runs first.
+	s.Cleanup(func() { _ = sqlDB.Close() })
+	s.check(models.Migrate(ctx, sqlDB), "migrate")
+	return db
+}
+
+// fillLedger writes rows ledger rows of applied deliveries with random UUID ids, as
+// GitHub's delivery GUIDs are, received 50 ms apart up to now, a million per statement;
+// then VACUUM ANALYZE leaves the table as autovacuum would. The indexes are built after
+// the rows: inserted one by one, ten million random keys take about 20 minutes on a busy
+// 2-CPU machine (each first write of an index page after a checkpoint is a full page in
+// the WAL), against a few minutes this way. A built index is denser than a grown one
+// (its pages 90% full, not about 70%), which the measured inserts then split.
+func fillLedger(s *scope, db *gorm.DB, rows int64) time.Duration {
+	ctx := context.Background()
+	start := time.Now()
+	s.check(db.WithContext(ctx).Exec(`ALTER TABLE github_deliveries DROP CONSTRAINT github_deliveries_pkey;
+		DROP INDEX github_deliveries_received_at_idx; DROP INDEX github_deliveries_errors_idx`).Error, "drop the ledger's indexes")
+	const chunk = 1_000_000
+	for from := int64(1); from <= rows; from += chunk {
+		to := min(from+chunk-1, rows)
+		s.check(db.WithContext(ctx).Exec(`INSERT INTO github_deliveries
+			(delivery_id, event, action, queue, broker_index, outcome, received_at, applied_at, payload_sha256)
+			SELECT gen_random_uuid()::text, 'pull_request', 'synchronize', 'pull_requests', 0, 'applied',
+			       now() - (? - g) * interval '50 milliseconds', now() - (? - g) * interval '50 milliseconds',
+			       sha256(g::text::bytea)
+			  FROM generate_series(?::bigint, ?::bigint) g`, rows, rows, from, to).Error, "fill the ledger")
+		logf("ledger: %s of %s rows written (%s)", commas(to), commas(rows), time.Since(start).Round(time.Second))
+	}
+	// The indexes of migration 0001, under their names.
+	s.check(db.WithContext(ctx).Exec(`ALTER TABLE github_deliveries ADD CONSTRAINT github_deliveries_pkey PRIMARY KEY (delivery_id);
+		CREATE INDEX github_deliveries_received_at_idx ON github_deliveries (received_at);
+		CREATE INDEX github_deliveries_errors_idx ON github_deliveries (received_at) WHERE outcome = 'error'`).Error, "index the ledger")
+	logf("ledger: indexed (%s)", time.Since(start).Round(time.Second))
+	s.check(db.WithContext(ctx).Exec("VACUUM ANALYZE github_deliveries").Error, "vacuum the ledger")
+	took := time.Since(start)
+	logf("ledger: %s rows written and vacuumed in %s", commas(rows), took.Round(time.Second))
+	return took
+}
+
+// applyCorpus applies events to db in batches of up to 100 consecutive events of one
+// queue, the queues in turn, and returns the events applied per second.
+func applyCorpus(s *scope, db *gorm.DB, events []payloads.Event) float64 {
+	ctx := context.Background()
+	h := (&ingest.Ingester{DB: db, MaxRetryCycles: 3, Now: time.Now}).ForBroker(0)
+	byQueue := map[string][]amqp.Delivery{}
+	var queues []string
+	for _, ev := range events {
+		if _, ok := byQueue[ev.Queue]; !ok {
+			queues = append(queues, ev.Queue)
+		}
+		byQueue[ev.Queue] = append(byQueue[ev.Queue], amqp.Delivery{
+			Headers: amqp.Table{ingest.HeaderEvent: ev.Event, ingest.HeaderDelivery: ev.DeliveryID},
+			Body:    ev.Body,
+		})
+	}
+	start := time.Now()
+	for len(queues) > 0 {
+		for _, q := range slices.Clone(queues) {
+			ds := byQueue[q]
+			n := min(100, len(ds))
+			verdicts, err := h.HandleBatch(ctx, q, ds[:n])
+			s.check(err, "apply a batch")
+			for _, v := range verdicts {
+				if v.Outcome != broker.Ack {
+					s.Fatalf("a delivery of %s was not acknowledged: %+v", q, v)
+				}
+			}
+			byQueue[q] = ds[n:]
+			if len(byQueue[q]) == 0 {
+				queues = slices.DeleteFunc(queues, func(x string) bool { return x == q })
+			}
+		}
+	}
+	return float64(len(events)) / time.Since(start).Seconds()
+}
+
+// ledgerRows adds the ledger figures to the table.
+func (r *results) ledgerRows(add func(row), rep *report) {
+	l := r.Ledger
+	if l == nil || len(l.Empty) == 0 {
+		return
+	}
+	e, f := median(l.Empty), median(l.Full)
+	ok := f >= 0.8*e
+	add(row{"Apply rate, empty ledger (ingester on Postgres, no broker; batches of 100)", fmt.Sprintf("%.0f events/s", e), spread(l.Empty, "%.0f"), "", "", ""})
+	add(row{fmt.Sprintf("Apply rate beside a %s-row ledger (filled in SQL in %s)", commas(l.Rows), l.Fill.Round(time.Second)),
+		fmt.Sprintf("%.0f events/s", f), spread(l.Full, "%.0f"), fmt.Sprintf("%.2f× empty", f/e), "≥ 0.8× empty", status(ok)})
+	rep.targets = append(rep.targets, fmt.Sprintf("Apply rate beside a %s-row ledger ≥ 80%% of the empty-ledger rate: %s (%.0f vs %.0f events/s, %.2f×).",
+		commas(l.Rows), status(ok), f, e, f/e))
+	if l.Rows > 0 {
+		add(row{fmt.Sprintf("  ledger bytes per row at %s rows, indexes included", commas(l.Rows)),
+			fmt.Sprintf("%.0f B", float64(l.FullLedgerBytes)/float64(l.Rows)), fmt.Sprintf("%.2f GB in all", float64(l.FullLedgerBytes)/1e9), "", "", ""})
+	}
+	var total int64
+	for _, t := range l.Tables {
+		total += t.Bytes
+	}
+	add(row{fmt.Sprintf("Bytes per event in Postgres (%s events of the corpus)", commas(int64(l.Events))),
+		fmt.Sprintf("%.0f B", float64(total)/float64(l.Events)), "all the tables below", "", "", ""})
+	for _, t := range l.Tables {
+		perRow := "—"
+		if t.Rows > 0 {
+			perRow = fmt.Sprintf("%.0f B per row", float64(t.Bytes)/float64(t.Rows))
+		}
+		add(row{fmt.Sprintf("  %s (%s rows)", t.Name, commas(t.Rows)), fmt.Sprintf("%.0f B", float64(t.Bytes)/float64(l.Events)), perRow, "", "", ""})
+	}
+}
