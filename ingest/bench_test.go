@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"testing"
+	"time"
 
 	"github.com/google/go-github/v75/github"
 	amqp "github.com/rabbitmq/amqp091-go"
@@ -35,6 +36,59 @@ func BenchmarkHandleBatch(b *testing.B) {
 			b.ReportMetric(float64(b.N*perRound)/b.Elapsed().Seconds(), "msgs/s")
 		})
 	}
+}
+
+// BenchmarkHandleBatchUpdates applies batches of 100 deliveries that change rows that
+// exist (33 pull requests and 33 comments, each newer by its clock than the last round,
+// beside new pushes): the path where each change compares clocks and the upsert's WHERE
+// runs on every conflict.
+func BenchmarkHandleBatchUpdates(b *testing.B) {
+	const perRound = 100
+	e := newEnv(b)
+	h := e.ing.ForBroker(0)
+	ctx := context.Background()
+	rounds := make([][]amqp.Delivery, b.N+1)
+	for i := range rounds {
+		rounds[i] = benchUpdates(b, i, perRound)
+	}
+	if _, err := h.HandleBatch(ctx, queue, rounds[0]); err != nil {
+		b.Fatal(err)
+	}
+	b.ResetTimer()
+	for _, ds := range rounds[1:] {
+		if _, err := h.HandleBatch(ctx, queue, ds); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportMetric(float64(b.N*perRound)/b.Elapsed().Seconds(), "msgs/s")
+}
+
+// benchUpdates returns n deliveries for round that hit the same pull requests and
+// comments every round, stamped round minutes after a fixed instant.
+func benchUpdates(t testing.TB, round, n int) []amqp.Delivery {
+	sync := example(t, "pull_request.synchronize.0")
+	comment := example(t, "issue_comment.edited.0")
+	push := example(t, "push.none.4")
+	clock := time.Date(2019, 5, 15, 0, 0, 0, 0, time.UTC).Add(time.Duration(round) * time.Minute).Format(time.RFC3339)
+	out := make([]amqp.Delivery, 0, n)
+	for i := 0; len(out) < n; i++ {
+		id := fmt.Sprintf("u%d-%d", round, i)
+		switch i % 3 {
+		case 0:
+			out = append(out, delivery("pull_request", id, edit(t, sync, func(p map[string]any) {
+				pr := object(p, "pull_request")
+				pr["node_id"], pr["updated_at"] = fmt.Sprintf("PR_%d", i), clock
+			})))
+		case 1:
+			out = append(out, delivery("issue_comment", id, edit(t, comment, func(p map[string]any) {
+				c := object(p, "comment")
+				c["node_id"], c["updated_at"] = fmt.Sprintf("IC_%d", i), clock
+			})))
+		default:
+			out = append(out, delivery("push", id, push))
+		}
+	}
+	return out
 }
 
 // benchDeliveries returns n distinct deliveries for round: each creates its own row.
