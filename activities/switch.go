@@ -100,10 +100,26 @@ func (a *Switch) WaitForChange(ctx context.Context, in WaitForChangeInput) (bool
 			}
 		}
 		gen = g
-		if st.Pending != nil || st.ActiveIndex != in.ActiveIndex {
-			return true, nil
+		if !changedFrom(st, in) {
+			continue
+		}
+		// The watcher's reading can predate a change the workflow already knows of (a force
+		// it just applied): answering on it would send the workflow straight back here,
+		// an Action each, until the watcher catches up. Postgres has the last word.
+		now, err := a.Store.LoadStored(ctx)
+		switch {
+		case err != nil && ctx.Err() != nil:
+			continue // the watch ends: Next says why
+		case err != nil, changedFrom(now, in):
+			return true, nil // Postgres away: the workflow's own read retries until it is back
 		}
 	}
+}
+
+// changedFrom tells whether st differs from what an idle workflow knows: a Pending Switch,
+// or another active broker.
+func changedFrom(st models.BrokerState, in WaitForChangeInput) bool {
+	return st.Pending != nil || st.ActiveIndex != in.ActiveIndex
 }
 
 // SwitchSettings are the worker's settings the BrokerSwitch workflow follows.
