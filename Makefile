@@ -44,7 +44,7 @@ test-alerts: $(PROMTOOL)
 test-unit:
 	$(GO) test -race -count=1 ./config/ ./workflows/
 
-## test-stress: the e2e package 5 times in a row under -race beside a busy loop on every core; every run must pass (RUNS=n for more)
+## test-stress: the e2e package 3 times in a row, 2 rounds each (-count=2), under -race beside a busy loop on every core; every run must pass (RUNS=n, COUNT=n)
 test-stress: temporal-cli services
 	scripts/test-stress.sh
 

@@ -17,7 +17,6 @@ import (
 
 	"github.com/brokerswitch/brokerswitch/broker"
 	"github.com/brokerswitch/brokerswitch/healthchecks"
-	"github.com/brokerswitch/brokerswitch/internal/testenv"
 	"github.com/brokerswitch/brokerswitch/models"
 )
 
@@ -44,13 +43,7 @@ func TestAFailedWindowPingsOnlyTheKind(t *testing.T) {
 	pool := broker.NewPool(eps, nil)
 	t.Cleanup(func() { _ = pool.Close() })
 
-	db, err := models.Open(t.Context(), testenv.NewDatabase(t))
-	require.NoError(t, err)
-	sqlDB, err := db.DB()
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = sqlDB.Close() })
-	require.NoError(t, models.Migrate(t.Context(), sqlDB))
-	store := &models.BrokerStore{DB: db, Brokers: []models.BrokerRef{{Host: eps[0].Host, Vhost: eps[0].Vhost}}}
+	store := &models.BrokerStore{DB: migratedDB(t), Brokers: []models.BrokerRef{{Host: eps[0].Host, Vhost: eps[0].Vhost}}}
 
 	pings := &healthchecks.Pinger{URL: srv.URL + "/check"}
 	w := &Window{Pool: pool, State: store, Topology: broker.Topology{Queues: []string{"issues"}, RetryTTL: time.Minute}, Pings: pings}

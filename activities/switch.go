@@ -2,6 +2,7 @@ package activities
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"time"
@@ -100,10 +101,26 @@ func (a *Switch) WaitForChange(ctx context.Context, in WaitForChangeInput) (bool
 			}
 		}
 		gen = g
-		if st.Pending != nil || st.ActiveIndex != in.ActiveIndex {
-			return true, nil
+		if !changedFrom(st, in) {
+			continue
+		}
+		// The watcher's reading can predate a change the workflow already knows of (a force
+		// it just applied): answering on it would send the workflow straight back here,
+		// an Action each, until the watcher catches up. Postgres has the last word.
+		now, err := a.Store.LoadStored(ctx)
+		switch {
+		case err != nil && ctx.Err() != nil:
+			continue // the watch ends: Next says why
+		case err != nil, changedFrom(now, in):
+			return true, nil // Postgres away: the workflow's own read retries until it is back
 		}
 	}
+}
+
+// changedFrom tells whether st differs from what an idle workflow knows: a Pending Switch,
+// or another active broker.
+func changedFrom(st models.BrokerState, in WaitForChangeInput) bool {
+	return st.Pending != nil || st.ActiveIndex != in.ActiveIndex
 }
 
 // SwitchSettings are the worker's settings the BrokerSwitch workflow follows.
@@ -256,15 +273,37 @@ func (a *Switch) ForceSwitch(ctx context.Context, in ForceSwitchInput) (models.B
 // empty cancels whatever is pending (the Temporal CLI's plain signal).
 type CancelPendingSwitchInput struct {
 	SwitchedAt time.Time `json:"switchedAt,omitzero"`
+	// Index is the named target's broker, when the caller read it: two hops in one second
+	// are told apart by it.
+	Index *int `json:"index,omitempty"`
 }
 
-// CancelPendingSwitch drops the Pending Switch without moving.
+// CancelPendingSwitch takes the hops the cancel names off the route without moving. A
+// cancel that comes after the switch it names was committed is refused with the reason:
+// the broker moved, and only a force goes back.
 func (a *Switch) CancelPendingSwitch(ctx context.Context, in CancelPendingSwitchInput) (models.BrokerState, error) {
+	var committed *models.LastSwitch
 	st, err := a.Store.Update(ctx, func(cur models.BrokerState) (models.BrokerState, error) {
+		if committed = cur.CommittedPast(in.SwitchedAt, in.Index); committed != nil {
+			return cur, errCommittedFirst
+		}
 		return cur.CancelPending(in.SwitchedAt, a.Now()), nil
 	})
+	if committed != nil {
+		return st, temporal.NewNonRetryableApplicationError(committedFirst(*committed), "SwitchCommitted", nil)
+	}
 	if err != nil {
 		return st, fmt.Errorf("cancel pending switch: %w", err)
 	}
 	return st, nil
+}
+
+// errCommittedFirst rolls back a cancel that found its switch committed.
+var errCommittedFirst = errors.New("the switch was committed first")
+
+// committedFirst is the reason a cancel that came after its switch's commit is refused.
+func committedFirst(ls models.LastSwitch) string {
+	return fmt.Sprintf("too late to cancel: the switch from broker %d to broker %d was committed at %s, once broker %d was drained, "+
+		"before the cancel reached it; broker %d is active: force a switch to go back",
+		ls.From, ls.To, ls.CompletedAt.UTC().Format(time.RFC3339), ls.From, ls.To)
 }

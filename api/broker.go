@@ -169,21 +169,30 @@ func (s *server) deletePendingSwitch(c *gin.Context) {
 	}
 	// The cancel names the switch it cancels, so that a notification recorded before the
 	// workflow gets to the cancel survives it.
-	upTo := cur.Pending.Target().SwitchedAt
-	if s.answerByUpdate(c, workflows.UpdateCancelPendingSwitch, activities.CancelPendingSwitchInput{SwitchedAt: upTo}) {
+	target := cur.Pending.Target()
+	upTo := target.SwitchedAt
+	order := activities.CancelPendingSwitchInput{SwitchedAt: upTo, Index: &target.Index}
+	if s.answerByUpdate(c, workflows.UpdateCancelPendingSwitch, order) {
 		return
 	}
-	if err := s.signal(ctx, workflows.SignalCancelPendingSwitch, activities.CancelPendingSwitchInput{SwitchedAt: upTo}); err != nil {
+	if err := s.signal(ctx, workflows.SignalCancelPendingSwitch, order); err != nil {
 		s.failInternal(c, http.StatusBadGateway, "the cancel could not be handed to the workflow engine; nothing was changed, retry", err)
 		return
 	}
 	s.log.InfoContext(ctx, "cancel of the pending switch sent to the workflow", "switched_at", upTo)
 	st, ok := s.waitForState(ctx, func(st models.BrokerState) bool {
-		return st.Pending == nil || st.Pending.Target().SwitchedAt.After(upTo)
+		return st.Pending == nil || st.Pending.Next().SwitchedAt.After(upTo)
 	})
 	if !ok {
 		// The signal is durable: the workflow applies it once it runs. Not an error.
 		c.JSON(http.StatusAccepted, orderAnswer{Committed: false, stateView: newStateView(st, s.scrub)})
+		return
+	}
+	if ls := st.CommittedPast(upTo, &target.Index); ls != nil && !sameSwitch(ls, cur.LastSwitch) {
+		// The workflow refused the cancel: its switch was committed first.
+		c.JSON(http.StatusConflict, orderAnswer{
+			Reason:    "too late to cancel: the switch was committed before the cancel reached it; force a switch to go back",
+			stateView: newStateView(st, s.scrub)})
 		return
 	}
 	c.JSON(http.StatusOK, orderAnswer{Committed: true, stateView: newStateView(st, s.scrub)})

@@ -2,13 +2,11 @@ package api
 
 import (
 	"encoding/json"
-	"errors"
 	"net/http"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
-	"go.temporal.io/api/serviceerror"
 	"go.temporal.io/sdk/client"
 
 	"github.com/brokerswitch/brokerswitch/activities"
@@ -82,11 +80,7 @@ func TestAForceKeepsANotificationRecordedAfterIt(t *testing.T) {
 	forced := make(chan response, 1)
 	go func() { forced <- e.do(http.MethodPost, "/api/v1/broker/switch/0", bearer(operatorToken), nil) }()
 	// The force is with the workflow (started by the signal, no worker yet)...
-	require.Eventually(t, func() bool {
-		_, err := e.client.DescribeWorkflowExecution(t.Context(), workflows.BrokerSwitchWorkflowID, "")
-		var notFound *serviceerror.NotFound
-		return !errors.As(err, &notFound)
-	}, waitFor, 20*time.Millisecond)
+	e.waitForTheWorkflow()
 	// ...when the producer moves to broker 1.
 	host1, vhost1 := e.endpoint(1)
 	res := e.notify(host1, vhost1, time.Now())

@@ -144,7 +144,8 @@ const clockSeconds = "coalesce(extract(epoch FROM entity_clock)::bigint, 0)"
 // auditSQL records, in a test-only table, every committed write of a ledger row (applied or
 // ignored) and of a typed row, in commit order per row, with the transaction that wrote
 // it: it shows what applied an event twice or out of order, which the final rows alone
-// could hide.
+// could hide. Every completed switch is kept too (broker.last_switch keeps only the last),
+// so that each hop of a route can be checked.
 const auditSQL = `
 CREATE TABLE test_audit (
 	id          bigserial PRIMARY KEY,
@@ -176,6 +177,17 @@ BEGIN
 	INSERT INTO test_audit (tbl, key, delivery_id) VALUES (TG_TABLE_NAME, k, NEW.last_delivery_id);
 	RETURN NULL;
 END $$;
+CREATE TABLE test_switches (
+	id    bigserial PRIMARY KEY,
+	value text NOT NULL
+);
+CREATE FUNCTION test_switches() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+	INSERT INTO test_switches (value) VALUES (NEW.value);
+	RETURN NULL;
+END $$;
+CREATE TRIGGER test_switches AFTER INSERT OR UPDATE ON settings FOR EACH ROW
+	WHEN (NEW.key = 'broker.last_switch' AND NEW.value <> '') EXECUTE FUNCTION test_switches();
 `
 
 var auditedTables = []string{"github_deliveries", "github_pull_requests", "github_issues", "github_comments",

@@ -124,7 +124,9 @@ func TestScenario16ACancelDoesNotReadTheFutureFirst(t *testing.T) {
 	_, err := p.Rotate(ctx, 1)
 	require.NoError(t, err)
 	s.waitFor("the pending switch", time.Minute, func() bool { return s.state().Pending != nil })
+	asked := time.Now()
 	status, body := s.call(http.MethodDelete, "/api/v1/broker/pending-switch", operatorToken, "")
+	t.Logf("the cancel was answered %d in %s", status, time.Since(asked).Round(time.Millisecond))
 	require.Contains(t, []int{http.StatusOK, http.StatusAccepted}, status, body)
 	s.waitFor("the cancel", time.Minute, func() bool { return s.state().Pending == nil })
 	require.NoError(t, p.Publish(ctx, msgs[half:]...)) // the producer goes on, on broker 1

@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"time"
 
 	"github.com/stretchr/testify/require"
 	enumspb "go.temporal.io/api/enums/v1"
@@ -22,6 +23,9 @@ import (
 
 var recordHistories = flag.Bool("record-histories", false,
 	"write the BrokerSwitch histories of the e2e tests to workflows/testdata/histories, for the replay test there")
+
+var showSlowTasks = flag.Bool("show-slow-tasks", false,
+	"log the BrokerSwitch workflow's slow and failed workflow tasks of every e2e test, not only of a failed one")
 
 // replayHistories replays every workflow run of the test's namespace against the current
 // workflow code: a change that breaks determinism fails the scenario that exercised it.
@@ -49,6 +53,9 @@ func (s *stack) replayHistories() {
 			require.NoError(s.t, replayer.ReplayWorkflowHistory(nil, history), "replay of %s run %s", id, run)
 			if *recordHistories && id == workflows.BrokerSwitchWorkflowID && len(history.GetEvents()) > 10 {
 				s.writeHistory(id, run, history)
+			}
+			if (s.t.Failed() || *showSlowTasks) && id == workflows.BrokerSwitchWorkflowID {
+				s.showSlowTasks(run, history)
 			}
 		}
 		if token = resp.GetNextPageToken(); len(token) == 0 {
@@ -79,4 +86,49 @@ func (s *stack) writeHistory(id, run string, h *historypb.History) {
 	require.NoError(s.t, err)
 	name := fmt.Sprintf("%s.%s.%s.json", strings.ToLower(strings.ReplaceAll(s.t.Name(), "/", "_")), id, run[:8])
 	require.NoError(s.t, os.WriteFile(filepath.Join(dir, name), b, 0o644))
+}
+
+// slowTask is how long a workflow task may wait or run before a failed test shows it.
+const slowTask = time.Second
+
+// showSlowTasks logs, for a failed test, the BrokerSwitch run's workflow tasks that waited
+// for a worker or ran for longer than slowTask, and every failed or timed-out one: what
+// held the workflow when an order was not answered in time. The whole history goes to a
+// file, in the JSON that the replay tests read.
+func (s *stack) showSlowTasks(run string, h *historypb.History) {
+	s.t.Helper()
+	var scheduled, started time.Time
+	var attempt int32
+	for _, ev := range h.GetEvents() {
+		at := ev.GetEventTime().AsTime()
+		switch ev.GetEventType() {
+		case enumspb.EVENT_TYPE_WORKFLOW_TASK_SCHEDULED:
+			scheduled, attempt = at, ev.GetWorkflowTaskScheduledEventAttributes().GetAttempt()
+		case enumspb.EVENT_TYPE_WORKFLOW_TASK_STARTED:
+			started = at
+			if wait := at.Sub(scheduled); wait > slowTask {
+				s.t.Logf("history %s event %d at %s: workflow task waited %s for a worker (attempt %d)",
+					run[:8], ev.GetEventId(), at.Format("15:04:05.000"), wait, attempt)
+			}
+		case enumspb.EVENT_TYPE_WORKFLOW_TASK_COMPLETED:
+			if took := at.Sub(started); took > slowTask {
+				s.t.Logf("history %s event %d at %s: workflow task took %s", run[:8], ev.GetEventId(), at.Format("15:04:05.000"), took)
+			}
+		case enumspb.EVENT_TYPE_WORKFLOW_TASK_FAILED:
+			a := ev.GetWorkflowTaskFailedEventAttributes()
+			s.t.Logf("history %s event %d at %s: workflow task failed after %s: %s %s", run[:8], ev.GetEventId(),
+				at.Format("15:04:05.000"), at.Sub(started), a.GetCause(), a.GetFailure().GetMessage())
+		case enumspb.EVENT_TYPE_WORKFLOW_TASK_TIMED_OUT:
+			s.t.Logf("history %s event %d at %s: workflow task timed out (%s)", run[:8], ev.GetEventId(),
+				at.Format("15:04:05.000"), ev.GetWorkflowTaskTimedOutEventAttributes().GetTimeoutType())
+		case enumspb.EVENT_TYPE_WORKFLOW_EXECUTION_UPDATE_ACCEPTED, enumspb.EVENT_TYPE_WORKFLOW_EXECUTION_UPDATE_COMPLETED,
+			enumspb.EVENT_TYPE_WORKFLOW_EXECUTION_SIGNALED:
+			s.t.Logf("history %s event %d at %s: %s", run[:8], ev.GetEventId(), at.Format("15:04:05.000"), ev.GetEventType())
+		}
+	}
+	b, err := temporalproto.CustomJSONMarshalOptions{Indent: "  "}.Marshal(h)
+	require.NoError(s.t, err)
+	file := filepath.Join(os.TempDir(), fmt.Sprintf("brokerswitch-%s-%s.json", strings.ReplaceAll(s.t.Name(), "/", "_"), run[:8]))
+	require.NoError(s.t, os.WriteFile(file, b, 0o644))
+	s.t.Logf("history %s of %s (%d events) written to %s", run[:8], workflows.BrokerSwitchWorkflowID, len(h.GetEvents()), file)
 }

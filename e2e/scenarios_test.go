@@ -9,6 +9,7 @@ package e2e
 import (
 	"cmp"
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net"
@@ -552,20 +553,37 @@ func (s *stack) retryAndErrorCount(index int) int {
 // requireFlipAfterDrain checks a switch from one broker to the next, queue by queue:
 // every delivery from `from` was applied before every delivery from `to` (the order the
 // design keeps: queues are independent, and a queue's last batch from the old broker may
-// still be in flight while another queue already reads the new one). When the last
-// switch was this one, nothing from `to` was applied before it was committed.
+// still be in flight while another queue already reads the new one). The switch was
+// committed after a drain check, not forced, and nothing from `to` was applied before it
+// was: every hop of a route is checked, not only the last.
 func (s *stack) requireFlipAfterDrain(from, to int) {
 	s.t.Helper()
 	s.requireBrokerOrder(from, to)
-	st := s.state()
-	if st.LastSwitch == nil || st.LastSwitch.From != from || st.LastSwitch.To != to {
-		return
-	}
+	commit := s.switchCommitted(from, to)
 	var first *time.Time
 	require.NoError(s.t, s.db.Raw("SELECT min(applied_at) FROM github_deliveries WHERE broker_index = ? AND outcome <> 'error'", to).Scan(&first).Error)
 	require.NotNil(s.t, first, "broker %d's events were applied", to)
-	require.False(s.t, first.Before(st.LastSwitch.CompletedAt),
-		"an event from broker %d was applied at %s, before the switch to it was committed at %s", to, first, st.LastSwitch.CompletedAt)
+	require.False(s.t, first.Before(commit.CompletedAt),
+		"an event from broker %d was applied at %s, before the switch to it was committed at %s", to, first, commit.CompletedAt)
+}
+
+// switchCommitted is the first switch from one broker to the next that a drain check
+// committed; the test fails without one.
+func (s *stack) switchCommitted(from, to int) models.LastSwitch {
+	s.t.Helper()
+	var values []string
+	require.NoError(s.t, s.db.Raw("SELECT value FROM test_switches ORDER BY id").Scan(&values).Error)
+	var seen []string
+	for _, v := range values {
+		var ls models.LastSwitch
+		require.NoError(s.t, json.Unmarshal([]byte(v), &ls), "broker.last_switch %s", v)
+		if ls.From == from && ls.To == to && !ls.Forced {
+			return ls
+		}
+		seen = append(seen, fmt.Sprintf("%d→%d forced=%v", ls.From, ls.To, ls.Forced))
+	}
+	s.t.Fatalf("no switch from broker %d to %d was committed after a drain check; switches: %v", from, to, seen)
+	return models.LastSwitch{}
 }
 
 // requireLagUnder fails when the summary's switch lag is not below limit.

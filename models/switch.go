@@ -213,21 +213,53 @@ func (s BrokerState) Force(index int, askedAt, now time.Time) BrokerState {
 	return s.withRoute(trail, recordedAt).clearFutureMark(now)
 }
 
-// CancelPending drops the Pending Switch without moving, unless it was recorded after the
-// cancel was given: an operator's cancel must not undo a notification that came later.
-// A zero upTo cancels whatever is pending. A mark ahead of now is brought back to now.
+// CancelPending takes off the route every hop the producer made up to upTo, the
+// switchedAt of the target the operator saw, without moving: the cancel names what it
+// cancels. A hop the producer made later (its notification came after the cancel was
+// asked for) stays pending, a new Pending Switch from the active broker: an operator's
+// cancel must not undo what the producer did next. A zero upTo cancels whatever is
+// pending. A mark ahead of now is brought back to now.
 //
-// The canceled route's brokers become spares ahead of the active broker: the producer
+// The canceled hops' brokers become spares ahead of the active broker: the producer
 // published there after it left the active broker, so the Leftover Drain reads them, in
 // the producer's order, only once the active broker's queue is empty; a force moves there
 // at once.
 func (s BrokerState) CancelPending(upTo, now time.Time) BrokerState {
-	if s.Pending != nil && (upTo.IsZero() || !s.Pending.Target().SwitchedAt.After(upTo)) {
+	if s.Pending != nil {
 		trail := s.trail()
-		trail.Canceled = len(trail.Visits)
-		s = s.withRoute(trail, time.Time{})
+		canceled := len(trail.Visits)
+		if !upTo.IsZero() {
+			canceled = trail.place(Hop{SwitchedAt: upTo})
+		}
+		if canceled > trail.Canceled {
+			trail.Canceled = canceled
+			s = s.withRoute(trail, s.Pending.RecordedAt)
+		}
 	}
 	return s.clearFutureMark(now)
+}
+
+// CommittedPast tells why a cancel named by upTo (and, when known, by its target's index)
+// finds nothing of its own left to cancel, when the reason is that the switch it named was
+// committed after a drain check before the cancel got to it: the broker moved, and saying
+// "canceled" would be a lie. It returns that commit, or nil when a hop it names is still
+// pending, or its switch ended another way (canceled already, forced, or the producer came
+// back), so that the cancel holds. Hops commit in the producer's order, so a commit of a
+// hop at or after upTo covers the one named; at upTo's very second another broker may have
+// been the hop committed before the operator looked, which the index tells apart.
+func (s BrokerState) CommittedPast(upTo time.Time, target *int) *LastSwitch {
+	ls := s.LastSwitch
+	switch {
+	case upTo.IsZero(), ls == nil, ls.Forced:
+		return nil
+	case s.Pending != nil && !s.Pending.Next().SwitchedAt.After(upTo):
+		return nil
+	case ls.SwitchedAt.After(upTo):
+		return ls
+	case ls.SwitchedAt.Equal(upTo) && (target == nil || *target == ls.To):
+		return ls
+	}
+	return nil
 }
 
 // clearFutureMark brings a mark of notifications that lies ahead of now back to now: a

@@ -96,7 +96,39 @@ func TestCancelPendingSparesALaterNotification(t *testing.T) {
 	require.Nil(t, st.CancelPending(t0, t0).Pending)
 	require.Nil(t, st.CancelPending(time.Time{}, t0).Pending, "a cancel without a time cancels whatever is pending")
 	later, _ := st.ApplyNotification(note(2, t0.Add(time.Minute)), t0)
-	require.Equal(t, later, later.CancelPending(t0, t0.Add(time.Hour)), "a cancel given before the second notification spares it")
+	canceled := later.CancelPending(t0, t0.Add(time.Hour))
+	require.Equal(t, []int{2}, routeIndexes(canceled),
+		"a cancel of [1] given before the second notification takes 1 off the route and spares 2 (issue 21, point 9)")
+	require.Equal(t, later.Pending.RecordedAt, canceled.Pending.RecordedAt)
+	_, ahead := canceled.Spares([]int{0, 1, 2})
+	require.Equal(t, []int{1}, ahead, "the canceled hop's broker is a spare ahead of the active broker")
+	require.Nil(t, canceled.CancelPending(t0.Add(time.Minute), t0.Add(time.Hour)).Pending, "a cancel of [2] cancels the rest")
+}
+
+// A named cancel that finds its switch committed says so; one that finds it canceled,
+// forced or still pending does not (issue 21, point 9).
+func TestCommittedPast(t *testing.T) {
+	one, two := 1, 2
+	st, _ := BrokerState{}.ApplyNotification(note(1, t0), t0)
+	require.Nil(t, st.CommittedPast(t0, &one), "still pending: the cancel applies")
+	committed, ok := st.CompleteHop(0, st.Pending.Next(), 3, t0.Add(time.Second))
+	require.True(t, ok)
+	ls := committed.CommittedPast(t0, &one)
+	require.NotNil(t, ls, "the switch it names was committed")
+	require.Equal(t, 1, ls.To)
+	require.NotNil(t, committed.CommittedPast(t0, nil))
+	require.Nil(t, committed.CommittedPast(time.Time{}, nil), "an unnamed cancel is never too late")
+	require.Nil(t, st.CancelPending(t0, t0).CommittedPast(t0, &one), "canceled already: the cancel holds")
+	require.Nil(t, st.Force(1, time.Time{}, t0).CommittedPast(t0, &one), "forced: the cancel holds")
+
+	// The producer went on to 2 after the commit of 1: the cancel of [1] is still too late.
+	onward, _ := committed.ApplyNotification(note(2, t0.Add(time.Minute)), t0)
+	require.NotNil(t, onward.CommittedPast(t0, &one))
+	// Two hops in one second: 1 committed before the operator read [2].
+	same, _ := committed.ApplyNotification(noteAt(2, "c.example", t0), t0)
+	require.Equal(t, []int{2}, routeIndexes(same))
+	require.Nil(t, same.CommittedPast(t0, &two), "2 is pending")
+	require.Nil(t, same.CancelPending(t0, t0).CommittedPast(t0, &two), "2 was canceled, not committed: 1's commit came before")
 }
 
 func noteAt(index int, host string, at time.Time) Notification {

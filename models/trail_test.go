@@ -1,6 +1,7 @@
 package models
 
 import (
+	"fmt"
 	"math/rand/v2"
 	"slices"
 	"testing"
@@ -26,7 +27,7 @@ func TestAReversedDoubleRotationKeepsTheMiddleBroker(t *testing.T) {
 	t1, t2 := t0, t0.Add(time.Minute)
 	st := apply(t, BrokerState{}, hostNote(2, t2), NotificationRecorded)
 	st = apply(t, st, hostNote(1, t1), NotificationRecorded)
-	require.Equal(t, []int{1, 2}, routeIndexes(st), "A → B → C")
+	require.Equal(t, []int{1, 2}, hopIndexes(routeOrNil(st)), "A → B → C")
 	require.Equal(t, t2, st.SeenUntil, "the newest time stays the mark")
 	same := apply(t, st, hostNote(1, t1), NotificationStale)
 	require.Equal(t, st, same, "the late notification again is a duplicate")
@@ -34,7 +35,7 @@ func TestAReversedDoubleRotationKeepsTheMiddleBroker(t *testing.T) {
 	st, ok := st.CompleteHop(0, st.Pending.Next(), 1, t0)
 	require.True(t, ok)
 	require.Equal(t, 1, st.ActiveIndex)
-	require.Equal(t, []int{2}, routeIndexes(st))
+	require.Equal(t, []int{2}, hopIndexes(routeOrNil(st)))
 	// Older than the active broker's own time: stale, as it always was.
 	apply(t, st, hostNote(3, t1.Add(-time.Second)), NotificationStale)
 	// Between B and C, after B became active: still on the route.
@@ -53,7 +54,7 @@ func TestALateReturnToTheActiveBrokerCutsTheRoute(t *testing.T) {
 	st := apply(t, BrokerState{}, hostNote(1, t0), NotificationRecorded)
 	st = apply(t, st, hostNote(2, t0.Add(2*time.Minute)), NotificationRecorded)
 	st = apply(t, st, hostNote(0, t0.Add(time.Minute)), NotificationRecorded)
-	require.Equal(t, []int{2}, routeIndexes(st), "A → B → A → C: B is left behind")
+	require.Equal(t, []int{2}, hopIndexes(routeOrNil(st)), "A → B → A → C: B is left behind")
 	behind, ahead := st.Spares([]int{0, 1, 2, 3})
 	require.Equal(t, []int{3, 1}, behind, "B was left before the producer came back to A")
 	require.Empty(t, ahead)
@@ -159,4 +160,156 @@ func TestTheTrailIsBounded(t *testing.T) {
 		st, _ = st.ApplyNotification(hostNote(1+i%3, t0.Add(-time.Duration(i+1)*time.Second)), t0)
 	}
 	require.Len(t, st.Trail.Visits, 4*maxTrail)
+}
+
+// Notifications arriving in any order, interleaved with the drain's commits, forces and
+// cancels: after every step the state holds together, each order does what it says, and
+// a notification newer than all others is where the route goes (issue 21, point 9).
+func TestTheTrailHoldsUnderInterleavedOrders(t *testing.T) {
+	brokers := []int{0, 1, 2, 3}
+	for seed := range uint64(2000) {
+		r := rand.New(rand.NewPCG(seed, 21))
+		st := BrokerState{}
+		at := t0
+		var steps []string
+		fail := func(format string, args ...any) {
+			t.Helper()
+			t.Fatalf("seed %d after %v: %s", seed, steps, fmt.Sprintf(format, args...))
+		}
+		for range 4 + r.IntN(20) {
+			now := at.Add(time.Hour)
+			before := st
+			switch k := r.IntN(10); {
+			case k < 5: // a notification: new, or late by up to a few seconds
+				switchedAt := at.Add(time.Duration(1+r.IntN(3)) * time.Second)
+				if r.IntN(3) == 0 {
+					switchedAt = at.Add(-time.Duration(r.IntN(5)) * time.Second)
+				}
+				n := hostNote(r.IntN(4), switchedAt)
+				newest := switchedAt.After(st.SeenUntil)
+				at = maxTime(at, switchedAt)
+				var outcome string
+				st, outcome = st.ApplyNotification(n, now)
+				steps = append(steps, fmt.Sprintf("notify %d@%s=%s", n.Index, switchedAt.Format("05"), outcome))
+				if newest {
+					switch {
+					case n.Index == st.ActiveIndex && st.Pending != nil:
+						fail("the producer is back on the active broker, yet a route is pending")
+					case n.Index != st.ActiveIndex && (st.Pending == nil || st.Pending.Target().Index != n.Index):
+						fail("the newest notification, for %d, is not the route's target: %v", n.Index, hopIndexes(routeOrNil(st)))
+					}
+				}
+			case k < 7: // the drain check passed
+				if st.Pending == nil {
+					continue
+				}
+				hop := st.Pending.Next()
+				var ok bool
+				st, ok = st.CompleteHop(st.ActiveIndex, hop, 1, now)
+				steps = append(steps, fmt.Sprintf("commit %d", hop.Index))
+				if !ok || st.ActiveIndex != hop.Index {
+					fail("the hop to %d was not committed", hop.Index)
+				}
+				if want := before.Pending.Route[1:]; !slices.Equal(want, routeOrNil(st)) && (len(want) > 0 || st.Pending != nil) {
+					fail("the route after a commit is %v, not the rest %v", routeOrNil(st), want)
+				}
+			case k < 8: // a force, plain or asked at some time
+				index := r.IntN(4)
+				askedAt := time.Time{}
+				if r.IntN(2) == 0 {
+					askedAt = now.Add(-time.Duration(r.IntN(3)) * time.Hour)
+				}
+				st = st.Force(index, askedAt, now)
+				steps = append(steps, fmt.Sprintf("force %d asked %v", index, !askedAt.IsZero()))
+				if st.ActiveIndex != index {
+					fail("forced to %d, active is %d", index, st.ActiveIndex)
+				}
+				if askedAt.IsZero() && st.Pending != nil {
+					fail("a plain force left %v pending", hopIndexes(routeOrNil(st)))
+				}
+			default: // a cancel, plain or naming the target an API read
+				upTo := time.Time{}
+				if before.Pending != nil && r.IntN(3) > 0 {
+					upTo = before.Pending.Route[r.IntN(len(before.Pending.Route))].SwitchedAt
+				}
+				st = st.CancelPending(upTo, now)
+				steps = append(steps, fmt.Sprintf("cancel up to %s", upTo.Format("05")))
+				if st.Pending != nil && (upTo.IsZero() || !st.Pending.Next().SwitchedAt.After(upTo)) {
+					fail("the cancel up to %s left %v pending", upTo, routeOrNil(st))
+				}
+				if before.Pending != nil && !upTo.IsZero() {
+					var later []Hop
+					for _, h := range before.Pending.Route {
+						if h.SwitchedAt.After(upTo) {
+							later = append(later, h)
+						}
+					}
+					// The route is read again from the producer's visits after upTo: the
+					// later hops stay, and a visit the old route had cut may come back.
+					kept := routeOrNil(st)
+					for _, h := range later {
+						i := slices.Index(kept, h)
+						if i < 0 {
+							fail("the cancel up to %s dropped the later hop %v: %v", upTo, h, routeOrNil(st))
+						}
+						kept = kept[i+1:]
+					}
+				}
+			}
+			requireCoherent(t, st, brokers, func(msg string) { fail("%s", msg) })
+		}
+	}
+}
+
+// requireCoherent checks what every state must hold, whatever led to it.
+func requireCoherent(t *testing.T, st BrokerState, brokers []int, fail func(string)) {
+	t.Helper()
+	tr := st.Trail
+	if !slices.IsSortedFunc(tr.Visits, func(a, b Hop) int { return a.SwitchedAt.Compare(b.SwitchedAt) }) {
+		fail("the trail is not in the producer's order")
+	}
+	if tr.Behind < 0 || tr.Canceled < 0 || tr.Behind > len(tr.Visits) || tr.Canceled > len(tr.Visits) {
+		fail(fmt.Sprintf("behind %d, canceled %d of %d visits", tr.Behind, tr.Canceled, len(tr.Visits)))
+	}
+	if st.Pending != nil {
+		seen := map[int]bool{}
+		for i, h := range st.Pending.Route {
+			if h.Index == st.ActiveIndex || seen[h.Index] {
+				fail(fmt.Sprintf("route %v from active %d visits a broker twice", hopIndexes(routeOrNil(st)), st.ActiveIndex))
+			}
+			seen[h.Index] = true
+			if i > 0 && h.SwitchedAt.Before(st.Pending.Route[i-1].SwitchedAt) {
+				fail("the route goes back in time")
+			}
+		}
+	}
+	if !slices.Equal(routeOrNil(st), routeOrNil(st.withRoute(st.Trail, time.Time{}))) {
+		fail("the Pending Switch is not the trail's route")
+	}
+	for _, v := range tr.Visits {
+		if v.SwitchedAt.After(st.SeenUntil) {
+			fail("a visit lies after the mark")
+		}
+	}
+	behind, ahead := st.Spares(brokers)
+	all := append(append(append([]int{st.ActiveIndex}, behind...), ahead...), hopIndexes(routeOrNil(st))...)
+	slices.Sort(all)
+	if !slices.Equal(brokers, all) {
+		fail(fmt.Sprintf("active, spares %v %v and route %v do not share out the brokers", behind, ahead, hopIndexes(routeOrNil(st))))
+	}
+}
+
+func maxTime(a, b time.Time) time.Time {
+	if b.After(a) {
+		return b
+	}
+	return a
+}
+
+func hopIndexes(hops []Hop) []int {
+	out := []int{}
+	for _, h := range hops {
+		out = append(out, h.Index)
+	}
+	return out
 }

@@ -14,7 +14,8 @@ const (
 	// SignalForceSwitch moves at once: {"index": N}.
 	SignalForceSwitch = "force-switch"
 	// SignalCancelPendingSwitch drops the Pending Switch without moving; its optional input
-	// {"switchedAt": T} spares a switch recorded after T.
+	// {"switchedAt": T, "index": N} names the target read, so that a hop made after T is
+	// spared and a cancel that comes after that switch was committed is refused.
 	SignalCancelPendingSwitch = "cancel-pending-switch"
 	// SignalBrokerChanged tells a window workflow to end its window and resolve the broker again.
 	SignalBrokerChanged = "broker-changed"

@@ -1,0 +1,82 @@
+package activities
+
+import (
+	"context"
+	"log/slog"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"go.temporal.io/sdk/testsuite"
+	"gorm.io/gorm"
+
+	"github.com/brokerswitch/brokerswitch/internal/testenv"
+	"github.com/brokerswitch/brokerswitch/models"
+)
+
+// oneReading hands out one reading, then ends the watch as its deadline would; it counts
+// how often it is asked.
+type oneReading struct {
+	reading models.BrokerState
+	asked   int
+}
+
+func (w *oneReading) Next(_ context.Context, after uint64) (models.BrokerState, uint64, bool) {
+	w.asked++
+	if after == 0 {
+		return w.reading, 1, true
+	}
+	return models.BrokerState{}, after, false
+}
+
+// migratedDB is a database of the test's own with the schema in place.
+func migratedDB(t *testing.T) *gorm.DB {
+	t.Helper()
+	db, err := models.Open(t.Context(), testenv.NewDatabase(t))
+	require.NoError(t, err)
+	sqlDB, err := db.DB()
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = sqlDB.Close() })
+	require.NoError(t, models.Migrate(t.Context(), sqlDB))
+	return db
+}
+
+// switchStore is a BrokerStore on a database of its own, its state set by fn.
+func switchStore(t *testing.T, fn func(models.BrokerState) models.BrokerState) *models.BrokerStore {
+	t.Helper()
+	store := &models.BrokerStore{DB: migratedDB(t), Brokers: []models.BrokerRef{{Host: "a", Vhost: "/"}, {Host: "b", Vhost: "/"}}}
+	_, err := store.Update(t.Context(), func(st models.BrokerState) (models.BrokerState, error) { return fn(st), nil })
+	require.NoError(t, err)
+	return store
+}
+
+// waitForChange runs the watch and returns its answer.
+func waitForChange(t *testing.T, a *Switch, in WaitForChangeInput) bool {
+	t.Helper()
+	var suite testsuite.WorkflowTestSuite
+	env := suite.NewTestActivityEnvironment()
+	env.RegisterActivity(a)
+	v, err := env.ExecuteActivity(a.WaitForChange, in)
+	require.NoError(t, err)
+	var changed bool
+	require.NoError(t, v.Get(&changed))
+	return changed
+}
+
+// A watcher whose reading predates a force the workflow already applied does not send the
+// idle workflow back at once: Postgres is read, shows nothing new, and the watch goes on
+// to the next reading (issue 21, point 9). Answering on the stale reading made the idle
+// loop spin, an Action a turn, until the watcher caught up.
+func TestAStaleReadingDoesNotEndTheWatch(t *testing.T) {
+	forced := switchStore(t, func(st models.BrokerState) models.BrokerState { return st.Force(1, time.Time{}, time.Now()) })
+	w := &oneReading{reading: models.BrokerState{ActiveIndex: 0}} // from before the force
+	a := &Switch{Store: forced, Watcher: w, Logger: slog.New(slog.DiscardHandler)}
+	require.False(t, waitForChange(t, a, WaitForChangeInput{ActiveIndex: 1}), "Postgres shows no change")
+	require.Equal(t, 2, w.asked, "it waited for the watcher's next reading")
+
+	// A reading that Postgres confirms is a change, answered at once.
+	w = &oneReading{reading: models.BrokerState{ActiveIndex: 1}}
+	a.Watcher = w
+	require.True(t, waitForChange(t, a, WaitForChangeInput{ActiveIndex: 0}))
+	require.Equal(t, 1, w.asked)
+}
