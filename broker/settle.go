@@ -25,9 +25,9 @@ const (
 // failure must not tolerate this one.
 var ErrHandler = errors.New("batch handler failed")
 
-// confirmTimeout bounds a copy's publish to {q}-error, which waits while the broker
+// publishTimeout bounds a copy's publish to {q}-error, which waits while the broker
 // blocks publishers (a resource alarm).
-const confirmTimeout = 30 * time.Second
+const publishTimeout = 30 * time.Second
 
 // settler applies verdicts to deliveries of one channel. Consume and Drain
 // share it so both settle exactly the same way.
@@ -236,7 +236,7 @@ func (s *settler) publishError(ctx context.Context, d amqp.Delivery, reason stri
 		s.pool.logger.WarnContext(ctx, "copy to -error cut to fit frame_max", "queue", s.queue, "broker", s.ep,
 			"message_id", msg.MessageId, "frame_max", s.frameMax, "cut", cut)
 	}
-	ctx, cancel := context.WithTimeout(ctx, confirmTimeout)
+	ctx, cancel := context.WithTimeout(ctx, publishTimeout)
 	defer cancel()
 	target := ErrorQueue(s.queue)
 	if err := s.ch.PublishWithContext(ctx, "", target, true, false, msg); err != nil {
