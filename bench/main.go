@@ -26,6 +26,7 @@ type options struct {
 	lagRate      float64
 	lagBurst     int
 	catchUp      int
+	rssMessages  int
 	drain        int
 	capLeftover  int
 	only         string
@@ -50,8 +51,9 @@ func main() {
 	flag.IntVar(&o.catchUp, "catchup", 50000, "backlog on the old broker at rotation for the catch-up figure")
 	flag.IntVar(&o.drain, "drain", 3000, "messages per Leftover Drain throughput run")
 	flag.IntVar(&o.capLeftover, "cap-leftover", 1200, "leftover events for the 500-per-cycle cap demonstration")
-	flag.StringVar(&o.only, "only", "", "comma-separated figures to run (a,b,product,rtt,lag,drain,cap,actions,catchup,ledger); empty: all")
+	flag.StringVar(&o.only, "only", "", "comma-separated figures to run (a,b,product,rtt,lag,drain,cap,actions,catchup,ledger,rss); empty: all")
 	flag.Int64Var(&o.ledgerRows, "ledger-rows", 10_000_000, "ledger rows written in SQL beside which the 'ledger' figure measures the apply rate (about 3 GB of disk while it runs)")
+	flag.IntVar(&o.rssMessages, "rss-messages", 12, "messages of 25 MB for the peak-RSS figure")
 	flag.StringVar(&o.out, "out", "BENCHMARKS.md", "markdown report to write (its generated block is replaced)")
 	flag.StringVar(&o.chart, "chart", "bench/benchmarks.png", "PNG chart to write")
 	flag.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of the in-process worker during the last end-to-end run")
@@ -228,10 +230,7 @@ func run(o options) error {
 
 	if o.wants("catchup") {
 		res.record(guard("catch-up", func(s *scope) {
-			binary := filepath.Join(logDir, "brokerswitch")
-			build := exec.Command("go", "build", "-o", binary, "./cmd/brokerswitch")
-			build.Stdout, build.Stderr = os.Stderr, os.Stderr
-			s.check(build.Run(), "build ./cmd/brokerswitch")
+			binary := buildBinary(s, logDir)
 			c := runCatchUp(s, o.catchUp, 1000, binary, logDir, 0)
 			logf("catch-up: %d backlog + %d new applied and switched in %s (old drained at %s, switch at %s), peak RSS %.0f MB (%s)",
 				c.Backlog, c.OnNew, c.Done.Round(time.Millisecond), c.OldApplied.Round(time.Millisecond),
@@ -241,6 +240,18 @@ func run(o options) error {
 				c := runCatchUp(s, o.catchUp, 1000, binary, logDir, o.rtt)
 				logf("catch-up with %s RTT: applied and switched in %s, peak RSS %.0f MB (%s)", o.rtt, c.Done.Round(time.Millisecond), c.PeakRSSMB, c.CPU)
 				res.CatchUpRTT = &c
+			}
+		}))
+	}
+
+	if o.wants("rss") {
+		res.record(guard("peak RSS with 25 MB messages", func(s *scope) {
+			binary := buildBinary(s, logDir)
+			for _, env := range rssConfigs() {
+				r := runRSS(s, o.rssMessages, env, binary, logDir)
+				logf("peak RSS: %d messages of 25 MB, PREFETCH %d, MEMORY_LIMIT %q (worst case %.0f MiB): peak RSS %.0f MB, applied in %s",
+					r.Messages, r.Prefetch, r.MemoryLimit, r.WorstCaseMB, r.PeakRSSMB, r.Done.Round(time.Millisecond))
+				res.RSS = append(res.RSS, r)
 			}
 		}))
 	}
@@ -262,6 +273,15 @@ func run(o options) error {
 		return fmt.Errorf("%d figure(s) failed: %s", len(res.Failures), strings.Join(res.Failures, "; "))
 	}
 	return nil
+}
+
+// buildBinary builds `brokerswitch` into dir, for the figures that run it as a process.
+func buildBinary(s *scope, dir string) string {
+	binary := filepath.Join(dir, "brokerswitch")
+	build := exec.Command("go", "build", "-o", binary, "./cmd/brokerswitch")
+	build.Stdout, build.Stderr = os.Stderr, os.Stderr
+	s.check(build.Run(), "build ./cmd/brokerswitch")
+	return binary
 }
 
 // lagConfigs are the switch-lag scenarios: the default drain check interval and a tuned

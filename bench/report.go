@@ -39,7 +39,9 @@ type results struct {
 	Ledger           *ledgerResult
 	// CatchUpRTT is the same catch-up with Options.rtt injected (no counting proxies).
 	CatchUpRTT *catchUpResult
-	Failures   []string
+	// RSS is the worker's peak resident set with a queue of 25 MB messages, per setting.
+	RSS      []rssResult
+	Failures []string
 }
 
 func (r *results) record(err error) {

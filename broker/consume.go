@@ -86,7 +86,7 @@ func (p *Pool) Consume(ctx context.Context, index int, queue string, opts Consum
 	if err != nil {
 		return fmt.Errorf("consume %s on %s: %w", queue, ep, err)
 	}
-	ch, err := p.Channel(ctx, index)
+	ch, frameMax, err := p.channel(ctx, index)
 	if err != nil {
 		if ctx.Err() != nil {
 			return nil
@@ -109,8 +109,10 @@ func (p *Pool) Consume(ctx context.Context, index int, queue string, opts Consum
 	defer close(stop)
 	buffered := forward(deliveries, opts.Prefetch, stop)
 
-	s := newSettler(p, ep, ch, queue, opts.OnSettled)
-	defer s.close()
+	s, err := newSettler(p, ep, ch, frameMax, queue, opts.OnSettled)
+	if err != nil {
+		return err
+	}
 	for {
 		batch, open := nextBatch(ctx, buffered, opts.MaxBatch)
 		if !open {

@@ -160,7 +160,8 @@ func TestConsumeRejectWithoutErrorQueueKeepsTheMessage(t *testing.T) {
 
 	h := &recorder{verdict: func(amqp.Delivery) Verdict { return Verdict{Outcome: Reject, Reason: "bad"} }}
 	err = waitDone(t, r.consume(context.Background(), "solo", ConsumeOptions{}, h))
-	require.ErrorContains(t, err, "returned by broker")
+	require.ErrorContains(t, err, "solo-error")
+	require.ErrorContains(t, err, "NOT_FOUND")
 	r.eventuallyCount("solo", 1)
 }
 

@@ -42,13 +42,15 @@ func (p *Pool) Drain(ctx context.Context, index int, queue string, max int, batc
 	if batch > MaxPrefetch {
 		batch = MaxPrefetch
 	}
-	ch, err := p.Channel(ctx, index)
+	ch, frameMax, err := p.channel(ctx, index)
 	if err != nil {
 		return 0, fmt.Errorf("drain %s: %w", queue, err)
 	}
 	defer ch.Close()
-	s := newSettler(p, ep, ch, queue, nil)
-	defer s.close()
+	s, err := newSettler(p, ep, ch, frameMax, queue, nil)
+	if err != nil {
+		return 0, err
+	}
 
 	taken, err = drainFrom(ctx, s, h, max, batch, func(limit int) ([]amqp.Delivery, bool, error) {
 		return consumeBatch(ctx, ch, queue, limit)
@@ -150,13 +152,15 @@ func receive(ctx context.Context, ch *amqp.Channel, queue string, want int) (msg
 
 // drainByGet drains like Drain with basic.get, on a channel of its own.
 func (p *Pool) drainByGet(ctx context.Context, ep Endpoint, queue string, max, batch int, h BatchHandler) (int, error) {
-	ch, err := p.Channel(ctx, ep.Index)
+	ch, frameMax, err := p.channel(ctx, ep.Index)
 	if err != nil {
 		return 0, err
 	}
 	defer ch.Close()
-	s := newSettler(p, ep, ch, queue, nil)
-	defer s.close()
+	s, err := newSettler(p, ep, ch, frameMax, queue, nil)
+	if err != nil {
+		return 0, err
+	}
 	return drainFrom(ctx, s, h, max, batch, func(limit int) ([]amqp.Delivery, bool, error) {
 		return getBatch(ctx, ch, queue, limit)
 	})

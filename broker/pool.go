@@ -49,6 +49,10 @@ type Pool struct {
 	// handler, as Prefetch bounds their count; 0 means no bound. A message larger than it
 	// is handed alone. Set it before the pool is used.
 	MaxBatchBytes int
+	// FrameSize is the largest AMQP frame the pool offers to negotiate; 0 means the
+	// library's default, 128 KiB, which is also RabbitMQ's. Tests lower it to meet the
+	// limit of a copy's headers. Set it before the pool is used.
+	FrameSize int
 
 	logger    *slog.Logger
 	endpoints []Endpoint
@@ -109,23 +113,29 @@ func (p *Pool) Dials(index int) int64 {
 // Channel opens a new channel on broker index, dialing first when there is no
 // open connection. The caller closes the channel.
 func (p *Pool) Channel(ctx context.Context, index int) (*amqp.Channel, error) {
+	ch, _, err := p.channel(ctx, index)
+	return ch, err
+}
+
+// channel is Channel, with the frame_max its connection negotiated.
+func (p *Pool) channel(ctx context.Context, index int) (*amqp.Channel, int, error) {
 	b, err := p.broker(index)
 	if err != nil {
-		return nil, err
+		return nil, 0, err
 	}
 	for attempt := 0; ; attempt++ {
 		conn, err := p.connection(ctx, b)
 		if err != nil {
-			return nil, err
+			return nil, 0, err
 		}
 		ch, err := conn.Channel()
 		if err == nil {
-			return ch, nil
+			return ch, conn.Config.FrameSize, nil
 		}
 		// The broker may have dropped the connection since it was last used
 		// (a restart, say): dial once more before giving up.
 		if !conn.IsClosed() || attempt > 0 {
-			return nil, fmt.Errorf("open channel on %s: %w", b.ep, err)
+			return nil, 0, fmt.Errorf("open channel on %s: %w", b.ep, err)
 		}
 	}
 }
@@ -182,7 +192,7 @@ func (p *Pool) connection(ctx context.Context, b *brokerConn) (*amqp.Connection,
 	if b.conn != nil && !b.conn.IsClosed() {
 		return b.conn, nil
 	}
-	conn, err := dial(ctx, b.ep)
+	conn, err := dial(ctx, b.ep, p.FrameSize)
 	b.dials.Add(1)
 	if err != nil {
 		p.Metrics.DialFailed(b.ep.Index)
@@ -227,7 +237,7 @@ func (p *Pool) watch(ep Endpoint, conn *amqp.Connection) {
 
 // dial connects to ep within dialTimeout, giving up early when ctx ends.
 // Errors never include the URL.
-func dial(ctx context.Context, ep Endpoint) (*amqp.Connection, error) {
+func dial(ctx context.Context, ep Endpoint, frameSize int) (*amqp.Connection, error) {
 	ctx, cancel := context.WithTimeout(ctx, dialTimeout)
 	defer cancel()
 
@@ -238,6 +248,7 @@ func dial(ctx context.Context, ep Endpoint) (*amqp.Connection, error) {
 	// the handshake when ctx ends.
 	stopAbort := func() bool { return true }
 	cfg := amqp.Config{
+		FrameSize:  frameSize,
 		Heartbeat:  heartbeat,
 		Properties: props,
 		Dial: func(network, addr string) (net.Conn, error) {

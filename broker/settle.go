@@ -4,7 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"maps"
+	"slices"
 	"sync/atomic"
 	"time"
 
@@ -25,35 +25,41 @@ const (
 // failure must not tolerate this one.
 var ErrHandler = errors.New("batch handler failed")
 
-// confirmTimeout bounds the wait for the broker to confirm a copy to {q}-error.
-const confirmTimeout = 30 * time.Second
+// publishTimeout bounds a copy's publish to {q}-error, which waits while the broker
+// blocks publishers (a resource alarm).
+const publishTimeout = 30 * time.Second
 
 // settler applies verdicts to deliveries of one channel. Consume and Drain
 // share it so both settle exactly the same way.
+//
+// The channel is transactional (tx.select): a message rejected to {q}-error is copied and
+// acknowledged in one transaction, with the other verdicts of its batch. With a publisher
+// confirm and then an ack, a connection lost between the two left the copy in -error and
+// the original in its queue, to be copied again when redelivered: the soak's seed
+// 13092512888517572527 found such second copies after a broker cut.
 type settler struct {
 	pool      *Pool
 	index     int
 	ep        Endpoint
 	queue     string
-	ch        *amqp.Channel // the channel the deliveries came from
+	ch        *amqp.Channel // the channel the deliveries came from, transactional
+	frameMax  int           // the frame_max its connection negotiated
 	onSettled func(Verdict)
-
-	pub     *amqp.Channel // confirm-mode channel for Reject copies, opened on first use
-	returns chan amqp.Return
+	returns   chan amqp.Return
 }
 
-func newSettler(p *Pool, ep Endpoint, ch *amqp.Channel, queue string, onSettled func(Verdict)) *settler {
-	return &settler{pool: p, index: ep.Index, ep: ep, queue: queue, ch: ch, onSettled: onSettled}
+// newSettler puts ch in transactional mode; Consume and Drain settle on it alone.
+func newSettler(p *Pool, ep Endpoint, ch *amqp.Channel, frameMax int, queue string, onSettled func(Verdict)) (*settler, error) {
+	if err := ch.Tx(); err != nil {
+		return nil, fmt.Errorf("transactional channel on %s: %w", ep, err)
+	}
+	// Buffered for every copy of a batch: the library blocks until a return is taken.
+	returns := ch.NotifyReturn(make(chan amqp.Return, MaxPrefetch))
+	return &settler{pool: p, index: ep.Index, ep: ep, queue: queue, ch: ch, frameMax: frameMax, onSettled: onSettled, returns: returns}, nil
 }
 
 // handleTimeout bounds one batch once its consumer has been told to stop.
 const handleTimeout = time.Minute
-
-func (s *settler) close() {
-	if s.pub != nil {
-		_ = s.pub.Close()
-	}
-}
 
 // handle runs h on batch, in parts of at most Pool.MaxBatchBytes, and settles the
 // verdicts, returning how many deliveries it settled. Settling uses a context that the
@@ -113,29 +119,34 @@ func (s *settler) handlePart(ctx context.Context, h BatchHandler, batch []amqp.D
 	return s.settle(context.WithoutCancel(ctx), batch, verdicts)
 }
 
-// settle applies verdicts to batch in order and returns how many deliveries it
-// settled. Consecutive Acks go out as one multiple-ack on the last of them,
-// which is right because every earlier delivery of the channel is settled by
-// then. Call it with a context that is not cancelled when the consumer stops:
-// a handled batch must not be abandoned half way.
+// settle applies verdicts to batch in order, in one transaction of the channel, and
+// returns how many deliveries it settled: all of them once the transaction commits, none
+// before. Consecutive Acks go out as one multiple-ack on the last of them, which is right
+// because every earlier delivery of the channel is settled by then. Call it with a context
+// that is not cancelled when the consumer stops: a handled batch must not be abandoned
+// half way.
 func (s *settler) settle(ctx context.Context, batch []amqp.Delivery, verdicts []Verdict) (int, error) {
 	if err := checkVerdicts(batch, verdicts); err != nil {
 		return 0, err
 	}
-	settled := 0
-	acks := 0 // consecutive Acks not sent yet, ending at batch[settled+acks-1]
-	flush := func() error {
+	if slices.ContainsFunc(verdicts, func(v Verdict) bool { return v.Outcome == Reject }) {
+		// A copy that no queue takes is returned only once the transaction commits, with
+		// its original acknowledged; a missing -error queue fails here instead, and closing
+		// the channel rolls the transaction back.
+		target := ErrorQueue(s.queue)
+		if _, err := s.ch.QueueDeclarePassive(target, true, false, false, false, nil); err != nil {
+			return 0, fmt.Errorf("reject messages of %s on %s: %s: %w", s.queue, s.ep, target, err)
+		}
+	}
+	acks := 0 // consecutive Acks not sent yet, ending at batch[i-1]
+	flush := func(i int) error {
 		if acks == 0 {
 			return nil
 		}
-		last := batch[settled+acks-1]
+		last := batch[i-1]
 		if err := s.ch.Ack(last.DeliveryTag, acks > 1); err != nil {
 			return fmt.Errorf("ack %s on %s: %w", s.queue, s.ep, err)
 		}
-		for range acks {
-			s.notify(Verdict{Outcome: Ack})
-		}
-		settled += acks
 		acks = 0
 		return nil
 	}
@@ -144,16 +155,39 @@ func (s *settler) settle(ctx context.Context, batch []amqp.Delivery, verdicts []
 			acks++
 			continue
 		}
-		if err := flush(); err != nil {
-			return settled, err
+		if err := flush(i); err != nil {
+			return 0, err
 		}
 		if err := s.settleOne(ctx, batch[i], v); err != nil {
-			return settled, err
+			return 0, err
+		}
+	}
+	if err := flush(len(batch)); err != nil {
+		return 0, err
+	}
+	if err := s.ch.TxCommit(); err != nil {
+		return 0, fmt.Errorf("commit the verdicts of %d messages of %s on %s: %w", len(batch), s.queue, s.ep, err)
+	}
+	// The broker sends a return before the commit's answer, and the library hands it to
+	// our buffered channel before it reads the answer.
+	select {
+	case r, ok := <-s.returns:
+		if ok {
+			return len(batch), fmt.Errorf("copy of message %s to %s returned by broker after its original was acknowledged: %d %s",
+				r.MessageId, ErrorQueue(s.queue), r.ReplyCode, r.ReplyText)
+		}
+	default:
+	}
+	for _, v := range verdicts {
+		switch v.Outcome {
+		case Retry:
+			s.pool.Metrics.Routed(s.queue, metrics.RouteRetry)
+		case Reject:
+			s.pool.Metrics.Routed(s.queue, metrics.RouteError)
 		}
 		s.notify(v)
-		settled++
 	}
-	return settled, flush()
+	return len(batch), nil
 }
 
 func checkVerdicts(batch []amqp.Delivery, verdicts []Verdict) error {
@@ -175,7 +209,6 @@ func (s *settler) settleOne(ctx context.Context, d amqp.Delivery, v Verdict) err
 		if err := s.ch.Nack(d.DeliveryTag, false, false); err != nil {
 			return fmt.Errorf("retry message of %s on %s: %w", s.queue, s.ep, err)
 		}
-		s.pool.Metrics.Routed(s.queue, metrics.RouteRetry)
 	case Reject:
 		if err := s.publishError(ctx, d, v.Reason, v.RetryCycles); err != nil {
 			return fmt.Errorf("reject message of %s on %s: %w", s.queue, s.ep, err)
@@ -183,7 +216,6 @@ func (s *settler) settleOne(ctx context.Context, d amqp.Delivery, v Verdict) err
 		if err := s.ch.Ack(d.DeliveryTag, false); err != nil {
 			return fmt.Errorf("ack rejected message of %s on %s: %w", s.queue, s.ep, err)
 		}
-		s.pool.Metrics.Routed(s.queue, metrics.RouteError)
 	}
 	return nil
 }
@@ -194,75 +226,21 @@ func (s *settler) notify(v Verdict) {
 	}
 }
 
-// publishError copies d to {q}-error and waits until the broker confirms it,
-// so that acknowledging d afterwards cannot lose the message. The publish is
-// mandatory: should {q}-error not exist, the broker returns the copy and we
-// fail instead of acknowledging.
+// publishError copies d to {q}-error within the channel's transaction, so that the copy
+// and the ack of d take effect together when settle commits. The publish is mandatory:
+// should no queue take it, the broker returns it. The copy is cut to fit the connection's
+// frame_max (see errorCopy).
 func (s *settler) publishError(ctx context.Context, d amqp.Delivery, reason string, retryCycles int) error {
-	pub, err := s.publisher(ctx)
-	if err != nil {
-		return err
+	msg, cut := errorCopy(d, errorHeaders{reason: reason, at: time.Now(), queue: s.queue, retryCycles: retryCycles}, s.frameMax)
+	if cut != "" {
+		s.pool.logger.WarnContext(ctx, "copy to -error cut to fit frame_max", "queue", s.queue, "broker", s.ep,
+			"message_id", msg.MessageId, "frame_max", s.frameMax, "cut", cut)
 	}
-	headers := maps.Clone(d.Headers)
-	if headers == nil {
-		headers = amqp.Table{}
-	}
-	headers[HeaderErrorReason] = reason
-	headers[HeaderErrorAt] = time.Now().UTC().Format(time.RFC3339)
-	headers[HeaderErrorQueue] = s.queue
-	headers[HeaderRetryCycles] = int64(retryCycles)
-	msg := amqp.Publishing{
-		Headers:         headers,
-		ContentType:     d.ContentType,
-		ContentEncoding: d.ContentEncoding,
-		DeliveryMode:    amqp.Persistent,
-		CorrelationId:   d.CorrelationId,
-		MessageId:       d.MessageId,
-		Timestamp:       d.Timestamp,
-		Type:            d.Type,
-		AppId:           d.AppId,
-		Body:            d.Body,
-	}
-	ctx, cancel := context.WithTimeout(ctx, confirmTimeout)
+	ctx, cancel := context.WithTimeout(ctx, publishTimeout)
 	defer cancel()
 	target := ErrorQueue(s.queue)
-	conf, err := pub.PublishWithDeferredConfirmWithContext(ctx, "", target, true, false, msg)
-	if err != nil {
+	if err := s.ch.PublishWithContext(ctx, "", target, true, false, msg); err != nil {
 		return fmt.Errorf("publish to %s: %w", target, err)
 	}
-	acked, err := conf.WaitContext(ctx)
-	if err != nil {
-		return fmt.Errorf("confirm of %s: %w", target, err)
-	}
-	// A return precedes its confirm on the wire, and the library hands it to
-	// our buffered channel before it processes the confirm.
-	select {
-	case r := <-s.returns:
-		return fmt.Errorf("publish to %s: returned by broker: %d %s", target, r.ReplyCode, r.ReplyText)
-	default:
-	}
-	if !acked {
-		return fmt.Errorf("publish to %s: %w", target, errNacked)
-	}
 	return nil
-}
-
-var errNacked = errors.New("not confirmed by broker")
-
-func (s *settler) publisher(ctx context.Context) (*amqp.Channel, error) {
-	if s.pub != nil && !s.pub.IsClosed() {
-		return s.pub, nil
-	}
-	s.close()
-	ch, err := s.pool.Channel(ctx, s.index)
-	if err != nil {
-		return nil, err
-	}
-	if err := ch.Confirm(false); err != nil {
-		_ = ch.Close()
-		return nil, fmt.Errorf("confirm mode on %s: %w", s.ep, err)
-	}
-	s.pub = ch
-	s.returns = ch.NotifyReturn(make(chan amqp.Return, 1))
-	return ch, nil
 }

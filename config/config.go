@@ -69,6 +69,11 @@ type Config struct {
 	// committed in one transaction, besides PREFETCH messages; a single message larger than
 	// this is committed alone.
 	MaxBatchBytes int
+	// MemoryLimit from MEMORY_LIMIT (default empty: no limit), in bytes or with a Ki, Mi,
+	// Gi or Ti suffix: the memory the process may use, the container's limit. Start-up
+	// refuses settings whose WorstCaseMemory exceeds it, and the Go runtime's soft limit
+	// (GOMEMLIMIT, unless that is set) is put at 90% of it.
+	MemoryLimit int64
 	// WindowHeartbeatTimeout from WINDOW_HEARTBEAT_TIMEOUT (default 1m): how long a window
 	// may go silent before Temporal retries it on another worker. Heartbeats only prove
 	// liveness; one reaches Temporal every 0.8 × this, and each is a billable Action.
@@ -128,6 +133,7 @@ func FromEnv(getenv Getenv) (Config, error) {
 		Prefetch:                 r.positiveInt("PREFETCH", "100"),
 		MaxMessageBytes:          r.positiveInt("MAX_MESSAGE_BYTES", "26214400"),
 		MaxBatchBytes:            r.positiveInt("MAX_BATCH_BYTES", "16777216"),
+		MemoryLimit:              r.bytes("MEMORY_LIMIT"),
 		DrainCheckInterval:       r.duration("DRAIN_CHECK_INTERVAL", "3s"),
 		WindowHeartbeatTimeout:   r.duration("WINDOW_HEARTBEAT_TIMEOUT", "1m"),
 		WorkerStopTimeout:        r.duration("WORKER_STOP_TIMEOUT", "1m"),
@@ -162,6 +168,7 @@ func FromEnv(getenv Getenv) (Config, error) {
 				c.LedgerRetention, c.RetryTTL, c.MaxRetryCycles, LedgerRetentionMargin, least))
 		}
 	}
+	r.checkMemory(c)
 	if c.HealthchecksPingURL != "" {
 		if u, err := url.Parse(c.HealthchecksPingURL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 			// The URL is the check's credential: it is not quoted.

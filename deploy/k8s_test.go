@@ -3,6 +3,7 @@ package deploy
 import (
 	"bytes"
 	"encoding/json"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -17,6 +18,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	"sigs.k8s.io/yaml"
+
+	"github.com/brokerswitch/brokerswitch/config"
 )
 
 var k8sDir = filepath.Join(root, "deploy", "k8s")
@@ -251,6 +254,10 @@ func TestKubernetesEnvironmentIsWhatConfigReads(t *testing.T) {
 					optional := ref.Optional != nil && *ref.Optional
 					_, present := m.secrets[ref.Name].StringData[ref.Key]
 					require.True(t, present || optional, "%s: %s names a key the Secret lacks", pod, e.Name)
+				case e.ValueFrom.ResourceFieldRef != nil:
+					require.Equal(t, "MEMORY_LIMIT", e.Name, "%s: only MEMORY_LIMIT comes from the container's resources", pod)
+					require.Equal(t, "limits.memory", e.ValueFrom.ResourceFieldRef.Resource, pod)
+					require.Equal(t, c.Name, e.ValueFrom.ResourceFieldRef.ContainerName, pod)
 				case e.ValueFrom.ConfigMapKeyRef != nil:
 					ref := e.ValueFrom.ConfigMapKeyRef
 					require.Contains(t, m.configMaps[ref.Name].Data, ref.Key, pod)
@@ -275,4 +282,21 @@ func TestKubernetesEnvironmentIsWhatConfigReads(t *testing.T) {
 	}
 	has("brokerswitch-worker", "RABBITMQ_CONNECTION_STRINGS", "DATABASE_URL")
 	has("brokerswitch-api", "RABBITMQ_CONNECTION_STRINGS", "DATABASE_URL", "OPERATOR_TOKEN", "PRODUCER_TOKEN")
+}
+
+// The worker's settings fit its memory limit: config refuses them at start otherwise, as
+// it refuses the defaults (10 GiB in flight) against 512Mi.
+func TestKubernetesWorkerFitsItsMemoryLimit(t *testing.T) {
+	m := loadManifests(t)
+	c := m.deployments["brokerswitch-worker"].Spec.Template.Spec.Containers[0]
+	limit, ok := c.Resources.Limits[corev1.ResourceMemory]
+	require.True(t, ok, "the worker has a memory limit")
+	vars := maps.Clone(m.configMaps["brokerswitch-config"].Data)
+	vars["MEMORY_LIMIT"] = strconv.FormatInt(limit.Value(), 10) // as the downward API gives it
+	require.True(t, slices.ContainsFunc(c.Env, func(e corev1.EnvVar) bool { return e.Name == "MEMORY_LIMIT" }))
+	cfg, err := config.FromEnv(func(k string) string { return vars[k] })
+	require.NoError(t, err)
+	worst, arithmetic := cfg.WorstCaseMemory()
+	require.LessOrEqual(t, worst, limit.Value(), arithmetic)
+	t.Log(arithmetic)
 }

@@ -412,6 +412,7 @@ func (e expectation) checkQueues(t *testing.T, pool *broker.Pool, brokers int, q
 	for _, r := range e.poison {
 		wantErrors[fmt.Sprintf("%d/%s/%s", r.Broker, broker.ErrorQueue(r.Queue), r.Delivery)] = true
 	}
+	seen := map[string]bool{}
 	ctx := context.Background()
 	for b := range brokers {
 		var names []string
@@ -430,12 +431,15 @@ func (e expectation) checkQueues(t *testing.T, pool *broker.Pool, brokers int, q
 				key := fmt.Sprintf("%d/%s/%s", b, broker.ErrorQueue(q), msg.MessageId)
 				reason, _ := msg.Headers[broker.HeaderErrorReason].(string)
 				switch {
+				case seen[key]:
+					v.diff("broker %d: %s holds poison %s more than once", b, broker.ErrorQueue(q), msg.MessageId)
 				case !wantErrors[key]:
 					v.diff("broker %d: %s holds message %s, which was not sent as poison", b, broker.ErrorQueue(q), msg.MessageId)
 				case reason == "":
 					v.diff("broker %d: %s holds poison %s without a reason", b, broker.ErrorQueue(q), msg.MessageId)
 				}
 				delete(wantErrors, key)
+				seen[key] = true
 			}
 		}
 	}

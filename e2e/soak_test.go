@@ -538,6 +538,23 @@ func soakRegressions() []soakRegression {
   15. cut the active broker 2, rotate to broker 0 and notify, publish 27 events, the operator cancels the pending switch, restore broker 2
   16. the operator forces a switch to broker 0, where the producer is
   17. wait until everything is drained, broker 0 active`,
+	}, {
+		seed: 13092512888517572527,
+		opts: scheduleOptions{reversedDoubleRotation: true},
+		bug: "a poison message copied to -error twice: the broker confirmed the copy, the connection was cut " +
+			"before the original's ack reached it, and the redelivered original was copied again; the copy and " +
+			"the ack now commit in one AMQP transaction",
+		schedule: `schedule of seed 13092512888517572527 (10 steps):
+   1. publish 75 events
+   2. let it run for 2.243s
+   3. publish 11 events with 5 poison
+   4. cut broker 2 (spare)
+   5. cut broker 0 (active)
+   6. restore broker 0
+   7. restore broker 2
+   8. wait until everything published is applied, broker 0 active
+   9. rotate to broker 2, publish 49 events there, then notify late
+  10. wait until everything is drained, broker 2 active`,
 	}}
 }
 

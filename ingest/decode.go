@@ -150,6 +150,9 @@ func decodeWithin(d amqp.Delivery, maxBody int) (Event, error) {
 			ErrMalformed, len(d.Body), maxBody)
 	}
 
+	if err := checkShape(d.Body); err != nil {
+		return ev, err
+	}
 	if trimmed := bytes.TrimLeft(d.Body, " \t\r\n"); len(trimmed) == 0 || trimmed[0] != '{' {
 		if !json.Valid(d.Body) {
 			return ev, fmt.Errorf("%w: body is not valid JSON: %w", ErrMalformed, syntaxError(d.Body))

@@ -1,8 +1,10 @@
 package ingest
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
+	"io"
 	"strings"
 	"testing"
 	"unicode"
@@ -114,4 +116,81 @@ func FuzzDecode(f *testing.F) {
 			}
 		}
 	})
+}
+
+// FuzzDecodeNesting wraps a fuzzed value in up to two million levels of arrays and
+// objects, in a fuzzed order, inside a fuzzed prefix and suffix, closed or not: the
+// decoder recursed once per level, and 6 MB of "[" overflowed the goroutine stack. Decode
+// must return, failing only with ErrMalformed, and what it accepts nests at most
+// MaxNesting deep, as the standard library's non-recursive tokenizer counts it.
+func FuzzDecodeNesting(f *testing.F) {
+	f.Add("issues", uint32(3_000_000), []byte{0}, []byte(``), []byte(`{"action":"opened","issue":`), []byte(`}`), true)
+	f.Add("issues", uint32(1_000_000), []byte{1}, []byte(`1`), []byte(`{"action":"opened","issue":`), []byte(`}`), true)
+	f.Add("pull_request", uint32(500_000), []byte{0, 1, 1}, []byte(`"x"`), []byte(`{"x":`), []byte(`}`), false)
+	f.Add("brand_new_event", uint32(MaxNesting-1), []byte{0, 1}, []byte(`null`), []byte(`{"x":`), []byte(`}`), true)
+	f.Add("installation", uint32(100_000), []byte{1}, []byte(`{}`), []byte(`{"installation":{"id":1},"repositories":[`), []byte(`]}`), true)
+	f.Add("push", uint32(MaxNesting), []byte{0}, []byte(``), []byte(`{"ref":"r","repository":{"id":1},"x":"[[[","y":`), []byte(`}`), true)
+
+	f.Fuzz(func(t *testing.T, event string, depth uint32, order, inner, prefix, suffix []byte, closed bool) {
+		depth %= 1 << 21
+		if len(order) == 0 {
+			order = []byte{0}
+		}
+		var b strings.Builder
+		b.Write(prefix)
+		for i := range depth {
+			if order[int(i)%len(order)]%2 == 0 {
+				b.WriteString("[")
+			} else {
+				b.WriteString(`{"k":`)
+			}
+		}
+		b.Write(inner)
+		if closed {
+			for i := int(depth) - 1; i >= 0; i-- {
+				if order[i%len(order)]%2 == 0 {
+					b.WriteString("]")
+				} else {
+					b.WriteString("}")
+				}
+			}
+		}
+		b.Write(suffix)
+		body := []byte(b.String())
+
+		_, err := Decode(amqp.Delivery{Headers: amqp.Table{HeaderEvent: event, HeaderDelivery: "d-1"}, Body: body})
+		if err != nil {
+			if !errors.Is(err, ErrMalformed) {
+				t.Fatalf("Decode failed without ErrMalformed: %v", err)
+			}
+			return
+		}
+		if got := tokenDepth(t, body); got > MaxNesting {
+			t.Fatalf("accepted a body nested %d deep, past MaxNesting", got)
+		}
+	})
+}
+
+// tokenDepth is the deepest nesting of a valid JSON document, counted by the standard
+// library's tokenizer, which keeps its own stack instead of recursing.
+func tokenDepth(t *testing.T, body []byte) int {
+	t.Helper()
+	dec := json.NewDecoder(bytes.NewReader(body))
+	depth, deepest := 0, 0
+	for {
+		tok, err := dec.Token()
+		if errors.Is(err, io.EOF) {
+			return deepest
+		}
+		if err != nil {
+			t.Fatalf("accepted a body the standard library cannot read: %v", err)
+		}
+		switch tok {
+		case json.Delim('['), json.Delim('{'):
+			depth++
+			deepest = max(deepest, depth)
+		case json.Delim(']'), json.Delim('}'):
+			depth--
+		}
+	}
 }

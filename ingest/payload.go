@@ -36,10 +36,10 @@ type payload struct {
 		Name string `json:"name"`
 	} `json:"pusher"`
 	// RepositorySelection is installation_repositories' top-level selection.
-	RepositorySelection string       `json:"repository_selection"`
-	Repositories        []repository `json:"repositories"`
-	RepositoriesAdded   []repository `json:"repositories_added"`
-	RepositoriesRemoved []repository `json:"repositories_removed"`
+	RepositorySelection string         `json:"repository_selection"`
+	Repositories        repositoryList `json:"repositories"`
+	RepositoriesAdded   repositoryList `json:"repositories_added"`
+	RepositoriesRemoved repositoryList `json:"repositories_removed"`
 }
 
 // account is a user or organization: a sender, an author, an owner.

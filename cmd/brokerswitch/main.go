@@ -11,6 +11,7 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"runtime/debug"
 	"syscall"
 	"time"
 
@@ -82,6 +83,10 @@ func run(ctx context.Context, args []string, getenv config.Getenv, stdout, stder
 		return err
 	}
 	logger := newLogger(cfg.LogLevel, stderr)
+	if limit := memoryLimit(cfg, getenv); limit > 0 {
+		debug.SetMemoryLimit(limit)
+		logger.Info("Go memory limit set from MEMORY_LIMIT", "bytes", limit)
+	}
 	switch args[0] {
 	case "migrate":
 		return migrate(ctx, cfg)
@@ -111,6 +116,17 @@ func run(ctx context.Context, args []string, getenv config.Getenv, stdout, stder
 		})
 	}
 	return fmt.Errorf("unknown command %q", args[0]) // unreachable: the commands are checked above
+}
+
+// memoryLimit is the Go runtime's soft memory limit for MEMORY_LIMIT: 90% of it, so the
+// collector works harder before the container is killed, leaving room for what the
+// runtime does not count (stacks of threads, the binary). 0 when MEMORY_LIMIT is not set,
+// or when GOMEMLIMIT is: the runtime has read that already.
+func memoryLimit(cfg config.Config, getenv config.Getenv) int64 {
+	if cfg.MemoryLimit == 0 || getenv("GOMEMLIMIT") != "" {
+		return 0
+	}
+	return cfg.MemoryLimit / 10 * 9
 }
 
 func newLogger(level string, w io.Writer) *slog.Logger {

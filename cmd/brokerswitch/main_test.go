@@ -7,6 +7,8 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/brokerswitch/brokerswitch/config"
 )
 
 // noEnv is an empty environment: none of these commands may get as far as reading it.
@@ -50,4 +52,18 @@ func TestVersionPrintsVersionCommitAndGo(t *testing.T) {
 	require.Equal(t, "brokerswitch dev", lines[0])
 	require.Equal(t, "commit: unknown", lines[1])
 	require.Equal(t, "go: "+runtime.Version(), lines[2])
+}
+
+// The Go runtime's soft limit is 90% of MEMORY_LIMIT, unless GOMEMLIMIT said otherwise.
+func TestMemoryLimitSetsTheGoRuntimesLimit(t *testing.T) {
+	vars := map[string]string{"MEMORY_LIMIT": "512Mi", "PREFETCH": "20", "MAX_MESSAGE_BYTES": "4194304", "MAX_BATCH_BYTES": "4194304"}
+	getenv := func(k string) string { return vars[k] }
+	cfg, err := config.FromEnv(getenv)
+	require.NoError(t, err)
+	require.Equal(t, int64(512<<20)/10*9, memoryLimit(cfg, getenv))
+	vars["GOMEMLIMIT"] = "300MiB"
+	require.Zero(t, memoryLimit(cfg, getenv))
+	cfg.MemoryLimit = 0
+	delete(vars, "GOMEMLIMIT")
+	require.Zero(t, memoryLimit(cfg, getenv))
 }

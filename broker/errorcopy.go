@@ -1,0 +1,184 @@
+package broker
+
+import (
+	"fmt"
+	"maps"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+)
+
+// HeaderErrorCut is added to a copy in {q}-error that had to be cut to fit the
+// connection's frame_max: it says what was left out.
+const HeaderErrorCut = "x-error-cut"
+
+// Limits of a copy cut to fit frame_max.
+const (
+	// maxCutReason is the longest reason a cut copy keeps, in bytes.
+	maxCutReason = 512
+	// maxKeptHeader is the largest encoded producer header a copy keeps once its other
+	// headers did not fit.
+	maxKeptHeader = 300
+)
+
+// errorHeaders are what a copy to {q}-error adds to the message.
+type errorHeaders struct {
+	reason      string
+	at          time.Time
+	queue       string
+	retryCycles int
+}
+
+// errorCopy builds the copy of d for {q}-error. AMQP carries all of a message's properties
+// and headers in one header frame, which must fit frame_max (128 KiB on RabbitMQ unless
+// set otherwise): a producer's message whose headers nearly filled it does not fit once
+// the copy adds its own, and RabbitMQ answers a frame too large by closing the connection,
+// after which the same message came back at the head of its queue, for good.
+//
+// So the copy is cut, in steps, until its header frame fits: first the reason is cut to
+// maxCutReason bytes; then only the x-github-* and x-death headers of at most
+// maxKeptHeader bytes each are kept; then only the message id of the string properties.
+// The body is never cut (the library splits it into frames), so the operator can still
+// move the message back. cut says what was left out, "" when nothing was; the copy then
+// carries it in HeaderErrorCut. frameMax <= 0 means no limit.
+func errorCopy(d amqp.Delivery, e errorHeaders, frameMax int) (msg amqp.Publishing, cut string) {
+	headers := maps.Clone(d.Headers)
+	if headers == nil {
+		headers = amqp.Table{}
+	}
+	headers[HeaderErrorReason] = e.reason
+	headers[HeaderErrorAt] = e.at.UTC().Format(time.RFC3339)
+	headers[HeaderErrorQueue] = e.queue
+	headers[HeaderRetryCycles] = int64(e.retryCycles)
+	msg = amqp.Publishing{
+		Headers:         headers,
+		ContentType:     d.ContentType,
+		ContentEncoding: d.ContentEncoding,
+		DeliveryMode:    amqp.Persistent,
+		CorrelationId:   d.CorrelationId,
+		MessageId:       d.MessageId,
+		Timestamp:       d.Timestamp,
+		Type:            d.Type,
+		AppId:           d.AppId,
+		Body:            d.Body,
+	}
+	fits := func() bool { return frameMax <= 0 || headerFrameSize(msg) <= frameMax }
+	if fits() {
+		return msg, ""
+	}
+	var left []string
+	if len(e.reason) > maxCutReason {
+		headers[HeaderErrorReason] = truncate(e.reason, maxCutReason)
+		left = append(left, fmt.Sprintf("the reason past %d bytes", maxCutReason))
+	}
+	if !fits() {
+		dropped := 0
+		for k, v := range headers {
+			ours := k == HeaderErrorReason || k == HeaderErrorAt || k == HeaderErrorQueue || k == HeaderRetryCycles
+			kept := (strings.HasPrefix(k, "x-github-") || k == "x-death") && fieldSize(k, v) <= maxKeptHeader
+			if !ours && !kept {
+				delete(headers, k)
+				dropped++
+			}
+		}
+		left = append(left, fmt.Sprintf("%d producer headers", dropped))
+	}
+	if !fits() {
+		msg.ContentType, msg.ContentEncoding, msg.CorrelationId, msg.Type, msg.AppId = "", "", "", "", ""
+		left = append(left, "the string properties but the message id")
+	}
+	cut = fmt.Sprintf("cut to fit frame_max %d: left out %s", frameMax, strings.Join(left, ", "))
+	headers[HeaderErrorCut] = cut
+	return msg, cut
+}
+
+// truncate cuts s to at most n bytes, at a rune boundary.
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return s[:n]
+}
+
+// headerFrameSize is the size of the header frame amqp091-go writes for msg: the frame's
+// own 8 bytes, class, weight, body size and property flags (14), then each property set.
+func headerFrameSize(msg amqp.Publishing) int {
+	size := 8 + 14
+	for _, s := range []string{msg.ContentType, msg.ContentEncoding, msg.CorrelationId, msg.ReplyTo,
+		msg.Expiration, msg.MessageId, msg.Type, msg.UserId, msg.AppId} {
+		if s != "" {
+			size += 1 + len(s)
+		}
+	}
+	if msg.DeliveryMode != 0 {
+		size++
+	}
+	if msg.Priority != 0 {
+		size++
+	}
+	if !msg.Timestamp.IsZero() {
+		size += 8
+	}
+	if len(msg.Headers) > 0 {
+		size += tableSize(msg.Headers)
+	}
+	return size
+}
+
+// tableSize is the encoded size of an AMQP field table: its length, then each key as a
+// short string and each value with its type byte.
+func tableSize(t amqp.Table) int {
+	size := 4
+	for k, v := range t {
+		size += fieldSize(k, v)
+	}
+	return size
+}
+
+func fieldSize(key string, v any) int {
+	return 1 + len(key) + valueSize(v)
+}
+
+// valueSize follows amqp091-go's writeField.
+func valueSize(v any) int {
+	switch v := v.(type) {
+	case nil:
+		return 1
+	case bool, int8, uint8:
+		return 2
+	case int16, uint16:
+		return 3
+	case int32, uint32, float32:
+		return 5
+	case int, int64, uint64, float64, time.Time:
+		return 9
+	case amqp.Decimal:
+		return 6
+	case string:
+		return 5 + len(v)
+	case []byte:
+		return 5 + len(v)
+	case amqp.Table:
+		return 1 + tableSize(v)
+	case []any:
+		size := 5
+		for _, e := range v {
+			size += valueSize(e)
+		}
+		return size
+	case []amqp.Table:
+		size := 5
+		for _, e := range v {
+			size += 1 + tableSize(e)
+		}
+		return size
+	default:
+		// A type the library cannot write fails the publish anyway; count it as large.
+		return 1 << 20
+	}
+}

@@ -1,0 +1,87 @@
+package config
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+)
+
+// Terms of the worst-case memory of a worker process (WorstCaseMemory).
+const (
+	// DecodeFactor bounds what decoding a batch part allocates, per byte of its bodies:
+	// ingest's TestDecodingMemoryIsBoundedByTheBody holds every body shape to 4.
+	DecodeFactor = 4
+	// ProcessAllowance is the rest of the process: the Go runtime, the Temporal SDK's
+	// workers and caches, the Postgres and AMQP connections and their buffers.
+	ProcessAllowance = 64 << 20
+)
+
+// WorstCaseMemory is the most memory the consumers can hold at once, with the arithmetic
+// that gives it. Prefetch counts messages, not bytes (RabbitMQ does not implement a
+// prefetch in bytes), and the client library holds every prefetched delivery whole, so
+// each queue's consumer (or its Leftover Drain, which runs before it, never beside it)
+// holds up to PREFETCH bodies of up to MAX_MESSAGE_BYTES; the part of a batch being
+// decoded adds DecodeFactor times its bodies, which MAX_BATCH_BYTES bounds unless one
+// message is larger. It assumes the broker refuses bodies larger than MAX_MESSAGE_BYTES
+// (RabbitMQ's max_message_size): a larger one is still delivered whole before it is
+// refused unread.
+func (c Config) WorstCaseMemory() (int64, string) {
+	q, p, m := int64(len(c.Queues)), int64(c.Prefetch), int64(c.MaxMessageBytes)
+	part := max(int64(c.MaxBatchBytes), m)
+	total := q*p*m + q*DecodeFactor*part + ProcessAllowance
+	return total, fmt.Sprintf("QUEUES (%d) × PREFETCH (%d) × MAX_MESSAGE_BYTES (%s) in flight"+
+		" + QUEUES (%d) × %d × max(MAX_BATCH_BYTES, MAX_MESSAGE_BYTES) (%s) being decoded"+
+		" + %s for the rest of the process = %s",
+		q, p, FormatBytes(m), q, DecodeFactor, FormatBytes(part), FormatBytes(ProcessAllowance), FormatBytes(total))
+}
+
+// checkMemory refuses settings whose worst case exceeds MEMORY_LIMIT, when it is set.
+func (r *reader) checkMemory(c Config) {
+	if c.MemoryLimit == 0 {
+		return
+	}
+	worst, arithmetic := c.WorstCaseMemory()
+	if worst > c.MemoryLimit {
+		r.fail("MEMORY_LIMIT", fmt.Sprintf("is %s, but the consumers may hold %s: %s; lower PREFETCH, MAX_MESSAGE_BYTES or MAX_BATCH_BYTES, or raise the limit",
+			FormatBytes(c.MemoryLimit), FormatBytes(worst), arithmetic))
+	}
+}
+
+// byteUnits are the suffixes a size may carry, as Kubernetes writes quantities.
+var byteUnits = []struct {
+	suffix string
+	factor int64
+}{{"Ki", 1 << 10}, {"Mi", 1 << 20}, {"Gi", 1 << 30}, {"Ti", 1 << 40}}
+
+// bytes reads a size in bytes, plain or with a Ki, Mi, Gi or Ti suffix; empty reads as 0.
+func (r *reader) bytes(name string) int64 {
+	v := r.str(name, "")
+	if v == "" {
+		return 0
+	}
+	factor := int64(1)
+	digits := v
+	for _, u := range byteUnits {
+		if strings.HasSuffix(v, u.suffix) {
+			factor, digits = u.factor, strings.TrimSuffix(v, u.suffix)
+			break
+		}
+	}
+	n, err := strconv.ParseInt(digits, 10, 64)
+	if err != nil || n <= 0 || n > (1<<62)/factor {
+		r.fail(name, fmt.Sprintf("%q is not a positive size in bytes, such as 536870912 or 512Mi", v))
+		return 0
+	}
+	return n * factor
+}
+
+// FormatBytes writes n in the largest binary unit it reaches, to one decimal.
+func FormatBytes(n int64) string {
+	for i := len(byteUnits) - 1; i >= 0; i-- {
+		if u := byteUnits[i]; n >= u.factor {
+			v := strconv.FormatFloat(float64(n)/float64(u.factor), 'f', 1, 64)
+			return strings.TrimSuffix(v, ".0") + " " + u.suffix + "B"
+		}
+	}
+	return strconv.FormatInt(n, 10) + " B"
+}
