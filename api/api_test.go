@@ -131,6 +131,14 @@ func TestBadInput(t *testing.T) {
 		{"two objects", `{"host":"a"} {"host":"b"}`, 400, "exactly one JSON object", false},
 		{"trailing garbage", `{"host": "rabbit-a.example.com", "switchedAt": "2026-02-01T00:00:00Z"} x`, 400, "exactly one JSON object", false},
 		{"unknown field", `{"host": "rabbit-a.example.com", "switchedAt": "2026-02-01T00:00:00Z", "index": 0}`, 400, `unknown field "index"`, false},
+		// openapi.yaml promises exact names and no additional properties; encoding/json
+		// alone matches names regardless of case and keeps the last of duplicate keys.
+		{"name in capitals", `{"HOST": "rabbit-a.example.com", "vhost": "vh-a", "switchedAt": "2026-02-01T00:00:00Z"}`, 400, `unknown field "HOST": names are case-sensitive`, false},
+		{"name in other case", `{"host": "rabbit-a.example.com", "vhost": "vh-a", "switchedat": "2026-02-01T00:00:00Z"}`, 400, `unknown field "switchedat"`, false},
+		{"duplicate host", `{"host": "rabbit-c.example.com", "host": "rabbit-a.example.com", "vhost": "vh-a", "switchedAt": "2026-02-01T00:00:00Z"}`, 400, `the field "host" twice`, false},
+		{"duplicate in other case", `{"host": "rabbit-a.example.com", "Host": "rabbit-a.example.com", "vhost": "vh-a", "switchedAt": "2026-02-01T00:00:00Z"}`, 400, `unknown field "Host"`, false},
+		{"duplicate switchedAt", `{"host": "rabbit-a.example.com", "vhost": "vh-a", "switchedAt": "2026-02-01T00:00:00Z", "switchedAt": "2026-02-02T00:00:00Z"}`, 400, `the field "switchedAt" twice`, false},
+		{"duplicate null vhost", `{"host": "rabbit-a.example.com", "vhost": null, "vhost": "vh-a", "switchedAt": "2026-02-01T00:00:00Z"}`, 400, `the field "vhost" twice`, false},
 		{"missing host", `{"vhost": "vh-a", "switchedAt": "2026-02-01T00:00:00Z"}`, 400, "host is required", false},
 		{"empty host", `{"host": "", "switchedAt": "2026-02-01T00:00:00Z"}`, 400, "host is required", false},
 		{"host not a string", `{"host": 5, "switchedAt": "2026-02-01T00:00:00Z"}`, 400, "field host must be a string", false},
