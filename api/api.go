@@ -67,6 +67,8 @@ type Deps struct {
 	CommitWait time.Duration
 	// Metrics is served on GET /metrics; nil serves an empty page.
 	Metrics *metrics.Metrics
+	// ReadyMaxAge is how long a /readyz answer is reused; 0 means metrics.DefaultReadyMaxAge.
+	ReadyMaxAge time.Duration
 }
 
 // withDefaults fills the optional fields.
@@ -80,15 +82,19 @@ func (d Deps) withDefaults() Deps {
 	if d.CommitWait <= 0 {
 		d.CommitWait = DefaultCommitWait
 	}
+	if d.ReadyMaxAge <= 0 {
+		d.ReadyMaxAge = metrics.DefaultReadyMaxAge
+	}
 	return d
 }
 
-// server holds the handlers; it is stateless between requests.
+// server holds the handlers; between requests it keeps only the last readiness answer.
 type server struct {
 	deps  Deps
 	auth  authenticator
 	log   *slog.Logger
 	scrub *strings.Replacer
+	ready *metrics.Readiness
 }
 
 // Router builds the HTTP handler. Deps.Temporal, Deps.Store and Deps.Ping must be set;
@@ -100,6 +106,7 @@ func Router(deps Deps) *gin.Engine {
 		auth:  newAuthenticator(deps.Config),
 		log:   deps.Logger,
 		scrub: newScrubber(deps.Config.Brokers),
+		ready: newReadiness(deps),
 	}
 
 	// Debug mode prints every route and a warning to stdout; release mode keeps the log ours.

@@ -5,7 +5,10 @@ import (
 	"io"
 	"maps"
 	"net/http"
+	"net/http/httptest"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -453,4 +456,60 @@ func requireProducerAnswer(t *testing.T, m map[string]any) {
 	for k := range m {
 		require.Contains(t, []string{"outcome", "ignored", "target"}, k, "the producer's answer carries %s", k)
 	}
+}
+
+// countingTemporal counts the health calls that reach the real Temporal client.
+type countingTemporal struct {
+	TemporalClient
+	health *atomic.Int64
+}
+
+func (c countingTemporal) CheckHealth(ctx context.Context, req *client.CheckHealthRequest) (*client.CheckHealthResponse, error) {
+	c.health.Add(1)
+	return c.TemporalClient.CheckHealth(ctx, req)
+}
+
+// /readyz needs no token, and in `serve` its ping shares the pool with ingestion: a burst
+// of probes costs one round of checks per ReadyMaxAge, not one each (issue 21, point 3).
+func TestReadyzIsCached(t *testing.T) {
+	e := newEnv(t)
+	sqlDB, err := e.db.DB()
+	require.NoError(t, err)
+	var pings, health atomic.Int64
+	var clock atomic.Int64
+	clock.Store(time.Now().UnixNano())
+	deps := e.deps
+	deps.Ping = func(ctx context.Context) error { pings.Add(1); return sqlDB.PingContext(ctx) }
+	deps.Temporal = countingTemporal{TemporalClient: e.client, health: &health}
+	deps.Now = func() time.Time { return time.Unix(0, clock.Load()) }
+	deps.ReadyMaxAge = 5 * time.Second
+	router := Router(deps)
+
+	const probes = 100
+	burst := func() []int {
+		statuses := make([]int, probes)
+		var wg sync.WaitGroup
+		for i := range probes {
+			wg.Go(func() {
+				rec := httptest.NewRecorder()
+				router.ServeHTTP(rec, httptest.NewRequestWithContext(t.Context(), http.MethodGet, "/readyz", nil))
+				statuses[i] = rec.Code
+			})
+		}
+		wg.Wait()
+		return statuses
+	}
+	for _, status := range burst() {
+		require.Equal(t, http.StatusOK, status)
+	}
+	require.EqualValues(t, 1, pings.Load(), "database pings for %d probes within ReadyMaxAge", probes)
+	require.EqualValues(t, 1, health.Load(), "Temporal health calls for %d probes within ReadyMaxAge", probes)
+
+	clock.Add(int64(4 * time.Second))
+	burst()
+	require.EqualValues(t, 1, pings.Load(), "an answer younger than ReadyMaxAge is reused")
+	clock.Add(int64(2 * time.Second))
+	burst()
+	require.EqualValues(t, 2, pings.Load(), "an answer older than ReadyMaxAge is checked again, once")
+	require.EqualValues(t, 2, health.Load())
 }

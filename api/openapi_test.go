@@ -27,6 +27,7 @@ import (
 	yaml "go.yaml.in/yaml/v3"
 
 	"github.com/brokerswitch/brokerswitch/config"
+	"github.com/brokerswitch/brokerswitch/metrics"
 	"github.com/brokerswitch/brokerswitch/models"
 )
 
@@ -112,7 +113,7 @@ func TestOpenAPISchemasMatchAnswers(t *testing.T) {
 		"BrokerStatus":        brokerStatus{stateView: state},
 		"Broker":              brokerView{LeftoverOrder: 1, AheadOfActive: true},
 		"Workflow":            workflowView{RunID: "r", StartTime: &now, Waiting: "w", Checks: &checks, Error: "e"},
-		"Readiness":           readinessAnswer{},
+		"Readiness":           metrics.ReadinessAnswer{},
 		"PendingSwitch":       state.PendingSwitch,
 		"Hop":                 models.Hop{},
 		"LastSwitch":          state.LastSwitch,

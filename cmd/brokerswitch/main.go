@@ -12,7 +12,6 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
-	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"go.temporal.io/sdk/client"
@@ -190,16 +189,12 @@ func withServices(ctx context.Context, cfg config.Config, logger *slog.Logger, f
 	return err
 }
 
-// readinessMaxAge is how long the worker's /readyz answer is reused: probes from the
-// kubelet and Compose cost one round of checks per period, not one each.
-const readinessMaxAge = 5 * time.Second
-
 // readiness is the worker's /readyz: it can do its work, being connected to Postgres, to
 // Temporal and to the broker that is active now.
 func (s services) readiness(cfg config.Config, logger *slog.Logger) *metrics.Readiness {
 	store := worker.NewBrokerStore(s.db, cfg.Brokers)
 	return &metrics.Readiness{
-		MaxAge: readinessMaxAge,
+		MaxAge: metrics.DefaultReadyMaxAge,
 		Logger: logger,
 		Checks: []metrics.Check{
 			{Name: "postgres", Run: s.sqlDB.PingContext},
