@@ -65,8 +65,6 @@ type Deps struct {
 	Now func() time.Time
 	// CommitWait bounds the wait for a forced switch or a cancel to commit; 0 means DefaultCommitWait.
 	CommitWait time.Duration
-	// Metrics is served on GET /metrics; nil serves an empty page.
-	Metrics *metrics.Metrics
 	// ReadyMaxAge is how long a /readyz answer is reused; 0 means metrics.DefaultReadyMaxAge.
 	ReadyMaxAge time.Duration
 }
@@ -125,9 +123,8 @@ func Router(deps Deps) *gin.Engine {
 
 	r.GET("/healthz", s.healthz)
 	r.GET("/readyz", s.readyz)
-	// Like the probes, /metrics needs no token: it carries counts, queue names and broker
-	// indexes, never a host, a credential or a delivery id.
-	r.GET("/metrics", gin.WrapH(deps.Metrics.Handler()))
+	// /metrics is not served here but on METRICS_ADDR (metrics.Serve): the producer-facing
+	// port serves only the API, and slow scrapes do not queue behind its requests.
 
 	v1 := r.Group("/api/v1/broker")
 	v1.GET("", s.require(roleOperator), s.getBroker)

@@ -513,3 +513,12 @@ func TestReadyzIsCached(t *testing.T) {
 	require.EqualValues(t, 2, pings.Load(), "an answer older than ReadyMaxAge is checked again, once")
 	require.EqualValues(t, 2, health.Load())
 }
+
+// The producer-facing port serves only the API: /metrics, with the version, namespace,
+// task queue and pool statistics, is served on METRICS_ADDR (issue 21, point 6).
+func TestMetricsAreNotOnTheAPIPort(t *testing.T) {
+	e := newEnv(t)
+	for _, auth := range []string{"", bearer(operatorToken)} {
+		e.do(http.MethodGet, "/metrics", auth, nil).requireError(t, http.StatusNotFound, "no such endpoint")
+	}
+}

@@ -95,8 +95,8 @@ type Config struct {
 	InsecureNoAuth bool
 	// LogLevel from LOG_LEVEL (default info): debug, info, warn or error.
 	LogLevel string
-	// MetricsAddr from METRICS_ADDR (default :9090): where `worker` serves /metrics; `api`
-	// and `serve` serve it on HTTP_ADDR instead.
+	// MetricsAddr from METRICS_ADDR (default :9090): where `worker`, `api` and `serve`
+	// serve /metrics and /healthz (and the worker's /readyz), apart from HTTP_ADDR.
 	MetricsAddr string
 	// HealthchecksPingURL from HEALTHCHECKS_PING_URL (default empty: no pings): a
 	// healthchecks.io-style check pinged at the start, success and failure of every

@@ -147,6 +147,20 @@ func TestWorkerMetricsArePublishedOnLoopback(t *testing.T) {
 	require.Equal(t, ":9090", *p.Services["worker"].Environment["METRICS_ADDR"])
 }
 
+// The API's /metrics is on METRICS_ADDR, published on loopback apart from the API's port
+// (issue 21, point 6).
+func TestAPIMetricsArePublishedApartFromTheAPI(t *testing.T) {
+	p := loadProject(t)
+	api := p.Services["api"]
+	targets := map[uint32]string{}
+	for _, port := range api.Ports {
+		require.Equal(t, "127.0.0.1", port.HostIP)
+		targets[port.Target] = port.Published
+	}
+	require.Equal(t, map[uint32]string{8080: "8080", 9090: "9100"}, targets)
+	require.Equal(t, ":9090", *api.Environment["METRICS_ADDR"])
+}
+
 func publishedPorts(s types.ServiceConfig) []string {
 	var out []string
 	for _, p := range s.Ports {

@@ -150,6 +150,7 @@ func TestKubernetesBaseHasEveryPart(t *testing.T) {
 	svc := m.services["brokerswitch-api"]
 	require.NotNil(t, svc)
 	require.Equal(t, api.Spec.Template.Labels, withOnly(api.Spec.Template.Labels, svc.Spec.Selector), "the Service selects the api pods")
+	require.Len(t, svc.Spec.Ports, 1, "the Service exposes the API only, not its metrics")
 	require.Equal(t, "http", svc.Spec.Ports[0].TargetPort.String())
 
 	// One disruption budget per Deployment, selecting exactly its pods.
@@ -181,28 +182,40 @@ func withOnly(labels, sel map[string]string) map[string]string {
 }
 
 // The probes and scrape annotations point at what the binary serves on the ports config
-// sets: the worker's /readyz and /metrics on METRICS_ADDR, the api's on HTTP_ADDR.
+// sets: every process's /metrics on METRICS_ADDR, the worker's /readyz there too, the
+// api's /readyz on HTTP_ADDR, which serves only the API (issue 21, point 6).
 func TestKubernetesProbesAndScrapingMatchTheBinary(t *testing.T) {
 	m := loadManifests(t)
 	cm := m.configMaps["brokerswitch-config"].Data
-	for name, addrKey := range map[string]string{"brokerswitch-worker": "METRICS_ADDR", "brokerswitch-api": "HTTP_ADDR"} {
+	portOf := func(key string) string { return strings.TrimPrefix(cm[key], ":") }
+	for name, want := range map[string]struct{ ports, probe string }{
+		"brokerswitch-worker": {ports: "metrics=METRICS_ADDR", probe: "metrics"},
+		"brokerswitch-api":    {ports: "http=HTTP_ADDR metrics=METRICS_ADDR", probe: "http"},
+	} {
 		d := m.deployments[name]
 		c := d.Spec.Template.Spec.Containers[0]
-		port := strings.TrimPrefix(cm[addrKey], ":")
-		require.Len(t, c.Ports, 1, name)
-		require.Equal(t, port, strconv.Itoa(int(c.Ports[0].ContainerPort)), "%s listens on %s", name, addrKey)
+		var ports []string
+		for _, p := range c.Ports {
+			for key := range strings.FieldsSeq(want.ports) {
+				if n, k, _ := strings.Cut(key, "="); n == p.Name && portOf(k) == strconv.Itoa(int(p.ContainerPort)) {
+					ports = append(ports, key)
+				}
+			}
+		}
+		require.Equal(t, want.ports, strings.Join(ports, " "), "%s listens on the ports config sets", name)
 
 		require.NotNil(t, c.ReadinessProbe, name)
 		require.Equal(t, "/readyz", c.ReadinessProbe.HTTPGet.Path, name)
-		require.Equal(t, c.Ports[0].Name, c.ReadinessProbe.HTTPGet.Port.String(), name)
+		require.Equal(t, want.probe, c.ReadinessProbe.HTTPGet.Port.String(), name)
 		require.NotNil(t, c.LivenessProbe, name)
 		require.Equal(t, "/healthz", c.LivenessProbe.HTTPGet.Path, name)
+		require.Equal(t, want.probe, c.LivenessProbe.HTTPGet.Port.String(), name)
 		// A probe waits longer than one readiness round (3 s).
 		require.Greater(t, c.ReadinessProbe.TimeoutSeconds, int32(3), name)
 
 		ann := d.Spec.Template.Annotations
 		require.Equal(t, "true", ann["prometheus.io/scrape"], name)
-		require.Equal(t, port, ann["prometheus.io/port"], name)
+		require.Equal(t, portOf("METRICS_ADDR"), ann["prometheus.io/port"], name)
 		require.Equal(t, "/metrics", ann["prometheus.io/path"], name)
 
 		sc := c.SecurityContext

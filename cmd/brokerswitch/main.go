@@ -35,9 +35,12 @@ const usage = `usage: brokerswitch <command>
 
 commands:
   migrate   apply the versioned schema to DATABASE_URL
-  worker    run the Temporal worker (metrics on METRICS_ADDR); it also starts the window and BrokerSwitch workflows
+  worker    run the Temporal worker; it also starts the window and BrokerSwitch workflows
   api       run the HTTP API on HTTP_ADDR
   serve     run worker and api in one process
+
+Every command that runs serves /metrics and /healthz on METRICS_ADDR; the worker and
+serve add the worker's /readyz there.
   simulate  publish like the producer and rotate brokers, to rehearse a switch (simulate -h)
   version   print the version, commit and Go version of this build
   help      print this text
@@ -96,7 +99,11 @@ func run(ctx context.Context, args []string, getenv config.Getenv, stdout, stder
 			return err
 		}
 		return withServices(ctx, cfg, logger, func(ctx context.Context, s services) error {
-			return api.Serve(ctx, s.apiDeps(cfg, logger))
+			g, ctx := errgroup.WithContext(ctx)
+			g.Go(func() error { return api.Serve(ctx, s.apiDeps(cfg, logger)) })
+			// The API's probes stay on HTTP_ADDR, where they test the port that serves it.
+			g.Go(func() error { return s.metrics.Serve(ctx, cfg.MetricsAddr, logger, nil) })
+			return g.Wait()
 		})
 	case "serve":
 		if err := cfg.ValidateAPIAuth(); err != nil {
@@ -106,6 +113,7 @@ func run(ctx context.Context, args []string, getenv config.Getenv, stdout, stder
 			g, ctx := errgroup.WithContext(ctx)
 			g.Go(func() error { return worker.Run(ctx, s.workerDeps(cfg, logger)) })
 			g.Go(func() error { return api.Serve(ctx, s.apiDeps(cfg, logger)) })
+			g.Go(func() error { return s.metrics.Serve(ctx, cfg.MetricsAddr, logger, s.readiness(cfg, logger)) })
 			return g.Wait()
 		})
 	}
@@ -229,6 +237,5 @@ func (s services) apiDeps(cfg config.Config, logger *slog.Logger) api.Deps {
 		Store:    worker.NewBrokerStore(s.db, cfg.Brokers),
 		Ping:     s.sqlDB.PingContext,
 		Logger:   logger,
-		Metrics:  s.metrics,
 	}
 }
