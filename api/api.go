@@ -93,6 +93,8 @@ type server struct {
 	log   *slog.Logger
 	scrub *strings.Replacer
 	ready *metrics.Readiness
+	// notifyLimit bounds notifications per token; nil when NOTIFICATION_RATE is 0.
+	notifyLimit *notificationLimiter
 }
 
 // Router builds the HTTP handler. Deps.Temporal, Deps.Store and Deps.Ping must be set;
@@ -100,11 +102,12 @@ type server struct {
 func Router(deps Deps) *gin.Engine {
 	deps = deps.withDefaults()
 	s := &server{
-		deps:  deps,
-		auth:  newAuthenticator(deps.Config),
-		log:   deps.Logger,
-		scrub: newScrubber(deps.Config.Brokers),
-		ready: newReadiness(deps),
+		deps:        deps,
+		auth:        newAuthenticator(deps.Config),
+		log:         deps.Logger,
+		scrub:       newScrubber(deps.Config.Brokers),
+		ready:       newReadiness(deps),
+		notifyLimit: newNotificationLimiter(deps.Config.NotificationRate, deps.Config.NotificationBurst, deps.Now),
 	}
 
 	// Debug mode prints every route and a warning to stdout; release mode keeps the log ours.
@@ -128,7 +131,7 @@ func Router(deps Deps) *gin.Engine {
 
 	v1 := r.Group("/api/v1/broker")
 	v1.GET("", s.require(roleOperator), s.getBroker)
-	v1.POST("/pending-switch", s.require(roleProducer), s.limitBody, s.postPendingSwitch)
+	v1.POST("/pending-switch", s.require(roleProducer), s.limitNotifications, s.limitBody, s.postPendingSwitch)
 	v1.DELETE("/pending-switch", s.require(roleOperator), s.deletePendingSwitch)
 	v1.POST("/switch/:index", s.require(roleOperator), s.postSwitch)
 	return r

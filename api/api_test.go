@@ -522,3 +522,33 @@ func TestMetricsAreNotOnTheAPIPort(t *testing.T) {
 		e.do(http.MethodGet, "/metrics", auth, nil).requireError(t, http.StatusNotFound, "no such endpoint")
 	}
 }
+
+// A flood of notifications is refused past the burst with 429 and Retry-After, per token,
+// before it costs a transaction or a signal (issue 21, point 4).
+func TestNotificationsAreRateLimitedPerToken(t *testing.T) {
+	var clock atomic.Int64
+	clock.Store(time.Now().UnixNano())
+	e := newEnv(t, func(c *config.Config) { c.NotificationRate, c.NotificationBurst = 0.5, 3 })
+	e.deps.Now = func() time.Time { return time.Unix(0, clock.Load()) }
+	e.router = Router(e.deps)
+	before := e.settings()
+	post := func(token string) response {
+		return e.do(http.MethodPost, "/api/v1/broker/pending-switch", bearer(token), jsonBody(unknownPair))
+	}
+	for range 3 {
+		post(producerToken).requireError(t, http.StatusNotFound, "no configured broker")
+	}
+	res := post(producerToken)
+	res.requireError(t, http.StatusTooManyRequests, "too many notifications")
+	require.Equal(t, "2", res.Header.Get("Retry-After"), "one notification every 2 s")
+	// Refusals do not push the producer further back.
+	post(producerToken).requireError(t, http.StatusTooManyRequests, "send it again after 2 s")
+	// Another token has a bucket of its own.
+	post(operatorToken).requireError(t, http.StatusNotFound, "no configured broker")
+
+	clock.Add(int64(2 * time.Second))
+	post(producerToken).requireError(t, http.StatusNotFound, "no configured broker")
+	post(producerToken).requireError(t, http.StatusTooManyRequests, "too many notifications")
+	require.Equal(t, before, e.settings())
+	e.requireNoWorkflow()
+}

@@ -165,7 +165,7 @@ func sortedKeys(m map[string]any) []string {
 func TestOpenAPIDeclaresStatuses(t *testing.T) {
 	doc := loadOpenAPI(t)
 	want := map[string][]string{
-		"post /api/v1/broker/pending-switch":   {"200", "202", "400", "401", "404", "413", "422", "502", "503"},
+		"post /api/v1/broker/pending-switch":   {"200", "202", "400", "401", "404", "413", "422", "429", "502", "503"},
 		"delete /api/v1/broker/pending-switch": {"200", "202", "401", "403", "409", "502", "504"},
 		"post /api/v1/broker/switch/{index}":   {"200", "400", "401", "403", "404", "409", "502", "503", "504"},
 		"get /api/v1/broker":                   {"200", "401", "403", "503"},

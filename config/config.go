@@ -5,6 +5,7 @@ package config
 import (
 	"errors"
 	"fmt"
+	"math"
 	"net/url"
 	"strconv"
 	"strings"
@@ -81,6 +82,13 @@ type Config struct {
 	// notification is refused, so that a producer's clock gone wrong cannot hide the real
 	// notifications that follow.
 	NotificationMaxClockSkew time.Duration
+	// NotificationRate from NOTIFICATION_RATE (default 1): the notifications a second one
+	// token may post beyond NotificationBurst; more are answered 429 with Retry-After.
+	// 0 in a Config built in code means no limit.
+	NotificationRate float64
+	// NotificationBurst from NOTIFICATION_BURST (default 10): the notifications one token
+	// may post at once before NotificationRate applies.
+	NotificationBurst int
 	// LeftoverDrainCap from LEFTOVER_DRAIN_CAP (default 500): messages one Leftover Drain takes
 	// per queue and window at most.
 	LeftoverDrainCap int
@@ -135,6 +143,8 @@ func FromEnv(getenv Getenv) (Config, error) {
 		MetricsAddr:              r.str("METRICS_ADDR", ":9090"),
 		HealthchecksPingURL:      r.str("HEALTHCHECKS_PING_URL", ""),
 		NotificationMaxClockSkew: r.duration("NOTIFICATION_MAX_CLOCK_SKEW", "5m"),
+		NotificationRate:         r.positiveFloat("NOTIFICATION_RATE", "1"),
+		NotificationBurst:        r.positiveInt("NOTIFICATION_BURST", "10"),
 	}
 	c.Temporal = r.temporal(getenv)
 	c.TemporalAddress, c.TemporalNamespace = c.Temporal.HostPort, c.Temporal.Namespace
@@ -274,6 +284,16 @@ func (r *reader) positiveInt(name, def string) int {
 		return 0
 	}
 	return n
+}
+
+func (r *reader) positiveFloat(name, def string) float64 {
+	v := r.str(name, def)
+	f, err := strconv.ParseFloat(v, 64)
+	if err != nil || f <= 0 || math.IsInf(f, 0) {
+		r.fail(name, fmt.Sprintf("%q is not a positive number such as 1 or 0.5", v))
+		return 0
+	}
+	return f
 }
 
 func (r *reader) boolean(name string) bool {
