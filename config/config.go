@@ -6,7 +6,9 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"net"
 	"net/url"
+	"os"
 	"strconv"
 	"strings"
 	"time"
@@ -115,9 +117,15 @@ type Config struct {
 // Getenv looks a variable up; os.Getenv fits, and tests pass a map's lookup.
 type Getenv func(string) string
 
+// FileVariables are the secrets that may instead be read from a file named by the same
+// variable with _FILE appended (DATABASE_URL_FILE=/run/secrets/database-url), as a
+// mounted Kubernetes or Docker secret gives them.
+var FileVariables = []string{"DATABASE_URL", "RABBITMQ_CONNECTION_STRINGS", "OPERATOR_TOKEN", "PRODUCER_TOKEN", "TEMPORAL_API_KEY"}
+
 // FromEnv reads and validates the configuration.
 func FromEnv(getenv Getenv) (Config, error) {
-	r := reader{getenv: getenv}
+	r := reader{}
+	r.getenv = r.withFiles(getenv)
 	c := Config{
 		DatabaseURL:              r.str("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/brokerswitch?sslmode=disable"),
 		DBMaxOpenConns:           r.positiveInt("DB_MAX_OPEN_CONNS", "10"),
@@ -146,7 +154,7 @@ func FromEnv(getenv Getenv) (Config, error) {
 		NotificationRate:         r.positiveFloat("NOTIFICATION_RATE", "1"),
 		NotificationBurst:        r.positiveInt("NOTIFICATION_BURST", "10"),
 	}
-	c.Temporal = r.temporal(getenv)
+	c.Temporal = r.temporal(r.getenv)
 	c.TemporalAddress, c.TemporalNamespace = c.Temporal.HostPort, c.Temporal.Namespace
 	brokers, err := broker.ParseEndpoints(r.str("RABBITMQ_CONNECTION_STRINGS", "amqp://guest:guest@127.0.0.1:5672/"))
 	if err != nil {
@@ -174,6 +182,26 @@ func FromEnv(getenv Getenv) (Config, error) {
 		r.fail("LOG_LEVEL", "must be debug, info, warn or error")
 	}
 	return c, errors.Join(r.errs...)
+}
+
+// PlaintextBrokers are the brokers reached by plain amqp:// on a host that is not
+// loopback: their passwords and messages cross the network unencrypted. The process
+// starts anyway (a private network may be trusted) and warns of each.
+func (c Config) PlaintextBrokers() []broker.Endpoint {
+	var out []broker.Endpoint
+	for _, ep := range c.Brokers {
+		if !strings.HasPrefix(strings.ToLower(ep.URL), "amqp://") {
+			continue
+		}
+		if ep.Host == "localhost" {
+			continue
+		}
+		if ip := net.ParseIP(ep.Host); ip != nil && ip.IsLoopback() {
+			continue
+		}
+		out = append(out, ep)
+	}
+	return out
 }
 
 // MinTokenLength is the shortest token accepted: a short token can be guessed.
@@ -207,6 +235,36 @@ func (c Config) tokenErrors() []error {
 type reader struct {
 	getenv Getenv
 	errs   []error
+}
+
+// withFiles returns getenv with each of FileVariables whose _FILE twin is set read from
+// that file. Both set is an error naming both; an unreadable file is an error naming the
+// variable. The contents, secrets, are never quoted.
+func (r *reader) withFiles(getenv Getenv) Getenv {
+	fromFile := map[string]string{}
+	for _, name := range FileVariables {
+		path := strings.TrimSpace(getenv(name + "_FILE"))
+		if path == "" {
+			continue
+		}
+		if strings.TrimSpace(getenv(name)) != "" {
+			r.fail(name+"_FILE", fmt.Sprintf("%s and %s are both set; set one of them", name, name+"_FILE"))
+			continue
+		}
+		b, err := os.ReadFile(path)
+		if err != nil {
+			// A *PathError names the path and the cause, never the contents.
+			r.fail(name+"_FILE", fmt.Sprintf("cannot read the file with %s: %v", name, err))
+			continue
+		}
+		fromFile[name] = string(b)
+	}
+	return func(name string) string {
+		if v, ok := fromFile[name]; ok {
+			return v
+		}
+		return getenv(name)
+	}
 }
 
 func (r *reader) fail(name, why string) {

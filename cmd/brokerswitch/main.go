@@ -84,6 +84,11 @@ func run(ctx context.Context, args []string, getenv config.Getenv, stdout, stder
 		return err
 	}
 	logger := newLogger(cfg.LogLevel, stderr)
+	for _, ep := range cfg.PlaintextBrokers() {
+		// ep logs as #index host:port/vhost, never its URL or password.
+		logger.WarnContext(ctx, "broker reached by plain amqp:// on a host that is not loopback: its password and messages cross the network unencrypted; use amqps://",
+			"broker", ep, "variable", "RABBITMQ_CONNECTION_STRINGS")
+	}
 	switch args[0] {
 	case "migrate":
 		return migrate(ctx, cfg)
