@@ -6,7 +6,7 @@
 #   docker build --build-arg VERSION=$(git describe --tags --always --dirty) \
 #                --build-arg REVISION=$(git rev-parse HEAD) -t brokerswitch .
 
-FROM golang:1.26.8-bookworm AS build
+FROM golang:1.26.8-bookworm@sha256:a688600ca24f8a4d3ca77f95b0dd40704a9fc787c826660eb7ba0b641b8b175d AS build
 # The build context leaves .git out (.dockerignore), so Go's own VCS stamping has nothing to
 # read: the version and commit come in as build arguments and are linked in with -X, as
 # `make build` does. `brokerswitch version` and brokerswitch_build_info report them.
@@ -23,7 +23,7 @@ RUN --mount=type=cache,target=/root/go/pkg/mod --mount=type=cache,target=/root/.
 
 # Alpine rather than distroless: its busybox wget serves the compose health checks.
 # Alpine 3.24 is supported until May 2028.
-FROM alpine:3.24
+FROM alpine:3.24@sha256:28bd5fe8b56d1bd048e5babf5b10710ebe0bae67db86916198a6eec434943f8b
 ARG VERSION=dev
 ARG REVISION=
 LABEL org.opencontainers.image.title="brokerswitch" \

@@ -65,8 +65,8 @@ type Deps struct {
 	Now func() time.Time
 	// CommitWait bounds the wait for a forced switch or a cancel to commit; 0 means DefaultCommitWait.
 	CommitWait time.Duration
-	// Metrics is served on GET /metrics; nil serves an empty page.
-	Metrics *metrics.Metrics
+	// ReadyMaxAge is how long a /readyz answer is reused; 0 means metrics.DefaultReadyMaxAge.
+	ReadyMaxAge time.Duration
 }
 
 // withDefaults fills the optional fields.
@@ -80,15 +80,21 @@ func (d Deps) withDefaults() Deps {
 	if d.CommitWait <= 0 {
 		d.CommitWait = DefaultCommitWait
 	}
+	if d.ReadyMaxAge <= 0 {
+		d.ReadyMaxAge = metrics.DefaultReadyMaxAge
+	}
 	return d
 }
 
-// server holds the handlers; it is stateless between requests.
+// server holds the handlers; between requests it keeps only the last readiness answer.
 type server struct {
 	deps  Deps
 	auth  authenticator
 	log   *slog.Logger
 	scrub *strings.Replacer
+	ready *metrics.Readiness
+	// notifyLimit bounds notifications per token; nil when NOTIFICATION_RATE is 0.
+	notifyLimit *notificationLimiter
 }
 
 // Router builds the HTTP handler. Deps.Temporal, Deps.Store and Deps.Ping must be set;
@@ -96,10 +102,12 @@ type server struct {
 func Router(deps Deps) *gin.Engine {
 	deps = deps.withDefaults()
 	s := &server{
-		deps:  deps,
-		auth:  newAuthenticator(deps.Config),
-		log:   deps.Logger,
-		scrub: newScrubber(deps.Config.Brokers),
+		deps:        deps,
+		auth:        newAuthenticator(deps.Config),
+		log:         deps.Logger,
+		scrub:       newScrubber(deps.Config.Brokers),
+		ready:       newReadiness(deps),
+		notifyLimit: newNotificationLimiter(deps.Config.NotificationRate, deps.Config.NotificationBurst, deps.Now),
 	}
 
 	// Debug mode prints every route and a warning to stdout; release mode keeps the log ours.
@@ -118,13 +126,12 @@ func Router(deps Deps) *gin.Engine {
 
 	r.GET("/healthz", s.healthz)
 	r.GET("/readyz", s.readyz)
-	// Like the probes, /metrics needs no token: it carries counts, queue names and broker
-	// indexes, never a host, a credential or a delivery id.
-	r.GET("/metrics", gin.WrapH(deps.Metrics.Handler()))
+	// /metrics is not served here but on METRICS_ADDR (metrics.Serve): the producer-facing
+	// port serves only the API, and slow scrapes do not queue behind its requests.
 
 	v1 := r.Group("/api/v1/broker")
 	v1.GET("", s.require(roleOperator), s.getBroker)
-	v1.POST("/pending-switch", s.require(roleProducer), s.limitBody, s.postPendingSwitch)
+	v1.POST("/pending-switch", s.require(roleProducer), s.limitNotifications, s.limitBody, s.postPendingSwitch)
 	v1.DELETE("/pending-switch", s.require(roleOperator), s.deletePendingSwitch)
 	v1.POST("/switch/:index", s.require(roleOperator), s.postSwitch)
 	return r

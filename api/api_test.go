@@ -5,7 +5,10 @@ import (
 	"io"
 	"maps"
 	"net/http"
+	"net/http/httptest"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -131,6 +134,14 @@ func TestBadInput(t *testing.T) {
 		{"two objects", `{"host":"a"} {"host":"b"}`, 400, "exactly one JSON object", false},
 		{"trailing garbage", `{"host": "rabbit-a.example.com", "switchedAt": "2026-02-01T00:00:00Z"} x`, 400, "exactly one JSON object", false},
 		{"unknown field", `{"host": "rabbit-a.example.com", "switchedAt": "2026-02-01T00:00:00Z", "index": 0}`, 400, `unknown field "index"`, false},
+		// openapi.yaml promises exact names and no additional properties; encoding/json
+		// alone matches names regardless of case and keeps the last of duplicate keys.
+		{"name in capitals", `{"HOST": "rabbit-a.example.com", "vhost": "vh-a", "switchedAt": "2026-02-01T00:00:00Z"}`, 400, `unknown field "HOST": names are case-sensitive`, false},
+		{"name in other case", `{"host": "rabbit-a.example.com", "vhost": "vh-a", "switchedat": "2026-02-01T00:00:00Z"}`, 400, `unknown field "switchedat"`, false},
+		{"duplicate host", `{"host": "rabbit-c.example.com", "host": "rabbit-a.example.com", "vhost": "vh-a", "switchedAt": "2026-02-01T00:00:00Z"}`, 400, `the field "host" twice`, false},
+		{"duplicate in other case", `{"host": "rabbit-a.example.com", "Host": "rabbit-a.example.com", "vhost": "vh-a", "switchedAt": "2026-02-01T00:00:00Z"}`, 400, `unknown field "Host"`, false},
+		{"duplicate switchedAt", `{"host": "rabbit-a.example.com", "vhost": "vh-a", "switchedAt": "2026-02-01T00:00:00Z", "switchedAt": "2026-02-02T00:00:00Z"}`, 400, `the field "switchedAt" twice`, false},
+		{"duplicate null vhost", `{"host": "rabbit-a.example.com", "vhost": null, "vhost": "vh-a", "switchedAt": "2026-02-01T00:00:00Z"}`, 400, `the field "vhost" twice`, false},
 		{"missing host", `{"vhost": "vh-a", "switchedAt": "2026-02-01T00:00:00Z"}`, 400, "host is required", false},
 		{"empty host", `{"host": "", "switchedAt": "2026-02-01T00:00:00Z"}`, 400, "host is required", false},
 		{"host not a string", `{"host": 5, "switchedAt": "2026-02-01T00:00:00Z"}`, 400, "field host must be a string", false},
@@ -445,4 +456,99 @@ func requireProducerAnswer(t *testing.T, m map[string]any) {
 	for k := range m {
 		require.Contains(t, []string{"outcome", "ignored", "target"}, k, "the producer's answer carries %s", k)
 	}
+}
+
+// countingTemporal counts the health calls that reach the real Temporal client.
+type countingTemporal struct {
+	TemporalClient
+	health *atomic.Int64
+}
+
+func (c countingTemporal) CheckHealth(ctx context.Context, req *client.CheckHealthRequest) (*client.CheckHealthResponse, error) {
+	c.health.Add(1)
+	return c.TemporalClient.CheckHealth(ctx, req)
+}
+
+// /readyz needs no token, and in `serve` its ping shares the pool with ingestion: a burst
+// of probes costs one round of checks per ReadyMaxAge, not one each (issue 21, point 3).
+func TestReadyzIsCached(t *testing.T) {
+	e := newEnv(t)
+	sqlDB, err := e.db.DB()
+	require.NoError(t, err)
+	var pings, health atomic.Int64
+	var clock atomic.Int64
+	clock.Store(time.Now().UnixNano())
+	deps := e.deps
+	deps.Ping = func(ctx context.Context) error { pings.Add(1); return sqlDB.PingContext(ctx) }
+	deps.Temporal = countingTemporal{TemporalClient: e.client, health: &health}
+	deps.Now = func() time.Time { return time.Unix(0, clock.Load()) }
+	deps.ReadyMaxAge = 5 * time.Second
+	router := Router(deps)
+
+	const probes = 100
+	burst := func() []int {
+		statuses := make([]int, probes)
+		var wg sync.WaitGroup
+		for i := range probes {
+			wg.Go(func() {
+				rec := httptest.NewRecorder()
+				router.ServeHTTP(rec, httptest.NewRequestWithContext(t.Context(), http.MethodGet, "/readyz", nil))
+				statuses[i] = rec.Code
+			})
+		}
+		wg.Wait()
+		return statuses
+	}
+	for _, status := range burst() {
+		require.Equal(t, http.StatusOK, status)
+	}
+	require.EqualValues(t, 1, pings.Load(), "database pings for %d probes within ReadyMaxAge", probes)
+	require.EqualValues(t, 1, health.Load(), "Temporal health calls for %d probes within ReadyMaxAge", probes)
+
+	clock.Add(int64(4 * time.Second))
+	burst()
+	require.EqualValues(t, 1, pings.Load(), "an answer younger than ReadyMaxAge is reused")
+	clock.Add(int64(2 * time.Second))
+	burst()
+	require.EqualValues(t, 2, pings.Load(), "an answer older than ReadyMaxAge is checked again, once")
+	require.EqualValues(t, 2, health.Load())
+}
+
+// The producer-facing port serves only the API: /metrics, with the version, namespace,
+// task queue and pool statistics, is served on METRICS_ADDR (issue 21, point 6).
+func TestMetricsAreNotOnTheAPIPort(t *testing.T) {
+	e := newEnv(t)
+	for _, auth := range []string{"", bearer(operatorToken)} {
+		e.do(http.MethodGet, "/metrics", auth, nil).requireError(t, http.StatusNotFound, "no such endpoint")
+	}
+}
+
+// A flood of notifications is refused past the burst with 429 and Retry-After, per token,
+// before it costs a transaction or a signal (issue 21, point 4).
+func TestNotificationsAreRateLimitedPerToken(t *testing.T) {
+	var clock atomic.Int64
+	clock.Store(time.Now().UnixNano())
+	e := newEnv(t, func(c *config.Config) { c.NotificationRate, c.NotificationBurst = 0.5, 3 })
+	e.deps.Now = func() time.Time { return time.Unix(0, clock.Load()) }
+	e.router = Router(e.deps)
+	before := e.settings()
+	post := func(token string) response {
+		return e.do(http.MethodPost, "/api/v1/broker/pending-switch", bearer(token), jsonBody(unknownPair))
+	}
+	for range 3 {
+		post(producerToken).requireError(t, http.StatusNotFound, "no configured broker")
+	}
+	res := post(producerToken)
+	res.requireError(t, http.StatusTooManyRequests, "too many notifications")
+	require.Equal(t, "2", res.Header.Get("Retry-After"), "one notification every 2 s")
+	// Refusals do not push the producer further back.
+	post(producerToken).requireError(t, http.StatusTooManyRequests, "send it again after 2 s")
+	// Another token has a bucket of its own.
+	post(operatorToken).requireError(t, http.StatusNotFound, "no configured broker")
+
+	clock.Add(int64(2 * time.Second))
+	post(producerToken).requireError(t, http.StatusNotFound, "no configured broker")
+	post(producerToken).requireError(t, http.StatusTooManyRequests, "too many notifications")
+	require.Equal(t, before, e.settings())
+	e.requireNoWorkflow()
 }

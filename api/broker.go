@@ -1,12 +1,14 @@
 package api
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"net/http"
+	"reflect"
 	"strconv"
 	"strings"
 	"time"
@@ -291,26 +293,42 @@ func sameSwitch(a, b *models.LastSwitch) bool {
 // decodeJSON reads exactly one JSON object with known fields into v. It returns 0 when v
 // was read, otherwise the status and the message to answer.
 func decodeJSON(body io.Reader, v any) (int, string) {
-	dec := json.NewDecoder(body)
+	raw, err := io.ReadAll(body)
+	if isTooLarge(err) {
+		return http.StatusRequestEntityTooLarge, fmt.Sprintf("request body is larger than %d bytes", maxBodyBytes)
+	}
+	if err != nil {
+		return http.StatusBadRequest, "request body could not be read"
+	}
+	if status, msg := decodeLoose(raw, v); status != 0 {
+		return status, msg
+	}
+	// encoding/json matches names regardless of case and keeps the last of duplicate
+	// keys, where openapi.yaml promises exact names: {"HOST": …} or a second "host" could
+	// carry a value that a proxy or log in front of us read differently.
+	if msg := checkKeys(raw, jsonNames(v)); msg != "" {
+		return http.StatusBadRequest, msg
+	}
+	return 0, ""
+}
+
+// decodeLoose decodes raw with encoding/json's own rules, unknown fields refused.
+func decodeLoose(raw []byte, v any) (int, string) {
+	dec := json.NewDecoder(bytes.NewReader(raw))
 	dec.DisallowUnknownFields()
 	err := dec.Decode(v)
 	if err == nil {
 		// Anything after the object, a second value or garbage, means the body is not
 		// one object.
 		var extra json.RawMessage
-		switch err = dec.Decode(&extra); {
-		case err == io.EOF:
+		if err = dec.Decode(&extra); err == io.EOF {
 			return 0, ""
-		case isTooLarge(err):
-		default:
-			return http.StatusBadRequest, "request body must hold exactly one JSON object"
 		}
+		return http.StatusBadRequest, "request body must hold exactly one JSON object"
 	}
 	var syntax *json.SyntaxError
 	var typ *json.UnmarshalTypeError
 	switch {
-	case isTooLarge(err):
-		return http.StatusRequestEntityTooLarge, fmt.Sprintf("request body is larger than %d bytes", maxBodyBytes)
 	case errors.Is(err, io.EOF):
 		return http.StatusBadRequest, "request body is empty; send a JSON object"
 	case errors.Is(err, io.ErrUnexpectedEOF):
@@ -328,4 +346,47 @@ func decodeJSON(body io.Reader, v any) (int, string) {
 	default:
 		return http.StatusBadRequest, "request body is not valid JSON"
 	}
+}
+
+// checkKeys returns why the top-level keys of raw, one valid JSON value, break the
+// schema: a name that is not exactly one of names, or a name given twice. A root that is
+// not an object (null) has no keys to check.
+func checkKeys(raw []byte, names map[string]bool) string {
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	if tok, err := dec.Token(); err != nil || tok != json.Delim('{') {
+		return ""
+	}
+	seen := make(map[string]bool, len(names))
+	for dec.More() {
+		tok, err := dec.Token()
+		if err != nil {
+			return "request body is not valid JSON"
+		}
+		key, _ := tok.(string)
+		switch {
+		case !names[key]:
+			return fmt.Sprintf("request body has an unknown field %q: names are case-sensitive", key)
+		case seen[key]:
+			return fmt.Sprintf("request body has the field %q twice", key)
+		}
+		seen[key] = true
+		var skip json.RawMessage
+		if err := dec.Decode(&skip); err != nil {
+			return "request body is not valid JSON"
+		}
+	}
+	return ""
+}
+
+// jsonNames are the JSON names of the fields of the struct v points to.
+func jsonNames(v any) map[string]bool {
+	t := reflect.TypeOf(v).Elem()
+	names := make(map[string]bool, t.NumField())
+	for f := range t.Fields() {
+		name, _, _ := strings.Cut(f.Tag.Get("json"), ",")
+		if name != "" && name != "-" {
+			names[name] = true
+		}
+	}
+	return names
 }

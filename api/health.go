@@ -3,16 +3,12 @@ package api
 import (
 	"context"
 	"net/http"
-	"sync"
-	"time"
 
 	"github.com/gin-gonic/gin"
 	"go.temporal.io/sdk/client"
-)
 
-// readyTimeout bounds each readiness check, so that a hung dependency answers 503 before
-// the orchestrator's probe gives up.
-const readyTimeout = 3 * time.Second
+	"github.com/brokerswitch/brokerswitch/metrics"
+)
 
 // healthz says the process serves HTTP; it checks nothing else, so that a database outage
 // does not get the process restarted.
@@ -20,31 +16,30 @@ func (s *server) healthz(c *gin.Context) {
 	c.JSON(http.StatusOK, gin.H{"status": "ok"})
 }
 
-// readinessAnswer is /readyz: each dependency is "ok" or "unavailable".
-type readinessAnswer struct {
-	Status string            `json:"status"`
-	Checks map[string]string `json:"checks"`
+// newReadiness checks that Postgres answers a ping and Temporal's frontend reports
+// healthy. The answer is reused for ReadyMaxAge: /readyz needs no token, and in `serve`
+// the ping shares the pool with ingestion, so a burst of probes must not become a burst
+// of pings and health calls.
+func newReadiness(deps Deps) *metrics.Readiness {
+	return &metrics.Readiness{
+		MaxAge:  deps.ReadyMaxAge,
+		Timeout: metrics.DefaultReadyTimeout,
+		Logger:  deps.Logger,
+		Now:     deps.Now,
+		Checks: []metrics.Check{
+			{Name: "postgres", Run: deps.Ping},
+			{Name: "temporal", Run: func(ctx context.Context) error {
+				_, err := deps.Temporal.CheckHealth(ctx, &client.CheckHealthRequest{})
+				return err
+			}},
+		},
+	}
 }
 
-// readyz says whether requests can be served: Postgres answers a ping and Temporal's
-// frontend reports healthy. Which one failed is named; why is only logged.
+// readyz says whether requests can be served. Which dependency failed is named; why is
+// only logged.
 func (s *server) readyz(c *gin.Context) {
-	ctx, cancel := context.WithTimeout(c.Request.Context(), readyTimeout)
-	defer cancel()
-	var postgresErr, temporalErr error
-	var wg sync.WaitGroup
-	wg.Go(func() { postgresErr = s.deps.Ping(ctx) })
-	wg.Go(func() { _, temporalErr = s.deps.Temporal.CheckHealth(ctx, &client.CheckHealthRequest{}) })
-	wg.Wait()
-
-	answer := readinessAnswer{Status: "ok", Checks: map[string]string{"postgres": "ok", "temporal": "ok"}}
-	for name, err := range map[string]error{"postgres": postgresErr, "temporal": temporalErr} {
-		if err != nil {
-			s.log.WarnContext(ctx, "readiness check failed", "dependency", name, "error", err)
-			answer.Status = "unavailable"
-			answer.Checks[name] = "unavailable"
-		}
-	}
+	answer := s.ready.Ready(c.Request.Context())
 	if answer.Status != "ok" {
 		c.JSON(http.StatusServiceUnavailable, answer)
 		return

@@ -40,7 +40,7 @@ func (s *server) requestLog(c *gin.Context) {
 		level = slog.LevelWarn
 	}
 	// Probes and scrapes come every few seconds; at info level they would drown the rest.
-	if c.Request.URL.Path == "/healthz" || c.Request.URL.Path == "/readyz" || c.Request.URL.Path == "/metrics" {
+	if c.Request.URL.Path == "/healthz" || c.Request.URL.Path == "/readyz" {
 		level = slog.LevelDebug
 	}
 	s.log.Log(c.Request.Context(), level, "http request",

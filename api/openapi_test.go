@@ -27,6 +27,7 @@ import (
 	yaml "go.yaml.in/yaml/v3"
 
 	"github.com/brokerswitch/brokerswitch/config"
+	"github.com/brokerswitch/brokerswitch/metrics"
 	"github.com/brokerswitch/brokerswitch/models"
 )
 
@@ -86,7 +87,7 @@ func TestOpenAPIMatchesRoutes(t *testing.T) {
 	for path, ops := range doc.Paths {
 		for method, op := range ops {
 			public := op.Security != nil && len(*op.Security) == 0
-			require.Equal(t, path == "/healthz" || path == "/readyz" || path == "/metrics", public, "%s %s: security", method, path)
+			require.Equal(t, path == "/healthz" || path == "/readyz", public, "%s %s: security", method, path)
 			if !public {
 				require.Contains(t, op.Responses, "401", "%s %s", method, path)
 			}
@@ -112,7 +113,7 @@ func TestOpenAPISchemasMatchAnswers(t *testing.T) {
 		"BrokerStatus":        brokerStatus{stateView: state},
 		"Broker":              brokerView{LeftoverOrder: 1, AheadOfActive: true},
 		"Workflow":            workflowView{RunID: "r", StartTime: &now, Waiting: "w", Checks: &checks, Error: "e"},
-		"Readiness":           readinessAnswer{},
+		"Readiness":           metrics.ReadinessAnswer{},
 		"PendingSwitch":       state.PendingSwitch,
 		"Hop":                 models.Hop{},
 		"LastSwitch":          state.LastSwitch,
@@ -164,13 +165,12 @@ func sortedKeys(m map[string]any) []string {
 func TestOpenAPIDeclaresStatuses(t *testing.T) {
 	doc := loadOpenAPI(t)
 	want := map[string][]string{
-		"post /api/v1/broker/pending-switch":   {"200", "202", "400", "401", "404", "413", "422", "502", "503"},
+		"post /api/v1/broker/pending-switch":   {"200", "202", "400", "401", "404", "413", "422", "429", "502", "503"},
 		"delete /api/v1/broker/pending-switch": {"200", "202", "401", "403", "409", "502", "504"},
 		"post /api/v1/broker/switch/{index}":   {"200", "400", "401", "403", "404", "409", "502", "503", "504"},
 		"get /api/v1/broker":                   {"200", "401", "403", "503"},
 		"get /healthz":                         {"200"},
 		"get /readyz":                          {"200", "503"},
-		"get /metrics":                         {"200"},
 	}
 	for key, statuses := range want {
 		method, path, _ := strings.Cut(key, " ")

@@ -128,7 +128,7 @@ func FuzzPendingSwitchBody(f *testing.F) {
 			if _, ok := answer["outcome"].(string); !ok {
 				t.Fatalf("a %d without an outcome: %s", res.StatusCode, b)
 			}
-		case http.StatusBadRequest, http.StatusNotFound, http.StatusRequestEntityTooLarge, http.StatusUnprocessableEntity:
+		case http.StatusBadRequest, http.StatusNotFound, http.StatusRequestEntityTooLarge, http.StatusUnprocessableEntity, http.StatusTooManyRequests:
 			if msg, ok := answer["error"].(string); !ok || msg == "" {
 				t.Fatalf("a %d without an error: %s", res.StatusCode, b)
 			}

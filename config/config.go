@@ -5,7 +5,10 @@ package config
 import (
 	"errors"
 	"fmt"
+	"math"
+	"net"
 	"net/url"
+	"os"
 	"strconv"
 	"strings"
 	"time"
@@ -90,6 +93,13 @@ type Config struct {
 	// notification is refused, so that a producer's clock gone wrong cannot hide the real
 	// notifications that follow.
 	NotificationMaxClockSkew time.Duration
+	// NotificationRate from NOTIFICATION_RATE (default 1): the notifications a second one
+	// token may post beyond NotificationBurst; more are answered 429 with Retry-After.
+	// 0 in a Config built in code means no limit.
+	NotificationRate float64
+	// NotificationBurst from NOTIFICATION_BURST (default 10): the notifications one token
+	// may post at once before NotificationRate applies.
+	NotificationBurst int
 	// LeftoverDrainCap from LEFTOVER_DRAIN_CAP (default 500): messages one Leftover Drain takes
 	// per queue and window at most.
 	LeftoverDrainCap int
@@ -104,8 +114,8 @@ type Config struct {
 	InsecureNoAuth bool
 	// LogLevel from LOG_LEVEL (default info): debug, info, warn or error.
 	LogLevel string
-	// MetricsAddr from METRICS_ADDR (default :9090): where `worker` serves /metrics; `api`
-	// and `serve` serve it on HTTP_ADDR instead.
+	// MetricsAddr from METRICS_ADDR (default :9090): where `worker`, `api` and `serve`
+	// serve /metrics and /healthz (and the worker's /readyz), apart from HTTP_ADDR.
 	MetricsAddr string
 	// HealthchecksPingURL from HEALTHCHECKS_PING_URL (default empty: no pings): a
 	// healthchecks.io-style check pinged at the start, success and failure of every
@@ -116,9 +126,15 @@ type Config struct {
 // Getenv looks a variable up; os.Getenv fits, and tests pass a map's lookup.
 type Getenv func(string) string
 
+// FileVariables are the secrets that may instead be read from a file named by the same
+// variable with _FILE appended (DATABASE_URL_FILE=/run/secrets/database-url), as a
+// mounted Kubernetes or Docker secret gives them.
+var FileVariables = []string{"DATABASE_URL", "RABBITMQ_CONNECTION_STRINGS", "OPERATOR_TOKEN", "PRODUCER_TOKEN", "TEMPORAL_API_KEY"}
+
 // FromEnv reads and validates the configuration.
 func FromEnv(getenv Getenv) (Config, error) {
-	r := reader{getenv: getenv}
+	r := reader{}
+	r.getenv = r.withFiles(getenv)
 	c := Config{
 		DatabaseURL:              r.str("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/brokerswitch?sslmode=disable"),
 		DBMaxOpenConns:           r.positiveInt("DB_MAX_OPEN_CONNS", "10"),
@@ -146,8 +162,10 @@ func FromEnv(getenv Getenv) (Config, error) {
 		MetricsAddr:              r.str("METRICS_ADDR", ":9090"),
 		HealthchecksPingURL:      r.str("HEALTHCHECKS_PING_URL", ""),
 		NotificationMaxClockSkew: r.duration("NOTIFICATION_MAX_CLOCK_SKEW", "5m"),
+		NotificationRate:         r.positiveFloat("NOTIFICATION_RATE", "1"),
+		NotificationBurst:        r.positiveInt("NOTIFICATION_BURST", "10"),
 	}
-	c.Temporal = r.temporal(getenv)
+	c.Temporal = r.temporal(r.getenv)
 	c.TemporalAddress, c.TemporalNamespace = c.Temporal.HostPort, c.Temporal.Namespace
 	brokers, err := broker.ParseEndpoints(r.str("RABBITMQ_CONNECTION_STRINGS", "amqp://guest:guest@127.0.0.1:5672/"))
 	if err != nil {
@@ -196,6 +214,26 @@ func MinLedgerRetention(retryTTL time.Duration, cycles int) time.Duration {
 	return retryTTL*time.Duration(cycles) + LedgerRetentionMargin
 }
 
+// PlaintextBrokers are the brokers reached by plain amqp:// on a host that is not
+// loopback: their passwords and messages cross the network unencrypted. The process
+// starts anyway (a private network may be trusted) and warns of each.
+func (c Config) PlaintextBrokers() []broker.Endpoint {
+	var out []broker.Endpoint
+	for _, ep := range c.Brokers {
+		if !strings.HasPrefix(strings.ToLower(ep.URL), "amqp://") {
+			continue
+		}
+		if ep.Host == "localhost" {
+			continue
+		}
+		if ip := net.ParseIP(ep.Host); ip != nil && ip.IsLoopback() {
+			continue
+		}
+		out = append(out, ep)
+	}
+	return out
+}
+
 // MinTokenLength is the shortest token accepted: a short token can be guessed.
 const MinTokenLength = 16
 
@@ -227,6 +265,36 @@ func (c Config) tokenErrors() []error {
 type reader struct {
 	getenv Getenv
 	errs   []error
+}
+
+// withFiles returns getenv with each of FileVariables whose _FILE twin is set read from
+// that file. Both set is an error naming both; an unreadable file is an error naming the
+// variable. The contents, secrets, are never quoted.
+func (r *reader) withFiles(getenv Getenv) Getenv {
+	fromFile := map[string]string{}
+	for _, name := range FileVariables {
+		path := strings.TrimSpace(getenv(name + "_FILE"))
+		if path == "" {
+			continue
+		}
+		if strings.TrimSpace(getenv(name)) != "" {
+			r.fail(name+"_FILE", fmt.Sprintf("%s and %s are both set; set one of them", name, name+"_FILE"))
+			continue
+		}
+		b, err := os.ReadFile(path)
+		if err != nil {
+			// A *PathError names the path and the cause, never the contents.
+			r.fail(name+"_FILE", fmt.Sprintf("cannot read the file with %s: %v", name, err))
+			continue
+		}
+		fromFile[name] = string(b)
+	}
+	return func(name string) string {
+		if v, ok := fromFile[name]; ok {
+			return v
+		}
+		return getenv(name)
+	}
 }
 
 func (r *reader) fail(name, why string) {
@@ -304,6 +372,16 @@ func (r *reader) positiveInt(name, def string) int {
 		return 0
 	}
 	return n
+}
+
+func (r *reader) positiveFloat(name, def string) float64 {
+	v := r.str(name, def)
+	f, err := strconv.ParseFloat(v, 64)
+	if err != nil || f <= 0 || math.IsInf(f, 0) {
+		r.fail(name, fmt.Sprintf("%q is not a positive number such as 1 or 0.5", v))
+		return 0
+	}
+	return f
 }
 
 func (r *reader) boolean(name string) bool {

@@ -1,6 +1,8 @@
 package config
 
 import (
+	"os"
+	"path/filepath"
 	"testing"
 	"time"
 
@@ -137,4 +139,55 @@ func TestLedgerRetentionShorterThanTheRetryPathIsRefused(t *testing.T) {
 
 	_, err = FromEnv(env(map[string]string{"LEDGER_RETENTION": "7 days"}))
 	require.ErrorContains(t, err, "LEDGER_RETENTION")
+}
+
+// Secrets can come from mounted files: NAME_FILE names the file (issue 21, point 8).
+func TestSecretsFromFiles(t *testing.T) {
+	dir := t.TempDir()
+	write := func(name, content string) string {
+		path := filepath.Join(dir, name)
+		require.NoError(t, os.WriteFile(path, []byte(content), 0o600))
+		return path
+	}
+	c, err := FromEnv(env(map[string]string{
+		"DATABASE_URL_FILE":                write("db", "postgres://u:db-secret@db.example.com/x?sslmode=verify-full\n"),
+		"RABBITMQ_CONNECTION_STRINGS_FILE": write("brokers", "amqps://u:p@a.example.com/one\n"),
+		"OPERATOR_TOKEN_FILE":              write("op", "operator-token-from-a-file\n"),
+		"PRODUCER_TOKEN_FILE":              write("prod", "producer-token-from-a-file\n"),
+		"TEMPORAL_API_KEY_FILE":            write("key", "temporal-key-from-a-file\n"),
+	}))
+	require.NoError(t, err)
+	require.Equal(t, "postgres://u:db-secret@db.example.com/x?sslmode=verify-full", c.DatabaseURL)
+	require.Equal(t, "a.example.com", c.Brokers[0].Host)
+	require.Equal(t, "operator-token-from-a-file", c.OperatorToken)
+	require.Equal(t, "producer-token-from-a-file", c.ProducerToken)
+	require.NotNil(t, c.Temporal.Credentials, "TEMPORAL_API_KEY_FILE reaches the Temporal client's envconfig")
+
+	t.Run("both set", func(t *testing.T) {
+		_, err := FromEnv(env(map[string]string{"OPERATOR_TOKEN": "operator-token-in-env", "OPERATOR_TOKEN_FILE": write("op2", "operator-token-in-file")}))
+		require.ErrorContains(t, err, "OPERATOR_TOKEN and OPERATOR_TOKEN_FILE are both set")
+		require.NotContains(t, err.Error(), "operator-token-in")
+	})
+	t.Run("unreadable", func(t *testing.T) {
+		_, err := FromEnv(env(map[string]string{"DATABASE_URL_FILE": filepath.Join(dir, "missing")}))
+		require.ErrorContains(t, err, "DATABASE_URL_FILE: cannot read the file with DATABASE_URL")
+	})
+	t.Run("a token from a file is checked like one from the environment", func(t *testing.T) {
+		_, err := FromEnv(env(map[string]string{"PRODUCER_TOKEN_FILE": write("short", "short-secret\n")}))
+		require.ErrorContains(t, err, "PRODUCER_TOKEN: is 12 characters long")
+		require.NotContains(t, err.Error(), "short-secret")
+	})
+}
+
+// Plain amqp:// to a host that is not loopback is warned of at start (issue 21, point 8).
+func TestPlaintextBrokers(t *testing.T) {
+	c, err := FromEnv(env(map[string]string{
+		"RABBITMQ_CONNECTION_STRINGS": "amqp://u:p@127.0.0.1/a,amqp://u:p@localhost/b,amqp://u:p@[::1]/c,amqps://u:p@tls.example.com/d,amqp://u:p@plain.example.com/e,AMQP://u:p@10.0.0.5/f",
+	}))
+	require.NoError(t, err)
+	var hosts []string
+	for _, ep := range c.PlaintextBrokers() {
+		hosts = append(hosts, ep.Host)
+	}
+	require.Equal(t, []string{"plain.example.com", "10.0.0.5"}, hosts)
 }

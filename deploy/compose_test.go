@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -62,7 +63,7 @@ func TestComposeBringsUpTheWholeStack(t *testing.T) {
 		[]string{"postgres", "rabbitmq-a", "rabbitmq-b", "temporal", "migrate", "worker", "api"},
 		p.ServiceNames())
 
-	pinned := regexp.MustCompile(`^[a-z0-9./-]+:[0-9][0-9A-Za-z.-]*$`)
+	pinned := regexp.MustCompile(`^[a-z0-9./-]+:[0-9][0-9A-Za-z.-]*(@sha256:[0-9a-f]{64})?$`)
 	for name, s := range p.Services {
 		if slices.Contains(appServices, name) {
 			require.NotNil(t, s.Build, "%s is built from the Dockerfile", name)
@@ -145,6 +146,36 @@ func TestWorkerMetricsArePublishedOnLoopback(t *testing.T) {
 	require.Equal(t, "127.0.0.1", ports[0].HostIP)
 	require.True(t, strings.HasPrefix(ports[0].Published, "9090"), ports[0].Published)
 	require.Equal(t, ":9090", *p.Services["worker"].Environment["METRICS_ADDR"])
+}
+
+// The API's /metrics is on METRICS_ADDR, published on loopback apart from the API's port
+// (issue 21, point 6).
+func TestAPIMetricsArePublishedApartFromTheAPI(t *testing.T) {
+	p := loadProject(t)
+	api := p.Services["api"]
+	targets := map[uint32]string{}
+	for _, port := range api.Ports {
+		require.Equal(t, "127.0.0.1", port.HostIP)
+		targets[port.Target] = port.Published
+	}
+	require.Equal(t, map[uint32]string{8080: "8080", 9090: "9100"}, targets)
+	require.Equal(t, ":9090", *api.Environment["METRICS_ADDR"])
+}
+
+// Postgres and RabbitMQ run supported, patched releases, pinned by digest (issue 21,
+// point 8): postgres:16.4 lacks the fixes of CVE-2024-10976..10979 and CVE-2025-1094
+// (16.7 has them), and RabbitMQ 3.13 is out of community support.
+func TestComposeImagesAreSupportedAndPinnedByDigest(t *testing.T) {
+	p := loadProject(t)
+	image := regexp.MustCompile(`^([a-z0-9./-]+):([0-9]+)\.([0-9]+)[0-9A-Za-z.-]*@sha256:[0-9a-f]{64}$`)
+	for name, floor := range map[string][2]int{"postgres": {16, 7}, "rabbitmq-a": {4, 0}, "rabbitmq-b": {4, 0}} {
+		m := image.FindStringSubmatch(p.Services[name].Image)
+		require.NotNil(t, m, "%s: %s is pinned by digest", name, p.Services[name].Image)
+		major, _ := strconv.Atoi(m[2])
+		minor, _ := strconv.Atoi(m[3])
+		require.True(t, major > floor[0] || (major == floor[0] && minor >= floor[1]),
+			"%s: %s is older than %d.%d", name, p.Services[name].Image, floor[0], floor[1])
+	}
 }
 
 func publishedPorts(s types.ServiceConfig) []string {
@@ -238,6 +269,10 @@ func TestDockerfileBuildsASmallNonRootImage(t *testing.T) {
 		}
 	}
 	require.GreaterOrEqual(t, len(froms), 2, "multi-stage")
+	for _, from := range froms {
+		// A tag can be pushed again; the digest names the bytes (README: refreshing them).
+		require.Regexp(t, `^[a-z0-9./-]+:[0-9][0-9A-Za-z.-]*@sha256:[0-9a-f]{64}$`, from, "the base image is pinned by digest")
+	}
 	require.Contains(t, df, "CGO_ENABLED=0")
 	require.Contains(t, df, "./cmd/brokerswitch")
 	require.NotEmpty(t, users)

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"maps"
+	"net/url"
 	"os"
 	"path/filepath"
 	"slices"
@@ -16,6 +17,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	"sigs.k8s.io/yaml"
 
@@ -41,6 +43,7 @@ type manifests struct {
 	secrets     map[string]*corev1.Secret
 	services    map[string]*corev1.Service
 	pdbs        map[string]*policyv1.PodDisruptionBudget
+	policies    map[string]*networkingv1.NetworkPolicy
 }
 
 func loadManifests(t *testing.T) manifests {
@@ -78,6 +81,7 @@ func loadManifests(t *testing.T) manifests {
 		deployments: map[string]*appsv1.Deployment{}, jobs: map[string]*batchv1.Job{},
 		configMaps: map[string]*corev1.ConfigMap{}, secrets: map[string]*corev1.Secret{},
 		services: map[string]*corev1.Service{}, pdbs: map[string]*policyv1.PodDisruptionBudget{},
+		policies: map[string]*networkingv1.NetworkPolicy{},
 	}
 	for _, name := range kust.Resources {
 		b, err := os.ReadFile(filepath.Join(k8sDir, name))
@@ -101,6 +105,8 @@ func loadManifests(t *testing.T) manifests {
 				name2 = decodeNamed(t, name, js, m.services)
 			case "policy/v1 PodDisruptionBudget":
 				name2 = decodeNamed(t, name, js, m.pdbs)
+			case "networking.k8s.io/v1 NetworkPolicy":
+				name2 = decodeNamed(t, name, js, m.policies)
 			default:
 				t.Fatalf("%s: unexpected %s %s", name, head.APIVersion, head.Kind)
 			}
@@ -136,6 +142,10 @@ func TestKubernetesBaseHasEveryPart(t *testing.T) {
 	require.Contains(t, m.configMaps, "brokerswitch-config")
 	require.Contains(t, m.secrets, "brokerswitch-secrets")
 	require.Contains(t, m.secrets, "brokerswitch-temporal-tls")
+	// The sample checks the database's certificate and host name, not only that TLS is on.
+	dsn, err := url.Parse(m.secrets["brokerswitch-secrets"].StringData["DATABASE_URL"])
+	require.NoError(t, err)
+	require.Equal(t, "verify-full", dsn.Query().Get("sslmode"))
 
 	worker := m.deployments["brokerswitch-worker"]
 	require.NotNil(t, worker)
@@ -153,6 +163,7 @@ func TestKubernetesBaseHasEveryPart(t *testing.T) {
 	svc := m.services["brokerswitch-api"]
 	require.NotNil(t, svc)
 	require.Equal(t, api.Spec.Template.Labels, withOnly(api.Spec.Template.Labels, svc.Spec.Selector), "the Service selects the api pods")
+	require.Len(t, svc.Spec.Ports, 1, "the Service exposes the API only, not its metrics")
 	require.Equal(t, "http", svc.Spec.Ports[0].TargetPort.String())
 
 	// One disruption budget per Deployment, selecting exactly its pods.
@@ -184,28 +195,40 @@ func withOnly(labels, sel map[string]string) map[string]string {
 }
 
 // The probes and scrape annotations point at what the binary serves on the ports config
-// sets: the worker's /readyz and /metrics on METRICS_ADDR, the api's on HTTP_ADDR.
+// sets: every process's /metrics on METRICS_ADDR, the worker's /readyz there too, the
+// api's /readyz on HTTP_ADDR, which serves only the API (issue 21, point 6).
 func TestKubernetesProbesAndScrapingMatchTheBinary(t *testing.T) {
 	m := loadManifests(t)
 	cm := m.configMaps["brokerswitch-config"].Data
-	for name, addrKey := range map[string]string{"brokerswitch-worker": "METRICS_ADDR", "brokerswitch-api": "HTTP_ADDR"} {
+	portOf := func(key string) string { return strings.TrimPrefix(cm[key], ":") }
+	for name, want := range map[string]struct{ ports, probe string }{
+		"brokerswitch-worker": {ports: "metrics=METRICS_ADDR", probe: "metrics"},
+		"brokerswitch-api":    {ports: "http=HTTP_ADDR metrics=METRICS_ADDR", probe: "http"},
+	} {
 		d := m.deployments[name]
 		c := d.Spec.Template.Spec.Containers[0]
-		port := strings.TrimPrefix(cm[addrKey], ":")
-		require.Len(t, c.Ports, 1, name)
-		require.Equal(t, port, strconv.Itoa(int(c.Ports[0].ContainerPort)), "%s listens on %s", name, addrKey)
+		var ports []string
+		for _, p := range c.Ports {
+			for key := range strings.FieldsSeq(want.ports) {
+				if n, k, _ := strings.Cut(key, "="); n == p.Name && portOf(k) == strconv.Itoa(int(p.ContainerPort)) {
+					ports = append(ports, key)
+				}
+			}
+		}
+		require.Equal(t, want.ports, strings.Join(ports, " "), "%s listens on the ports config sets", name)
 
 		require.NotNil(t, c.ReadinessProbe, name)
 		require.Equal(t, "/readyz", c.ReadinessProbe.HTTPGet.Path, name)
-		require.Equal(t, c.Ports[0].Name, c.ReadinessProbe.HTTPGet.Port.String(), name)
+		require.Equal(t, want.probe, c.ReadinessProbe.HTTPGet.Port.String(), name)
 		require.NotNil(t, c.LivenessProbe, name)
 		require.Equal(t, "/healthz", c.LivenessProbe.HTTPGet.Path, name)
+		require.Equal(t, want.probe, c.LivenessProbe.HTTPGet.Port.String(), name)
 		// A probe waits longer than one readiness round (3 s).
 		require.Greater(t, c.ReadinessProbe.TimeoutSeconds, int32(3), name)
 
 		ann := d.Spec.Template.Annotations
 		require.Equal(t, "true", ann["prometheus.io/scrape"], name)
-		require.Equal(t, port, ann["prometheus.io/port"], name)
+		require.Equal(t, portOf("METRICS_ADDR"), ann["prometheus.io/port"], name)
 		require.Equal(t, "/metrics", ann["prometheus.io/path"], name)
 
 		sc := c.SecurityContext
@@ -246,6 +269,10 @@ func TestKubernetesEnvironmentIsWhatConfigReads(t *testing.T) {
 			}
 			for _, e := range c.Env {
 				require.True(t, known[e.Name], "%s: %s is not a variable the config package reads", pod, e.Name)
+				if secret, ok := strings.CutSuffix(e.Name, "_FILE"); ok {
+					requireMountedSecretFile(t, pod, spec, c, m, e.Value, secret)
+					continue
+				}
 				require.NotNil(t, e.ValueFrom, "%s: %s comes from the ConfigMap or a Secret", pod, e.Name)
 				switch {
 				case e.ValueFrom.SecretKeyRef != nil:
@@ -261,6 +288,10 @@ func TestKubernetesEnvironmentIsWhatConfigReads(t *testing.T) {
 				case e.ValueFrom.ConfigMapKeyRef != nil:
 					ref := e.ValueFrom.ConfigMapKeyRef
 					require.Contains(t, m.configMaps[ref.Name].Data, ref.Key, pod)
+					if e.Name == "RABBITMQ_CONNECTION_STRINGS" {
+						requireNoPasswords(t, pod, m.configMaps[ref.Name].Data[ref.Key])
+						continue
+					}
 					require.NotContains(t, secretVars, e.Name, "%s: %s is a secret", pod, e.Name)
 				default:
 					t.Fatalf("%s: %s has an unexpected source", pod, e.Name)
@@ -280,8 +311,122 @@ func TestKubernetesEnvironmentIsWhatConfigReads(t *testing.T) {
 			require.True(t, slices.ContainsFunc(c.Env, func(e corev1.EnvVar) bool { return e.Name == v }), "%s gets %s", name, v)
 		}
 	}
-	has("brokerswitch-worker", "RABBITMQ_CONNECTION_STRINGS", "DATABASE_URL")
-	has("brokerswitch-api", "RABBITMQ_CONNECTION_STRINGS", "DATABASE_URL", "OPERATOR_TOKEN", "PRODUCER_TOKEN")
+	has("brokerswitch-worker", "RABBITMQ_CONNECTION_STRINGS_FILE", "DATABASE_URL_FILE")
+	has("brokerswitch-api", "RABBITMQ_CONNECTION_STRINGS", "DATABASE_URL_FILE", "OPERATOR_TOKEN_FILE", "PRODUCER_TOKEN_FILE")
+
+	// The API pod holds no broker password: its brokers come without credentials, in the
+	// order of the workers' list, and no Secret it mounts or reads holds them.
+	api := m.deployments["brokerswitch-api"].Spec.Template.Spec
+	for _, v := range api.Volumes {
+		if v.Secret != nil && v.Secret.SecretName == "brokerswitch-secrets" {
+			require.NotEmpty(t, v.Secret.Items, "the api mounts chosen keys of brokerswitch-secrets, not all")
+			for _, it := range v.Secret.Items {
+				require.NotEqual(t, "RABBITMQ_CONNECTION_STRINGS", it.Key, "the api pod mounts the broker passwords")
+			}
+		}
+	}
+	for _, e := range api.Containers[0].Env {
+		if e.ValueFrom != nil && e.ValueFrom.SecretKeyRef != nil {
+			require.NotEqual(t, "RABBITMQ_CONNECTION_STRINGS", e.ValueFrom.SecretKeyRef.Key, "the api pod reads the broker passwords")
+		}
+	}
+	brokersOf := func(urls string) []string {
+		cfg, err := config.FromEnv(func(k string) string {
+			return map[string]string{"RABBITMQ_CONNECTION_STRINGS": urls}[k]
+		})
+		require.NoError(t, err)
+		var out []string
+		for _, ep := range cfg.Brokers {
+			out = append(out, ep.String())
+		}
+		return out
+	}
+	require.Equal(t, brokersOf(m.secrets["brokerswitch-secrets"].StringData["RABBITMQ_CONNECTION_STRINGS"]),
+		brokersOf(m.configMaps["brokerswitch-api-brokers"].Data["RABBITMQ_CONNECTION_STRINGS"]),
+		"the api and the worker see the same brokers in the same order")
+}
+
+// requireMountedSecretFile checks that path, the value of secret's _FILE variable, is a
+// file of a Secret volume the container mounts, holding that secret's key.
+func requireMountedSecretFile(t *testing.T, pod string, spec corev1.PodSpec, c corev1.Container, m manifests, path, secret string) {
+	t.Helper()
+	for _, mount := range c.VolumeMounts {
+		rel, ok := strings.CutPrefix(path, mount.MountPath+"/")
+		if !ok {
+			continue
+		}
+		for _, v := range spec.Volumes {
+			if v.Name != mount.Name || v.Secret == nil {
+				continue
+			}
+			require.Contains(t, m.secrets, v.Secret.SecretName, pod)
+			for _, it := range v.Secret.Items {
+				if it.Path == rel {
+					require.Equal(t, secret, it.Key, "%s: %s_FILE reads the Secret's key %s", pod, secret, secret)
+					require.Contains(t, m.secrets[v.Secret.SecretName].StringData, it.Key, pod)
+					return
+				}
+			}
+		}
+	}
+	t.Fatalf("%s: %s_FILE=%s is no file of a mounted Secret", pod, secret, path)
+}
+
+// requireNoPasswords checks that broker URLs carry no password.
+func requireNoPasswords(t *testing.T, pod, urls string) {
+	t.Helper()
+	for raw := range strings.SplitSeq(urls, ",") {
+		u, err := url.Parse(strings.TrimSpace(raw))
+		require.NoError(t, err, pod)
+		_, hasPassword := u.User.Password()
+		require.False(t, hasPassword, "%s: a broker URL from a ConfigMap carries a password", pod)
+	}
+}
+
+// Every pod is selected by one NetworkPolicy that lets in only the ports it serves
+// (issue 21, point 8).
+func TestKubernetesNetworkPoliciesAdmitOnlyServedPorts(t *testing.T) {
+	m := loadManifests(t)
+	pods := map[string]corev1.PodTemplateSpec{"job/brokerswitch-migrate": m.jobs["brokerswitch-migrate"].Spec.Template}
+	for name, d := range m.deployments {
+		pods[name] = d.Spec.Template
+	}
+	for name, pod := range pods {
+		var selecting []*networkingv1.NetworkPolicy
+		for _, p := range m.policies {
+			sel := p.Spec.PodSelector.MatchLabels
+			if len(sel) > 0 && selects(sel, pod.Labels) {
+				selecting = append(selecting, p)
+			}
+		}
+		require.Len(t, selecting, 1, "%s: one NetworkPolicy selects it", name)
+		p := selecting[0]
+		require.Equal(t, []networkingv1.PolicyType{networkingv1.PolicyTypeIngress}, p.Spec.PolicyTypes, name)
+		var admitted []string
+		for _, rule := range p.Spec.Ingress {
+			require.NotEmpty(t, rule.Ports, "%s: a rule without ports admits every port", name)
+			for _, port := range rule.Ports {
+				admitted = append(admitted, port.Port.String())
+			}
+		}
+		var served []string
+		for _, c := range pod.Spec.Containers {
+			for _, port := range c.Ports {
+				served = append(served, port.Name)
+			}
+		}
+		require.ElementsMatch(t, served, admitted, "%s: the policy admits exactly the ports it serves", name)
+	}
+}
+
+// selects reports whether every label of sel is on the pod.
+func selects(sel, labels map[string]string) bool {
+	for k, v := range sel {
+		if labels[k] != v {
+			return false
+		}
+	}
+	return true
 }
 
 // The worker's settings fit its memory limit: config refuses them at start otherwise, as

@@ -157,6 +157,9 @@ func newStackWith(t *testing.T, opts stackOptions) *stack {
 		"LOG_LEVEL":                   "warn",
 		"PRODUCER_TOKEN":              producerToken,
 		"OPERATOR_TOKEN":              operatorToken,
+		// The scenarios rotate faster than a producer does; api tests cover the limit.
+		"NOTIFICATION_RATE":  "1000",
+		"NOTIFICATION_BURST": "1000",
 	}
 	for k, v := range env {
 		vars[k] = v

@@ -83,7 +83,7 @@ func (s *stack) startObservedWorker() *observed {
 	require.NoError(t, err)
 	logger := slog.New(activities.LogHandler(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError})))
 	o.api = httptest.NewServer(api.Router(api.Deps{
-		Config: s.cfg, Temporal: tc, Store: s.store, Ping: sqlDB.PingContext, Logger: logger, Metrics: o.m,
+		Config: s.cfg, Temporal: tc, Store: s.store, Ping: sqlDB.PingContext, Logger: logger,
 	}))
 	t.Cleanup(o.api.Close)
 
@@ -234,11 +234,13 @@ func TestMetricsAndPingsFollowRealWork(t *testing.T) {
 	})
 	s.proxies[1].Restore(t)
 
-	// The Temporal SDK's metrics share the registry, and the API serves it all on /metrics.
+	// The Temporal SDK's metrics share the registry, and METRICS_ADDR serves it all on /metrics.
 	require.Positive(t, o.value(t, "temporal_request_total"))
 	// Recorded by the SDK once the activity returned, after its commit.
 	o.waitMetric(s, "CommitHop's latency recorded", positive, "temporal_activity_execution_latency_seconds", "activity_type", "CommitHop")
-	res, err := http.Get(o.api.URL + "/metrics")
+	scrape := httptest.NewServer(o.m.Handler())
+	defer scrape.Close()
+	res, err := http.Get(scrape.URL + "/metrics")
 	require.NoError(t, err)
 	page, err := io.ReadAll(res.Body)
 	require.NoError(t, err)

@@ -9,6 +9,14 @@ import (
 	"time"
 )
 
+// DefaultReadyMaxAge is how long a /readyz answer is reused by default: probes from the
+// kubelet and Compose cost one round of checks per period, not one each.
+const DefaultReadyMaxAge = 5 * time.Second
+
+// DefaultReadyTimeout bounds a round of checks by default, so that a hung dependency
+// answers 503 before the orchestrator's probe gives up.
+const DefaultReadyTimeout = 3 * time.Second
+
 // Check is one dependency of readiness: Run returns nil when the dependency answers.
 type Check struct {
 	Name string
@@ -50,7 +58,7 @@ func (r *Readiness) Ready(ctx context.Context) ReadinessAnswer {
 	}
 	timeout := r.Timeout
 	if timeout <= 0 {
-		timeout = 3 * time.Second
+		timeout = DefaultReadyTimeout
 	}
 	// A probe that disconnects must not cut the round short for the callers waiting on it.
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), timeout)

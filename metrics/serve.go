@@ -12,8 +12,8 @@ import (
 
 // Serve runs a small HTTP server on addr with /metrics, /healthz (the process answers:
 // for a liveness probe) and, when ready is not nil, /readyz (its checks pass: for a
-// readiness probe) until ctx ends. The worker uses it; the API serves /metrics on its own
-// router.
+// readiness probe) until ctx ends. Every long-running command serves its metrics here,
+// apart from the API's port.
 func (m *Metrics) Serve(ctx context.Context, addr string, logger *slog.Logger, ready *Readiness) error {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {

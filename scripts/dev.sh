@@ -9,6 +9,7 @@ mkdir -p .dev
 : "${DATABASE_URL:=postgres://postgres@127.0.0.1:5432/brokerswitch?sslmode=disable}"
 : "${TEMPORAL_ADDRESS:=127.0.0.1:7233}"
 : "${HTTP_ADDR:=127.0.0.1:8080}"
+: "${METRICS_ADDR:=127.0.0.1:9090}"
 : "${OPERATOR_TOKEN:=dev-operator-token}"
 : "${PRODUCER_TOKEN:=dev-producer-token}"
 : "${CONSUMER_WINDOW:=1m}"
@@ -38,7 +39,7 @@ if ! bin/temporal operator cluster health --address "$TEMPORAL_ADDRESS" >/dev/nu
   done
 fi
 
-export DATABASE_URL TEMPORAL_ADDRESS HTTP_ADDR OPERATOR_TOKEN PRODUCER_TOKEN CONSUMER_WINDOW RABBITMQ_CONNECTION_STRINGS
+export DATABASE_URL TEMPORAL_ADDRESS HTTP_ADDR METRICS_ADDR OPERATOR_TOKEN PRODUCER_TOKEN CONSUMER_WINDOW RABBITMQ_CONNECTION_STRINGS
 bin/brokerswitch migrate
-echo "dev: API on http://$HTTP_ADDR (operator token: $OPERATOR_TOKEN, producer token: $PRODUCER_TOKEN)"
+echo "dev: API on http://$HTTP_ADDR (operator token: $OPERATOR_TOKEN, producer token: $PRODUCER_TOKEN), metrics on http://$METRICS_ADDR/metrics"
 bin/brokerswitch serve

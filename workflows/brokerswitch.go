@@ -83,6 +83,35 @@ type switchRun struct {
 	// arrivals is the order signals came in, in runs that follow it; nil takes them name
 	// by name.
 	arrivals *arrivalLog
+	// capHeld bounds the pending-switch signals held at once to maxHeldNotifications, in
+	// runs that follow heldNotificationsCapped.
+	capHeld bool
+}
+
+// heldNotificationsCapped versions the runs that hold at most maxHeldNotifications
+// pending-switch signals.
+const heldNotificationsCapped = "held-notifications-capped"
+
+// maxHeldNotifications is the most pending-switch signals the workflow holds unhandled.
+// One more is dropped safely: the API records a notification in Postgres before it
+// signals, and each held one re-reads the state, so the first handled after the drop
+// sees the dropped one too. A flood then costs at most this many activities, not one each.
+const maxHeldNotifications = 10
+
+// hold queues a signal to be handled, unless it is a pending-switch signal beyond the cap.
+func (w *switchRun) hold(s Signal) {
+	if w.capHeld && s.Name == SignalPendingSwitch {
+		held := 0
+		for _, h := range w.signals {
+			if h.Name == SignalPendingSwitch {
+				held++
+			}
+		}
+		if held >= maxHeldNotifications {
+			return
+		}
+	}
+	w.signals = append(w.signals, s)
 }
 
 // signalNames are the signals the BrokerSwitch workflow takes.
@@ -104,6 +133,7 @@ func newSwitchRun(ctx workflow.Context, in BrokerSwitchInput) (*switchRun, error
 			return nil, err
 		}
 	}
+	w.capHeld = workflow.GetVersion(ctx, heldNotificationsCapped, workflow.DefaultVersion, 1) == 1
 	return w, nil
 }
 
@@ -422,7 +452,7 @@ func (w *switchRun) waitFor(ctx workflow.Context, why string, futures ...workflo
 				// Every signal delivered so far, in the order it came, not this one first.
 				w.takeBufferedSignals(ctx)
 			} else {
-				w.signals = append(w.signals, receiveSignal(ctx, name, c))
+				w.hold(receiveSignal(ctx, name, c))
 			}
 			signalled = true
 		})
@@ -453,7 +483,7 @@ func (w *switchRun) takeBufferedSignals(ctx workflow.Context) {
 			log.names = log.names[1:]
 			var raw json.RawMessage
 			if isSwitchSignal(name) && workflow.GetSignalChannel(ctx, name).ReceiveAsync(&raw) {
-				w.signals = append(w.signals, decodeSignal(name, raw))
+				w.hold(decodeSignal(name, raw))
 			}
 		}
 		return
@@ -465,7 +495,7 @@ func (w *switchRun) takeBufferedSignals(ctx workflow.Context) {
 			if !c.ReceiveAsync(&raw) {
 				break
 			}
-			w.signals = append(w.signals, decodeSignal(name, raw))
+			w.hold(decodeSignal(name, raw))
 		}
 	}
 }

@@ -42,6 +42,7 @@ type brokerSwitchSuite struct {
 	windowIDs     []string
 	loads         int
 	watches       int
+	records       int // RecordNotification activities run
 	// changeSeenByWatch answers the nth watch of an idle workflow; nil answers "no change".
 	changeSeenByWatch func(nth int) bool
 	// test counts the tests run so far: each test's mocks serve only their own environment.
@@ -65,7 +66,7 @@ func (s *brokerSwitchSuite) SetupTest() {
 	s.backlog = map[int][]int{}
 	s.reachable = map[int]bool{0: true, 1: true, 2: true}
 	s.checks, s.commits, s.windowSignals, s.windowIDs = nil, nil, 0, nil
-	s.loads, s.watches, s.changeSeenByWatch = 0, 0, nil
+	s.loads, s.watches, s.changeSeenByWatch, s.records = 0, 0, nil, 0
 	s.mu.Unlock()
 	late := func() bool { return s.test != test } // called with s.mu held
 
@@ -104,6 +105,7 @@ func (s *brokerSwitchSuite) SetupTest() {
 			if late() {
 				return activities.NotificationResult{}, nil
 			}
+			s.records++
 			if n.Host == "too-far-ahead" { // as the real activity refuses a switchedAt beyond the skew
 				return activities.NotificationResult{}, temporal.NewNonRetryableApplicationError("switchedAt is ahead", "SwitchedAtAhead", nil)
 			}
@@ -272,6 +274,31 @@ func (s *brokerSwitchSuite) TestALateNotificationIsPlacedByItsTime() {
 		{Index: 2, Host: "h", Vhost: "/", SwitchedAt: t0.Add(-time.Minute)},
 		{Index: 1, Host: "h", Vhost: "/", SwitchedAt: t0},
 	}, status.State.Pending.Route)
+}
+
+// A flood of notifications 1 ns apart costs a bounded number of activities, not one
+// each, and the state the workflow ends on is the one the API recorded (issue 21, point 4).
+func (s *brokerSwitchSuite) TestANotificationFloodIsHeldToACap() {
+	s.backlog[0] = busy(1000)
+	const flood = 500
+	s.env.RegisterDelayedCallback(func() {
+		for i := range flood {
+			n := models.Notification{Index: 1, Host: "h", Vhost: "/", SwitchedAt: t0.Add(time.Duration(i))}
+			// As the API does: recorded in Postgres first, then signalled.
+			s.mu.Lock()
+			s.state, _ = s.state.ApplyNotification(n, t0)
+			s.mu.Unlock()
+			s.env.SignalWorkflow(SignalPendingSwitch, n)
+		}
+	}, time.Second)
+	status := s.run(time.Minute)
+
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.LessOrEqual(s.records, 2*maxHeldNotifications, "RecordNotification activities for %d signals", flood)
+	s.Require().NotNil(status.State.Pending)
+	s.Equal(s.state.Pending, status.State.Pending, "the workflow holds the state the API recorded")
+	s.Equal(t0.Add(flood-1), status.State.Pending.Target().SwitchedAt)
 }
 
 func (s *brokerSwitchSuite) TestForceSwitchMovesAtOnceAndDropsThePendingSwitch() {

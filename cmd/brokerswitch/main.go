@@ -13,7 +13,6 @@ import (
 	"os/signal"
 	"runtime/debug"
 	"syscall"
-	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"go.temporal.io/sdk/client"
@@ -37,9 +36,12 @@ const usage = `usage: brokerswitch <command>
 
 commands:
   migrate   apply the versioned schema to DATABASE_URL
-  worker    run the Temporal worker (metrics on METRICS_ADDR); it also starts the window and BrokerSwitch workflows
+  worker    run the Temporal worker; it also starts the window and BrokerSwitch workflows
   api       run the HTTP API on HTTP_ADDR
   serve     run worker and api in one process
+
+Every command that runs serves /metrics and /healthz on METRICS_ADDR; the worker and
+serve add the worker's /readyz there.
   simulate  publish like the producer and rotate brokers, to rehearse a switch (simulate -h)
   version   print the version, commit and Go version of this build
   help      print this text
@@ -87,6 +89,11 @@ func run(ctx context.Context, args []string, getenv config.Getenv, stdout, stder
 		debug.SetMemoryLimit(limit)
 		logger.Info("Go memory limit set from MEMORY_LIMIT", "bytes", limit)
 	}
+	for _, ep := range cfg.PlaintextBrokers() {
+		// ep logs as #index host:port/vhost, never its URL or password.
+		logger.WarnContext(ctx, "broker reached by plain amqp:// on a host that is not loopback: its password and messages cross the network unencrypted; use amqps://",
+			"broker", ep, "variable", "RABBITMQ_CONNECTION_STRINGS")
+	}
 	switch args[0] {
 	case "migrate":
 		return migrate(ctx, cfg)
@@ -102,7 +109,11 @@ func run(ctx context.Context, args []string, getenv config.Getenv, stdout, stder
 			return err
 		}
 		return withServices(ctx, cfg, logger, func(ctx context.Context, s services) error {
-			return api.Serve(ctx, s.apiDeps(cfg, logger))
+			g, ctx := errgroup.WithContext(ctx)
+			g.Go(func() error { return api.Serve(ctx, s.apiDeps(cfg, logger)) })
+			// The API's probes stay on HTTP_ADDR, where they test the port that serves it.
+			g.Go(func() error { return s.metrics.Serve(ctx, cfg.MetricsAddr, logger, nil) })
+			return g.Wait()
 		})
 	case "serve":
 		if err := cfg.ValidateAPIAuth(); err != nil {
@@ -112,6 +123,7 @@ func run(ctx context.Context, args []string, getenv config.Getenv, stdout, stder
 			g, ctx := errgroup.WithContext(ctx)
 			g.Go(func() error { return worker.Run(ctx, s.workerDeps(cfg, logger)) })
 			g.Go(func() error { return api.Serve(ctx, s.apiDeps(cfg, logger)) })
+			g.Go(func() error { return s.metrics.Serve(ctx, cfg.MetricsAddr, logger, s.readiness(cfg, logger)) })
 			return g.Wait()
 		})
 	}
@@ -206,16 +218,12 @@ func withServices(ctx context.Context, cfg config.Config, logger *slog.Logger, f
 	return err
 }
 
-// readinessMaxAge is how long the worker's /readyz answer is reused: probes from the
-// kubelet and Compose cost one round of checks per period, not one each.
-const readinessMaxAge = 5 * time.Second
-
 // readiness is the worker's /readyz: it can do its work, being connected to Postgres, to
 // Temporal and to the broker that is active now.
 func (s services) readiness(cfg config.Config, logger *slog.Logger) *metrics.Readiness {
 	store := worker.NewBrokerStore(s.db, cfg.Brokers)
 	return &metrics.Readiness{
-		MaxAge: readinessMaxAge,
+		MaxAge: metrics.DefaultReadyMaxAge,
 		Logger: logger,
 		Checks: []metrics.Check{
 			{Name: "postgres", Run: s.sqlDB.PingContext},
@@ -250,6 +258,5 @@ func (s services) apiDeps(cfg config.Config, logger *slog.Logger) api.Deps {
 		Store:    worker.NewBrokerStore(s.db, cfg.Brokers),
 		Ping:     s.sqlDB.PingContext,
 		Logger:   logger,
-		Metrics:  s.metrics,
 	}
 }
