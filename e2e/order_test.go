@@ -183,10 +183,10 @@ func TestScenario17DuplicateAndEqualTimeNotifications(t *testing.T) {
 // A's last, and with no notification they are read once the grace has passed.
 func publishBeforeNotify(t *testing.T, late time.Duration, grace time.Duration) {
 	s := newStack(t, 2, map[string]string{
-		"CONSUMER_WINDOW": "3s", "PREFETCH": "10", "UNNOTIFIED_BROKER_GRACE": grace.String(),
+		"CONSUMER_WINDOW": "2s", "PREFETCH": "10", "UNNOTIFIED_BROKER_GRACE": grace.String(),
 	})
 	p, log := s.producer(nil) // the notification is sent by hand, late
-	msgs := s.workload(mixed(20, 181))
+	msgs := s.workload(mixed(40, 181))
 	ctx := context.Background()
 	half := len(msgs) / 2
 	require.NoError(t, p.Publish(ctx, msgs[:half]...)) // A's backlog
@@ -194,7 +194,11 @@ func publishBeforeNotify(t *testing.T, late time.Duration, grace time.Duration) 
 	require.NoError(t, err)
 	require.NoError(t, p.Publish(ctx, msgs[half:]...)) // at once, before any notification
 
+	began := time.Now()
 	o := s.startObservedWorker()
+	// The delay counts from when the windows are at work: a window that reads B early
+	// would do it within this time.
+	s.waitFor("the first events of A applied", time.Minute, func() bool { return s.appliedFrom(0) > 0 })
 	started := time.Now()
 	held := []string{"broker", "1"}
 	o.waitMetric(s, "a window to leave broker 1's messages for the notification", positive, "brokerswitch_unannounced_held_total", held...)
@@ -212,8 +216,8 @@ func publishBeforeNotify(t *testing.T, late time.Duration, grace time.Duration) 
 		require.Equal(t, 0, s.state().ActiveIndex, "nothing moves without a notification")
 		var first time.Time
 		require.NoError(t, s.db.Raw("SELECT min(applied_at) FROM github_deliveries WHERE broker_index = 1").Scan(&first).Error)
-		require.False(t, first.Before(started.Add(grace)), "broker 1's first event was applied at %s, before the grace ended at %s",
-			first, started.Add(grace))
+		require.False(t, first.Before(began.Add(grace)), "broker 1's first event was applied at %s, before the grace ended at %s",
+			first, began.Add(grace))
 		o.waitMetric(s, "the unannounced messages counted", positive, "brokerswitch_unannounced_messages_total", held...)
 	} else {
 		require.Zero(t, o.value(t, "brokerswitch_unannounced_messages_total"), "nothing was read without a notification")
