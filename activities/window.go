@@ -11,6 +11,7 @@ import (
 	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
+	workflowpb "go.temporal.io/api/workflow/v1"
 	"go.temporal.io/sdk/activity"
 
 	"github.com/brokerswitch/brokerswitch/broker"
@@ -438,6 +439,7 @@ type ConsumeInput struct {
 var (
 	errSwitched = errors.New("the active broker moved")
 	errStopping = errors.New("the worker is stopping")
+	errFenced   = errors.New("Temporal may have given this window to another worker")
 )
 
 // Consume reads the queue on the active broker for one window. It ends itself early, with
@@ -478,8 +480,11 @@ func (a *Window) Consume(ctx context.Context, in ConsumeInput) (err error) {
 	// an activity that goes silent after its cancel was requested times out for good.
 	stopHeartbeat := heartbeat(ctx)
 	defer stopHeartbeat()
+	fence := make(chan struct{})
+	stopFence := a.fence(ctx, fence, end)
+	defer stopFence()
 
-	opts := broker.ConsumeOptions{Prefetch: a.Prefetch, ConsumerTag: consumerTag(ctx)}
+	opts := broker.ConsumeOptions{Prefetch: a.Prefetch, ConsumerTag: consumerTag(ctx), Fence: fence}
 	if err := a.Pool.Consume(windowCtx, in.BrokerIndex, in.Queue, opts, a.Handlers.ForBroker(in.BrokerIndex)); err != nil {
 		return fmt.Errorf("consume %s on %s: %w", in.Queue, a.endpoint(in.BrokerIndex), err)
 	}
@@ -489,6 +494,74 @@ func (a *Window) Consume(ctx context.Context, in ConsumeInput) (err error) {
 	// A cancelled activity (the workflow was cancelled, or the worker's stop timeout
 	// passed) reports cancellation; every other end is a success.
 	return ctx.Err()
+}
+
+// fence closes gone, and ends the window, once this attempt must assume that Temporal
+// gave the window to another worker: Temporal says this attempt is no longer the pending
+// one, or has not answered for longer than the heartbeat timeout, after which it times the
+// attempt out and retries it elsewhere. The SDK does not cancel an activity whose
+// heartbeats fail with "unavailable", so a worker cut off from Temporal would otherwise
+// go on consuming, and settling, beside its successor. Its batch in hand then goes back
+// to the queue unsettled (broker.ConsumeOptions.Fence). Asking costs a describe, which is
+// no billable Action.
+func (a *Window) fence(ctx context.Context, gone chan<- struct{}, end context.CancelCauseFunc) (stop func()) {
+	info := activity.GetInfo(ctx)
+	timeout := info.HeartbeatTimeout
+	if timeout <= 0 {
+		return func() {}
+	}
+	c := activity.GetClient(ctx)
+	ctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		lastAnswer := time.Now()
+		every := max(timeout/4, time.Second)
+		t := time.NewTicker(every)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+			}
+			asked := time.Now()
+			askCtx, cancelAsk := context.WithTimeout(ctx, every)
+			res, err := c.DescribeWorkflowExecution(askCtx, info.WorkflowExecution.ID, info.WorkflowExecution.RunID)
+			cancelAsk()
+			why := ""
+			switch {
+			case err == nil && superseded(res.GetPendingActivities(), info):
+				why = "Temporal no longer runs this attempt"
+			case err == nil:
+				lastAnswer = asked
+				continue
+			case time.Since(lastAnswer) > timeout:
+				why = fmt.Sprintf("Temporal has not answered for %s, more than the heartbeat timeout", time.Since(lastAnswer).Round(time.Second))
+			default:
+				continue
+			}
+			if ctx.Err() != nil {
+				return
+			}
+			a.Logger.WarnContext(ctx, "window fenced: its batch in hand goes back to the queue unsettled", "why", why, "error", err)
+			close(gone)
+			end(errFenced)
+			return
+		}
+	}()
+	return func() { cancel(); <-done }
+}
+
+// superseded tells whether the describe's pending activities show that attempt info is
+// over: the activity is gone, or a later attempt runs.
+func superseded(pending []*workflowpb.PendingActivityInfo, info activity.Info) bool {
+	for _, p := range pending {
+		if p.GetActivityId() == info.ActivityID {
+			return p.GetAttempt() > info.Attempt
+		}
+	}
+	return true
 }
 
 // endEarly ends the window when its length has passed, when the active broker moves away

@@ -37,6 +37,8 @@ type settler struct {
 	queue     string
 	ch        *amqp.Channel // the channel the deliveries came from
 	onSettled func(Verdict)
+	// fence, when it closes, gives up the batch in hand: nothing of it is settled.
+	fence <-chan struct{}
 
 	pub     *amqp.Channel // confirm-mode channel for Reject copies, opened on first use
 	returns chan amqp.Return
@@ -106,7 +108,21 @@ func (s *settler) handlePart(ctx context.Context, h BatchHandler, batch []amqp.D
 			t.Stop()
 		}
 	}()
+	if s.fence != nil {
+		stopFence := make(chan struct{})
+		defer close(stopFence)
+		go func() {
+			select {
+			case <-s.fence:
+				cancel()
+			case <-stopFence:
+			}
+		}()
+	}
 	verdicts, err := h.HandleBatch(hctx, s.queue, batch)
+	if isClosed(s.fence) {
+		return 0, fmt.Errorf("handle batch of %d: %w", len(batch), ErrFenced)
+	}
 	if err != nil {
 		return 0, fmt.Errorf("handle batch of %d: %w: %w", len(batch), ErrHandler, err)
 	}

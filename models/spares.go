@@ -76,8 +76,13 @@ func (s BrokerState) CurrentMark(index int, m SpareMark) SpareMark {
 func (s BrokerState) ReadSpare(index int, queue, reached SpareMark, now time.Time, grace time.Duration) SpareReading {
 	_, visited := s.lastVisitAt(index)
 	left := visited || reached.Reached || (s.LastSwitch != nil && s.LastSwitch.From == index)
+	activeAt, activeVisited := s.lastVisitAt(s.ActiveIndex)
 	switch {
 	case left && queue.DrainedAt.IsZero():
+		return ReadStragglers
+	case activeVisited && !queue.HeldSince.IsZero() && queue.HeldSince.Before(activeAt):
+		// Seen waiting before the producer moved to the active broker: it never announced
+		// this one, and left it before its word for the active broker.
 		return ReadStragglers
 	case !queue.HeldSince.IsZero() && now.Sub(queue.HeldSince) >= grace:
 		return ReadUnannounced

@@ -61,3 +61,16 @@ func TestALateNotificationBehindTheActiveBrokerMakesItsBrokerAStraggler(t *testi
 	again := apply(t, late, hostNote(1, t1), NotificationStale)
 	require.Equal(t, late, again, "the same notification again changes nothing")
 }
+
+// The producer went A → X without a word, then X → Y with one: what a window saw waiting
+// on X before the producer moved to Y is older than Y's events, so once Y is active it is
+// read first; what no window saw before waits for the grace.
+func TestAnUnannouncedBrokerLeftForAnAnnouncedOne(t *testing.T) {
+	held := SpareMark{HeldSince: t0.Add(-time.Minute)}
+	st := apply(t, BrokerState{}, hostNote(2, t0), NotificationRecorded)
+	require.Equal(t, ReadReturned, readSpare(st, 1, held, SpareMark{}, t0), "A is still active: X waits behind it")
+	st, ok := st.CompleteHop(0, st.Pending.Next(), 1, t0)
+	require.True(t, ok)
+	require.Equal(t, ReadStragglers, readSpare(st, 1, held, SpareMark{}, t0), "seen before the producer went to Y")
+	require.Equal(t, ReadReturned, readSpare(st, 1, SpareMark{HeldSince: t0.Add(time.Second)}, SpareMark{}, t0.Add(time.Second)))
+}
