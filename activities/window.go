@@ -439,7 +439,7 @@ type ConsumeInput struct {
 var (
 	errSwitched = errors.New("the active broker moved")
 	errStopping = errors.New("the worker is stopping")
-	errFenced   = errors.New("Temporal may have given this window to another worker")
+	errFenced   = errors.New("the window may have been given to another worker")
 )
 
 // Consume reads the queue on the active broker for one window. It ends itself early, with
