@@ -76,9 +76,18 @@ func TestSoakSchedulesReplayAndCoverEveryFault(t *testing.T) {
 	// cancel with a backlog; and nothing rotates after a rotation never notified but a force.
 	kinds := map[string]int{}
 	for seed := range uint64(2000) {
-		unnotified := false
+		unnotified, temporal, pg := false, true, true
 		for i, st := range generateSchedule(seed, scheduleOptions{unsettled: true, reversedDoubleRotation: true}).steps {
 			kinds[st.faultKind()]++
+			switch st.kind {
+			case stepStopTemporal, stepStartTemporal:
+				temporal = st.kind == stepStartTemporal
+			case stepCutPostgres, stepRestorePostgres:
+				pg = st.kind == stepRestorePostgres
+			}
+			if st.kind == stepCancel {
+				require.True(t, temporal && pg, "seed %d step %d cancels while the workflow cannot apply it", seed, i+1)
+			}
 			switch st.kind {
 			case stepRotateNow, stepRotateTwice, stepRotateLate, stepRotateSilent, stepRotateReversed, stepCancel:
 				require.False(t, unnotified, "seed %d step %d rotates after a rotation never notified", seed, i+1)

@@ -557,8 +557,9 @@ func (m *model) drawUnsettled(add func(int, bool, func()), fresh []int) {
 		m.published()
 	})
 	// The active broker cut makes the switch wait for the cancel; the route's brokers and
-	// the new one become spares ahead of it.
-	add(1, ok && !m.cut[m.route[0]], func() {
+	// the new one become spares ahead of it. The cancel is the workflow's to apply: it
+	// needs Temporal, and a worker that reaches it and Postgres.
+	add(1, ok && !m.cut[m.route[0]] && m.temporal && !m.pgCut && m.healthyWorkers() > 0, func() {
 		to := fresh[m.rng.IntN(len(fresh))]
 		m.emit(step{kind: stepCancel, active: m.route[0], broker: to, burst: m.burst(false), backlog: true})
 		m.route = m.route[:1]
