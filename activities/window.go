@@ -320,6 +320,8 @@ func (a *Window) readings(ctx context.Context, in LeftoverDrainInput) (behind, l
 func (a *Window) afterDrain(ctx context.Context, queue string, v spareVisit, got broker.DrainResult, budget int, res *LeftoverDrainResult) (stop bool, err error) {
 	mark := v.mark
 	switch {
+	case got.Empty && got.Taken == 0 && !mark.DrainedAt.IsZero() && mark.HeldSince.IsZero():
+		return false, nil // as the mark already says: nothing to write
 	case got.Empty:
 		mark.DrainedAt, mark.HeldSince = time.Now(), time.Time{}
 	case got.Kept:
