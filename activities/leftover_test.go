@@ -75,10 +75,11 @@ func TestTheLeftoverDrainDeclaresTheSparesTopologyFirst(t *testing.T) {
 	require.NoError(t, ch.Publish("", "issues", false, false, amqp.Publishing{Body: []byte("{}")}))
 
 	res, err := leftoverDrain(t, active, spare)
-	require.NoError(t, err)
-	// The plain queue's arguments differ from ours: the spare is skipped with a warning,
-	// its message kept, rather than drained with nowhere to dead-letter to.
-	require.Equal(t, []int{1}, res.Skipped)
+	// The plain queue's arguments differ from ours: the spare is not drained with nowhere
+	// to dead-letter to, and since it holds a message, the attempt fails rather than read
+	// the active broker past it (issue 19).
+	require.ErrorContains(t, err, "1 messages ready")
+	require.Zero(t, res.Taken[1])
 	q, err := channel(t, spare).QueueDeclarePassive("issues", true, false, false, false, nil)
 	require.NoError(t, err)
 	require.Equal(t, 1, q.Messages, "the message waits on the spare")
@@ -94,9 +95,11 @@ func TestTheLeftoverDrainDeclaresTheSparesTopologyFirst(t *testing.T) {
 	}
 }
 
-// Any failure of a spare, not only a failed dial, is a warning: the window goes on with
-// the active broker (issue 11, point 15).
-func TestAnyFailureOfASpareIsAWarning(t *testing.T) {
+// A spare that fails other than by dial (a refused read, a refused declaration, a channel
+// closed mid-drain) while it holds messages is not read around: the attempt fails, is
+// counted, and is retried, so that the active broker does not overtake what it holds. One
+// that holds nothing ready is only a warning (issue 19; issue 11, point 15).
+func TestASpareThatFailsWhileItHoldsMessagesIsNotReadAround(t *testing.T) {
 	active, spare := testenv.NewVhost(t), testenv.NewVhost(t)
 	ch := channel(t, spare)
 	_, err := ch.QueueDeclare("issues", true, false, false, false, amqp.Table{
@@ -104,15 +107,24 @@ func TestAnyFailureOfASpareIsAWarning(t *testing.T) {
 	})
 	require.NoError(t, err)
 	require.NoError(t, ch.Publish("", "issues", false, false, amqp.Publishing{Body: []byte("{}")}))
-	// The spare refuses us reads: basic.get answers 403 ACCESS_REFUSED.
+	// The spare refuses us reads: consume and basic.get answer 403 ACCESS_REFUSED.
 	vhost := spare[strings.LastIndex(spare, "/")+1:]
 	out, err := exec.Command("rabbitmqctl", "--quiet", "set_permissions", "-p", vhost, "guest", ".*", ".*", "^$").CombinedOutput()
 	require.NoError(t, err, string(out))
 
 	res, err := leftoverDrain(t, active, spare)
-	require.NoError(t, err, "a spare's failure does not fail the window")
-	require.Equal(t, []int{1}, res.Skipped)
+	require.ErrorContains(t, err, "which the active broker must not overtake")
 	require.Zero(t, res.Taken[1])
+
+	out, err = exec.Command("rabbitmqctl", "--quiet", "set_permissions", "-p", vhost, "guest", ".*", ".*", ".*").CombinedOutput()
+	require.NoError(t, err, string(out))
+	_, err = channel(t, spare).QueuePurge("issues", false)
+	require.NoError(t, err)
+	out, err = exec.Command("rabbitmqctl", "--quiet", "set_permissions", "-p", vhost, "guest", ".*", ".*", "^$").CombinedOutput()
+	require.NoError(t, err, string(out))
+	res, err = leftoverDrain(t, active, spare)
+	require.NoError(t, err, "a failed spare that holds nothing ready does not hold the window")
+	require.Equal(t, []int{1}, res.Skipped)
 }
 
 // A spare ahead of the active broker (the producer's broker after a cancel) is read only

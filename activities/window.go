@@ -10,6 +10,8 @@ import (
 	"slices"
 	"time"
 
+	amqp "github.com/rabbitmq/amqp091-go"
+	workflowpb "go.temporal.io/api/workflow/v1"
 	"go.temporal.io/sdk/activity"
 
 	"github.com/brokerswitch/brokerswitch/broker"
@@ -23,7 +25,7 @@ type consumerPool interface {
 	Endpoints() []broker.Endpoint
 	DeclareTopology(ctx context.Context, index int, t broker.Topology) error
 	Consume(ctx context.Context, index int, queue string, opts broker.ConsumeOptions, h broker.BatchHandler) error
-	Drain(ctx context.Context, index int, queue string, max, batch int, h broker.BatchHandler) (int, error)
+	DrainWith(ctx context.Context, index int, queue string, opts broker.DrainOptions, h broker.BatchHandler) (broker.DrainResult, error)
 	ReadyCounts(ctx context.Context, index int, queues []string) (map[string]int, error)
 }
 
@@ -35,6 +37,12 @@ type handlers interface {
 // stateLoader reads the broker state.
 type stateLoader interface {
 	Load(ctx context.Context) (models.BrokerState, error)
+}
+
+// spareMarks keeps what the Leftover Drain learned of each spare (models.BrokerStore).
+type spareMarks interface {
+	SpareMarks(ctx context.Context, queue string) (marks, reached map[int]models.SpareMark, err error)
+	MarkSpare(ctx context.Context, index int, queue string, m models.SpareMark) error
 }
 
 // stateWatcher hands out the process's latest reading of the broker state as it changes
@@ -53,9 +61,15 @@ type Window struct {
 	LeftoverDrainCap int
 	Handlers         handlers
 	State            stateLoader
-	Watcher          stateWatcher
-	Topology         broker.Topology
-	Prefetch         int
+	// Marks keeps what the Leftover Drain saw on each spare; nil reads every spare as
+	// holding stragglers, as before issue 19.
+	Marks   spareMarks
+	Watcher stateWatcher
+	// UnnotifiedGrace is how long messages the producer never announced wait for its
+	// notification (UNNOTIFIED_BROKER_GRACE); 0 means models.DefaultUnnotifiedBrokerGrace.
+	UnnotifiedGrace time.Duration
+	Topology        broker.Topology
+	Prefetch        int
 	// HeartbeatTimeout is how long a window may go silent before Temporal retries it on
 	// another worker. Heartbeats only prove liveness: the SDK sends at most one per 0.8 ×
 	// HeartbeatTimeout, and each one that reaches the server is a billable Action.
@@ -141,34 +155,73 @@ type LeftoverDrainInput struct {
 type LeftoverDrainResult struct {
 	Taken       map[int]int
 	Unreachable []int
-	// Skipped are spares that failed otherwise (a refused declaration, a closed channel):
-	// a warning, like an unreachable one.
+	// Skipped are spares that failed otherwise (a refused declaration, a closed channel)
+	// and were seen holding nothing ready: nothing to read past.
 	Skipped []int `json:",omitempty"`
 	// Held are spares ahead of the active broker left for a later window, because the
 	// active broker's queue was not seen empty.
 	Held []int `json:",omitempty"`
+	// Incomplete is the spare whose drain ended without seeing its queue empty (a round
+	// that waited too long for a message): the window ends as at the cap, so that neither
+	// the active broker nor the next spare overtakes what it still holds.
+	Incomplete []int `json:",omitempty"`
+	// Unannounced are spares holding messages the producer never announced.
+	Unannounced []UnannouncedSpare `json:",omitempty"`
+}
+
+// UnannouncedSpare is a spare holding messages the producer never announced: they may be
+// its future, so they wait for the notification that puts the broker on the route.
+type UnannouncedSpare struct {
+	Broker int
+	// Since is when a Leftover Drain first found them; ReadAfter when they are read
+	// without a notification (Since + UNNOTIFIED_BROKER_GRACE), once the active broker's
+	// queue is empty.
+	Since, ReadAfter time.Time
+	// Read is true once the grace passed and this window read them.
+	Read bool `json:",omitempty"`
+}
+
+// spareVisit is one spare as this window reads it.
+type spareVisit struct {
+	index   int
+	reading models.SpareReading
+	mark    models.SpareMark
 }
 
 // LeftoverDrain takes what waits on the queue on the other brokers (see broker.Pool.Drain), and
 // applies it before the window starts: those messages are older than anything on the
-// active broker. A broker that cannot be reached is a warning, never a failed window.
+// active broker. What may be the producer's future (models.ReadSpare) waits for its
+// notification. A broker that cannot be reached is a warning, never a failed window; one
+// that fails otherwise while it holds messages fails the attempt, so that the active
+// broker is not read past it.
 func (a *Window) LeftoverDrain(ctx context.Context, in LeftoverDrainInput) (LeftoverDrainResult, error) {
 	stopHeartbeat := heartbeat(ctx)
 	defer stopHeartbeat()
 	res := LeftoverDrainResult{Taken: map[int]int{}}
-	budget := in.Cap
-	brokers := in.Brokers
-	if len(in.Ahead) > 0 {
+	behind, late, err := a.readings(ctx, in)
+	if err != nil {
+		return res, fmt.Errorf("leftover drain %s: %w", in.Queue, err)
+	}
+	visits := behind
+	ahead := append(spareVisits(in.Ahead), late...)
+	if len(ahead) > 0 {
 		if a.activeEmpty(ctx, in.Queue, in.Active) {
-			brokers = append(slices.Clip(brokers), in.Ahead...)
+			visits = append(slices.Clip(visits), ahead...)
 		} else {
-			res.Held = in.Ahead
+			for _, v := range ahead {
+				res.Held = append(res.Held, v.index)
+				if v.reading == models.ReadUnannounced {
+					res.Unannounced = append(res.Unannounced, a.unannounced(v))
+				}
+			}
 		}
 	}
-	for _, idx := range brokers {
+	budget := in.Cap
+	for _, v := range visits {
 		if budget <= 0 {
 			break
 		}
+		idx := v.index
 		// The plan may be older than a notification or a switch recorded since: a broker
 		// now on a pending route is being filled by the producer, and one that became
 		// active is read after the broker it replaced; neither may be read early.
@@ -180,20 +233,33 @@ func (a *Window) LeftoverDrain(ctx context.Context, in LeftoverDrainInput) (Left
 		// The spare's topology first: a message rejected to {q}-retry on a broker where
 		// the producer never declared it would be dead-lettered into nothing.
 		err := a.Pool.DeclareTopology(ctx, idx, broker.Topology{Queues: []string{in.Queue}, RetryTTL: a.Topology.RetryTTL})
-		n := 0
+		var got broker.DrainResult
 		if err == nil {
-			n, err = a.Pool.Drain(ctx, idx, in.Queue, budget, a.Prefetch, a.Handlers.ForBroker(idx))
+			opts := broker.DrainOptions{Max: budget, Batch: a.Prefetch}
+			if v.reading == models.ReadReturned {
+				opts.Keep = func(d amqp.Delivery) bool { return !broker.Returned(d) }
+			}
+			got, err = a.Pool.DrainWith(ctx, idx, in.Queue, opts, a.Handlers.ForBroker(idx))
 		}
-		res.Taken[idx] = n
-		budget -= n
-		a.Metrics.LeftoverDrained(in.Queue, idx, n)
+		res.Taken[idx] = got.Taken
+		budget -= got.Taken
+		a.Metrics.LeftoverDrained(in.Queue, idx, got.Taken)
+		if v.reading == models.ReadUnannounced {
+			a.Metrics.UnannouncedRead(in.Queue, idx, got.Taken)
+		}
 		switch {
 		case err == nil:
+			if stop, err := a.afterDrain(ctx, in.Queue, v, got, budget, &res); err != nil || stop {
+				return res, err
+			}
 		case ctx.Err() == nil && !errors.Is(err, broker.ErrHandler) && !isBrokerUnreachable(err):
-			// Whatever else fails on a spare is the spare's: what it holds waits for the
-			// next window, and the active broker is read meanwhile.
-			a.Logger.WarnContext(ctx, "leftover drain: broker failed, skipped",
-				"queue", in.Queue, "broker", a.endpoint(idx), "error", err)
+			// The spare answers but cannot be read: what it holds may be older than
+			// anything behind it.
+			a.Metrics.LeftoverFailed(in.Queue, idx)
+			if err := a.unverified(ctx, in.Queue, idx, err); err != nil {
+				a.Pings.Fail(ctx, failureKind(err))
+				return res, err
+			}
 			res.Skipped = append(res.Skipped, idx)
 		case isBrokerUnreachable(err):
 			// A spare that is down is a warning: never a failed window, nor a failed ping.
@@ -210,6 +276,118 @@ func (a *Window) LeftoverDrain(ctx context.Context, in LeftoverDrainInput) (Left
 		}
 	}
 	return res, nil
+}
+
+// spareVisits reads every spare of indexes for stragglers.
+func spareVisits(indexes []int) []spareVisit {
+	out := make([]spareVisit, 0, len(indexes))
+	for _, idx := range indexes {
+		out = append(out, spareVisit{index: idx})
+	}
+	return out
+}
+
+// readings decides how each spare behind the active broker is read (models.ReadSpare):
+// behind are read now, late (their grace for a notification passed) only once the
+// active broker's queue is empty.
+func (a *Window) readings(ctx context.Context, in LeftoverDrainInput) (behind, late []spareVisit, err error) {
+	if a.Marks == nil || a.State == nil || len(in.Brokers) == 0 {
+		return spareVisits(in.Brokers), nil, nil
+	}
+	st, err := a.State.Load(ctx)
+	if err != nil {
+		return nil, nil, err
+	}
+	marks, reached, err := a.Marks.SpareMarks(ctx, in.Queue)
+	if err != nil {
+		return nil, nil, err
+	}
+	now := time.Now()
+	for _, idx := range in.Brokers {
+		v := spareVisit{index: idx, mark: st.CurrentMark(idx, marks[idx])}
+		v.reading = st.ReadSpare(idx, v.mark, st.CurrentMark(idx, reached[idx]), now, a.grace())
+		if v.reading == models.ReadUnannounced {
+			late = append(late, v)
+		} else {
+			behind = append(behind, v)
+		}
+	}
+	return behind, late, nil
+}
+
+// afterDrain records what a drain of spare v saw, and tells whether the window must stop
+// visiting spares: one that was not seen empty may hold messages older than the next.
+func (a *Window) afterDrain(ctx context.Context, queue string, v spareVisit, got broker.DrainResult, budget int, res *LeftoverDrainResult) (stop bool, err error) {
+	mark := v.mark
+	switch {
+	case got.Empty && got.Taken == 0 && !mark.DrainedAt.IsZero() && mark.HeldSince.IsZero():
+		return false, nil // as the mark already says: nothing to write
+	case got.Empty:
+		mark.DrainedAt, mark.HeldSince = time.Now(), time.Time{}
+	case got.Kept:
+		if mark.HeldSince.IsZero() {
+			mark.HeldSince = time.Now()
+		}
+		a.Metrics.UnannouncedHeld(queue, v.index)
+		a.Logger.WarnContext(ctx, "leftover drain: the broker has messages the producer never announced; they wait for its notification",
+			"queue", queue, "broker", a.endpoint(v.index), "since", mark.HeldSince, "read_after", mark.HeldSince.Add(a.grace()))
+		res.Unannounced = append(res.Unannounced, a.unannounced(spareVisit{index: v.index, mark: mark}))
+	case budget > 0:
+		a.Logger.WarnContext(ctx, "leftover drain: the broker was not seen empty; the window ends before the active broker",
+			"queue", queue, "broker", a.endpoint(v.index))
+		res.Incomplete = append(res.Incomplete, v.index)
+		return true, nil
+	default:
+		return false, nil // at the cap: the window ends, and the next one drains on
+	}
+	if v.reading == models.ReadUnannounced {
+		u := a.unannounced(v)
+		u.Read = true
+		res.Unannounced = append(res.Unannounced, u)
+	}
+	if a.Marks == nil || a.State == nil {
+		return false, nil
+	}
+	if err := a.Marks.MarkSpare(ctx, v.index, queue, mark); err != nil {
+		return false, fmt.Errorf("leftover drain %s: %w", queue, err)
+	}
+	return false, nil
+}
+
+// unverified decides about a spare that answered but could not be drained: one seen
+// holding nothing ready is skipped with a warning; otherwise the error says why the
+// window must not go on past it, and the attempt is retried.
+func (a *Window) unverified(ctx context.Context, queue string, index int, cause error) error {
+	if errors.Is(cause, broker.ErrQueueBusy) {
+		// A window that has not stopped yet (a worker cut off from Temporal) holds it; it
+		// gives up within its heartbeat timeout.
+		return fmt.Errorf("leftover drain %s on %s: another consumer may hold messages that come back to its head: %w",
+			queue, a.endpoint(index), cause)
+	}
+	counts, err := a.Pool.ReadyCounts(ctx, index, []string{queue})
+	if err == nil && counts[queue] == 0 {
+		a.Logger.WarnContext(ctx, "leftover drain: broker failed, and holds nothing ready",
+			"queue", queue, "broker", a.endpoint(index), "error", cause)
+		return nil
+	}
+	held := "an unknown number of"
+	if err == nil {
+		held = fmt.Sprint(counts[queue])
+	}
+	return fmt.Errorf("leftover drain %s on %s: failed with %s messages ready, which the active broker must not overtake: %w",
+		queue, a.endpoint(index), held, cause)
+}
+
+// unannounced describes spare v's unannounced messages for the window's details.
+func (a *Window) unannounced(v spareVisit) UnannouncedSpare {
+	return UnannouncedSpare{Broker: v.index, Since: v.mark.HeldSince, ReadAfter: v.mark.HeldSince.Add(a.grace())}
+}
+
+func (a *Window) grace() time.Duration {
+	if a.UnnotifiedGrace > 0 {
+		return a.UnnotifiedGrace
+	}
+	return models.DefaultUnnotifiedBrokerGrace
 }
 
 // activeEmpty tells whether queue and its -retry sibling were seen empty on the active
@@ -263,6 +441,7 @@ type ConsumeInput struct {
 var (
 	errSwitched = errors.New("the active broker moved")
 	errStopping = errors.New("the worker is stopping")
+	errFenced   = errors.New("the window may have been given to another worker")
 )
 
 // Consume reads the queue on the active broker for one window. It ends itself early, with
@@ -303,8 +482,11 @@ func (a *Window) Consume(ctx context.Context, in ConsumeInput) (err error) {
 	// an activity that goes silent after its cancel was requested times out for good.
 	stopHeartbeat := heartbeat(ctx)
 	defer stopHeartbeat()
+	fence := make(chan struct{})
+	stopFence := a.fence(ctx, fence, end)
+	defer stopFence()
 
-	opts := broker.ConsumeOptions{Prefetch: a.Prefetch, ConsumerTag: consumerTag(ctx)}
+	opts := broker.ConsumeOptions{Prefetch: a.Prefetch, ConsumerTag: consumerTag(ctx), Fence: fence}
 	if err := a.Pool.Consume(windowCtx, in.BrokerIndex, in.Queue, opts, a.Handlers.ForBroker(in.BrokerIndex)); err != nil {
 		return fmt.Errorf("consume %s on %s: %w", in.Queue, a.endpoint(in.BrokerIndex), err)
 	}
@@ -314,6 +496,74 @@ func (a *Window) Consume(ctx context.Context, in ConsumeInput) (err error) {
 	// A cancelled activity (the workflow was cancelled, or the worker's stop timeout
 	// passed) reports cancellation; every other end is a success.
 	return ctx.Err()
+}
+
+// fence closes gone, and ends the window, once this attempt must assume that Temporal
+// gave the window to another worker: Temporal says this attempt is no longer the pending
+// one, or has not answered for longer than the heartbeat timeout, after which it times the
+// attempt out and retries it elsewhere. The SDK does not cancel an activity whose
+// heartbeats fail with "unavailable", so a worker cut off from Temporal would otherwise
+// go on consuming, and settling, beside its successor. Its batch in hand then goes back
+// to the queue unsettled (broker.ConsumeOptions.Fence). Asking costs a describe, which is
+// no billable Action.
+func (a *Window) fence(ctx context.Context, gone chan<- struct{}, end context.CancelCauseFunc) (stop func()) {
+	info := activity.GetInfo(ctx)
+	timeout := info.HeartbeatTimeout
+	if timeout <= 0 {
+		return func() {}
+	}
+	c := activity.GetClient(ctx)
+	ctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		lastAnswer := time.Now()
+		every := max(timeout/4, time.Second)
+		t := time.NewTicker(every)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+			}
+			asked := time.Now()
+			askCtx, cancelAsk := context.WithTimeout(ctx, every)
+			res, err := c.DescribeWorkflowExecution(askCtx, info.WorkflowExecution.ID, info.WorkflowExecution.RunID)
+			cancelAsk()
+			why := ""
+			switch {
+			case err == nil && superseded(res.GetPendingActivities(), info):
+				why = "Temporal no longer runs this attempt"
+			case err == nil:
+				lastAnswer = asked
+				continue
+			case time.Since(lastAnswer) > timeout:
+				why = fmt.Sprintf("Temporal has not answered for %s, more than the heartbeat timeout", time.Since(lastAnswer).Round(time.Second))
+			default:
+				continue
+			}
+			if ctx.Err() != nil {
+				return
+			}
+			a.Logger.WarnContext(ctx, "window fenced: its batch in hand goes back to the queue unsettled", "why", why, "error", err)
+			close(gone)
+			end(errFenced)
+			return
+		}
+	}()
+	return func() { cancel(); <-done }
+}
+
+// superseded tells whether the describe's pending activities show that attempt info is
+// over: the activity is gone, or a later attempt runs.
+func superseded(pending []*workflowpb.PendingActivityInfo, info activity.Info) bool {
+	for _, p := range pending {
+		if p.GetActivityId() == info.ActivityID {
+			return p.GetAttempt() > info.Attempt
+		}
+	}
+	return true
 }
 
 // endEarly ends the window when its length has passed, when the active broker moves away

@@ -25,6 +25,7 @@ type options struct {
 	lagRotations int
 	lagRate      float64
 	lagBurst     int
+	lagOnly      string
 	catchUp      int
 	rssMessages  int
 	drain        int
@@ -47,6 +48,7 @@ func main() {
 	flag.IntVar(&o.events, "events", 8000, "messages per throughput run, across the four queues")
 	flag.IntVar(&o.lagRotations, "lag-rotations", 10, "rotations per switch-lag scenario, spread over the runs")
 	flag.Float64Var(&o.lagRate, "lag-rate", 100, "steady producer rate during the switch-lag scenarios, events/s")
+	flag.StringVar(&o.lagOnly, "lag-scenarios", "", "comma-separated switch-lag scenarios to run (as the table names them, e.g. \"steady, default 3s\" is steady-default-3s); empty: all")
 	flag.IntVar(&o.lagBurst, "lag-burst", 500, "events published at once right before each rotation in the burst scenarios")
 	flag.IntVar(&o.catchUp, "catchup", 50000, "backlog on the old broker at rotation for the catch-up figure")
 	flag.IntVar(&o.drain, "drain", 3000, "messages per Leftover Drain throughput run")
@@ -289,12 +291,26 @@ func buildBinary(s *scope, dir string) string {
 // burst that leaves a backlog on the old broker when the notification arrives.
 func lagConfigs(o options, rotations int) []lagConfig {
 	epoch := time.Second
-	return []lagConfig{
+	all := []lagConfig{
 		{Name: "steady, default 3s", DrainInterval: "3s", Rate: o.lagRate, Rotations: rotations, Epoch: epoch},
 		{Name: "steady, tuned 250ms", DrainInterval: "250ms", Rate: o.lagRate, Rotations: rotations, Epoch: epoch},
 		{Name: "burst, default 3s", DrainInterval: "3s", Rate: o.lagRate, Burst: o.lagBurst, Rotations: rotations, Epoch: epoch},
 		{Name: "burst, tuned 250ms", DrainInterval: "250ms", Rate: o.lagRate, Burst: o.lagBurst, Rotations: rotations, Epoch: epoch},
 	}
+	if o.lagOnly == "" {
+		return all
+	}
+	wanted := map[string]bool{}
+	for n := range strings.SplitSeq(o.lagOnly, ",") {
+		wanted[strings.TrimSpace(n)] = true
+	}
+	var out []lagConfig
+	for _, c := range all {
+		if wanted[strings.NewReplacer(", ", "-", " ", "-").Replace(c.Name)] {
+			out = append(out, c)
+		}
+	}
+	return out
 }
 
 func commandLine() string {

@@ -40,7 +40,14 @@ type ConsumeOptions struct {
 	// OnSettled, if set, is called synchronously from Consume once per
 	// delivery, in queue order, after its verdict was applied.
 	OnSettled func(Verdict)
+	// Fence, when it closes, stops Consume at once without settling the batch in hand:
+	// the handler's context is cancelled and the batch goes back to the head of the queue.
+	// The caller closes it when another consumer may have taken its place.
+	Fence <-chan struct{}
 }
+
+// ErrFenced is wrapped into Consume's error when its Fence closed.
+var ErrFenced = errors.New("fenced: another consumer may have taken this one's place")
 
 func (o ConsumeOptions) withDefaults() (ConsumeOptions, error) {
 	if o.Prefetch == 0 {
@@ -113,8 +120,12 @@ func (p *Pool) Consume(ctx context.Context, index int, queue string, opts Consum
 	if err != nil {
 		return err
 	}
+	s.fence = opts.Fence
 	for {
-		batch, open := nextBatch(ctx, buffered, opts.MaxBatch)
+		batch, open := nextBatch(ctx, buffered, opts.MaxBatch, opts.Fence)
+		if isClosed(opts.Fence) {
+			return fmt.Errorf("consume %s on %s: %w", queue, ep, ErrFenced)
+		}
 		if !open {
 			return fmt.Errorf("consume %s on %s: %w", queue, ep, endReason(closed, cancelled))
 		}
@@ -124,7 +135,7 @@ func (p *Pool) Consume(ctx context.Context, index int, queue string, opts Consum
 			return nil
 		}
 		if _, err := s.handle(ctx, h, batch); err != nil {
-			if ctx.Err() != nil {
+			if ctx.Err() != nil && !errors.Is(err, ErrFenced) {
 				return nil
 			}
 			return fmt.Errorf("consume %s on %s: %w", queue, ep, err)
@@ -167,9 +178,11 @@ func forward(deliveries <-chan amqp.Delivery, size int, stop <-chan struct{}) <-
 // deliveries that are already buffered, up to limit, without waiting. open is
 // false when the deliveries channel has closed; the batch in hand is then
 // useless because it can no longer be acknowledged.
-func nextBatch(ctx context.Context, deliveries <-chan amqp.Delivery, limit int) (batch []amqp.Delivery, open bool) {
+func nextBatch(ctx context.Context, deliveries <-chan amqp.Delivery, limit int, fence <-chan struct{}) (batch []amqp.Delivery, open bool) {
 	select {
 	case <-ctx.Done():
+		return nil, true
+	case <-fence:
 		return nil, true
 	case d, ok := <-deliveries:
 		if !ok {
@@ -189,6 +202,16 @@ func nextBatch(ctx context.Context, deliveries <-chan amqp.Delivery, limit int) 
 		}
 	}
 	return batch, true
+}
+
+// isClosed tells whether c is closed; a nil channel never is.
+func isClosed(c <-chan struct{}) bool {
+	select {
+	case <-c:
+		return true
+	default:
+		return false
+	}
 }
 
 // cancel stops the broker from sending more before the channel closes; a

@@ -262,3 +262,25 @@ func TestConsumeSetsNoDeadlineOnABatchWhileRunning(t *testing.T) {
 	require.NoError(t, waitDone(t, r.consume(ctx, "issues", ConsumeOptions{}, h)))
 	assert.False(t, <-deadlines, "the batch had a deadline while its consumer ran")
 }
+
+// A fence stops Consume at once, the handler's context cancelled and nothing of the
+// batch in hand settled: it goes back to the head of the queue, in order (issue 19).
+func TestAFenceGivesTheBatchInHandBack(t *testing.T) {
+	t.Parallel()
+	r := newRabbit(t)
+	r.declare(Topology{Queues: []string{"issues"}, RetryTTL: time.Minute})
+	r.publish("issues", numbered(5)...)
+	inHand := make(chan struct{})
+	h := BatchHandlerFunc(func(ctx context.Context, _ string, ds []amqp.Delivery) ([]Verdict, error) {
+		close(inHand)
+		<-ctx.Done() // a database that does not answer
+		return nil, ctx.Err()
+	})
+	fence := make(chan struct{})
+	done := r.consume(context.Background(), "issues", ConsumeOptions{Prefetch: 10, Fence: fence}, h)
+	<-inHand
+	close(fence)
+	require.ErrorIs(t, waitDone(t, done), ErrFenced)
+	r.eventuallyCount("issues", 5)
+	assert.Equal(t, numbered(5), bodies(r.getAll("issues")))
+}

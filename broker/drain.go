@@ -14,96 +14,168 @@ import (
 // promised: the count is a snapshot, and another client may have taken the message.
 const drainIdle = time.Second
 
+// ErrQueueBusy is wrapped into Drain's error when the queue has a consumer of another
+// client: a window that has not stopped yet may hold a batch of it unsettled, which
+// goes back to the head of the queue should that window end. Reading behind it would
+// apply later messages before those.
+var ErrQueueBusy = errors.New("queue has another consumer")
+
+// DrainOptions say how much a Drain takes and what it leaves.
+type DrainOptions struct {
+	// Max is the most messages taken; Batch the most handed to the handler at once (at
+	// most MaxPrefetch). Both must be positive.
+	Max, Batch int
+	// Keep, when set, names a message the drain must not take: the drain stops before
+	// the first one, which stays at the head of the queue with everything behind it.
+	Keep func(amqp.Delivery) bool
+}
+
+// DrainResult is what a Drain did.
+type DrainResult struct {
+	// Taken is the number of messages settled.
+	Taken int
+	// Empty is true when the drain saw the queue empty at its end; it is false when it
+	// stopped at Max, before a kept message, or because a round ended with messages it was
+	// promised not delivered (a slow link, a stalled broker).
+	Empty bool
+	// Kept is true when the drain stopped before a message Keep named.
+	Kept bool
+}
+
 // Drain is the Leftover Drain: it takes messages from queue on broker index until the
 // queue is empty or max messages were taken, hands them to h in batches of up to batch,
-// and settles the verdicts exactly as Consume does. Messages are never auto-acknowledged:
+// and settles the verdicts exactly as Consume does. See DrainWith.
+func (p *Pool) Drain(ctx context.Context, index int, queue string, max int, batch int, h BatchHandler) (taken int, err error) {
+	res, err := p.DrainWith(ctx, index, queue, DrainOptions{Max: max, Batch: batch}, h)
+	return res.Taken, err
+}
+
+// DrainWith takes messages from queue on broker index as opts say, hands them to h and
+// settles the verdicts exactly as Consume does. Messages are never auto-acknowledged:
 // should the channel close, the unsettled ones go back to the queue.
 //
 // Each batch is one round: a passive declare reads the ready count, then a consumer
-// with a prefetch of exactly the messages wanted (at most batch, at most what the cap
+// with a prefetch of exactly the messages wanted (at most Batch, at most what Max
 // leaves) receives them and is cancelled before they are handled and settled. Because
 // the broker never sends more than the prefetch to an unacknowledging consumer, nothing
 // beyond the cap is ever delivered, and what the drain leaves stays in order. A round
-// costs a few round trips however large the batch, where basic.get cost one per message.
-// Where RabbitMQ refuses the consumer because another one has the queue exclusively,
-// the drain goes on with basic.get, which it does not refuse.
+// costs a few round trips however large the batch.
 //
-// taken is the number of messages settled. A queue that does not exist is empty. When
-// h fails or ctx ends, Drain returns the error (wrapping ctx's) with the current batch
-// unsettled and back at the head of the queue.
-func (p *Pool) Drain(ctx context.Context, index int, queue string, max int, batch int, h BatchHandler) (taken int, err error) {
+// A queue that another client consumes is not read (ErrQueueBusy): that consumer may
+// hold messages that go back to the head of the queue. A queue that does not exist is
+// empty. When h fails or ctx ends, DrainWith returns the error (wrapping ctx's) with the
+// current batch unsettled and back at the head of the queue.
+func (p *Pool) DrainWith(ctx context.Context, index int, queue string, opts DrainOptions, h BatchHandler) (DrainResult, error) {
 	ep, err := p.endpoint(index)
 	if err != nil {
-		return 0, err
+		return DrainResult{}, err
 	}
-	if max < 1 || batch < 1 {
-		return 0, fmt.Errorf("drain %s on %s: max %d and batch %d must be positive", queue, ep, max, batch)
+	if opts.Max < 1 || opts.Batch < 1 {
+		return DrainResult{}, fmt.Errorf("drain %s on %s: max %d and batch %d must be positive", queue, ep, opts.Max, opts.Batch)
 	}
-	if batch > MaxPrefetch {
-		batch = MaxPrefetch
-	}
+	opts.Batch = min(opts.Batch, MaxPrefetch)
 	ch, frameMax, err := p.channel(ctx, index)
 	if err != nil {
-		return 0, fmt.Errorf("drain %s: %w", queue, err)
+		return DrainResult{}, fmt.Errorf("drain %s: %w", queue, err)
 	}
 	defer ch.Close()
 	s, err := newSettler(p, ep, ch, frameMax, queue, nil)
 	if err != nil {
-		return 0, err
+		return DrainResult{}, fmt.Errorf("drain %s: %w", queue, err)
 	}
 
-	taken, err = drainFrom(ctx, s, h, max, batch, func(limit int) ([]amqp.Delivery, bool, error) {
+	res, err := drainFrom(ctx, s, h, opts, func(limit int) ([]amqp.Delivery, roundEnd, error) {
 		return consumeBatch(ctx, ch, queue, limit)
 	})
-	if isCode(err, amqp.AccessRefused) {
-		// Another client consumes the queue exclusively (the window of a worker that
-		// has not stopped yet, say). basic.get still works beside it, at one round trip
-		// per message; the refusal closed this channel.
-		var n int
-		n, err = p.drainByGet(ctx, ep, queue, max-taken, batch, h)
-		taken += n
+	switch {
+	case isCode(err, amqp.AccessRefused):
+		// Another client consumes the queue exclusively: the window of a worker that has
+		// not stopped yet, say.
+		return res, fmt.Errorf("drain %s on %s: %w: %w", queue, ep, ErrQueueBusy, err)
+	case isCode(err, amqp.NotFound):
+		res.Empty = true
+		return res, nil
+	case err != nil:
+		return res, fmt.Errorf("drain %s on %s: %w", queue, ep, err)
 	}
-	if isCode(err, amqp.NotFound) {
-		return taken, nil
-	}
-	if err != nil {
-		return taken, fmt.Errorf("drain %s on %s: %w", queue, ep, err)
-	}
-	return taken, nil
+	return res, nil
 }
 
-// drainFrom hands h the batches next returns, at most max messages in all, and settles
-// them. next returns at most limit messages, and more=false once the queue ran empty.
-func drainFrom(ctx context.Context, s *settler, h BatchHandler, max, batch int,
-	next func(limit int) (msgs []amqp.Delivery, more bool, err error),
-) (taken int, err error) {
-	for taken < max {
+// roundEnd says how a round ended.
+type roundEnd int
+
+const (
+	roundFull  roundEnd = iota // every message asked for came: another round may follow
+	roundEmpty                 // the queue was seen empty
+	roundShort                 // fewer came than the ready count promised: the channel must close first
+)
+
+// drainFrom hands h the batches next returns, at most opts.Max messages in all, and
+// settles them, stopping before a message opts.Keep names. next returns at most limit
+// messages and how its round ended.
+func drainFrom(ctx context.Context, s *settler, h BatchHandler, opts DrainOptions,
+	next func(limit int) ([]amqp.Delivery, roundEnd, error),
+) (res DrainResult, err error) {
+	limit := opts.Batch
+	if opts.Keep != nil {
+		// What waits at the head may be a message to keep: look at one before
+		// delivering a batch that would all go back.
+		limit = 1
+	}
+	for res.Taken < opts.Max {
 		if err := ctx.Err(); err != nil {
-			return taken, err
+			return res, err
 		}
-		msgs, more, err := next(min(batch, max-taken))
-		if err != nil || len(msgs) == 0 {
-			return taken, err
+		msgs, end, err := next(min(limit, opts.Max-res.Taken))
+		if err != nil {
+			return res, err
 		}
-		n, err := s.handle(ctx, h, msgs)
-		taken += n
-		if err != nil || !more {
-			return taken, err
+		limit = opts.Batch
+		take := len(msgs)
+		if opts.Keep != nil {
+			for i, d := range msgs {
+				if opts.Keep(d) {
+					take, res.Kept = i, true
+					break
+				}
+			}
+		}
+		if take > 0 {
+			n, err := s.handle(ctx, h, msgs[:take])
+			res.Taken += n
+			if err != nil {
+				return res, err
+			}
+		}
+		// A kept message and what follows it go back when the channel closes.
+		if res.Kept || end != roundFull {
+			res.Empty = end == roundEmpty && !res.Kept
+			return res, nil
 		}
 	}
-	return taken, nil
+	return res, nil
 }
 
-// consumeBatch reads the queue's ready count and receives up to limit of them. more is
-// false when the queue is empty or a round ended early: a delivery may then have arrived
-// as the consumer was cancelled and been dropped by the library, and closing the channel
-// puts it back in its place before another round could take what follows it.
-func consumeBatch(ctx context.Context, ch *amqp.Channel, queue string, limit int) ([]amqp.Delivery, bool, error) {
+// consumeBatch reads the queue's ready count and receives up to limit of them. A queue
+// with a consumer of another client is busy. A round that ends early (a delivery may
+// then have arrived as the consumer was cancelled and been dropped by the library) is
+// short: closing the channel puts it back in its place before another round could take
+// what follows it.
+func consumeBatch(ctx context.Context, ch *amqp.Channel, queue string, limit int) ([]amqp.Delivery, roundEnd, error) {
 	info, err := ch.QueueDeclarePassive(queue, true, false, false, false, nil)
-	if err != nil || info.Messages == 0 {
-		return nil, false, err
+	switch {
+	case err != nil:
+		return nil, roundEmpty, err
+	case info.Consumers > 0:
+		return nil, roundShort, fmt.Errorf("%w (%d)", ErrQueueBusy, info.Consumers)
+	case info.Messages == 0:
+		return nil, roundEmpty, nil
 	}
-	return receive(ctx, ch, queue, min(info.Messages, limit))
+	msgs, complete, err := receive(ctx, ch, queue, min(info.Messages, limit))
+	if err != nil || !complete {
+		return msgs, roundShort, err
+	}
+	return msgs, roundFull, nil
 }
 
 // receive consumes up to want messages of queue with a prefetch of want, then cancels the
@@ -148,38 +220,4 @@ func receive(ctx context.Context, ch *amqp.Channel, queue string, want int) (msg
 		msgs = append(msgs, d)
 	}
 	return msgs, complete, nil
-}
-
-// drainByGet drains like Drain with basic.get, on a channel of its own.
-func (p *Pool) drainByGet(ctx context.Context, ep Endpoint, queue string, max, batch int, h BatchHandler) (int, error) {
-	ch, frameMax, err := p.channel(ctx, ep.Index)
-	if err != nil {
-		return 0, err
-	}
-	defer ch.Close()
-	s, err := newSettler(p, ep, ch, frameMax, queue, nil)
-	if err != nil {
-		return 0, err
-	}
-	return drainFrom(ctx, s, h, max, batch, func(limit int) ([]amqp.Delivery, bool, error) {
-		return getBatch(ctx, ch, queue, limit)
-	})
-}
-
-// getBatch gets up to limit messages. more is false when the queue ran empty.
-func getBatch(ctx context.Context, ch *amqp.Channel, queue string, limit int) (msgs []amqp.Delivery, more bool, err error) {
-	for len(msgs) < limit {
-		if err := ctx.Err(); err != nil {
-			return nil, false, err
-		}
-		d, ok, err := ch.Get(queue, false)
-		if err != nil {
-			return nil, false, err
-		}
-		if !ok {
-			return msgs, false, nil
-		}
-		msgs = append(msgs, d)
-	}
-	return msgs, true, nil
 }

@@ -4,12 +4,16 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"net"
+	"strings"
 	"testing"
 	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/brokerswitch/brokerswitch/internal/testenv"
 )
 
 func TestDrainRespectsMaxThenEmptiesTheQueue(t *testing.T) {
@@ -99,8 +103,9 @@ func TestDrainCapInsideAPrefetchWindowKeepsOrder(t *testing.T) {
 }
 
 // TestDrainBesideAnExclusiveConsumer drains a queue that another client consumes
-// exclusively: RabbitMQ refuses a second consumer there, so the drain falls back to
-// basic.get and still takes, in order, what that consumer was not sent.
+// exclusively: the window of a worker that has not stopped yet, say. That consumer holds
+// a message unsettled, which goes back to the head of the queue should it end; taking
+// what follows it would apply later messages first. The drain takes nothing and says why.
 func TestDrainBesideAnExclusiveConsumer(t *testing.T) {
 	t.Parallel()
 	r := newRabbit(t)
@@ -114,10 +119,118 @@ func TestDrainBesideAnExclusiveConsumer(t *testing.T) {
 
 	h := &recorder{}
 	taken, err := r.pool.Drain(context.Background(), 0, "issues", 5, 3, h)
-	require.NoError(t, err)
-	assert.Equal(t, 5, taken)
-	assert.Equal(t, numbered(8)[1:6], h.bodies())
+	require.ErrorIs(t, err, ErrQueueBusy)
+	assert.Equal(t, 0, taken)
+	assert.Empty(t, h.bodies())
 	assert.Equal(t, numbered(1), []string{string(first.Body)})
+
+	// Once that consumer is gone, its message is back at the head and the drain takes
+	// the queue in order.
+	require.NoError(t, ch.Close())
+	r.eventuallyCount("issues", 8)
+	taken, err = r.pool.Drain(context.Background(), 0, "issues", 100, 3, h)
+	require.NoError(t, err)
+	assert.Equal(t, 8, taken)
+	assert.Equal(t, numbered(8), h.bodies())
+}
+
+// A consumer that is not exclusive keeps the drain out as well: RabbitMQ would let the
+// drain in beside it, and the two would share the queue out of order.
+func TestDrainBesideAnotherConsumer(t *testing.T) {
+	t.Parallel()
+	r := newRabbit(t)
+	r.declare(Topology{Queues: []string{"issues"}, RetryTTL: time.Minute})
+	r.publish("issues", numbered(4)...)
+	ch := r.channel()
+	require.NoError(t, ch.Qos(1, 0, false))
+	held, err := ch.Consume("issues", "someone", false, false, false, false, nil)
+	require.NoError(t, err)
+	<-held
+
+	res, err := r.pool.DrainWith(context.Background(), 0, "issues", DrainOptions{Max: 10, Batch: 10}, &recorder{})
+	require.ErrorIs(t, err, ErrQueueBusy)
+	assert.Equal(t, DrainResult{}, res)
+}
+
+// Keep stops the drain before the first message it names: what came before is taken,
+// that message and everything behind it stay, in order.
+func TestDrainStopsBeforeAKeptMessage(t *testing.T) {
+	t.Parallel()
+	r := newRabbit(t)
+	r.declare(Topology{Queues: []string{"issues"}, RetryTTL: time.Minute})
+	r.publish("issues", numbered(9)...)
+	keep := func(d amqp.Delivery) bool { return string(d.Body) == "5" }
+	h := &recorder{}
+	res, err := r.pool.DrainWith(context.Background(), 0, "issues", DrainOptions{Max: 100, Batch: 4, Keep: keep}, h)
+	require.NoError(t, err)
+	assert.Equal(t, DrainResult{Taken: 5, Kept: true}, res)
+	assert.Equal(t, numbered(5), h.bodies())
+	r.eventuallyCount("issues", 4)
+	assert.Equal(t, numbered(9)[5:], bodies(r.getAll("issues")))
+
+	// A kept message at the head: nothing is taken, and only one was delivered to look.
+	r.publish("issues", "x", "y")
+	res, err = r.pool.DrainWith(context.Background(), 0, "issues", DrainOptions{Max: 100, Batch: 4, Keep: func(amqp.Delivery) bool { return true }}, h)
+	require.NoError(t, err)
+	assert.Equal(t, DrainResult{Kept: true}, res)
+	r.eventuallyCount("issues", 2)
+
+	// Nothing to keep: the queue is seen empty.
+	res, err = r.pool.DrainWith(context.Background(), 0, "issues", DrainOptions{Max: 100, Batch: 4, Keep: func(amqp.Delivery) bool { return false }}, h)
+	require.NoError(t, err)
+	assert.Equal(t, DrainResult{Taken: 2, Empty: true}, res)
+}
+
+// A round that waits longer than drainIdle for a message the ready count promised (a
+// large payload on a slow link) does not make the spare look empty (issue 19): the
+// drain says it did not see the queue empty, so that the window does not read the
+// active broker past what the spare still holds.
+func TestASlowRoundDoesNotMakeTheSpareLookEmpty(t *testing.T) {
+	t.Parallel()
+	url := testenv.NewVhost(t)
+	// Frames from the broker larger than a few kilobytes (a large body) are held for
+	// longer than a round waits.
+	proxy, err := testenv.ListenProxy(testenv.RabbitAddr, func(dst, src net.Conn, toServer bool) {
+		buf := make([]byte, 64<<10)
+		for {
+			n, err := src.Read(buf)
+			if n > 0 {
+				if !toServer && n > 16<<10 {
+					time.Sleep(2 * drainIdle)
+				}
+				if _, werr := dst.Write(buf[:n]); werr != nil {
+					return
+				}
+			}
+			if err != nil {
+				return
+			}
+		}
+	})
+	require.NoError(t, err)
+	t.Cleanup(proxy.Cut)
+	eps, err := ParseEndpoints(strings.Replace(url, testenv.RabbitAddr, proxy.Addr(), 1))
+	require.NoError(t, err)
+	pool := NewPool(eps, nil)
+	t.Cleanup(func() { _ = pool.Close() })
+	direct, err := ParseEndpoints(url)
+	require.NoError(t, err)
+	r := &rabbit{t: t, url: url, pool: NewPool(direct, nil)}
+	t.Cleanup(func() { _ = r.pool.Close() })
+	r.declare(Topology{Queues: []string{"issues"}, RetryTTL: time.Minute})
+	r.publish("issues", "small")
+	pub := r.channel()
+	require.NoError(t, pub.PublishWithContext(context.Background(), "", "issues", false, false,
+		amqp.Publishing{DeliveryMode: amqp.Persistent, Body: bytes.Repeat([]byte("x"), 256<<10)}))
+	r.publish("issues", "last")
+
+	h := &recorder{}
+	res, err := pool.DrainWith(context.Background(), 0, "issues", DrainOptions{Max: 100, Batch: 2}, h)
+	require.NoError(t, err)
+	assert.False(t, res.Empty, "a round that ended early saw the queue empty: %+v", res)
+	assert.Less(t, res.Taken, 3)
+	// What it did not take is still there, in order.
+	r.eventuallyCount("issues", 3-res.Taken)
 }
 
 // A batch is bounded in bytes as well as in count: the handler gets parts of at most

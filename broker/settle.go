@@ -45,7 +45,9 @@ type settler struct {
 	ch        *amqp.Channel // the channel the deliveries came from, transactional
 	frameMax  int           // the frame_max its connection negotiated
 	onSettled func(Verdict)
-	returns   chan amqp.Return
+	// fence, when it closes, gives up the batch in hand: nothing of it is settled.
+	fence   <-chan struct{}
+	returns chan amqp.Return
 }
 
 // newSettler puts ch in transactional mode; Consume and Drain settle on it alone.
@@ -112,7 +114,21 @@ func (s *settler) handlePart(ctx context.Context, h BatchHandler, batch []amqp.D
 			t.Stop()
 		}
 	}()
+	if s.fence != nil {
+		stopFence := make(chan struct{})
+		defer close(stopFence)
+		go func() {
+			select {
+			case <-s.fence:
+				cancel()
+			case <-stopFence:
+			}
+		}()
+	}
 	verdicts, err := h.HandleBatch(hctx, s.queue, batch)
+	if isClosed(s.fence) {
+		return 0, fmt.Errorf("handle batch of %d: %w", len(batch), ErrFenced)
+	}
 	if err != nil {
 		return 0, fmt.Errorf("handle batch of %d: %w: %w", len(batch), ErrHandler, err)
 	}

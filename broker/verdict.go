@@ -41,3 +41,16 @@ const HeaderRetryCycles = "brokerswitch-retry-cycles"
 type BatchHandler interface {
 	HandleBatch(ctx context.Context, queue string, deliveries []amqp.Delivery) ([]Verdict, error)
 }
+
+// Returned tells a message that came back to its queue from {q}-retry (the broker's
+// x-death) or that an operator moved back from {q}-error (the headers a Reject stamps):
+// such a message was published before it failed here, so it is never the producer's
+// future.
+func Returned(d amqp.Delivery) bool {
+	for _, h := range []string{"x-death", HeaderRetryCycles, HeaderErrorReason} {
+		if _, ok := d.Headers[h]; ok {
+			return true
+		}
+	}
+	return false
+}

@@ -103,6 +103,11 @@ type Config struct {
 	// LeftoverDrainCap from LEFTOVER_DRAIN_CAP (default 500): messages one Leftover Drain takes
 	// per queue and window at most.
 	LeftoverDrainCap int
+	// UnnotifiedBrokerGrace from UNNOTIFIED_BROKER_GRACE (default 2h): how long messages on a
+	// broker the producer never announced wait for its notification before they are read
+	// (once the active broker is empty). Keep it longer than the producer's notification
+	// retries take: WebhooksHandler's take up to 10 × 10 minutes.
+	UnnotifiedBrokerGrace time.Duration
 	// HTTPAddr from HTTP_ADDR (default :8080).
 	HTTPAddr string
 	// ProducerToken from PRODUCER_TOKEN: may only post pending-switch notifications.
@@ -154,6 +159,7 @@ func FromEnv(getenv Getenv) (Config, error) {
 		WindowHeartbeatTimeout:   r.duration("WINDOW_HEARTBEAT_TIMEOUT", "1m"),
 		WorkerStopTimeout:        r.duration("WORKER_STOP_TIMEOUT", "1m"),
 		LeftoverDrainCap:         r.positiveInt("LEFTOVER_DRAIN_CAP", "500"),
+		UnnotifiedBrokerGrace:    r.duration("UNNOTIFIED_BROKER_GRACE", "2h"),
 		HTTPAddr:                 r.str("HTTP_ADDR", ":8080"),
 		ProducerToken:            r.token("PRODUCER_TOKEN"),
 		OperatorToken:            r.token("OPERATOR_TOKEN"),

@@ -46,21 +46,22 @@ func TestBrokersAreSplitByCommasAndNewlines(t *testing.T) {
 
 func TestEveryBadVariableIsNamed(t *testing.T) {
 	_, err := FromEnv(env(map[string]string{
-		"CONSUMER_WINDOW":      "five minutes",
-		"RETRY_TTL":            "-1s",
-		"MAX_RETRY_CYCLES":     "0",
-		"PREFETCH":             "5000",
-		"LEFTOVER_DRAIN_CAP":   "many",
-		"DRAIN_CHECK_INTERVAL": "0s",
-		"API_INSECURE_NO_AUTH": "perhaps",
-		"LOG_LEVEL":            "loud",
-		"QUEUES":               " , ",
-		"MAX_MESSAGE_BYTES":    "25MB",
-		"MAX_BATCH_BYTES":      "-1",
+		"CONSUMER_WINDOW":         "five minutes",
+		"RETRY_TTL":               "-1s",
+		"MAX_RETRY_CYCLES":        "0",
+		"PREFETCH":                "5000",
+		"LEFTOVER_DRAIN_CAP":      "many",
+		"DRAIN_CHECK_INTERVAL":    "0s",
+		"API_INSECURE_NO_AUTH":    "perhaps",
+		"LOG_LEVEL":               "loud",
+		"QUEUES":                  " , ",
+		"MAX_MESSAGE_BYTES":       "25MB",
+		"MAX_BATCH_BYTES":         "-1",
+		"UNNOTIFIED_BROKER_GRACE": "0s",
 	}))
 	require.Error(t, err)
 	for _, name := range []string{"CONSUMER_WINDOW", "RETRY_TTL", "MAX_RETRY_CYCLES", "PREFETCH", "LEFTOVER_DRAIN_CAP",
-		"DRAIN_CHECK_INTERVAL", "API_INSECURE_NO_AUTH", "LOG_LEVEL", "QUEUES", "MAX_MESSAGE_BYTES", "MAX_BATCH_BYTES"} {
+		"DRAIN_CHECK_INTERVAL", "API_INSECURE_NO_AUTH", "LOG_LEVEL", "QUEUES", "MAX_MESSAGE_BYTES", "MAX_BATCH_BYTES", "UNNOTIFIED_BROKER_GRACE"} {
 		require.Contains(t, err.Error(), name)
 	}
 }

@@ -90,6 +90,8 @@ type stackOptions struct {
 	temporal *temporalTarget
 	// pgProxy puts a cuttable proxy between the workers and Postgres.
 	pgProxy bool
+	// copies shape the traffic of some brokers' proxies (a slow link), by index.
+	copies map[int]testenv.Copy
 }
 
 // temporalTarget is a Temporal server and namespace to run a stack against.
@@ -116,11 +118,18 @@ func newStackWith(t *testing.T, opts stackOptions) *stack {
 	n, env := opts.brokers, opts.env
 	var proxied, direct, vhosts []string
 	var proxies []*testenv.Proxy
-	for range n {
+	for i := range n {
 		u := testenv.NewVhost(t)
 		direct = append(direct, u)
 		vhosts = append(vhosts, vhostOf(t, u))
 		p := testenv.NewProxy(t, testenv.RabbitAddr)
+		if c := opts.copies[i]; c != nil {
+			p.Cut()
+			var err error
+			p, err = testenv.ListenProxy(testenv.RabbitAddr, c)
+			require.NoError(t, err)
+			t.Cleanup(p.Cut)
+		}
 		proxies = append(proxies, p)
 		proxied = append(proxied, strings.Replace(u, testenv.RabbitAddr, p.Addr(), 1))
 	}

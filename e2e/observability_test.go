@@ -171,11 +171,16 @@ func TestMetricsAndPingsFollowRealWork(t *testing.T) {
 	s.waitFor("start and success pings", 10*time.Second, func() bool { return o.pings.get("start") >= 4 && o.pings.get("success") >= 4 })
 	require.Zero(t, o.pings.get("fail"), "a spare that is down never fails a ping")
 
-	// Leftovers on the spare, once it is back, are taken by the Leftover Drain.
+	// Leftovers on the spare, once it is back, are taken by the Leftover Drain. The
+	// producer never announced broker 1, so only stragglers are: these an operator moved
+	// back from -error, as their header says (issue 19).
 	s.proxies[1].Restore(t)
 	leftovers, err := payloads.Lifecycle(1)
 	require.NoError(t, err)
-	s.publish(1, leftovers...)
+	for _, ev := range leftovers {
+		s.publishRaw(1, ev.Queue, amqp.Table{"x-github-event": ev.Event, "x-github-delivery": ev.DeliveryID,
+			broker.HeaderRetryCycles: int64(1)}, ev.Body)
+	}
 	s.waitFor("the leftovers applied", time.Minute, func() bool { return s.deliveries() == int64(len(events)+len(leftovers))+1 })
 	// Counted once Pool.Drain returned, after the rows committed.
 	o.requireCount(s, float64(len(leftovers)), "brokerswitch_leftover_drain_messages_total", "broker", "1")

@@ -178,3 +178,70 @@ func TestScenario17DuplicateAndEqualTimeNotifications(t *testing.T) {
 	require.Equal(t, []string{models.NotificationRecorded, models.NotificationRecorded, models.NotificationRecorded,
 		models.NotificationStale, models.NotificationStale, models.NotificationStale}, outcomes)
 }
+
+// publishBeforeNotify is scenario 18: A has a backlog, the producer rotates to B and
+// publishes there at once, and its notification comes late (by late), or never (late <
+// 0). B is the producer's future, not a spare: none of its events may be applied before
+// A's last, and with no notification they are read once the grace has passed.
+func publishBeforeNotify(t *testing.T, late time.Duration, grace time.Duration) {
+	s := newStack(t, 2, map[string]string{
+		"CONSUMER_WINDOW": "2s", "PREFETCH": "10", "UNNOTIFIED_BROKER_GRACE": grace.String(),
+	})
+	p, log := s.producer(nil) // the notification is sent by hand, late
+	msgs := s.workload(mixed(40, 181))
+	ctx := context.Background()
+	half := len(msgs) / 2
+	require.NoError(t, p.Publish(ctx, msgs[:half]...)) // A's backlog
+	toB, err := p.Rotate(ctx, 1)
+	require.NoError(t, err)
+	require.NoError(t, p.Publish(ctx, msgs[half:]...)) // at once, before any notification
+
+	began := time.Now()
+	o := s.startObservedWorker()
+	// The delay counts from when the windows are at work: a window that reads B early
+	// would do it within this time.
+	s.waitFor("the first events of A applied", time.Minute, func() bool { return s.appliedFrom(0) > 0 })
+	started := time.Now()
+	held := []string{"broker", "1"}
+	o.waitMetric(s, "a window to leave broker 1's messages for the notification", positive, "brokerswitch_unannounced_held_total", held...)
+	if late >= 0 {
+		s.waitFor("the notification's delay", late+time.Minute, func() bool { return time.Since(started) >= late })
+		require.Zero(t, s.appliedFrom(1), "broker 1's events were applied before its notification")
+		require.Equal(t, []string{models.NotificationRecorded}, s.notifyAll(p, toB))
+		s.waitFor("the switch to broker 1", time.Minute, func() bool { return s.state().ActiveIndex == 1 })
+	}
+	v := s.verify(log, 2*time.Minute)
+	s.requireBrokerOrder(0, 1)
+	lag := s.lagOf()
+	if late < 0 {
+		lag = "-"
+		require.Equal(t, 0, s.state().ActiveIndex, "nothing moves without a notification")
+		var first time.Time
+		require.NoError(t, s.db.Raw("SELECT min(applied_at) FROM github_deliveries WHERE broker_index = 1").Scan(&first).Error)
+		require.False(t, first.Before(began.Add(grace)), "broker 1's first event was applied at %s, before the grace ended at %s",
+			first, began.Add(grace))
+		o.waitMetric(s, "the unannounced messages counted", positive, "brokerswitch_unannounced_messages_total", held...)
+	} else {
+		require.Zero(t, o.value(t, "brokerswitch_unannounced_messages_total"), "nothing was read without a notification")
+	}
+	s.report(v, lag)
+}
+
+// Scenario 18a. The notification comes 6 s after the producer's first publish to B.
+func TestScenario18aPublishBeforeANotificationLateBySeconds(t *testing.T) {
+	publishBeforeNotify(t, 6*time.Second, models.DefaultUnnotifiedBrokerGrace)
+}
+
+// Scenario 18b. The notification comes 2 minutes late, as one through the producer's
+// retry queue does.
+func TestScenario18bPublishBeforeANotificationLateByMinutes(t *testing.T) {
+	t.Parallel() // it mostly waits for the notification
+	publishBeforeNotify(t, 2*time.Minute, models.DefaultUnnotifiedBrokerGrace)
+}
+
+// Scenario 18c. No notification ever comes: B's events are read once the (shortened)
+// grace has passed and A is empty, and the metric behind the alert says so.
+func TestScenario18cPublishWithoutANotification(t *testing.T) {
+	t.Parallel() // it mostly waits for the grace
+	publishBeforeNotify(t, -1, 20*time.Second)
+}

@@ -10,7 +10,7 @@ import (
 // across seeds, every kind of step is drawn; every schedule heals what it broke and ends
 // the same way; the reversed double rotation is drawn only behind its switch.
 func TestSoakSchedulesReplayAndCoverEveryFault(t *testing.T) {
-	opts := scheduleOptions{reversedDoubleRotation: reversedDoubleRotation}
+	opts := scheduleOptions{reversedDoubleRotation: reversedDoubleRotation, unsettled: unsettledSchedules}
 	require.Equal(t, generateSchedule(42, opts).String(), generateSchedule(42, opts).String(), "the same seed, the same schedule")
 	require.NotEqual(t, generateSchedule(42, opts).String(), generateSchedule(43, opts).String())
 
@@ -71,4 +71,34 @@ func TestSoakSchedulesReplayAndCoverEveryFault(t *testing.T) {
 		}
 	}
 	require.Positive(t, reversed, "the switch turns the reversed double rotation on")
+
+	// The unsettled draws (issue 19): late by seconds and by minutes, twice, never, and a
+	// cancel with a backlog; and nothing rotates after a rotation never notified but a force.
+	kinds := map[string]int{}
+	for seed := range uint64(2000) {
+		unnotified, temporal, pg := false, true, true
+		for i, st := range generateSchedule(seed, scheduleOptions{unsettled: true, reversedDoubleRotation: true}).steps {
+			kinds[st.faultKind()]++
+			switch st.kind {
+			case stepStopTemporal, stepStartTemporal:
+				temporal = st.kind == stepStartTemporal
+			case stepCutPostgres, stepRestorePostgres:
+				pg = st.kind == stepRestorePostgres
+			}
+			if st.kind == stepCancel {
+				require.True(t, temporal && pg, "seed %d step %d cancels while the workflow cannot apply it", seed, i+1)
+			}
+			switch st.kind {
+			case stepRotateNow, stepRotateTwice, stepRotateLate, stepRotateSilent, stepRotateReversed, stepCancel:
+				require.False(t, unnotified, "seed %d step %d rotates after a rotation never notified", seed, i+1)
+				unnotified = st.kind == stepRotateSilent || st.kind == stepCancel
+			case stepForce, stepSettle:
+				unnotified = false
+			}
+		}
+	}
+	for _, k := range []string{"rotate, publish, notify seconds late", "rotate, publish, notify minutes late",
+		"rotate, publish, notify late twice", "rotate, never notify", "operator cancel with a backlog"} {
+		require.Positive(t, kinds[k], "no schedule of 2000 draws %q", k)
+	}
 }

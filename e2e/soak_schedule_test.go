@@ -62,10 +62,15 @@ type step struct {
 	burst simulate.Workload
 	// pause is how long stepPause lasts.
 	pause time.Duration
+	// delay is how long after its burst stepRotateLate notifies; twice: it notifies twice.
+	delay time.Duration
+	twice bool
 	// active is, for stepSettle and stepFinish, the broker the service reads once settled.
 	active int
 	// force says that stepFinish forces a switch to the producer's broker first.
 	force bool
+	// backlog says that stepCancel came without a settle: the active broker may have one.
+	backlog bool
 }
 
 // String says what the step does, in words.
@@ -88,6 +93,13 @@ func (s step) String() string {
 	case stepRotateTwice:
 		return fmt.Sprintf("rotate to broker %d and notify twice", s.broker)
 	case stepRotateLate:
+		if s.delay > 0 {
+			times := "once"
+			if s.twice {
+				times = "twice"
+			}
+			return fmt.Sprintf("rotate to broker %d, publish %s there, notify %s after %s", s.broker, burst(), times, s.delay)
+		}
 		return fmt.Sprintf("rotate to broker %d, publish %s there, then notify late", s.broker, burst())
 	case stepRotateSilent:
 		return fmt.Sprintf("rotate to broker %d without notifying, publish %s there", s.broker, burst())
@@ -152,6 +164,14 @@ func (s step) faultKind() string {
 	case stepRotateTwice:
 		return "rotate, notify twice"
 	case stepRotateLate:
+		switch {
+		case s.delay >= time.Minute:
+			return "rotate, publish, notify minutes late"
+		case s.twice:
+			return "rotate, publish, notify late twice"
+		case s.delay > 0:
+			return "rotate, publish, notify seconds late"
+		}
 		return "rotate, notify late"
 	case stepRotateSilent:
 		return "rotate, never notify"
@@ -160,6 +180,9 @@ func (s step) faultKind() string {
 	case stepForce:
 		return "operator force"
 	case stepCancel:
+		if s.backlog {
+			return "operator cancel with a backlog"
+		}
 		return "operator cancel"
 	case stepCutBroker:
 		return "broker cut (" + s.role + ")"
@@ -208,6 +231,11 @@ type scheduleOptions struct {
 	// broker is left off the route); turn it on once a late hop is inserted into the route
 	// by its switchedAt (issue 13).
 	reversedDoubleRotation bool
+	// unsettled lets the generator draw what the README promises since issue 19 without
+	// settling first: a rotation whose notification comes seconds or minutes after the
+	// producer's first publish there (once or twice), one never notified, and a cancel
+	// while the active broker still has a backlog.
+	unsettled bool
 }
 
 // modelWorker is a worker process as the model knows it.
@@ -362,7 +390,12 @@ func (m *model) draw() {
 	add(1, true, func() { m.emit(step{kind: stepPublish, burst: m.burst(true)}); m.published() })
 	add(1, true, func() { m.emit(step{kind: stepRetryTail}); m.published() })
 	fresh := m.fresh()
-	add(3, len(fresh) > 0, func() {
+	// Once the producer went where it never told us, it is followed only by a force.
+	rotate := !m.opts.unsettled || !m.unnotified
+	if m.opts.unsettled {
+		m.drawUnsettled(add, fresh)
+	}
+	add(3, rotate && len(fresh) > 0, func() {
 		kind := stepRotateNow
 		if m.rng.IntN(3) == 0 {
 			kind = stepRotateTwice
@@ -374,7 +407,7 @@ func (m *model) draw() {
 	})
 	// Publishing before notifying, or never, keeps the order only when nothing older waits:
 	// the deployment settles first (README, "What order cannot be kept").
-	add(1, true, func() {
+	add(1, rotate, func() {
 		m.settle()
 		to := m.fresh()[m.rng.IntN(len(m.fresh()))]
 		m.emit(step{kind: stepRotateLate, broker: to, burst: m.burst(false)})
@@ -382,7 +415,7 @@ func (m *model) draw() {
 		m.route = append(m.route, to)
 		m.published()
 	})
-	add(1, true, func() {
+	add(1, rotate, func() {
 		m.settle()
 		to := m.fresh()[m.rng.IntN(len(m.fresh()))]
 		m.emit(step{kind: stepRotateSilent, broker: to, burst: m.burst(false)})
@@ -409,7 +442,7 @@ func (m *model) draw() {
 	})
 	// A cancel keeps the order when the active broker is empty (README): it follows a
 	// settle, with the active broker cut so that the switch waits for the cancel.
-	add(1, true, func() {
+	add(1, rotate, func() {
 		m.settle()
 		from := m.route[0]
 		to := m.fresh()[m.rng.IntN(len(m.fresh()))]
@@ -499,6 +532,40 @@ func (m *model) draw() {
 		}
 		r -= c.weight
 	}
+}
+
+// drawUnsettled adds the choices of scheduleOptions.unsettled: the orders the producer's
+// notifications keep even when they come late, or never, with older events still waiting.
+func (m *model) drawUnsettled(add func(int, bool, func()), fresh []int) {
+	ok := !m.unnotified && len(fresh) > 0
+	add(2, ok, func() {
+		to := fresh[m.rng.IntN(len(fresh))]
+		st := step{kind: stepRotateLate, broker: to, burst: m.burst(false),
+			delay: time.Duration(1000+m.rng.IntN(7000)) * time.Millisecond, twice: m.rng.IntN(3) == 0}
+		if m.rng.IntN(6) == 0 {
+			st.delay = time.Duration(60+m.rng.IntN(60)) * time.Second
+		}
+		m.emit(st)
+		m.producer = to
+		m.route = append(m.route, to)
+		m.published()
+	})
+	add(1, ok, func() {
+		to := fresh[m.rng.IntN(len(fresh))]
+		m.emit(step{kind: stepRotateSilent, broker: to, burst: m.burst(false)})
+		m.producer, m.unnotified = to, true
+		m.published()
+	})
+	// The active broker cut makes the switch wait for the cancel; the route's brokers and
+	// the new one become spares ahead of it. The cancel is the workflow's to apply: it
+	// needs Temporal, and a worker that reaches it and Postgres.
+	add(1, ok && !m.cut[m.route[0]] && m.temporal && !m.pgCut && m.healthyWorkers() > 0, func() {
+		to := fresh[m.rng.IntN(len(fresh))]
+		m.emit(step{kind: stepCancel, active: m.route[0], broker: to, burst: m.burst(false), backlog: true})
+		m.route = m.route[:1]
+		m.producer, m.unnotified = to, true
+		m.published()
+	})
 }
 
 // anyCut is the lowest cut broker, so that the draw does not depend on map order.

@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 	enumspb "go.temporal.io/api/enums/v1"
 
+	"github.com/brokerswitch/brokerswitch/internal/testenv"
 	"github.com/brokerswitch/brokerswitch/workflows"
 )
 
@@ -104,4 +105,47 @@ func (s *stack) requireWindowsRunning() {
 		require.Equal(s.t, enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING, desc.GetWorkflowExecutionInfo().GetStatus(),
 			"window workflow of %s", q)
 	}
+}
+
+// A worker cut off from Temporal while its batch in hand waits on Postgres. The SDK does
+// not cancel an activity whose heartbeats fail with "unavailable", and Temporal gives the
+// window to another worker once the heartbeat timeout passes, so the window fences itself:
+// it stops consuming and gives its batch back unsettled within about a heartbeat timeout,
+// instead of settling it beside its successor minutes later (issue 19).
+func TestAWindowCutOffFromTemporalGivesItsBatchBack(t *testing.T) {
+	const heartbeatTimeout = 10 * time.Second
+	s := newStack(t, 1, map[string]string{"WINDOW_HEARTBEAT_TIMEOUT": heartbeatTimeout.String(), "CONSUMER_WINDOW": "1m"})
+	p, log := s.producer(nil)
+	msgs := s.workload(mixed(8, 92))
+	ctx := context.Background()
+	toTemporal := testenv.NewProxy(t, temporalServer.Address())
+	s.startWorkerProcessWith("cut-off", map[string]string{"TEMPORAL_ADDRESS": toTemporal.Addr()})
+	require.NoError(t, p.Publish(ctx, msgs[:4]...))
+	s.waitFor("the first events applied", time.Minute, func() bool { return s.deliveries() == 4 })
+
+	release := s.holdLedger()
+	half := len(msgs) / 2
+	require.NoError(t, p.Publish(ctx, msgs[4:half]...))
+	inHand := func() int {
+		total := 0
+		for _, n := range s.counts(0, s.cfg.Queues...) {
+			total += n
+		}
+		return half - 4 - total
+	}
+	s.waitFor("the windows to hold their batch", time.Minute, func() bool { return inHand() == half-4 })
+	toTemporal.Cut()
+	cut := time.Now()
+	s.waitFor("the batches back in their queues", 2*time.Minute, func() bool { return inHand() == 0 })
+	back := time.Since(cut)
+	require.Less(t, back, 3*heartbeatTimeout, "the cut-off window gave its batch back after %s", back)
+	for q, tags := range s.consumers(0) {
+		require.Empty(t, tags, "queue %s still has a consumer", q)
+	}
+
+	release()
+	s.startWorker() // the successor
+	require.NoError(t, p.Publish(ctx, msgs[half:]...))
+	s.report(s.verify(log, 2*time.Minute), "-")
+	t.Logf("the cut-off worker's windows gave their batches back %s after the cut", back.Round(100*time.Millisecond))
 }

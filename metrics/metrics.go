@@ -70,6 +70,9 @@ type Metrics struct {
 	routed        *prometheus.CounterVec
 	leftover      *prometheus.CounterVec
 	leftoverDown  *prometheus.CounterVec
+	leftoverFail  *prometheus.CounterVec
+	unannHeld     *prometheus.CounterVec
+	unannRead     *prometheus.CounterVec
 	drainChecks   *prometheus.CounterVec
 	switches      *prometheus.CounterVec
 	commitLag     prometheus.Histogram
@@ -108,6 +111,18 @@ func New(reg *prometheus.Registry) *Metrics {
 		leftoverDown: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: namespace, Name: "leftover_drain_unreachable_total",
 			Help: "Leftover Drain visits that skipped a broker because it could not be reached (a warning, never a failed window).",
+		}, []string{"queue", "broker"}),
+		leftoverFail: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: namespace, Name: "leftover_drain_failures_total",
+			Help: "Leftover Drain visits that failed on a broker that could be reached (a refused declaration, a closed channel, another consumer on the queue): the window does not read the active broker past it while it holds messages.",
+		}, []string{"queue", "broker"}),
+		unannHeld: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: namespace, Name: "unannounced_held_total",
+			Help: "Leftover Drain visits that found messages the producer never announced on a broker and left them there for its notification.",
+		}, []string{"queue", "broker"}),
+		unannRead: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: namespace, Name: "unannounced_messages_total",
+			Help: "Messages taken from a broker the producer never announced, once UNNOTIFIED_BROKER_GRACE passed without its notification.",
 		}, []string{"queue", "broker"}),
 		drainChecks: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: namespace, Name: "drain_checks_total",
@@ -163,7 +178,7 @@ func New(reg *prometheus.Registry) *Metrics {
 	}
 	m.ledger = newLedgerGauges()
 	reg.MustRegister(m.ledger.collectors()...)
-	reg.MustRegister(m.events, m.routed, m.leftover, m.leftoverDown, m.drainChecks, m.switches,
+	reg.MustRegister(m.events, m.routed, m.leftover, m.leftoverDown, m.leftoverFail, m.unannHeld, m.unannRead, m.drainChecks, m.switches,
 		m.commitLag, m.pendingFor, m.windows, m.reconnects, m.dialFailures, m.connsLost, m.blocked, m.pingFailures,
 		m.idReused, m.clockFallback)
 	return m
@@ -207,6 +222,9 @@ func (m *Metrics) StartAtZero(queues []string, brokers int) {
 		for _, q := range queues {
 			m.leftover.WithLabelValues(q, idx)
 			m.leftoverDown.WithLabelValues(q, idx)
+			m.leftoverFail.WithLabelValues(q, idx)
+			m.unannHeld.WithLabelValues(q, idx)
+			m.unannRead.WithLabelValues(q, idx)
 		}
 	}
 }
@@ -257,6 +275,32 @@ func (m *Metrics) LeftoverUnreachable(queue string, broker int) {
 		return
 	}
 	m.leftoverDown.WithLabelValues(queue, strconv.Itoa(broker)).Inc()
+}
+
+// LeftoverFailed counts a Leftover Drain visit that failed on a broker it could reach.
+func (m *Metrics) LeftoverFailed(queue string, broker int) {
+	if m == nil {
+		return
+	}
+	m.leftoverFail.WithLabelValues(queue, strconv.Itoa(broker)).Inc()
+}
+
+// UnannouncedHeld counts a Leftover Drain visit that left messages the producer never
+// announced on broker for its notification.
+func (m *Metrics) UnannouncedHeld(queue string, broker int) {
+	if m == nil {
+		return
+	}
+	m.unannHeld.WithLabelValues(queue, strconv.Itoa(broker)).Inc()
+}
+
+// UnannouncedRead counts the messages taken from broker after the grace for its
+// notification passed.
+func (m *Metrics) UnannouncedRead(queue string, broker, n int) {
+	if m == nil {
+		return
+	}
+	m.unannRead.WithLabelValues(queue, strconv.Itoa(broker)).Add(float64(n))
 }
 
 // DrainCheck counts one drain check of broker with its result (DrainDrained, ...).

@@ -94,6 +94,9 @@ func (s *BrokerStore) Update(ctx context.Context, fn func(BrokerState) (BrokerSt
 		if err := s.save(tx, next); err != nil {
 			return err
 		}
+		if err := s.markLeft(tx, cur, next); err != nil {
+			return err
+		}
 		// Delivered on commit, and only then: every StateWatcher re-reads the state, so a
 		// window learns of a committed switch without a Temporal round trip.
 		if err := tx.Exec("SELECT pg_notify(?, '')", StateChannel).Error; err != nil {

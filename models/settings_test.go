@@ -128,3 +128,25 @@ func TestTheTrailIsStored(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, st.Trail, late.Trail, "the same visit again is a duplicate after a reload")
 }
+
+// The commit that moves the active broker away marks the broker it leaves, and the
+// Leftover Drain's marks are kept by endpoint and read back (issue 19).
+func TestSpareMarksFollowTheirEndpoint(t *testing.T) {
+	ctx := context.Background()
+	db := openMigrated(t)
+	store := &models.BrokerStore{DB: db, Brokers: []models.BrokerRef{brokerA, brokerB, brokerC}}
+	at := time.Date(2026, 11, 30, 12, 0, 0, 123456789, time.UTC)
+	_, err := store.Update(ctx, func(st models.BrokerState) (models.BrokerState, error) { return st.Force(1, at, at), nil })
+	require.NoError(t, err)
+	require.NoError(t, store.MarkSpare(ctx, 2, "issues", models.SpareMark{LastVisit: at, HeldSince: at}))
+
+	reordered := &models.BrokerStore{DB: db, Brokers: []models.BrokerRef{brokerC, brokerB, brokerA}}
+	marks, reached, err := reordered.SpareMarks(ctx, "issues")
+	require.NoError(t, err)
+	require.Equal(t, map[int]models.SpareMark{2: {Reached: true}}, reached, "a was active, and is at 2 now")
+	require.Equal(t, at.Truncate(time.Microsecond), marks[0].HeldSince, "c's mark, now at 0")
+	require.Equal(t, at.Truncate(time.Microsecond), marks[0].LastVisit)
+	other, _, err := reordered.SpareMarks(ctx, "pushes")
+	require.NoError(t, err)
+	require.Empty(t, other)
+}

@@ -124,7 +124,9 @@ const (
 // a new hop otherwise, taken in arrival order. A late one, older than the newest, is
 // inserted where its time puts it (a double rotation notified in reverse keeps its middle
 // broker on the route), unless it is older than the active broker's own time or already
-// on the trail: then it is stale.
+// on the trail: then it is stale. One older than the active broker's time is still kept
+// on the trail, behind the active broker, so that its broker's messages are read as the
+// stragglers they are.
 func (s BrokerState) ApplyNotification(n Notification, now time.Time) (BrokerState, string) {
 	ref := BrokerRef{Host: strings.ToLower(n.Host), Vhost: n.Vhost}
 	visit := Hop{Index: n.Index, Host: ref.Host, Vhost: ref.Vhost, SwitchedAt: n.SwitchedAt}
@@ -136,7 +138,13 @@ func (s BrokerState) ApplyNotification(n Notification, now time.Time) (BrokerSta
 		return s, NotificationStale
 	case late:
 		// A state written before the trail existed cannot place it, as it could not before.
-		if len(trail.Visits) == 0 || at < trail.Behind || trail.has(visit) {
+		if len(trail.Visits) == 0 || trail.has(visit) {
+			return s, NotificationStale
+		}
+		if at < trail.Behind {
+			// Behind the active broker it moves nothing, but it says the producer left
+			// that broker before: what waits there is a straggler, not its future.
+			s.Trail = trail.insert(at, visit)
 			return s, NotificationStale
 		}
 	case n.SwitchedAt.Equal(s.SeenUntil):

@@ -114,6 +114,8 @@ func Register(w sdkworker.Registry, d Deps, watcher *models.StateWatcher) {
 			MaxMessageBytes: d.Config.MaxMessageBytes,
 		},
 		State:            store,
+		Marks:            store,
+		UnnotifiedGrace:  d.Config.UnnotifiedBrokerGrace,
 		Watcher:          watcher,
 		Topology:         broker.Topology{Queues: d.Config.Queues, RetryTTL: d.Config.RetryTTL},
 		Prefetch:         d.Config.Prefetch,

@@ -2,6 +2,7 @@ package workflows
 
 import (
 	"fmt"
+	"strings"
 	"time"
 
 	"go.temporal.io/sdk/temporal"
@@ -61,13 +62,19 @@ func QueueWindow(ctx workflow.Context, in QueueWindowInput) error {
 	// instead, and the next one drains on.
 	if capReached(w.Drained, w.Plan.LeftoverDrainCap) {
 		workflow.SetCurrentDetails(ctx, fmt.Sprintf("Leftover Drain of `%s` stopped at its cap of %d: draining on before the active broker",
-			in.Queue, w.Plan.LeftoverDrainCap))
+			in.Queue, w.Plan.LeftoverDrainCap)+unannouncedDetails(w.Drained))
+		return workflow.NewContinueAsNewError(ctx, QueueWindow, in)
+	}
+	// Likewise a spare the drain did not see empty (a round that waited too long).
+	if len(w.Drained.Incomplete) > 0 {
+		workflow.SetCurrentDetails(ctx, fmt.Sprintf("Leftover Drain of `%s` did not see broker %v empty: draining on before the active broker",
+			in.Queue, w.Drained.Incomplete)+unannouncedDetails(w.Drained))
 		return workflow.NewContinueAsNewError(ctx, QueueWindow, in)
 	}
 
 	plan := w.Plan
 	workflow.SetCurrentDetails(ctx, fmt.Sprintf("Consuming `%s` on broker %s for %s, or until a switch is committed",
-		in.Queue, plan.ActiveName, plan.Window))
+		in.Queue, plan.ActiveName, plan.Window)+unannouncedDetails(w.Drained))
 	consumeCtx := workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
 		// The window, then the batch in hand; an attempt that overruns is retried, and the
 		// retry first checks that its broker is still active.
@@ -193,4 +200,20 @@ func capReached(res activities.LeftoverDrainResult, limit int) bool {
 		taken += n
 	}
 	return limit > 0 && taken >= limit
+}
+
+// unannouncedDetails says, for the Web UI, which spares hold messages the producer never
+// announced and when they are read without its notification.
+func unannouncedDetails(res activities.LeftoverDrainResult) string {
+	var out strings.Builder
+	for _, u := range res.Unannounced {
+		if u.Read {
+			fmt.Fprintf(&out, "\n\nBroker %d has messages the producer never announced: held since %s, read after UNNOTIFIED_BROKER_GRACE.",
+				u.Broker, u.Since.UTC().Format(time.RFC3339))
+			continue
+		}
+		fmt.Fprintf(&out, "\n\nBroker %d has messages the producer never announced: held since %s for its notification, read after %s once the active broker is empty.",
+			u.Broker, u.Since.UTC().Format(time.RFC3339), u.ReadAfter.UTC().Format(time.RFC3339))
+	}
+	return out.String()
 }

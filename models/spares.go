@@ -1,0 +1,169 @@
+package models
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"time"
+
+	"gorm.io/gorm"
+)
+
+// DefaultUnnotifiedBrokerGrace is how long messages the producer never announced wait
+// for its notification (UNNOTIFIED_BROKER_GRACE). WebhooksHandler retries a failed
+// notification through its own -retry queue, ten minutes a cycle and ten cycles at most:
+// a notification can arrive 100 minutes after the rotation and still be the producer's
+// word. Two hours covers that with room for the producer's own backlog.
+const DefaultUnnotifiedBrokerGrace = 2 * time.Hour
+
+// SpareMark is what the Leftover Drain learned of one queue on one broker that is not
+// active, under the producer's last visit there.
+type SpareMark struct {
+	// LastVisit is the switchedAt of the producer's last visit to the broker when the
+	// mark was made; zero when the trail had none.
+	LastVisit time.Time
+	// Reached is true when the broker was active under that visit (kept for every queue
+	// at once): what it holds after we left it is a straggler.
+	Reached bool
+	// DrainedAt is when the queue was seen empty: anything that arrives after it, but
+	// what comes back from -retry or -error, may be the producer's future.
+	DrainedAt time.Time
+	// HeldSince is when the queue was first seen holding messages the producer never
+	// announced, left for its notification.
+	HeldSince time.Time
+}
+
+// SpareReading is how the Leftover Drain reads one queue on one spare.
+type SpareReading int
+
+const (
+	// ReadStragglers takes everything: the producer left the broker (or we did) before
+	// it moved to the active broker, and the queue was not seen empty since, so all of it
+	// is older than the active broker's backlog.
+	ReadStragglers SpareReading = iota
+	// ReadReturned takes only what came back from -retry or from -error: the broker may
+	// be the producer's future (the trail never reached it, or it refilled after it was
+	// seen empty). The rest waits for the notification that puts it on the route.
+	ReadReturned
+	// ReadUnannounced takes everything once the active broker's queue is empty, as a
+	// canceled route's brokers are read: the broker has held messages the producer never
+	// announced for longer than the grace.
+	ReadUnannounced
+)
+
+// lastVisitAt is the switchedAt of the producer's last visit to index on the trail.
+func (s BrokerState) lastVisitAt(index int) (time.Time, bool) {
+	t := s.trail()
+	if p := lastVisit(t, index); p >= 0 {
+		return t.Visits[p].SwitchedAt, true
+	}
+	return time.Time{}, false
+}
+
+// CurrentMark is the mark m, or nothing when it was made under an earlier visit of the
+// producer to broker index: what was seen then says nothing about what is there now.
+func (s BrokerState) CurrentMark(index int, m SpareMark) SpareMark {
+	at, _ := s.lastVisitAt(index)
+	at = at.Truncate(time.Microsecond) // as Postgres keeps it
+	if !m.LastVisit.Equal(at) {
+		return SpareMark{LastVisit: at}
+	}
+	return m
+}
+
+// ReadSpare decides how the Leftover Drain reads a queue on spare index, from its mark
+// (queue) and whether we were active there (reached), both as CurrentMark gives them.
+func (s BrokerState) ReadSpare(index int, queue, reached SpareMark, now time.Time, grace time.Duration) SpareReading {
+	_, visited := s.lastVisitAt(index)
+	left := visited || reached.Reached || (s.LastSwitch != nil && s.LastSwitch.From == index)
+	activeAt, activeVisited := s.lastVisitAt(s.ActiveIndex)
+	switch {
+	case left && queue.DrainedAt.IsZero():
+		return ReadStragglers
+	case activeVisited && !queue.HeldSince.IsZero() && queue.HeldSince.Before(activeAt):
+		// Seen waiting before the producer moved to the active broker: it never announced
+		// this one, and left it before its word for the active broker.
+		return ReadStragglers
+	case !queue.HeldSince.IsZero() && now.Sub(queue.HeldSince) >= grace:
+		return ReadUnannounced
+	}
+	return ReadReturned
+}
+
+// SpareMarks reads the marks of queue by broker index, each with whether we were active
+// there: queue's own, and the broker's reached mark.
+func (s *BrokerStore) SpareMarks(ctx context.Context, queue string) (marks, reached map[int]SpareMark, err error) {
+	var rows []struct {
+		Host, Vhost, Queue string
+		LastVisit          *time.Time
+		Reached            bool
+		DrainedAt          *time.Time
+		HeldSince          *time.Time
+	}
+	if err := s.DB.WithContext(ctx).Raw(`SELECT host, vhost, queue, last_visit, reached, drained_at, held_since
+		FROM spare_marks WHERE queue IN (?, '')`, queue).Scan(&rows).Error; err != nil {
+		return nil, nil, fmt.Errorf("read spare marks of %s: %w", queue, err)
+	}
+	marks, reached = map[int]SpareMark{}, map[int]SpareMark{}
+	for _, r := range rows {
+		idx, ok := s.resolve(BrokerRef{Host: r.Host, Vhost: r.Vhost})
+		if !ok {
+			continue
+		}
+		m := SpareMark{LastVisit: deref(r.LastVisit), Reached: r.Reached, DrainedAt: deref(r.DrainedAt), HeldSince: deref(r.HeldSince)}
+		if r.Queue == "" {
+			reached[idx] = m
+		} else {
+			marks[idx] = m
+		}
+	}
+	return marks, reached, nil
+}
+
+// MarkSpare records what the Leftover Drain learned of queue on broker index.
+func (s *BrokerStore) MarkSpare(ctx context.Context, index int, queue string, m SpareMark) error {
+	return s.markSpare(s.DB.WithContext(ctx), index, queue, m)
+}
+
+func (s *BrokerStore) markSpare(db *gorm.DB, index int, queue string, m SpareMark) error {
+	if index < 0 || index >= len(s.Brokers) {
+		return fmt.Errorf("mark spare %d: not configured", index)
+	}
+	b := s.Brokers[index]
+	err := db.Exec(`INSERT INTO spare_marks (host, vhost, queue, last_visit, reached, drained_at, held_since, updated_at)
+		VALUES (?, ?, ?, ?, ?, ?, ?, now())
+		ON CONFLICT (host, vhost, queue) DO UPDATE SET last_visit = excluded.last_visit, reached = excluded.reached,
+			drained_at = excluded.drained_at, held_since = excluded.held_since, updated_at = now()`,
+		strings.ToLower(b.Host), b.Vhost, queue, ref(m.LastVisit), m.Reached, ref(m.DrainedAt), ref(m.HeldSince)).Error
+	if err != nil {
+		return fmt.Errorf("mark %s on broker %d: %w", queue, index, err)
+	}
+	return nil
+}
+
+// markLeft records, in the transaction that moves the active broker away from cur, that
+// we were active there: what it holds from now on is older than the next one's backlog,
+// whether or not the producer's trail has a visit to it.
+func (s *BrokerStore) markLeft(db *gorm.DB, cur, next BrokerState) error {
+	from := cur.ActiveIndex
+	if from == next.ActiveIndex || from < 0 || from >= len(s.Brokers) {
+		return nil
+	}
+	at, _ := next.lastVisitAt(from)
+	return s.markSpare(db, from, "", SpareMark{LastVisit: at, Reached: true})
+}
+
+func deref(t *time.Time) time.Time {
+	if t == nil {
+		return time.Time{}
+	}
+	return t.UTC()
+}
+
+func ref(t time.Time) *time.Time {
+	if t.IsZero() {
+		return nil
+	}
+	t = t.Truncate(time.Microsecond)
+	return &t
+}

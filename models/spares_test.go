@@ -1,0 +1,76 @@
+package models
+
+import (
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+const grace = time.Hour
+
+// readSpare reads spare index with no marks but those given.
+func readSpare(st BrokerState, index int, queue, reached SpareMark, now time.Time) SpareReading {
+	return st.ReadSpare(index, st.CurrentMark(index, queue), st.CurrentMark(index, reached), now, grace)
+}
+
+// Which messages on a spare are stragglers and which may be the producer's future
+// (issue 19).
+func TestWhatASpareHoldsIsReadByWhatTheTrailKnows(t *testing.T) {
+	// A → B notified, B active after the hop: A was left behind.
+	st := apply(t, BrokerState{}, hostNote(1, t0), NotificationRecorded)
+	st, ok := st.CompleteHop(0, st.Pending.Next(), 1, t0)
+	require.True(t, ok)
+	leftA := SpareMark{Reached: true} // written by the commit that left A
+
+	require.Equal(t, ReadStragglers, readSpare(st, 0, SpareMark{}, leftA, t0), "A was left and not drained since")
+	require.Equal(t, ReadReturned, readSpare(st, 2, SpareMark{}, SpareMark{}, t0), "the trail never reached C: its future, maybe")
+	drained := SpareMark{DrainedAt: t0}
+	require.Equal(t, ReadReturned, readSpare(st, 0, drained, leftA, t0), "A refilled after it was seen empty")
+
+	held := SpareMark{HeldSince: t0}
+	require.Equal(t, ReadReturned, readSpare(st, 2, held, SpareMark{}, t0.Add(grace-time.Second)))
+	require.Equal(t, ReadUnannounced, readSpare(st, 2, held, SpareMark{}, t0.Add(grace)), "the grace is over")
+
+	// The producer tells us it went back to A, then on to C: the mark of A's earlier
+	// visit says nothing of what it holds now.
+	st = apply(t, st, hostNote(0, t0.Add(time.Minute)), NotificationRecorded)
+	st = apply(t, st, hostNote(2, t0.Add(2*time.Minute)), NotificationRecorded)
+	st = st.Force(2, time.Time{}, t0.Add(time.Hour))
+	require.Equal(t, ReadStragglers, readSpare(st, 0, drained, leftA, t0.Add(time.Hour)))
+	mark := st.CurrentMark(0, SpareMark{LastVisit: t0.Add(time.Minute), DrainedAt: t0.Add(time.Hour)})
+	require.Equal(t, ReadReturned, st.ReadSpare(0, mark, SpareMark{}, t0.Add(time.Hour), grace), "seen empty since that visit")
+}
+
+// A late notification older than the active broker's own time is stale, and still says
+// where the producer was: C's events on the broker it names are stragglers.
+func TestALateNotificationBehindTheActiveBrokerMakesItsBrokerAStraggler(t *testing.T) {
+	t1, t2 := t0, t0.Add(time.Minute)
+	// A → B → C, and only C's notification arrived: A drains, the hop goes to C.
+	st := apply(t, BrokerState{}, hostNote(2, t2), NotificationRecorded)
+	st, ok := st.CompleteHop(0, st.Pending.Next(), 1, t0)
+	require.True(t, ok)
+	require.Equal(t, ReadReturned, readSpare(st, 1, SpareMark{}, SpareMark{}, t0), "B is unannounced")
+
+	late := apply(t, st, hostNote(1, t1), NotificationStale)
+	require.Equal(t, st.ActiveIndex, late.ActiveIndex)
+	require.Nil(t, late.Pending)
+	require.Equal(t, ReadStragglers, readSpare(late, 1, SpareMark{}, SpareMark{}, t0), "B lies behind C")
+	behind, _ := late.Spares([]int{0, 1, 2})
+	require.Equal(t, []int{0, 1}, behind, "A, then B, as the producer left them")
+	again := apply(t, late, hostNote(1, t1), NotificationStale)
+	require.Equal(t, late, again, "the same notification again changes nothing")
+}
+
+// The producer went A → X without a word, then X → Y with one: what a window saw waiting
+// on X before the producer moved to Y is older than Y's events, so once Y is active it is
+// read first; what no window saw before waits for the grace.
+func TestAnUnannouncedBrokerLeftForAnAnnouncedOne(t *testing.T) {
+	held := SpareMark{HeldSince: t0.Add(-time.Minute)}
+	st := apply(t, BrokerState{}, hostNote(2, t0), NotificationRecorded)
+	require.Equal(t, ReadReturned, readSpare(st, 1, held, SpareMark{}, t0), "A is still active: X waits behind it")
+	st, ok := st.CompleteHop(0, st.Pending.Next(), 1, t0)
+	require.True(t, ok)
+	require.Equal(t, ReadStragglers, readSpare(st, 1, held, SpareMark{}, t0), "seen before the producer went to Y")
+	require.Equal(t, ReadReturned, readSpare(st, 1, SpareMark{HeldSince: t0.Add(time.Second)}, SpareMark{}, t0.Add(time.Second)))
+}
