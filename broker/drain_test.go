@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"errors"
-	"net"
 	"strings"
 	"testing"
 	"time"
@@ -190,23 +189,7 @@ func TestASlowRoundDoesNotMakeTheSpareLookEmpty(t *testing.T) {
 	url := testenv.NewVhost(t)
 	// Frames from the broker larger than a few kilobytes (a large body) are held for
 	// longer than a round waits.
-	proxy, err := testenv.ListenProxy(testenv.RabbitAddr, func(dst, src net.Conn, toServer bool) {
-		buf := make([]byte, 64<<10)
-		for {
-			n, err := src.Read(buf)
-			if n > 0 {
-				if !toServer && n > 16<<10 {
-					time.Sleep(2 * drainIdle)
-				}
-				if _, werr := dst.Write(buf[:n]); werr != nil {
-					return
-				}
-			}
-			if err != nil {
-				return
-			}
-		}
-	})
+	proxy, err := testenv.ListenProxy(testenv.RabbitAddr, testenv.SlowLargeFrames(2*drainIdle))
 	require.NoError(t, err)
 	t.Cleanup(proxy.Cut)
 	eps, err := ParseEndpoints(strings.Replace(url, testenv.RabbitAddr, proxy.Addr(), 1))

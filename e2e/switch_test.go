@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"fmt"
-	"net"
 	"os/exec"
 	"testing"
 	"time"
@@ -133,32 +132,12 @@ func (s *stack) temporalCLI(args ...string) {
 	require.NoError(s.t, err, "temporal %v: %s", args, out)
 }
 
-// slowLargeFrames holds every frame from the broker larger than 16 KiB (a large payload)
-// for two seconds, as a slow link does, and lets the rest through.
-func slowLargeFrames(dst, src net.Conn, toServer bool) {
-	buf := make([]byte, 64<<10)
-	for {
-		n, err := src.Read(buf)
-		if n > 0 {
-			if !toServer && n > 16<<10 {
-				time.Sleep(2 * time.Second)
-			}
-			if _, werr := dst.Write(buf[:n]); werr != nil {
-				return
-			}
-		}
-		if err != nil {
-			return
-		}
-	}
-}
-
 // A spare's leftovers include large payloads on a slow link: a drain round waits longer
 // for one than it waits for a delivery. The drain used to take that for an empty spare
 // and let the window read the active broker, whose events then overtook the spare's.
 // Now a drain that did not see its spare empty ends the window as the cap does (issue 19).
 func TestASlowSpareIsNotOvertaken(t *testing.T) {
-	s := newStackWith(t, stackOptions{brokers: 2, copies: map[int]testenv.Copy{0: slowLargeFrames},
+	s := newStackWith(t, stackOptions{brokers: 2, copies: map[int]testenv.Copy{0: testenv.SlowLargeFrames(2 * time.Second)},
 		env: map[string]string{"CONSUMER_WINDOW": "2s", "PREFETCH": "5"}})
 	p, log := s.producer(func(c *simulate.Config) { c.Notify = simulate.NotifyNow })
 	ctx := context.Background()

@@ -6,6 +6,7 @@ import (
 	"net"
 	"sync"
 	"testing"
+	"time"
 )
 
 // Copy moves one direction of a proxied connection, from src to dst, until either side
@@ -124,4 +125,26 @@ func (p *Proxy) pipe(dst, src net.Conn, toServer bool) {
 	delete(p.conns, dst)
 	delete(p.conns, src)
 	p.mu.Unlock()
+}
+
+// SlowLargeFrames is a Copy that holds every read from the broker larger than 16 KiB (a
+// large payload) for delay, as a slow link does, and lets the rest through at once.
+func SlowLargeFrames(delay time.Duration) Copy {
+	return func(dst, src net.Conn, toServer bool) {
+		buf := make([]byte, 64<<10)
+		for {
+			n, err := src.Read(buf)
+			if n > 0 {
+				if !toServer && n > 16<<10 {
+					time.Sleep(delay)
+				}
+				if _, werr := dst.Write(buf[:n]); werr != nil {
+					return
+				}
+			}
+			if err != nil {
+				return
+			}
+		}
+	}
 }
