@@ -40,6 +40,7 @@ type options struct {
 	jsonOut      string
 	reportFrom   string
 	ledgerRows   int64
+	ledgerRandom bool
 }
 
 func main() {
@@ -55,6 +56,7 @@ func main() {
 	flag.IntVar(&o.capLeftover, "cap-leftover", 1200, "leftover events for the 500-per-cycle cap demonstration")
 	flag.StringVar(&o.only, "only", "", "comma-separated figures to run (a,b,product,rtt,lag,drain,cap,actions,catchup,ledger,rss); empty: all")
 	flag.Int64Var(&o.ledgerRows, "ledger-rows", 10_000_000, "ledger rows written in SQL beside which the 'ledger' figure measures the apply rate (about 3 GB of disk while it runs)")
+	flag.BoolVar(&o.ledgerRandom, "ledger-random-ids", false, "the 'ledger' figure's delivery ids are random version-4 GUIDs instead of GitHub's time-based version-1 ones")
 	flag.IntVar(&o.rssMessages, "rss-messages", 12, "messages of 25 MB for the peak-RSS figure")
 	flag.StringVar(&o.out, "out", "BENCHMARKS.md", "markdown report to write (its generated block is replaced)")
 	flag.StringVar(&o.chart, "chart", "bench/benchmarks.png", "PNG chart to write")
@@ -215,7 +217,7 @@ func run(o options) error {
 
 	if o.wants("ledger") {
 		res.record(guard("ledger", func(s *scope) {
-			l := runLedger(s, o.events, o.runs, o.ledgerRows)
+			l := runLedger(s, o.events, o.runs, o.ledgerRows, o.ledgerRandom)
 			logf("ledger: empty %.0f events/s, beside %s rows %.0f events/s", median(l.Empty), commas(l.Rows), median(l.Full))
 			res.Ledger = &l
 		}))

@@ -74,6 +74,7 @@ func isDatabaseWide(err error) bool {
 		"42P01", // undefined_table: migrations not applied
 		"42703", // undefined_column
 		"42883", // undefined_function
+		"42P10", // invalid_column_reference: an ON CONFLICT target the schema lacks (a release older than the migrations)
 		"42501": // insufficient_privilege
 		return true
 	}

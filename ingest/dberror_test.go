@@ -53,6 +53,7 @@ func TestIsDatabaseWide(t *testing.T) {
 		{"io error", &pgconn.PgError{Code: "58030"}, true},
 		{"read-only standby", fmt.Errorf("x: %w", &pgconn.PgError{Code: "25006"}), true},
 		{"missing table", &pgconn.PgError{Code: "42P01"}, true},
+		{"no unique index for ON CONFLICT", &pgconn.PgError{Code: "42P10"}, true},
 		{"permission denied", &pgconn.PgError{Code: "42501"}, true},
 		{"bad UTF-8 in one payload", &pgconn.PgError{Code: "22021"}, false},
 		{"value too long for one payload", &pgconn.PgError{Code: "22001"}, false},

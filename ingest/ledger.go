@@ -56,8 +56,10 @@ func claimLedger(ctx context.Context, tx *gorm.DB, rows []models.Delivery) (map[
 				r.ErrorReason, r.RetryCycles, r.HookID, r.HookInstallationTargetID, r.HookInstallationTargetType,
 				r.ReceivedAt, r.AppliedAt, r.PayloadSHA256)
 		}
-		sql.WriteString(` ON CONFLICT (delivery_id) DO UPDATE SET
-			event = excluded.event, action = excluded.action, queue = excluded.queue,
+		// The conflict target is the ledger's key (migration 0008); delivery_id is set too
+		// so that RETURNING names this attempt's id even if another text had the same key.
+		sql.WriteString(` ON CONFLICT ((github_delivery_key(delivery_id))) DO UPDATE SET
+			delivery_id = excluded.delivery_id, event = excluded.event, action = excluded.action, queue = excluded.queue,
 			broker_index = excluded.broker_index, outcome = excluded.outcome,
 			error_reason = excluded.error_reason, retry_cycles = excluded.retry_cycles,
 			hook_id = excluded.hook_id, hook_installation_target_id = excluded.hook_installation_target_id,
@@ -80,23 +82,36 @@ func claimLedger(ctx context.Context, tx *gorm.DB, rows []models.Delivery) (map[
 // storedHashes returns the payload hashes the ledger holds for ids, leaving out rows
 // that have none (written before migration 0004). Called in the transaction that
 // claimed them, after the claim waited for any concurrent one, it reads committed rows.
+// Rows are found by the ledger's key, and each hash is returned under the id asked for.
 func storedHashes(ctx context.Context, tx *gorm.DB, ids []string) (map[string][]byte, error) {
 	hashes := make(map[string][]byte, len(ids))
 	for start := 0; start < len(ids); start += maxRowsPerStatement {
+		chunk := ids[start:min(start+maxRowsPerStatement, len(ids))]
 		var rows []struct {
-			DeliveryID    string
+			ID            string
 			PayloadSHA256 []byte
 		}
-		err := tx.WithContext(ctx).Raw("SELECT delivery_id, payload_sha256 FROM github_deliveries WHERE delivery_id IN ? AND payload_sha256 IS NOT NULL",
-			ids[start:min(start+maxRowsPerStatement, len(ids))]).Scan(&rows).Error
+		err := tx.WithContext(ctx).Raw(`SELECT asked.id, d.payload_sha256
+			FROM (VALUES `+strings.Repeat("(?::text), ", len(chunk)-1)+`(?::text)) AS asked (id)
+			JOIN github_deliveries d ON github_delivery_key(d.delivery_id) = github_delivery_key(asked.id)
+			WHERE d.payload_sha256 IS NOT NULL`, anySlice(chunk)...).Scan(&rows).Error
 		if err != nil {
 			return nil, fmt.Errorf("read payload hashes: %w", err)
 		}
 		for _, r := range rows {
-			hashes[r.DeliveryID] = r.PayloadSHA256
+			hashes[r.ID] = r.PayloadSHA256
 		}
 	}
 	return hashes, nil
+}
+
+// anySlice is ids as bind arguments.
+func anySlice(ids []string) []any {
+	args := make([]any, len(ids))
+	for i, id := range ids {
+		args[i] = id
+	}
+	return args
 }
 
 // cleanText makes free text storable in the ledger: Postgres text rejects NUL and invalid

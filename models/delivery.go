@@ -17,7 +17,8 @@ const (
 
 // Delivery is the ledger row of one GitHub delivery GUID: it makes applying exactly-once.
 type Delivery struct {
-	// DeliveryID is the x-github-delivery header.
+	// DeliveryID is the x-github-delivery header, as sent. The table's unique key is the
+	// uuid github_delivery_key(delivery_id) (migration 0008), one-to-one with the text.
 	DeliveryID string `gorm:"column:delivery_id;primaryKey"`
 	// Event is the x-github-event header.
 	Event string `gorm:"column:event"`
