@@ -36,16 +36,16 @@ type brokerSwitchSuite struct {
 
 	// mu guards what the mocked activities touch: the test environment runs them on
 	// goroutines of their own.
-	mu            sync.Mutex
-	state         models.BrokerState
-	backlog       map[int][]int // per broker: ready counts returned by successive drain checks
-	reachable     map[int]bool
-	checks        []int // broker of each drain check, in order
-	commits       []activities.CommitHopInput
-	interval      time.Duration // the worker's DRAIN_CHECK_INTERVAL
-	loads         int
-	watches       int
-	records       int // RecordNotification activities run
+	mu        sync.Mutex
+	state     models.BrokerState
+	backlog   map[int][]int // per broker: ready counts returned by successive drain checks
+	reachable map[int]bool
+	checks    []int // broker of each drain check, in order
+	commits   []activities.CommitHopInput
+	interval  time.Duration // the worker's DRAIN_CHECK_INTERVAL
+	loads     int
+	watches   int
+	records   int // RecordNotification activities run
 	// changeSeenByWatch answers the nth watch of an idle workflow; nil answers "no change".
 	changeSeenByWatch func(nth int) bool
 	// test counts the tests run so far: each test's mocks serve only their own environment.
@@ -491,7 +491,6 @@ func busy(n int) []int {
 	}
 	return counts
 }
-
 
 // An order sent as an update when the run is about to continue as new is applied and
 // answered first: an update cannot travel to the next run, and nothing is carried.
