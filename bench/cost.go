@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"os/exec"
 	"slices"
-	"time"
 
 	enumspb "go.temporal.io/api/enums/v1"
 	historypb "go.temporal.io/api/history/v1"
@@ -200,21 +199,4 @@ func collectHistory(ctx context.Context, st *stack) (historyCost, error) {
 		hc.DrainChecks += activityCount(r, "DrainCheck")
 	}
 	return hc, nil
-}
-
-// activityDurations are scheduled → completed of each activity of a type in run, seconds.
-func activityDurations(run runHistory, activityType string) []float64 {
-	scheduled := map[int64]time.Time{}
-	var out []float64
-	for _, ev := range run.Events {
-		if a := ev.GetActivityTaskScheduledEventAttributes(); a != nil && a.GetActivityType().GetName() == activityType {
-			scheduled[ev.GetEventId()] = ev.GetEventTime().AsTime()
-		}
-		if a := ev.GetActivityTaskCompletedEventAttributes(); a != nil {
-			if at, ok := scheduled[a.GetScheduledEventId()]; ok {
-				out = append(out, ev.GetEventTime().AsTime().Sub(at).Seconds())
-			}
-		}
-	}
-	return out
 }
