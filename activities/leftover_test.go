@@ -10,6 +10,7 @@ import (
 
 	amqp "github.com/rabbitmq/amqp091-go"
 	"github.com/stretchr/testify/require"
+	"go.temporal.io/sdk/activity"
 	"go.temporal.io/sdk/testsuite"
 
 	"github.com/brokerswitch/brokerswitch/broker"
@@ -44,8 +45,9 @@ func leftoverDrainOf(t *testing.T, in LeftoverDrainInput, urls ...string) (Lefto
 	}
 	var suite testsuite.WorkflowTestSuite
 	env := suite.NewTestActivityEnvironment()
-	env.RegisterActivity(w)
-	v, err := env.ExecuteActivity(w.LeftoverDrain, in)
+	// The drain runs inside PrepareWindow; here on its own, in an activity of its own.
+	env.RegisterActivityWithOptions(w.leftoverDrain, activity.RegisterOptions{Name: "LeftoverDrain"})
+	v, err := env.ExecuteActivity("LeftoverDrain", in)
 	var res LeftoverDrainResult
 	if err == nil {
 		require.NoError(t, v.Get(&res))

@@ -125,15 +125,13 @@ func changedFrom(st models.BrokerState, in WaitForChangeInput) bool {
 
 // SwitchSettings are the worker's settings the BrokerSwitch workflow follows.
 type SwitchSettings struct {
-	Queues             []string
 	DrainCheckInterval time.Duration
 }
 
-// Settings reports the worker's queues and drain-check interval, so that a changed
-// configuration reaches the workflow at its next run instead of the first run's input
-// living on through every continue-as-new.
+// Settings reports the worker's drain-check interval, so that a changed configuration
+// reaches the workflow at its next run instead of living in its input.
 func (a *Switch) Settings(context.Context) (SwitchSettings, error) {
-	return SwitchSettings{Queues: a.Queues, DrainCheckInterval: a.DrainCheckInterval}, nil
+	return SwitchSettings{DrainCheckInterval: a.DrainCheckInterval}, nil
 }
 
 // NotificationResult is the state after a notification and what the notification did.

@@ -96,8 +96,8 @@ type WindowPlan struct {
 	Ahead []int `json:",omitempty"`
 }
 
-// PlanWindow resolves the active broker from Postgres for one window.
-func (a *Window) PlanWindow(ctx context.Context) (WindowPlan, error) {
+// planWindow resolves the active broker from Postgres for one window.
+func (a *Window) planWindow(ctx context.Context) (WindowPlan, error) {
 	st, err := a.State.Load(ctx)
 	if err != nil {
 		return WindowPlan{}, fmt.Errorf("plan window: %w", err)
@@ -126,7 +126,7 @@ type PreparedWindow struct {
 // PrepareWindow resolves the active broker and runs the Leftover Drain in one activity:
 // every activity is a billable Action, and a window starts every CONSUMER_WINDOW per queue.
 func (a *Window) PrepareWindow(ctx context.Context, queue string) (PreparedWindow, error) {
-	plan, err := a.PlanWindow(ctx)
+	plan, err := a.planWindow(ctx)
 	if err != nil {
 		return PreparedWindow{}, err
 	}
@@ -134,7 +134,7 @@ func (a *Window) PrepareWindow(ctx context.Context, queue string) (PreparedWindo
 	if len(plan.Leftover)+len(plan.Ahead) == 0 {
 		return out, nil
 	}
-	out.Drained, err = a.LeftoverDrain(ctx, LeftoverDrainInput{
+	out.Drained, err = a.leftoverDrain(ctx, LeftoverDrainInput{
 		Queue: queue, Brokers: plan.Leftover, Ahead: plan.Ahead, Active: plan.ActiveIndex, Cap: plan.LeftoverDrainCap,
 	})
 	return out, err
@@ -188,13 +188,13 @@ type spareVisit struct {
 	mark    models.SpareMark
 }
 
-// LeftoverDrain takes what waits on the queue on the other brokers (see broker.Pool.Drain), and
+// leftoverDrain takes what waits on the queue on the other brokers (see broker.Pool.Drain), and
 // applies it before the window starts: those messages are older than anything on the
 // active broker. What may be the producer's future (models.ReadSpare) waits for its
 // notification. A broker that cannot be reached is a warning, never a failed window; one
 // that fails otherwise while it holds messages fails the attempt, so that the active
 // broker is not read past it.
-func (a *Window) LeftoverDrain(ctx context.Context, in LeftoverDrainInput) (LeftoverDrainResult, error) {
+func (a *Window) leftoverDrain(ctx context.Context, in LeftoverDrainInput) (LeftoverDrainResult, error) {
 	stopHeartbeat := heartbeat(ctx)
 	defer stopHeartbeat()
 	res := LeftoverDrainResult{Taken: map[int]int{}}

@@ -203,8 +203,7 @@ func (s *server) deletePendingSwitch(c *gin.Context) {
 // answerByUpdate sends an operator's order as a Workflow Update and answers with the
 // workflow's own word: committed, already there, or refused with the reason. It returns
 // false, having answered nothing, when the order must go as a signal instead: the
-// workflow is not running (the signal starts it), or its run predates the update
-// handlers.
+// workflow is not running, and the signal starts it.
 func (s *server) answerByUpdate(c *gin.Context, name string, arg any) bool {
 	ctx, cancel := context.WithTimeout(c.Request.Context(), s.deps.CommitWait)
 	defer cancel()
@@ -218,7 +217,7 @@ func (s *server) answerByUpdate(c *gin.Context, name string, arg any) bool {
 	}
 	var notFound *serviceerror.NotFound
 	switch {
-	case errors.As(err, &notFound), err != nil && strings.Contains(err.Error(), "unknown update"):
+	case errors.As(err, &notFound):
 		return false
 	case err != nil && ctx.Err() != nil && c.Request.Context().Err() == nil:
 		s.fail(c, http.StatusGatewayTimeout, fmt.Sprintf(
@@ -243,10 +242,8 @@ func (s *server) answerByUpdate(c *gin.Context, name string, arg any) bool {
 // the workflow may have ended or never been started by a worker yet, and the order must
 // not be lost for that.
 func (s *server) signal(ctx context.Context, name string, arg any) error {
-	cfg := s.deps.Config
-	input := workflows.BrokerSwitchInput{Queues: cfg.Queues, DrainCheckInterval: cfg.DrainCheckInterval}
 	_, err := s.deps.Temporal.SignalWithStartWorkflow(ctx, workflows.BrokerSwitchWorkflowID, name, arg,
-		workflows.BrokerSwitchStartOptions(cfg.TaskQueue), workflows.BrokerSwitch, input)
+		workflows.BrokerSwitchStartOptions(s.deps.Config.TaskQueue), workflows.BrokerSwitch, workflows.BrokerSwitchInput{})
 	if err != nil {
 		return fmt.Errorf("signal %s to workflow %s: %w", name, workflows.BrokerSwitchWorkflowID, err)
 	}

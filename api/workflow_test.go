@@ -53,7 +53,7 @@ func newStoppedWorkerEnv(t *testing.T) (*workerEnv, func()) {
 		require.NoError(t, pool.DeclareTopology(t.Context(), ep.Index, topology))
 	}
 	start := func() {
-		w := sdkworker.New(e.client, e.cfg.TaskQueue, sdkworker.Options{})
+		w := sdkworker.New(e.client, e.cfg.TaskQueue, worker.Options(e.cfg))
 		worker.Register(w, worker.Deps{Config: e.cfg, Client: e.client, Pool: pool, DB: e.db, Logger: e.deps.Logger}, nil)
 		require.NoError(t, w.Start())
 		t.Cleanup(w.Stop)

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"os/exec"
 	"slices"
-	"time"
 
 	enumspb "go.temporal.io/api/enums/v1"
 	historypb "go.temporal.io/api/history/v1"
@@ -14,7 +13,6 @@ import (
 	"go.temporal.io/sdk/converter"
 
 	"github.com/brokerswitch/brokerswitch/activities"
-	"github.com/brokerswitch/brokerswitch/workflows"
 )
 
 // amqpFootprint is what rabbitmqctl shows of the service's connections ("brokerswitch")
@@ -139,7 +137,7 @@ func activityCount(run runHistory, activityType string) int {
 }
 
 // leftoverTaken returns what each Leftover Drain of a run took, summed over brokers: the
-// LeftoverDrain activity's result, or the Drained part of PrepareWindow's.
+// Drained part of PrepareWindow's result.
 func leftoverTaken(run runHistory) []int {
 	scheduled := map[int64]string{}
 	var out []int
@@ -152,23 +150,12 @@ func leftoverTaken(run runHistory) []int {
 		if a == nil {
 			continue
 		}
-		var res activities.LeftoverDrainResult
-		switch scheduled[a.GetScheduledEventId()] {
-		case "LeftoverDrain": // windows recorded before PrepareWindow
-			if dc.FromPayloads(a.GetResult(), &res) != nil {
-				continue
-			}
-		case "PrepareWindow":
-			var w activities.PreparedWindow
-			if dc.FromPayloads(a.GetResult(), &w) != nil || len(w.Drained.Taken) == 0 {
-				continue
-			}
-			res = w.Drained
-		default:
+		var w activities.PreparedWindow
+		if scheduled[a.GetScheduledEventId()] != "PrepareWindow" || dc.FromPayloads(a.GetResult(), &w) != nil || len(w.Drained.Taken) == 0 {
 			continue
 		}
 		total := 0
-		for _, n := range res.Taken {
+		for _, n := range w.Drained.Taken {
 			total += n
 		}
 		out = append(out, total)
@@ -185,11 +172,6 @@ type historyCost struct {
 	SwitchEvents, Commits, DrainChecks int
 	// LeftoverTaken is what each Leftover Drain took, in order, all queues mixed.
 	LeftoverTaken []int
-	// Restart times a window that a switch ended: from the broker-changed signal to its
-	// consume activity's cancellation (delivered in a heartbeat's answer), and from there
-	// to the next window's consume activity being scheduled (continue-as-new, PlanWindow,
-	// Leftover Drain); LeftoverDrain is that drain's own duration.
-	SignalToCanceled, CanceledToNextConsume, LeftoverDrain []float64
 }
 
 func collectHistory(ctx context.Context, st *stack) (historyCost, error) {
@@ -201,17 +183,10 @@ func collectHistory(ctx context.Context, st *stack) (historyCost, error) {
 		}
 		for i, r := range runs {
 			hc.LeftoverTaken = append(hc.LeftoverTaken, leftoverTaken(r)...)
-			hc.LeftoverDrain = append(hc.LeftoverDrain, activityDurations(r, "LeftoverDrain")...)
 			if i == len(runs)-1 { // the last run is still open
 				continue
 			}
 			hc.WindowEvents = append(hc.WindowEvents, float64(len(r.Events)))
-			signaled, canceled := eventTime(r, isBrokerChanged), eventTime(r, isCanceled)
-			next := scheduledTime(runs[i+1], "Consume")
-			if !signaled.IsZero() && !canceled.IsZero() && !next.IsZero() {
-				hc.SignalToCanceled = append(hc.SignalToCanceled, canceled.Sub(signaled).Seconds())
-				hc.CanceledToNextConsume = append(hc.CanceledToNextConsume, next.Sub(canceled).Seconds())
-			}
 		}
 	}
 	runs, err := workflowRuns(ctx, st.temporal, switchID)
@@ -224,46 +199,4 @@ func collectHistory(ctx context.Context, st *stack) (historyCost, error) {
 		hc.DrainChecks += activityCount(r, "DrainCheck")
 	}
 	return hc, nil
-}
-
-func isBrokerChanged(ev *historypb.HistoryEvent) bool {
-	return ev.GetWorkflowExecutionSignaledEventAttributes().GetSignalName() == workflows.SignalBrokerChanged
-}
-
-func isCanceled(ev *historypb.HistoryEvent) bool {
-	return ev.GetActivityTaskCanceledEventAttributes() != nil
-}
-
-// eventTime is the time of the first event of run that matches.
-func eventTime(run runHistory, match func(*historypb.HistoryEvent) bool) time.Time {
-	for _, ev := range run.Events {
-		if match(ev) {
-			return ev.GetEventTime().AsTime()
-		}
-	}
-	return time.Time{}
-}
-
-// scheduledTime is when the first activity of a type was scheduled in run.
-func scheduledTime(run runHistory, activityType string) time.Time {
-	return eventTime(run, func(ev *historypb.HistoryEvent) bool {
-		return ev.GetActivityTaskScheduledEventAttributes().GetActivityType().GetName() == activityType
-	})
-}
-
-// activityDurations are scheduled → completed of each activity of a type in run, seconds.
-func activityDurations(run runHistory, activityType string) []float64 {
-	scheduled := map[int64]time.Time{}
-	var out []float64
-	for _, ev := range run.Events {
-		if a := ev.GetActivityTaskScheduledEventAttributes(); a != nil && a.GetActivityType().GetName() == activityType {
-			scheduled[ev.GetEventId()] = ev.GetEventTime().AsTime()
-		}
-		if a := ev.GetActivityTaskCompletedEventAttributes(); a != nil {
-			if at, ok := scheduled[a.GetScheduledEventId()]; ok {
-				out = append(out, ev.GetEventTime().AsTime().Sub(at).Seconds())
-			}
-		}
-	}
-	return out
 }

@@ -180,27 +180,6 @@ func (r *results) table() report {
 			fmt.Sprintf("p95 %.2f s, n=%d", percentile(lags, 95), len(lags)),
 			fmt.Sprintf("rotation → 1st new applied: %.2f s (p95 %.2f)", median(waits), percentile(waits, 95)), target, st})
 	}
-	var sigCancel, cancelNext, drain, commits []float64
-	for _, name := range r.LagOrder {
-		for _, lr := range r.Lag[name] {
-			sigCancel = append(sigCancel, lr.History.SignalToCanceled...)
-			cancelNext = append(cancelNext, lr.History.CanceledToNextConsume...)
-			drain = append(drain, lr.History.LeftoverDrain...)
-		}
-		if r.LagCfg[name].Burst == 0 {
-			for _, rot := range r.rotations(name) {
-				commits = append(commits, rot.Commit.Seconds())
-			}
-		}
-	}
-	if len(sigCancel) > 0 {
-		add(row{"  where a steady-state lag goes: rotation → switch committed (steady runs)", fmt.Sprintf("%.2f s", median(commits)),
-			fmt.Sprintf("p95 %.2f s", percentile(commits, 95)), "first drain check passes", "", ""})
-		add(row{"  … broker-changed signal → window's consume cancelled (heartbeat)", fmt.Sprintf("%.2f s", median(sigCancel)),
-			fmt.Sprintf("p95 %.2f s, n=%d", percentile(sigCancel, 95), len(sigCancel)), "", "", ""})
-		add(row{"  … cancelled → next window's consume scheduled", fmt.Sprintf("%.2f s", median(cancelNext)),
-			fmt.Sprintf("p95 %.2f s", percentile(cancelNext, 95)), fmt.Sprintf("of which Leftover Drain %.2f s", median(drain)), "", ""})
-	}
 	if c := r.CatchUp; c != nil {
 		rate := float64(c.Backlog+c.OnNew) / c.Done.Seconds()
 		add(row{fmt.Sprintf("Catch-up: %s on the old broker at rotation (+%s on the new), until all applied and switched", commas(int64(c.Backlog)), commas(int64(c.OnNew))),

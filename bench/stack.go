@@ -246,7 +246,7 @@ func (st *stack) notify(index int, switchedAt time.Time) error {
 		return fmt.Errorf("record notification: %w", err)
 	}
 	_, err := st.temporal.SignalWithStartWorkflow(ctx, workflows.BrokerSwitchWorkflowID, workflows.SignalPendingSwitch, n,
-		workflows.BrokerSwitchStartOptions(st.cfg.TaskQueue), workflows.BrokerSwitch, worker.BrokerSwitchInput(st.cfg))
+		workflows.BrokerSwitchStartOptions(st.cfg.TaskQueue), workflows.BrokerSwitch, workflows.BrokerSwitchInput{})
 	return err
 }
 

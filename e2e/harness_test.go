@@ -383,7 +383,7 @@ func (s *stack) call(method, path, token, body string) (int, string) {
 func (s *stack) signal(name string, arg any) {
 	s.t.Helper()
 	_, err := s.temporal.SignalWithStartWorkflow(context.Background(), workflows.BrokerSwitchWorkflowID, name, arg,
-		workflows.BrokerSwitchStartOptions(s.cfg.TaskQueue), workflows.BrokerSwitch, worker.BrokerSwitchInput(s.cfg))
+		workflows.BrokerSwitchStartOptions(s.cfg.TaskQueue), workflows.BrokerSwitch, workflows.BrokerSwitchInput{})
 	require.NoError(s.t, err)
 }
 

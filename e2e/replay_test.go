@@ -14,15 +14,15 @@ import (
 	historypb "go.temporal.io/api/history/v1"
 	"go.temporal.io/api/temporalproto"
 	"go.temporal.io/api/workflowservice/v1"
-	"go.temporal.io/sdk/interceptor"
 	sdkworker "go.temporal.io/sdk/worker"
 
 	"github.com/brokerswitch/brokerswitch/internal/testenv"
+	"github.com/brokerswitch/brokerswitch/worker"
 	"github.com/brokerswitch/brokerswitch/workflows"
 )
 
 var recordHistories = flag.Bool("record-histories", false,
-	"write the BrokerSwitch histories of the e2e tests to workflows/testdata/histories, for the replay test there")
+	"write the BrokerSwitch history and one finished window of each e2e test to workflows/testdata/histories, for the replay test there")
 
 var showSlowTasks = flag.Bool("show-slow-tasks", false,
 	"log the BrokerSwitch workflow's slow and failed workflow tasks of every e2e test, not only of a failed one")
@@ -32,15 +32,14 @@ var showSlowTasks = flag.Bool("show-slow-tasks", false,
 func (s *stack) replayHistories() {
 	s.t.Helper()
 	ctx := context.Background()
-	// As the workers run it: with the interceptor that records the signals' arrival order.
-	replayer, err := sdkworker.NewWorkflowReplayerWithOptions(sdkworker.WorkflowReplayerOptions{
-		Interceptors: []interceptor.WorkerInterceptor{&workflows.SignalArrival{}},
-	})
+	// As the workers run it: with the interceptor that queues the orders as they arrive.
+	replayer, err := sdkworker.NewWorkflowReplayerWithOptions(worker.ReplayerOptions())
 	require.NoError(s.t, err)
 	replayer.RegisterWorkflow(workflows.QueueWindow)
 	replayer.RegisterWorkflow(workflows.BrokerSwitch)
 
 	var token []byte
+	windowRecorded := false
 	for {
 		resp, err := s.temporal.ListWorkflow(ctx, &workflowservice.ListWorkflowExecutionsRequest{NextPageToken: token})
 		require.NoError(s.t, err)
@@ -53,6 +52,12 @@ func (s *stack) replayHistories() {
 			require.NoError(s.t, replayer.ReplayWorkflowHistory(nil, history), "replay of %s run %s", id, run)
 			if *recordHistories && id == workflows.BrokerSwitchWorkflowID && len(history.GetEvents()) > 10 {
 				s.writeHistory(id, run, history)
+			}
+			// A window that ran to its end: its start, its activities and its continue-as-new.
+			if *recordHistories && !windowRecorded && strings.HasPrefix(id, workflows.QueueWindowWorkflowID("")) &&
+				e.GetStatus() == enumspb.WORKFLOW_EXECUTION_STATUS_CONTINUED_AS_NEW {
+				s.writeHistory(id, run, history)
+				windowRecorded = true
 			}
 			if (s.t.Failed() || *showSlowTasks) && id == workflows.BrokerSwitchWorkflowID {
 				s.showSlowTasks(run, history)

@@ -53,7 +53,7 @@ const (
 
 // lastVisitAt is the switchedAt of the producer's last visit to index on the trail.
 func (s BrokerState) lastVisitAt(index int) (time.Time, bool) {
-	t := s.trail()
+	t := s.Trail
 	if p := lastVisit(t, index); p >= 0 {
 		return t.Visits[p].SwitchedAt, true
 	}

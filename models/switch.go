@@ -130,15 +130,14 @@ const (
 func (s BrokerState) ApplyNotification(n Notification, now time.Time) (BrokerState, string) {
 	ref := BrokerRef{Host: strings.ToLower(n.Host), Vhost: n.Vhost}
 	visit := Hop{Index: n.Index, Host: ref.Host, Vhost: ref.Vhost, SwitchedAt: n.SwitchedAt}
-	trail := s.trail()
+	trail := s.Trail
 	at := trail.place(visit)
 	late := n.SwitchedAt.Before(s.SeenUntil)
 	switch {
 	case n.SwitchedAt.IsZero():
 		return s, NotificationStale
 	case late:
-		// A state written before the trail existed cannot place it, as it could not before.
-		if len(trail.Visits) == 0 || trail.has(visit) {
+		if trail.has(visit) {
 			return s, NotificationStale
 		}
 		if at < trail.Behind {
@@ -189,7 +188,7 @@ func (s BrokerState) CompleteHop(from int, hop Hop, checks int, now time.Time) (
 		return s, false
 	}
 	s.LastSwitch = &LastSwitch{From: from, To: hop.Index, SwitchedAt: hop.SwitchedAt, CompletedAt: now, Checks: checks}
-	trail := s.trail()
+	trail := s.Trail
 	if route := trail.route(s.ActiveIndex); len(route) > 0 {
 		trail.Behind = route[0] + 1
 	}
@@ -204,7 +203,7 @@ func (s BrokerState) CompleteHop(from int, hop Hop, checks int, now time.Time) (
 // pending. A mark of notifications that lies ahead of now is brought back to now.
 func (s BrokerState) Force(index int, askedAt, now time.Time) BrokerState {
 	s.LastSwitch = &LastSwitch{From: s.ActiveIndex, To: index, CompletedAt: now, Forced: true}
-	trail := s.trail()
+	trail := s.Trail
 	route := trail.route(s.ActiveIndex)
 	recordedAt := time.Time{}
 	if p := s.Pending; p != nil && !askedAt.IsZero() && p.RecordedAt.After(askedAt) && len(route) > 0 {
@@ -234,7 +233,7 @@ func (s BrokerState) Force(index int, askedAt, now time.Time) BrokerState {
 // at once.
 func (s BrokerState) CancelPending(upTo, now time.Time) BrokerState {
 	if s.Pending != nil {
-		trail := s.trail()
+		trail := s.Trail
 		canceled := len(trail.Visits)
 		if !upTo.IsZero() {
 			canceled = trail.place(Hop{SwitchedAt: upTo})

@@ -152,9 +152,9 @@ func TestEqualSwitchedAt(t *testing.T) {
 	require.Equal(t, NotificationStale, outcome, "each broker at the mark is a duplicate once taken")
 	require.Equal(t, two, again)
 
-	// A state written before the brokers at the mark were kept: an equal time stays stale.
-	legacy := BrokerState{SeenUntil: t0}
-	_, outcome = legacy.ApplyNotification(noteAt(1, "b.example", t0), t0)
+	// A mark an order brought back to now holds no broker: an equal time stays stale.
+	cleared := BrokerState{SeenUntil: t0}
+	_, outcome = cleared.ApplyNotification(noteAt(1, "b.example", t0), t0)
 	require.Equal(t, NotificationStale, outcome)
 }
 

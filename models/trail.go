@@ -93,15 +93,6 @@ func (t Trail) hops(route []int) []Hop {
 	return out
 }
 
-// trail is the state's trail, begun from the Pending Switch's route when the state was
-// written before the trail existed.
-func (s BrokerState) trail() Trail {
-	if len(s.Trail.Visits) > 0 || s.Pending == nil {
-		return s.Trail
-	}
-	return Trail{Visits: slices.Clone(s.Pending.Route)}
-}
-
 // withRoute sets the trail and reads the Pending Switch from it; recordedAt is the
 // Pending Switch's recording time when it still has hops.
 func (s BrokerState) withRoute(t Trail, recordedAt time.Time) BrokerState {
@@ -119,7 +110,7 @@ func (s BrokerState) withRoute(t Trail, recordedAt time.Time) BrokerState {
 // canceled route): their events are newer than the active broker's backlog, so they are
 // read only once the active broker is empty.
 func (s BrokerState) Spares(brokers []int) (behind, ahead []int) {
-	t := s.trail()
+	t := s.Trail
 	activeFrom := t.Behind
 	if p := lastVisit(t, s.ActiveIndex); p >= activeFrom {
 		activeFrom = p + 1

@@ -67,16 +67,7 @@ func Run(ctx context.Context, d Deps) error {
 		<-swept
 	}()
 
-	w := sdkworker.New(d.Client, d.Config.TaskQueue, sdkworker.Options{
-		WorkerStopTimeout: d.Config.WorkerStopTimeout,
-		// A worker throttled at its CPU limit (a container, a busy node) can take longer
-		// than the SDK's 1 s default over a workflow task of ours, which fails the task and
-		// holds operator orders past the API's wait (soak seed 3650416446803315636). Five
-		// seconds stays within the server's 10 s workflow task timeout.
-		DeadlockDetectionTimeout: 5 * time.Second,
-		// The BrokerSwitch workflow takes its signals in the order they arrived.
-		Interceptors: []interceptor.WorkerInterceptor{&workflows.SignalArrival{}},
-	})
+	w := sdkworker.New(d.Client, d.Config.TaskQueue, Options(d.Config))
 	Register(w, d, watcher)
 	if err := w.Start(); err != nil {
 		return fmt.Errorf("start worker on task queue %s: %w", d.Config.TaskQueue, err)
@@ -100,6 +91,26 @@ func Run(ctx context.Context, d Deps) error {
 			}
 		}
 	}
+}
+
+// Options are the worker's options. The workflow tests and the replay tests run the
+// workflows with them too, so that no test takes a path the worker does not.
+func Options(cfg config.Config) sdkworker.Options {
+	return sdkworker.Options{
+		WorkerStopTimeout: cfg.WorkerStopTimeout,
+		// A worker throttled at its CPU limit (a container, a busy node) can take longer
+		// than the SDK's 1 s default over a workflow task of ours, which fails the task and
+		// holds operator orders past the API's wait (soak seed 3650416446803315636). Five
+		// seconds stays within the server's 10 s workflow task timeout.
+		DeadlockDetectionTimeout: 5 * time.Second,
+		// The BrokerSwitch workflow takes its orders in the order they arrived.
+		Interceptors: []interceptor.WorkerInterceptor{&workflows.OrderIntake{}},
+	}
+}
+
+// ReplayerOptions replay histories with the interceptors of Options.
+func ReplayerOptions() sdkworker.WorkflowReplayerOptions {
+	return sdkworker.WorkflowReplayerOptions{Interceptors: Options(config.Config{}).Interceptors}
 }
 
 // Register adds the workflows and their activities, built from d, to a worker.
@@ -168,11 +179,6 @@ func NewBrokerStore(db *gorm.DB, endpoints []broker.Endpoint) *models.BrokerStor
 	return &models.BrokerStore{DB: db, Brokers: refs}
 }
 
-// BrokerSwitchInput is the input every starter of the BrokerSwitch workflow gives it.
-func BrokerSwitchInput(cfg config.Config) workflows.BrokerSwitchInput {
-	return workflows.BrokerSwitchInput{Queues: cfg.Queues, DrainCheckInterval: cfg.DrainCheckInterval}
-}
-
 // EnsureWorkflows starts the window workflows and the BrokerSwitch workflow unless they
 // run already, so that any number of workers can start at once. It describes each one
 // first: a describe is free, while a start counts as an Action even when it finds the
@@ -181,11 +187,11 @@ func EnsureWorkflows(ctx context.Context, c client.Client, cfg config.Config) er
 	var errs []error
 	for _, q := range cfg.Queues {
 		opts := workflows.QueueWindowStartOptions(cfg.TaskQueue, q)
-		if err := ensure(ctx, c, opts, workflows.QueueWindow, workflows.NewQueueWindowInput(q)); err != nil {
+		if err := ensure(ctx, c, opts, workflows.QueueWindow, workflows.QueueWindowInput{Queue: q}); err != nil {
 			errs = append(errs, fmt.Errorf("start window workflow for %s: %w", q, err))
 		}
 	}
-	if err := ensure(ctx, c, workflows.BrokerSwitchStartOptions(cfg.TaskQueue), workflows.BrokerSwitch, BrokerSwitchInput(cfg)); err != nil {
+	if err := ensure(ctx, c, workflows.BrokerSwitchStartOptions(cfg.TaskQueue), workflows.BrokerSwitch, workflows.BrokerSwitchInput{}); err != nil {
 		errs = append(errs, fmt.Errorf("start broker switch workflow: %w", err))
 	}
 	return errors.Join(errs...)

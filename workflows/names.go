@@ -3,8 +3,9 @@
 // when to move, and activities do the work.
 package workflows
 
-// Workflow ids, signal and query names. Operators type these in the Temporal CLI, so they
-// are plain words, and inputs are small JSON objects that tctl accepts too.
+// Workflow ids, signal, update and query names. Operators type these in the Temporal CLI,
+// so they are plain words, and inputs are small JSON objects that tctl accepts too. Each
+// signal and update carries an Order of the kind it is named after.
 const (
 	// BrokerSwitchWorkflowID is the id of the one BrokerSwitch workflow.
 	BrokerSwitchWorkflowID = "broker-switch"
@@ -17,8 +18,6 @@ const (
 	// {"switchedAt": T, "index": N} names the target read, so that a hop made after T is
 	// spared and a cancel that comes after that switch was committed is refused.
 	SignalCancelPendingSwitch = "cancel-pending-switch"
-	// SignalBrokerChanged tells a window workflow to end its window and resolve the broker again.
-	SignalBrokerChanged = "broker-changed"
 
 	// QueryStatus returns a BrokerSwitch workflow's Status.
 	QueryStatus = "status"

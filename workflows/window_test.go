@@ -1,4 +1,4 @@
-package workflows
+package workflows_test
 
 import (
 	"context"
@@ -7,19 +7,23 @@ import (
 
 	"github.com/stretchr/testify/mock"
 	"github.com/stretchr/testify/require"
-	"go.temporal.io/sdk/converter"
 	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/testsuite"
 	"go.temporal.io/sdk/workflow"
 
 	"github.com/brokerswitch/brokerswitch/activities"
+	"github.com/brokerswitch/brokerswitch/config"
+	"github.com/brokerswitch/brokerswitch/worker"
+	"github.com/brokerswitch/brokerswitch/workflows"
 )
 
-// newWindowTestEnv is a test environment with the window activities registered.
+// newWindowTestEnv is a test environment with the worker's options and the window
+// activities registered.
 func newWindowTestEnv() *testsuite.TestWorkflowEnvironment {
 	var s testsuite.WorkflowTestSuite
 	s.SetLogger(quietLogger())
 	env := s.NewTestWorkflowEnvironment()
+	env.SetWorkerOptions(worker.Options(config.Config{}))
 	env.RegisterActivity(&activities.Window{})
 	return env
 }
@@ -49,7 +53,7 @@ func TestQueueWindowDrainsLeftoversThenConsumesAndContinuesAsNew(t *testing.T) {
 		return nil
 	})
 
-	env.ExecuteWorkflow(QueueWindow, NewQueueWindowInput("issues"))
+	env.ExecuteWorkflow(workflows.QueueWindow, workflows.QueueWindowInput{Queue: "issues"})
 
 	require.True(t, env.IsWorkflowCompleted())
 	require.True(t, workflow.IsContinueAsNewError(env.GetWorkflowError()), "a window ends by continuing as new: %v", env.GetWorkflowError())
@@ -63,28 +67,8 @@ func TestQueueWindowSkipsTheLeftoverDrainWithOneBroker(t *testing.T) {
 		*calls = append(*calls, "consume")
 		return nil
 	})
-	env.ExecuteWorkflow(QueueWindow, NewQueueWindowInput("issues"))
+	env.ExecuteWorkflow(workflows.QueueWindow, workflows.QueueWindowInput{Queue: "issues"})
 	require.True(t, workflow.IsContinueAsNewError(env.GetWorkflowError()))
-	require.Equal(t, []string{"plan", "consume"}, *calls)
-}
-
-// TestQueueWindowLetsTheActivityEndItsWindow: a committed switch reaches the consume
-// activity through Postgres. The broker-changed signal only marks the history: cancelling
-// the activity would leave it to settle its batch under a cancellation, where a timeout
-// used to fail the window for good.
-func TestQueueWindowLetsTheActivityEndItsWindow(t *testing.T) {
-	env, calls := newWindowEnv(t, activities.WindowPlan{Window: time.Minute, HeartbeatTimeout: time.Minute})
-	var a *activities.Window
-	env.OnActivity(a.Consume, mock.Anything, mock.Anything).Return(func(ctx context.Context, _ activities.ConsumeInput) error {
-		*calls = append(*calls, "consume")
-		require.NoError(t, ctx.Err(), "the signal must not cancel the window")
-		return nil
-	})
-	env.RegisterDelayedCallback(func() { env.SignalWorkflow(SignalBrokerChanged, nil) }, 0)
-
-	env.ExecuteWorkflow(QueueWindow, NewQueueWindowInput("issues"))
-
-	require.True(t, workflow.IsContinueAsNewError(env.GetWorkflowError()), "%v", env.GetWorkflowError())
 	require.Equal(t, []string{"plan", "consume"}, *calls)
 }
 
@@ -96,7 +80,7 @@ func TestQueueWindowStartsOverWhenItsActivityFailsForGood(t *testing.T) {
 	env.OnActivity(a.Consume, mock.Anything, mock.Anything).Return(
 		temporal.NewNonRetryableApplicationError("settling timed out after the cancel", "Timeout", nil))
 
-	env.ExecuteWorkflow(QueueWindow, NewQueueWindowInput("issues"))
+	env.ExecuteWorkflow(workflows.QueueWindow, workflows.QueueWindowInput{Queue: "issues"})
 
 	require.True(t, workflow.IsContinueAsNewError(env.GetWorkflowError()), "a window starts over: %v", env.GetWorkflowError())
 }
@@ -117,34 +101,8 @@ func TestQueueWindowDrainsOnWhenTheLeftoverDrainStopsAtItsCap(t *testing.T) {
 		return nil
 	}).Maybe()
 
-	env.ExecuteWorkflow(QueueWindow, NewQueueWindowInput("issues"))
+	env.ExecuteWorkflow(workflows.QueueWindow, workflows.QueueWindowInput{Queue: "issues"})
 
 	require.True(t, workflow.IsContinueAsNewError(env.GetWorkflowError()), "%v", env.GetWorkflowError())
 	require.False(t, consumed, "the active broker waits until the leftovers are drained")
-}
-
-// TestAWindowStartedByTheOldCodeContinuesWithTheNew: a run in flight across the upgrade
-// replays the signalled window it began with, then continues as new with the window that
-// ends itself.
-func TestAWindowStartedByTheOldCodeContinuesWithTheNew(t *testing.T) {
-	env := newWindowTestEnv()
-	var a *activities.Window
-	var calls []string
-	env.OnActivity(a.PlanWindow, mock.Anything).Return(func(context.Context) (activities.WindowPlan, error) {
-		calls = append(calls, "plan")
-		return activities.WindowPlan{Window: time.Minute}, nil
-	})
-	env.OnActivity(a.Consume, mock.Anything, mock.Anything).Return(func(context.Context, activities.ConsumeInput) error {
-		calls = append(calls, "consume")
-		return nil
-	})
-
-	env.ExecuteWorkflow(QueueWindow, QueueWindowInput{Queue: "issues"})
-
-	var can *workflow.ContinueAsNewError
-	require.ErrorAs(t, env.GetWorkflowError(), &can)
-	require.Equal(t, []string{"plan", "consume"}, calls, "the old run keeps its own activities")
-	var next QueueWindowInput
-	require.NoError(t, converter.GetDefaultDataConverter().FromPayloads(can.Input, &next))
-	require.Equal(t, NewQueueWindowInput("issues"), next, "and hands over to the current code")
 }

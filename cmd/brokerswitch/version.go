@@ -5,9 +5,17 @@ import (
 	"io"
 	"runtime"
 	"runtime/debug"
+	"strings"
 
 	"github.com/brokerswitch/brokerswitch/metrics"
 )
+
+// release is the version of brokerswitch this source is. It is written here, not taken
+// from a tag, because it names the workflows' commands: every change that alters them
+// follows the rule in the README ("Changing a workflow") and raises it. The stamped
+// `git describe` says which build of the release a binary is, as SemVer build metadata
+// (1.0.0+e701bf5-dirty), so that two builds of one release stay apart.
+const release = "1.0.0"
 
 // version and revision are set at link time (-ldflags "-X main.version=... -X
 // main.revision=..."), by `make build` and the Dockerfile. They are the only package-level
@@ -17,9 +25,10 @@ var (
 	revision string
 )
 
-// buildInfo says which build this binary is: the stamped version, else the module
-// version Go derived from the VCS tag; the stamped revision, else the commit Go's VCS
-// stamping recorded (marked "-dirty" for a modified tree); and the Go version.
+// buildInfo says which build this binary is: the release, with the stamped version (else
+// the module version Go derived from the VCS) as its build metadata; the stamped
+// revision, else the commit Go's VCS stamping recorded (marked "-dirty" for a modified
+// tree); and the Go version.
 func buildInfo() metrics.BuildInfo {
 	info := metrics.BuildInfo{Version: version, Revision: revision, GoVersion: runtime.Version()}
 	bi, ok := debug.ReadBuildInfo()
@@ -50,9 +59,7 @@ func buildInfo() metrics.BuildInfo {
 }
 
 func withUnknowns(info metrics.BuildInfo) metrics.BuildInfo {
-	if info.Version == "" {
-		info.Version = "dev"
-	}
+	info.Version = releaseVersion(info.Version)
 	if info.Revision == "" {
 		info.Revision = "unknown"
 	}
@@ -62,4 +69,14 @@ func withUnknowns(info metrics.BuildInfo) metrics.BuildInfo {
 func printVersion(w io.Writer, info metrics.BuildInfo) error {
 	_, err := fmt.Fprintf(w, "brokerswitch %s\ncommit: %s\ngo: %s\n", info.Version, info.Revision, info.GoVersion)
 	return err
+}
+
+// releaseVersion is the release with build, a describe string or module version, as its
+// build metadata; the release alone when build is unknown or is the release's own tag.
+func releaseVersion(build string) string {
+	build = strings.TrimPrefix(build, "v")
+	if build == "" || build == "dev" || build == release {
+		return release
+	}
+	return release + "+" + strings.ReplaceAll(build, "+", ".")
 }

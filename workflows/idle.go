@@ -1,0 +1,97 @@
+package workflows
+
+import (
+	"time"
+
+	"go.temporal.io/sdk/temporal"
+	"go.temporal.io/sdk/workflow"
+
+	"github.com/brokerswitch/brokerswitch/activities"
+)
+
+// idleFallback is how often an idle BrokerSwitch workflow re-reads the broker state
+// although Postgres announced nothing: a rare fallback.
+const idleFallback = time.Hour
+
+// watchHeartbeatTimeout is how long a watch may go silent before Temporal fails it, and
+// the workflow reads the state. A watch that saw a change while Temporal was away has its
+// answer lost (the SDK gives up reporting it after ten seconds), and one whose worker died
+// answers nothing: without a heartbeat either would hold an idle workflow for
+// idleFallback, an hour, with a recorded notification unread. A minute is what the API's
+// 502 "recorded" promises.
+const watchHeartbeatTimeout = time.Minute
+
+const idleWhy = "Nothing pending: waiting for a pending-switch, force-switch or cancel-pending-switch order"
+
+// idle waits, with nothing pending, for an order or for a change of the broker state that
+// no order brought. Postgres is the source of truth: a switch recorded whose signal was
+// lost is found here. The watch and its fallback timer outlive an order that interrupts
+// the wait, and the next wait takes them up again: an idle workflow costs a watch, a
+// timer and a read per change or per idleFallback.
+func (w *switchRun) idle(ctx workflow.Context) error {
+	if w.watching == nil {
+		w.watching = w.watch(ctx)
+	}
+	for {
+		w.show(ctx, idleWhy)
+		if err := workflow.Await(ctx, func() bool { return w.orders.waiting() || w.watching.ready() }); err != nil {
+			return nil // cancelled: the loop ends
+		}
+		if w.orders.waiting() {
+			return nil
+		}
+		if w.watching.sawNothing(ctx) {
+			continue // the timer decides
+		}
+		w.watching.stop()
+		w.watching = nil
+		return w.execute(ctx, "read broker state", w.act.LoadState, nil, &w.status.State)
+	}
+}
+
+// idleWatch is an idle workflow's watch of Postgres and its fallback timer.
+type idleWatch struct {
+	watch       workflow.Future // WaitForChange: true when Postgres announced a change
+	watchDone   bool
+	timer       workflow.Future
+	cancelTimer workflow.CancelFunc
+}
+
+func (w *switchRun) watch(ctx workflow.Context) *idleWatch {
+	watchCtx := workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
+		StartToCloseTimeout: idleFallback + time.Minute,
+		HeartbeatTimeout:    watchHeartbeatTimeout,
+		RetryPolicy:         &temporal.RetryPolicy{MaximumAttempts: 1},
+		Summary:             "wait for Postgres to announce a change of the broker state",
+	})
+	timerCtx, cancelTimer := workflow.WithCancel(ctx)
+	return &idleWatch{
+		watch: workflow.ExecuteActivity(watchCtx, w.act.WaitForChange,
+			activities.WaitForChangeInput{ActiveIndex: w.status.State.ActiveIndex}),
+		timer:       workflow.NewTimerWithOptions(timerCtx, idleFallback, workflow.TimerOptions{Summary: "re-read the broker state"}),
+		cancelTimer: cancelTimer,
+	}
+}
+
+// ready tells whether the timer fired or the watch answered and has not been heard yet.
+func (i *idleWatch) ready() bool {
+	return i.timer.IsReady() || (!i.watchDone && i.watch.IsReady())
+}
+
+// sawNothing tells, once, that the watch answered "no change" before the timer fired; a
+// failed watch counts as a change, so that the state is read again.
+func (i *idleWatch) sawNothing(ctx workflow.Context) bool {
+	if i.watchDone || i.timer.IsReady() || !i.watch.IsReady() {
+		return false
+	}
+	i.watchDone = true
+	var changed bool
+	err := i.watch.Get(ctx, &changed)
+	return err == nil && !changed
+}
+
+func (i *idleWatch) stop() {
+	if !i.timer.IsReady() {
+		i.cancelTimer()
+	}
+}
