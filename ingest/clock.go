@@ -110,7 +110,9 @@ func clockOf(ev Event) eventClock {
 	return c
 }
 
-// Order is how an event's clock compares with the clock of the row it changes.
+// Order is how an event's clock compares with the clock of the row it changes, as the
+// fold sees it: the clocks of the batch's earlier events of the entity. The stored row's
+// clock is never read into Go; the upsert's WHERE compares it (clockWhere).
 type Order int
 
 const (
@@ -119,7 +121,8 @@ const (
 	// it did before rows had clocks.
 	InQueueOrder Order = iota
 	// Newer means the event happened after the payload the row holds, or the row has no
-	// clock (it compares as older than anything).
+	// clock (it compares as older than anything; so does the stored row in the fold, and
+	// the WHERE then decides).
 	Newer
 	// Older means the row already holds a newer payload of the entity.
 	Older

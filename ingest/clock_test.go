@@ -176,8 +176,8 @@ func TestClockedRowsWithoutLifecycle(t *testing.T) {
 	assert.Equal(t, "rr", repo.LastDeliveryID)
 }
 
-// The fold decides against the row it locked; a row another consumer inserted after that
-// read is decided by the upsert's WHERE on the same clock.
+// The stored clock is compared by the upsert's WHERE alone, so a row another consumer
+// inserted after the read is decided by the same clock as one the read found.
 func TestUpsertKeepsANewerRowInsertedAfterTheRead(t *testing.T) {
 	e := newEnv(t)
 	newer := withClock(t, example(t, "pull_request.closed.0"), "pull_request", "updated_at", "2019-05-15T15:30:00Z")
@@ -203,6 +203,38 @@ func TestUpsertKeepsANewerRowInsertedAfterTheRead(t *testing.T) {
 	applyPullRequest(w, ev)
 	require.NoError(t, e.db.Transaction(func(tx *gorm.DB) error { return w.flush(context.Background(), tx) }))
 	assert.Equal(t, "newest", e.pullRequest(t).LastDeliveryID)
+}
+
+// When the batch's clock ties with the row's, the upsert writes only where NextState's
+// queue-order rules take the payload as it is (tiedWrite): a late event in the same
+// second never moves a closed row, and still refreshes an open one.
+func TestATiedClockKeepsTheQueueOrderRules(t *testing.T) {
+	e := newEnv(t)
+	pr := func(name, clock, state, title string) []byte {
+		return edit(t, example(t, "pull_request."+name+".0"), func(p map[string]any) {
+			o := object(p, "pull_request")
+			o["updated_at"], o["state"], o["title"] = clock, state, title
+		})
+	}
+	e.handle(t, delivery("pull_request", "o", pr("opened", "2019-05-15T15:20:00Z", "open", "opened")))
+	e.handle(t, delivery("pull_request", "c", pr("closed", "2019-05-15T15:21:00Z", "closed", "closed")))
+	closed := e.pullRequest(t)
+	// Labeled just before the close, in the same second, delivered after it.
+	e.handle(t, delivery("pull_request", "l", pr("labeled", "2019-05-15T15:21:00Z", "open", "labeled")))
+	got := e.pullRequest(t)
+	assert.Equal(t, closed, got, "a tied labeled reopened or changed the closed row")
+	assert.Equal(t, models.OutcomeApplied, e.ledger(t, "l").Outcome)
+
+	e.handle(t, delivery("pull_request", "r", pr("reopened", "2019-05-15T15:22:00Z", "open", "reopened")))
+	e.handle(t, delivery("pull_request", "e", pr("labeled", "2019-05-15T15:22:00Z", "open", "edited")))
+	got = e.pullRequest(t)
+	assert.Equal(t, "edited", got.Title, "a tied labeled on an open row is applied in queue order")
+	assert.Equal(t, "e", got.LastDeliveryID)
+	// A payload that would close the open row without a closed is not written in a tie.
+	e.handle(t, delivery("pull_request", "s", pr("synchronize", "2019-05-15T15:22:00Z", "closed", "stale")))
+	got = e.pullRequest(t)
+	assert.Equal(t, "open", got.State)
+	assert.Equal(t, "edited", got.Title)
 }
 
 // clockedEvent is one event of a generated lifecycle, with its true clock.

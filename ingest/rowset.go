@@ -31,7 +31,12 @@ type rowSet[K comparable, R any] struct {
 	// Empty means the model's primary key columns.
 	conflict []clause.Column
 	// clock is the row's entity clock column, "" for a table that keeps queue order.
+	// The locked read leaves it out: the stored clock is compared only by the upsert's
+	// WHERE (clockWhere), never in Go.
 	clock string
+	// tie is the SQL condition under which a batch's row whose clock equals the stored
+	// row's is written (queue order with the table's rules); "" means always.
+	tie string
 
 	keys    []K
 	changes map[K][]change[R]
@@ -49,9 +54,11 @@ func (s *rowSet[K, R]) withConflict(columns []clause.Column) *rowSet[K, R] {
 	return s
 }
 
-// withClock names the table's entity clock column and returns s.
-func (s *rowSet[K, R]) withClock(column string) *rowSet[K, R] {
-	s.clock = column
+// withClock names the table's entity clock column and returns s; tie is the condition
+// under which a row of the batch that ties with the stored clock is written ("" always),
+// in terms of excluded (the batch's row) and the table's name (the stored row).
+func (s *rowSet[K, R]) withClock(column, tie string) *rowSet[K, R] {
+	s.clock, s.tie = column, tie
 	return s
 }
 
@@ -88,14 +95,27 @@ func (s *rowSet[K, R]) fold(existing []R) []R {
 
 // flush reads, folds and writes the rows, in one statement each (more for batches over
 // maxRowsPerStatement rows).
+//
+// For a table with a clock, the read leaves the clock column out, so the fold sees only
+// the batch's own clocks: within the batch, changes compare with the ones before them,
+// and the first change with a clock is taken as newer than the stored row. Whether the
+// folded row is in fact newer is the upsert's WHERE, one per statement (clockWhere): an
+// older row is not written, and the batch's events are left in the ledger alone. The
+// other columns still need the read: the processing-state rules see the prior row's
+// state and existence, partial refreshes keep the columns their event does not carry,
+// and the tracking columns keep their history.
 func (s *rowSet[K, R]) flush(ctx context.Context, tx *gorm.DB) error {
 	if len(s.keys) == 0 {
 		return nil
 	}
 	keys := slices.SortedFunc(slices.Values(s.keys), s.compare)
+	read := tx
+	if s.clock != "" {
+		read = tx.Omit(s.clock)
+	}
 	var existing []R
 	for start := 0; start < len(keys); start += maxRowsPerStatement {
-		rows, err := s.load(ctx, tx, keys[start:min(start+maxRowsPerStatement, len(keys))])
+		rows, err := s.load(ctx, read, keys[start:min(start+maxRowsPerStatement, len(keys))])
 		if err != nil {
 			return fmt.Errorf("lock %d rows of %s: %w", len(keys), s.name, err)
 		}
@@ -109,16 +129,63 @@ func (s *rowSet[K, R]) flush(ctx context.Context, tx *gorm.DB) error {
 	// is the same as the per-event updates it replaces.
 	upsert := clause.OnConflict{Columns: s.conflict, UpdateAll: true}
 	if s.clock != "" {
-		// The fold compared each event with the clock of the row it locked. A row that did
-		// not exist then could not be locked: if another consumer inserted it since, this
-		// decides, by the same clock, whether the batch's row is newer than the one there.
-		upsert.Where = clause.Where{Exprs: []clause.Expression{clause.Expr{SQL: fmt.Sprintf(
-			"excluded.%[2]s IS NULL OR %[1]s.%[2]s IS NULL OR excluded.%[2]s >= %[1]s.%[2]s", s.name, s.clock)}}}
+		conflict, updates, err := s.clockedUpdates(tx, &rows)
+		if err != nil {
+			return err
+		}
+		upsert = clause.OnConflict{Columns: conflict, DoUpdates: updates,
+			Where: clause.Where{Exprs: []clause.Expression{clause.Expr{SQL: clockWhere(s.name, s.clock, s.tie)}}}}
 	}
 	if err := tx.WithContext(ctx).Clauses(upsert).CreateInBatches(&rows, maxRowsPerStatement).Error; err != nil {
 		return fmt.Errorf("write %d rows of %s: %w", len(rows), s.name, err)
 	}
 	return nil
+}
+
+// clockWhere is the upsert's condition for writing the batch's row (excluded) over the
+// stored one (table) by their clocks: the stored row has none (older than anything), the
+// batch's has none (its events carried none: queue order, and the stored clock stays,
+// see clockedUpdates), the batch's is newer, or they tie and tie holds (queue order).
+// An older row is not written.
+func clockWhere(table, clock, tie string) string {
+	if tie == "" {
+		tie = "TRUE"
+	}
+	return fmt.Sprintf("%[1]s.%[2]s IS NULL OR excluded.%[2]s IS NULL OR excluded.%[2]s > %[1]s.%[2]s"+
+		" OR (excluded.%[2]s = %[1]s.%[2]s AND (%[3]s))", table, clock, tie)
+}
+
+// clockedUpdates are the conflict target and the assignments that UpdateAll makes
+// (every column but the key and created_at, updated_at to now), but the clock: the
+// batch's, or the stored one when the batch's events carried none (the read did not
+// fetch it, so the fold cannot keep it).
+func (s *rowSet[K, R]) clockedUpdates(tx *gorm.DB, rows *[]R) ([]clause.Column, []clause.Assignment, error) {
+	stmt := &gorm.Statement{DB: tx}
+	if err := stmt.Parse(rows); err != nil {
+		return nil, nil, fmt.Errorf("columns of %s: %w", s.name, err)
+	}
+	conflict := s.conflict
+	if len(conflict) == 0 {
+		for _, f := range stmt.Schema.PrimaryFields {
+			conflict = append(conflict, clause.Column{Name: f.DBName})
+		}
+	}
+	now := tx.NowFunc()
+	var out []clause.Assignment
+	for _, f := range stmt.Schema.Fields {
+		switch {
+		case f.DBName == "" || f.PrimaryKey || f.AutoCreateTime > 0:
+		case f.DBName == s.clock:
+			out = append(out, clause.Assignment{Column: clause.Column{Name: f.DBName},
+				Value: clause.Expr{SQL: fmt.Sprintf("COALESCE(excluded.%[2]s, %[1]s.%[2]s)", s.name, s.clock)}})
+		case f.AutoUpdateTime > 0:
+			out = append(out, clause.Assignment{Column: clause.Column{Name: f.DBName}, Value: now})
+		default:
+			out = append(out, clause.Assignment{Column: clause.Column{Name: f.DBName},
+				Value: clause.Column{Table: "excluded", Name: f.DBName}})
+		}
+	}
+	return conflict, out, nil
 }
 
 // lockByKey is the load of a table with a one-column key.

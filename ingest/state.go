@@ -1,6 +1,10 @@
 package ingest
 
-import "github.com/brokerswitch/brokerswitch/models"
+import (
+	"fmt"
+
+	"github.com/brokerswitch/brokerswitch/models"
+)
 
 // GitHub's states of pull requests and issues.
 const (
@@ -21,7 +25,9 @@ type Prior struct {
 	Exists bool
 	// State is the row's state, "open" or "closed".
 	State string
-	// Order is how the event's clock compares with the row's (compareClocks).
+	// Order is how the event's clock compares with the row's (compareClocks). The fold
+	// knows only the clocks of the batch: against the row as stored, an event with a
+	// clock is Newer, and the upsert's WHERE decides whether it truly is (tiedWrite).
 	Order Order
 }
 
@@ -63,6 +69,15 @@ type Transition struct {
 //     the newest event it is the only one.)
 //   - When the clocks cannot tell (equal seconds, a missing clock), the queue decides,
 //     with the rules below as they were before rows had clocks.
+//
+// Where the comparison is made: within a batch, in the fold, between an event and the
+// events of the batch before it; against the row as stored, only in SQL, by the set-based
+// apply's WHERE (rowSet.flush, clockWhere): the locked read does not fetch the stored
+// clock. The fold therefore applies the batch's first event with a clock as Newer, and
+// the WHERE writes the result only if the batch's clock is newer than the row's, or the
+// row has none, or the batch's events had none (then the fold applied the queue-order
+// rules itself, on the prior row it read). When the batch's clock ties with the row's,
+// tiedWrite is the queue-order rule restated for the write.
 func NextState(prior Prior, action string) Transition {
 	switch {
 	case prior.Order == Older:
@@ -92,4 +107,17 @@ func NextState(prior Prior, action string) Transition {
 	default:
 		return Transition{Refresh: true, ProcessingState: models.StateUpdated}
 	}
+}
+
+// tiedWrite is the condition under which the set-based apply writes a pull request or
+// issue row of the batch (excluded) whose clock equals the stored row's (table): where
+// the queue-order rules of NextState would have applied its payload as it is. A lifecycle
+// action sets its state either way; any other action may refresh an open row with a
+// payload that is still open. Otherwise, a late event on a closed row, or one whose
+// payload would close an open row without a closed, is not written: the ledger alone
+// records it (NextState's queue-order rule also moves last_*, which the WHERE cannot do
+// without writing the rest of the row).
+func tiedWrite(table string) string {
+	return fmt.Sprintf("excluded.last_action IN ('%[2]s', '%[3]s', '%[4]s') OR (%[1]s.state = '%[5]s' AND excluded.state = '%[5]s')",
+		table, actionOpened, actionClosed, actionReopened, stateOpen)
 }

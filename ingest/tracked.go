@@ -12,7 +12,7 @@ type trackedFields[T any] func(row *T) (tracking *models.Tracking, state *string
 // trackedChange is what ev does to a pull request or issue row, following NextState;
 // incoming carries ev's clock. The row it starts from was read FOR UPDATE, so the
 // transition is decided on the row as it is now, not as another consumer is about to
-// leave it.
+// leave it; it was read without its clock, which only the upsert's WHERE compares.
 func trackedChange[T any](ev Event, now time.Time, incoming T, fields trackedFields[T]) change[T] {
 	return func(cur *T) *T {
 		exists := cur != nil
@@ -52,8 +52,9 @@ func trackedChange[T any](ev Event, now time.Time, incoming T, fields trackedFie
 	}
 }
 
-// clocked makes c follow the entity's clock: an event older than the row (event against
-// the row's clock column) changes nothing, and the row keeps the newer clock of the two.
+// clocked makes c follow the entity's clock within the batch: an event older than an
+// earlier event of the batch changes nothing, and the row keeps the newer clock of the
+// two. Against the stored row the upsert's WHERE decides (the read leaves the clock out).
 // creates says whether ev's action is the one that creates the entity: a row first seen
 // through any later event is UPDATED, not NEW, as NextState has it for pull requests,
 // so that delivering the newest event first leaves what clock order leaves.
