@@ -2,17 +2,23 @@ package ingest
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
+	"reflect"
 	"slices"
+	"strings"
+	"time"
 
 	"gorm.io/gorm"
 	"gorm.io/gorm/clause"
+	"gorm.io/gorm/schema"
 )
 
 // change is what one event does to one row. cur is the row as the events before it left
-// it, nil when it does not exist; change returns the row after the event, or nil when the
-// event leaves the row as it is.
-type change[R any] func(cur *R) *R
+// it, nil when it does not exist; stored is what the fold assumes of the stored row's
+// clock (see storedClock). change returns the row after the event, or nil when the event
+// leaves the row as it is.
+type change[R any] func(cur *R, stored storedClock) *R
 
 // rowSet folds a batch's changes to one table in Go, so the batch costs two statements
 // per table (read the rows FOR UPDATE, write the changed ones) instead of one or two per
@@ -31,21 +37,21 @@ type rowSet[K comparable, R any] struct {
 	// Empty means the model's primary key columns.
 	conflict []clause.Column
 	// clock is the row's entity clock column, "" for a table that keeps queue order.
-	// The locked read leaves it out: the stored clock is compared only by the upsert's
-	// WHERE (clockWhere), never in Go.
+	// The locked read leaves it out: the stored clock is compared only by the write's
+	// WHERE (see flush), never in Go.
 	clock string
-	// tie is the SQL condition under which a batch's row whose clock equals the stored
-	// row's is written (queue order with the table's rules); "" means always.
-	tie string
 
 	keys    []K
 	changes map[K][]change[R]
+	// clocks are the event clocks of each key's changes, for the assumptions of a fold.
+	clocks map[K][]*time.Time
 }
 
 func newRowSet[K comparable, R any](name string, key func(*R) K, compare func(a, b K) int,
 	load func(ctx context.Context, tx *gorm.DB, keys []K) ([]R, error),
 ) *rowSet[K, R] {
-	return &rowSet[K, R]{name: name, key: key, compare: compare, load: load, changes: map[K][]change[R]{}}
+	return &rowSet[K, R]{name: name, key: key, compare: compare, load: load,
+		changes: map[K][]change[R]{}, clocks: map[K][]*time.Time{}}
 }
 
 // withConflict sets the upsert's conflict target and returns s.
@@ -54,40 +60,62 @@ func (s *rowSet[K, R]) withConflict(columns []clause.Column) *rowSet[K, R] {
 	return s
 }
 
-// withClock names the table's entity clock column and returns s; tie is the condition
-// under which a row of the batch that ties with the stored clock is written ("" always),
-// in terms of excluded (the batch's row) and the table's name (the stored row).
-func (s *rowSet[K, R]) withClock(column, tie string) *rowSet[K, R] {
-	s.clock, s.tie = column, tie
+// withClock names the table's entity clock column and returns s.
+func (s *rowSet[K, R]) withClock(column string) *rowSet[K, R] {
+	s.clock = column
 	return s
 }
 
-// add queues c for the row with key k, after the changes added before it.
-func (s *rowSet[K, R]) add(k K, c change[R]) {
+// add queues c for the row with key k, after the changes added before it; at is the
+// clock of c's event (nil for none).
+func (s *rowSet[K, R]) add(k K, at *time.Time, c change[R]) {
 	if _, seen := s.changes[k]; !seen {
 		s.keys = append(s.keys, k)
 	}
 	s.changes[k] = append(s.changes[k], c)
+	s.clocks[k] = append(s.clocks[k], at)
+}
+
+// candidate is a row the fold leaves under one assumption about the stored clock.
+type candidate[R any] struct {
+	row    R
+	stored storedClock
+	// absent is set when the read found no row, so no assumption was needed.
+	absent bool
 }
 
 // fold applies the queued changes to existing (the rows load returned) and returns the
-// rows that changed, in key order.
-func (s *rowSet[K, R]) fold(existing []R) []R {
+// rows that changed, in key order. For a table with a clock, an existing row is folded
+// once per assumption about its stored clock that the batch's clocks tell apart, and
+// every changed result is returned with its assumption; otherwise once, with none.
+func (s *rowSet[K, R]) fold(existing []R) []candidate[R] {
 	current := make(map[K]*R, len(existing))
 	for i := range existing {
 		current[s.key(&existing[i])] = &existing[i]
 	}
 	keys := slices.SortedFunc(slices.Values(s.keys), s.compare)
-	out := make([]R, 0, len(keys))
+	out := make([]candidate[R], 0, len(keys))
 	for _, k := range keys {
-		row, changed := current[k], false
-		for _, c := range s.changes[k] {
-			if next := c(row); next != nil {
-				row, changed = next, true
-			}
+		start := current[k]
+		stored := []storedClock{{}}
+		if s.clock != "" && start != nil {
+			stored = assumptions(s.clocks[k])
 		}
-		if changed {
-			out = append(out, *row)
+		for _, assumed := range stored {
+			var row *R
+			if start != nil {
+				copied := *start
+				row = &copied
+			}
+			changed := false
+			for _, c := range s.changes[k] {
+				if next := c(row, assumed); next != nil {
+					row, changed = next, true
+				}
+			}
+			if changed {
+				out = append(out, candidate[R]{row: *row, stored: assumed, absent: start == nil})
+			}
 		}
 	}
 	return out
@@ -96,14 +124,15 @@ func (s *rowSet[K, R]) fold(existing []R) []R {
 // flush reads, folds and writes the rows, in one statement each (more for batches over
 // maxRowsPerStatement rows).
 //
-// For a table with a clock, the read leaves the clock column out, so the fold sees only
-// the batch's own clocks: within the batch, changes compare with the ones before them,
-// and the first change with a clock is taken as newer than the stored row. Whether the
-// folded row is in fact newer is the upsert's WHERE, one per statement (clockWhere): an
-// older row is not written, and the batch's events are left in the ledger alone. The
-// other columns still need the read: the processing-state rules see the prior row's
-// state and existence, partial refreshes keep the columns their event does not carry,
-// and the tracking columns keep their history.
+// For a table with a clock, the read leaves the clock column out, so no change compares
+// an event with the stored row's clock in Go. The fold instead computes the row under
+// each assumption about that clock that the batch's clocks can tell apart (usually two:
+// older than the batch's event, or equal to it), and the write is one statement that
+// keeps, per key, the candidate whose assumption holds for the stored clock: its WHERE
+// compares the clocks (flushClocked). When none holds (every event older than the row)
+// nothing is written, and the events are in the ledger alone. The read stays for what
+// the rules need of the prior row: its state and existence (NextState), the columns a
+// partial refresh keeps, and the tracking columns.
 func (s *rowSet[K, R]) flush(ctx context.Context, tx *gorm.DB) error {
 	if len(s.keys) == 0 {
 		return nil
@@ -121,71 +150,111 @@ func (s *rowSet[K, R]) flush(ctx context.Context, tx *gorm.DB) error {
 		}
 		existing = append(existing, rows...)
 	}
-	rows := s.fold(existing)
-	if len(rows) == 0 {
+	candidates := s.fold(existing)
+	if len(candidates) == 0 {
 		return nil
+	}
+	if s.clock != "" {
+		return s.flushClocked(ctx, tx, candidates)
+	}
+	rows := make([]R, len(candidates))
+	for i := range candidates {
+		rows[i] = candidates[i].row
 	}
 	// The rows are locked or new, and each appears once, so writing every column of each
 	// is the same as the per-event updates it replaces.
 	upsert := clause.OnConflict{Columns: s.conflict, UpdateAll: true}
-	if s.clock != "" {
-		conflict, updates, err := s.clockedUpdates(tx, &rows)
-		if err != nil {
-			return err
-		}
-		upsert = clause.OnConflict{Columns: conflict, DoUpdates: updates,
-			Where: clause.Where{Exprs: []clause.Expression{clause.Expr{SQL: clockWhere(s.name, s.clock, s.tie)}}}}
-	}
 	if err := tx.WithContext(ctx).Clauses(upsert).CreateInBatches(&rows, maxRowsPerStatement).Error; err != nil {
 		return fmt.Errorf("write %d rows of %s: %w", len(rows), s.name, err)
 	}
 	return nil
 }
 
-// clockWhere is the upsert's condition for writing the batch's row (excluded) over the
-// stored one (table) by their clocks: the stored row has none (older than anything), the
-// batch's has none (its events carried none: queue order, and the stored clock stays,
-// see clockedUpdates), the batch's is newer, or they tie and tie holds (queue order).
-// An older row is not written.
-func clockWhere(table, clock, tie string) string {
-	if tie == "" {
-		tie = "TRUE"
-	}
-	return fmt.Sprintf("%[1]s.%[2]s IS NULL OR excluded.%[2]s IS NULL OR excluded.%[2]s > %[1]s.%[2]s"+
-		" OR (excluded.%[2]s = %[1]s.%[2]s AND (%[3]s))", table, clock, tie)
-}
-
-// clockedUpdates are the conflict target and the assignments that UpdateAll makes
-// (every column but the key and created_at, updated_at to now), but the clock: the
-// batch's, or the stored one when the batch's events carried none (the read did not
-// fetch it, so the fold cannot keep it).
-func (s *rowSet[K, R]) clockedUpdates(tx *gorm.DB, rows *[]R) ([]clause.Column, []clause.Assignment, error) {
+// flushClocked writes the candidates of a table with a clock, maxRowsPerStatement at a
+// time, with one statement each:
+//
+//	INSERT INTO t SELECT (c.r).* FROM (candidates as rows of t, with their assumption) c
+//	  LEFT JOIN t s ON s.key = (c.r).key
+//	 WHERE c.absent OR <the assumption holds for s.entity_clock>
+//	ON CONFLICT (key) DO UPDATE SET <every column but the key and created_at> ...
+//	 WHERE t.entity_clock IS NULL OR excluded.entity_clock IS NULL
+//	    OR excluded.entity_clock >= t.entity_clock
+//
+// The rows are locked, so at most one candidate of a key holds. The ON CONFLICT WHERE
+// decides for a row that was absent at the read and that another consumer has inserted
+// since, which no lock could hold.
+func (s *rowSet[K, R]) flushClocked(ctx context.Context, tx *gorm.DB, candidates []candidate[R]) error {
 	stmt := &gorm.Statement{DB: tx}
-	if err := stmt.Parse(rows); err != nil {
-		return nil, nil, fmt.Errorf("columns of %s: %w", s.name, err)
+	var model R
+	if err := stmt.Parse(&model); err != nil {
+		return fmt.Errorf("columns of %s: %w", s.name, err)
 	}
-	conflict := s.conflict
-	if len(conflict) == 0 {
-		for _, f := range stmt.Schema.PrimaryFields {
-			conflict = append(conflict, clause.Column{Name: f.DBName})
-		}
+	sch := stmt.Schema
+	var keyJoin, conflict []string
+	for _, f := range sch.PrimaryFields {
+		keyJoin = append(keyJoin, fmt.Sprintf("s.%[1]s = (c.r).%[1]s", f.DBName))
+		conflict = append(conflict, f.DBName)
 	}
-	now := tx.NowFunc()
-	var out []clause.Assignment
-	for _, f := range stmt.Schema.Fields {
+	var sets []string
+	for _, f := range sch.Fields {
 		switch {
 		case f.DBName == "" || f.PrimaryKey || f.AutoCreateTime > 0:
 		case f.DBName == s.clock:
-			out = append(out, clause.Assignment{Column: clause.Column{Name: f.DBName},
-				Value: clause.Expr{SQL: fmt.Sprintf("COALESCE(excluded.%[2]s, %[1]s.%[2]s)", s.name, s.clock)}})
-		case f.AutoUpdateTime > 0:
-			out = append(out, clause.Assignment{Column: clause.Column{Name: f.DBName}, Value: now})
+			// An event without a clock leaves the stored one in place.
+			sets = append(sets, fmt.Sprintf("%[2]s = COALESCE(excluded.%[2]s, %[1]s.%[2]s)", s.name, s.clock))
 		default:
-			out = append(out, clause.Assignment{Column: clause.Column{Name: f.DBName},
-				Value: clause.Column{Table: "excluded", Name: f.DBName}})
+			sets = append(sets, fmt.Sprintf("%[1]s = excluded.%[1]s", f.DBName))
 		}
 	}
-	return conflict, out, nil
+	query := fmt.Sprintf(`INSERT INTO %[1]s SELECT (c.r).* FROM (
+  SELECT jsonb_populate_record(NULL::%[1]s, e->'row') AS r, (e->>'lo')::timestamptz AS lo,
+         (e->>'hi')::timestamptz AS hi, (e->>'eq')::timestamptz AS eq, (e->>'absent')::boolean AS absent
+    FROM jsonb_array_elements(?::jsonb) AS e) AS c
+  LEFT JOIN %[1]s AS s ON %[2]s
+ WHERE c.absent OR CASE WHEN c.eq IS NOT NULL THEN s.%[3]s = c.eq
+       ELSE (c.lo IS NULL OR s.%[3]s > c.lo) AND (c.hi IS NULL OR s.%[3]s IS NULL OR s.%[3]s < c.hi) END
+ON CONFLICT (%[4]s) DO UPDATE SET %[5]s
+ WHERE %[1]s.%[3]s IS NULL OR excluded.%[3]s IS NULL OR excluded.%[3]s >= %[1]s.%[3]s`,
+		s.name, strings.Join(keyJoin, " AND "), s.clock, strings.Join(conflict, ", "), strings.Join(sets, ", "))
+	for start := 0; start < len(candidates); start += maxRowsPerStatement {
+		batch := candidates[start:min(start+maxRowsPerStatement, len(candidates))]
+		body, err := candidatesJSON(ctx, sch, batch)
+		if err != nil {
+			return fmt.Errorf("encode %d rows of %s: %w", len(batch), s.name, err)
+		}
+		if err := tx.WithContext(ctx).Exec(query, string(body)).Error; err != nil {
+			return fmt.Errorf("write %d rows of %s: %w", len(batch), s.name, err)
+		}
+	}
+	return nil
+}
+
+// candidatesJSON encodes candidates as the statement of flushClocked reads them: each
+// row as an object of its columns (jsonb_populate_record reads them by name), beside its
+// assumption.
+func candidatesJSON[R any](ctx context.Context, sch *schema.Schema, candidates []candidate[R]) ([]byte, error) {
+	type element struct {
+		Row    map[string]any `json:"row"`
+		Lo     *time.Time     `json:"lo"`
+		Hi     *time.Time     `json:"hi"`
+		Eq     *time.Time     `json:"eq"`
+		Absent bool           `json:"absent"`
+	}
+	out := make([]element, len(candidates))
+	for i := range candidates {
+		c := &candidates[i]
+		rv := reflect.ValueOf(&c.row).Elem()
+		row := make(map[string]any, len(sch.DBNames))
+		for _, f := range sch.Fields {
+			if f.DBName == "" {
+				continue
+			}
+			v, _ := f.ValueOf(ctx, rv)
+			row[f.DBName] = v
+		}
+		out[i] = element{Row: row, Lo: c.stored.lo, Hi: c.stored.hi, Eq: c.stored.eq, Absent: c.absent}
+	}
+	return json.Marshal(out)
 }
 
 // lockByKey is the load of a table with a one-column key.

@@ -1,10 +1,6 @@
 package ingest
 
-import (
-	"fmt"
-
-	"github.com/brokerswitch/brokerswitch/models"
-)
+import "github.com/brokerswitch/brokerswitch/models"
 
 // GitHub's states of pull requests and issues.
 const (
@@ -25,9 +21,9 @@ type Prior struct {
 	Exists bool
 	// State is the row's state, "open" or "closed".
 	State string
-	// Order is how the event's clock compares with the row's (compareClocks). The fold
-	// knows only the clocks of the batch: against the row as stored, an event with a
-	// clock is Newer, and the upsert's WHERE decides whether it truly is (tiedWrite).
+	// Order is how the event's clock compares with the row's (compareClocks). Against
+	// the row as stored, whose clock the fold never reads, it is what the fold's
+	// assumption (storedClock) says; the write keeps the fold whose assumption holds.
 	Order Order
 }
 
@@ -71,13 +67,13 @@ type Transition struct {
 //     with the rules below as they were before rows had clocks.
 //
 // Where the comparison is made: within a batch, in the fold, between an event and the
-// events of the batch before it; against the row as stored, only in SQL, by the set-based
-// apply's WHERE (rowSet.flush, clockWhere): the locked read does not fetch the stored
-// clock. The fold therefore applies the batch's first event with a clock as Newer, and
-// the WHERE writes the result only if the batch's clock is newer than the row's, or the
-// row has none, or the batch's events had none (then the fold applied the queue-order
-// rules itself, on the prior row it read). When the batch's clock ties with the row's,
-// tiedWrite is the queue-order rule restated for the write.
+// batch's events before it; against the row as stored, only in SQL. The locked read
+// does not fetch the stored clock: the fold runs once per assumption about it that the
+// batch's clocks tell apart (storedClock: before the batch's event, in the same second,
+// ...), and the set-based apply's one statement per table writes, per row, the result
+// whose assumption its WHERE finds true (rowSet.flushClocked), or nothing when every
+// event is older. The rules above therefore see the prior row as they always did, and
+// the clock decision is Postgres'.
 func NextState(prior Prior, action string) Transition {
 	switch {
 	case prior.Order == Older:
@@ -107,17 +103,4 @@ func NextState(prior Prior, action string) Transition {
 	default:
 		return Transition{Refresh: true, ProcessingState: models.StateUpdated}
 	}
-}
-
-// tiedWrite is the condition under which the set-based apply writes a pull request or
-// issue row of the batch (excluded) whose clock equals the stored row's (table): where
-// the queue-order rules of NextState would have applied its payload as it is. A lifecycle
-// action sets its state either way; any other action may refresh an open row with a
-// payload that is still open. Otherwise, a late event on a closed row, or one whose
-// payload would close an open row without a closed, is not written: the ledger alone
-// records it (NextState's queue-order rule also moves last_*, which the WHERE cannot do
-// without writing the rest of the row).
-func tiedWrite(table string) string {
-	return fmt.Sprintf("excluded.last_action IN ('%[2]s', '%[3]s', '%[4]s') OR (%[1]s.state = '%[5]s' AND excluded.state = '%[5]s')",
-		table, actionOpened, actionClosed, actionReopened, stateOpen)
 }

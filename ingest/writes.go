@@ -45,18 +45,18 @@ func newWrites(now time.Time) *writes {
 	return &writes{
 		now: now,
 		pullRequests: newRowSet("github_pull_requests", func(r *models.PullRequest) string { return r.NodeID },
-			strings.Compare, lockByKey[string, models.PullRequest]("node_id")).withClock(clockColumn, tiedWrite("github_pull_requests")),
+			strings.Compare, lockByKey[string, models.PullRequest]("node_id")).withClock(clockColumn),
 		issues: newRowSet("github_issues", func(r *models.Issue) string { return r.NodeID },
-			strings.Compare, lockByKey[string, models.Issue]("node_id")).withClock(clockColumn, tiedWrite("github_issues")),
+			strings.Compare, lockByKey[string, models.Issue]("node_id")).withClock(clockColumn),
 		comments: newRowSet("github_comments", func(r *models.Comment) string { return r.NodeID },
-			strings.Compare, lockByKey[string, models.Comment]("node_id")).withClock(clockColumn, ""),
+			strings.Compare, lockByKey[string, models.Comment]("node_id")).withClock(clockColumn),
 		branches: newRowSet("github_branches", func(r *models.Branch) branchKey {
 			return branchKey{repositoryID: r.RepositoryID, refType: r.RefType, ref: r.Ref}
 		}, compareBranchKeys, lockBranches).withConflict(branchConflict()),
 		installations: newRowSet("github_installations", func(r *models.Installation) int64 { return r.ID },
-			cmp.Compare[int64], lockByKey[int64, models.Installation]("id")).withClock(clockColumn, ""),
+			cmp.Compare[int64], lockByKey[int64, models.Installation]("id")).withClock(clockColumn),
 		repositories: newRowSet("github_repositories", func(r *models.Repository) int64 { return r.ID },
-			cmp.Compare[int64], lockByKey[int64, models.Repository]("id")).withClock(clockColumn, ""),
+			cmp.Compare[int64], lockByKey[int64, models.Repository]("id")).withClock(clockColumn),
 		users: newRowSet("github_users", func(r *models.User) int64 { return r.ID },
 			cmp.Compare[int64], lockByKey[int64, models.User]("id")),
 	}
@@ -121,7 +121,7 @@ type trackingOf[R any] func(row *R) *models.Tracking
 // an existing one takes the payload columns copyColumns copies, the event's last_* and
 // UPDATED.
 func refresh[R any](ev Event, now time.Time, incoming R, tracking trackingOf[R], copyColumns func(dst, src *R)) change[R] {
-	return func(cur *R) *R {
+	return func(cur *R, _ storedClock) *R {
 		if cur == nil {
 			row := incoming
 			*tracking(&row) = newTracking(ev, now)
