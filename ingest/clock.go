@@ -127,22 +127,25 @@ const (
 )
 
 // storedClock is what one fold assumes of the clock of the row as stored, which the
-// fold never reads (the locked read leaves it out): after lo and before hi (nil: no
-// bound; a stored NULL is below every bound), or equal to eq. The set-based apply folds
-// a row's changes once per assumption that the batch's clocks can tell apart, and the
-// statement writes the one whose assumption holds for the stored clock (rowSet.flush).
+// fold never reads (the locked read leaves it out): between lo and hi (nil: no bound;
+// loIn, hiIn: the bound itself included; a stored NULL is below every bound). The
+// set-based apply folds a row's changes once per assumption that the batch's clocks
+// tell apart, and the statement writes the one whose assumption holds for the stored
+// clock (rowSet.flushClocked).
 type storedClock struct {
-	lo, hi, eq *time.Time
+	lo, hi     *time.Time
+	loIn, hiIn bool
 }
 
 // order is how an event with clock event compares with the stored row under s. The
-// bounds are clocks of the batch, so event is never strictly between them.
+// bounds are clocks of the batch, so event is never strictly between them; an equal
+// stored clock is assumed only by a range of that one instant.
 func (s storedClock) order(event *time.Time) Order {
 	switch {
 	case event == nil:
 		return InQueueOrder
-	case s.eq != nil:
-		return compareClocks(event, s.eq, true, storedClock{})
+	case s.lo != nil && s.hi != nil && s.lo.Equal(*s.hi) && event.Equal(*s.lo):
+		return InQueueOrder
 	case s.lo != nil && !event.After(*s.lo):
 		return Older
 	default:
@@ -150,9 +153,15 @@ func (s storedClock) order(event *time.Time) Order {
 	}
 }
 
-// assumptions are the stored clocks the batch's event clocks tell apart: below the
-// earliest, equal to each, between each two, above the latest. With no clock in the
-// batch, one assumption that says nothing.
+// join is the assumption that holds where s or next does, next being the one that
+// follows s in assumptions' order.
+func (s storedClock) join(next storedClock) storedClock {
+	return storedClock{lo: s.lo, loIn: s.loIn, hi: next.hi, hiIn: next.hiIn}
+}
+
+// assumptions are the stored clocks the batch's event clocks tell apart, in order:
+// below the earliest, equal to each, between each two, above the latest. With no clock
+// in the batch, one assumption that says nothing.
 func assumptions(clocks []*time.Time) []storedClock {
 	var at []time.Time
 	for _, c := range clocks {
@@ -164,7 +173,7 @@ func assumptions(clocks []*time.Time) []storedClock {
 	out := make([]storedClock, 0, 2*len(at)+1)
 	var lo *time.Time
 	for i := range at {
-		out = append(out, storedClock{lo: lo, hi: &at[i]}, storedClock{eq: &at[i]})
+		out = append(out, storedClock{lo: lo, hi: &at[i]}, storedClock{lo: &at[i], hi: &at[i], loIn: true, hiIn: true})
 		lo = &at[i]
 	}
 	return append(out, storedClock{lo: lo})

@@ -388,15 +388,13 @@ func TestAssumptionsPartitionTheStoredClock(t *testing.T) {
 		c := time.Date(2019, 5, 15, 15, m, 0, 0, time.UTC)
 		return &c
 	}
+	// As flushClocked's WHERE has it.
 	holds := func(s storedClock, stored *time.Time) bool {
-		switch {
-		case s.eq != nil:
-			return stored != nil && stored.Equal(*s.eq)
-		case stored == nil:
+		if stored == nil {
 			return s.lo == nil
-		default:
-			return (s.lo == nil || stored.After(*s.lo)) && (s.hi == nil || stored.Before(*s.hi))
 		}
+		return (s.lo == nil || stored.After(*s.lo) || (s.loIn && stored.Equal(*s.lo))) &&
+			(s.hi == nil || stored.Before(*s.hi) || (s.hiIn && stored.Equal(*s.hi)))
 	}
 	clocks := []*time.Time{at(5), nil, at(2), at(5), at(8)}
 	all := assumptions(clocks)
@@ -418,5 +416,12 @@ func TestAssumptionsPartitionTheStoredClock(t *testing.T) {
 		}
 		assert.Equal(t, 1, n, "stored %v", stored)
 	}
+	// Joined neighbours hold where either does.
+	joined := all[1].join(all[2])
+	for _, stored := range []*time.Time{at(2), at(3), at(4)} {
+		assert.True(t, holds(joined, stored), "stored %v", stored)
+	}
+	assert.False(t, holds(joined, at(5)))
+	assert.False(t, holds(joined, at(1)))
 	assert.Equal(t, []storedClock{{}}, assumptions([]*time.Time{nil, nil}))
 }

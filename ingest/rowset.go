@@ -101,6 +101,7 @@ func (s *rowSet[K, R]) fold(existing []R) []candidate[R] {
 		if s.clock != "" && start != nil {
 			stored = assumptions(s.clocks[k])
 		}
+		joinable := false
 		for _, assumed := range stored {
 			var row *R
 			if start != nil {
@@ -113,8 +114,16 @@ func (s *rowSet[K, R]) fold(existing []R) []candidate[R] {
 					row, changed = next, true
 				}
 			}
-			if changed {
+			switch {
+			case !changed:
+				joinable = false
+			case joinable && reflect.DeepEqual(out[len(out)-1].row, *row):
+				// Neighbouring assumptions that leave the same row are one candidate.
+				last := &out[len(out)-1]
+				last.stored = last.stored.join(assumed)
+			default:
 				out = append(out, candidate[R]{row: *row, stored: assumed, absent: start == nil})
+				joinable = true
 			}
 		}
 	}
@@ -175,7 +184,7 @@ func (s *rowSet[K, R]) flush(ctx context.Context, tx *gorm.DB) error {
 //
 //	INSERT INTO t SELECT (c.r).* FROM (candidates as rows of t, with their assumption) c
 //	  LEFT JOIN t s ON s.key = (c.r).key
-//	 WHERE c.absent OR <the assumption holds for s.entity_clock>
+//	 WHERE c.absent OR <its assumption holds for s.entity_clock>
 //	ON CONFLICT (key) DO UPDATE SET <every column but the key and created_at> ...
 //	 WHERE t.entity_clock IS NULL OR excluded.entity_clock IS NULL
 //	    OR excluded.entity_clock >= t.entity_clock
@@ -208,11 +217,13 @@ func (s *rowSet[K, R]) flushClocked(ctx context.Context, tx *gorm.DB, candidates
 	}
 	query := fmt.Sprintf(`INSERT INTO %[1]s SELECT (c.r).* FROM (
   SELECT jsonb_populate_record(NULL::%[1]s, e->'row') AS r, (e->>'lo')::timestamptz AS lo,
-         (e->>'hi')::timestamptz AS hi, (e->>'eq')::timestamptz AS eq, (e->>'absent')::boolean AS absent
+         (e->>'hi')::timestamptz AS hi, (e->>'lo_in')::boolean AS lo_in, (e->>'hi_in')::boolean AS hi_in,
+         (e->>'absent')::boolean AS absent
     FROM jsonb_array_elements(?::jsonb) AS e) AS c
   LEFT JOIN %[1]s AS s ON %[2]s
- WHERE c.absent OR CASE WHEN c.eq IS NOT NULL THEN s.%[3]s = c.eq
-       ELSE (c.lo IS NULL OR s.%[3]s > c.lo) AND (c.hi IS NULL OR s.%[3]s IS NULL OR s.%[3]s < c.hi) END
+ WHERE c.absent
+    OR (c.lo IS NULL OR s.%[3]s > c.lo OR (c.lo_in AND s.%[3]s = c.lo))
+   AND (c.hi IS NULL OR s.%[3]s IS NULL OR s.%[3]s < c.hi OR (c.hi_in AND s.%[3]s = c.hi))
 ON CONFLICT (%[4]s) DO UPDATE SET %[5]s
  WHERE %[1]s.%[3]s IS NULL OR excluded.%[3]s IS NULL OR excluded.%[3]s >= %[1]s.%[3]s`,
 		s.name, strings.Join(keyJoin, " AND "), s.clock, strings.Join(conflict, ", "), strings.Join(sets, ", "))
@@ -237,7 +248,8 @@ func candidatesJSON[R any](ctx context.Context, sch *schema.Schema, candidates [
 		Row    map[string]any `json:"row"`
 		Lo     *time.Time     `json:"lo"`
 		Hi     *time.Time     `json:"hi"`
-		Eq     *time.Time     `json:"eq"`
+		LoIn   bool           `json:"lo_in"`
+		HiIn   bool           `json:"hi_in"`
 		Absent bool           `json:"absent"`
 	}
 	out := make([]element, len(candidates))
@@ -252,7 +264,7 @@ func candidatesJSON[R any](ctx context.Context, sch *schema.Schema, candidates [
 			v, _ := f.ValueOf(ctx, rv)
 			row[f.DBName] = v
 		}
-		out[i] = element{Row: row, Lo: c.stored.lo, Hi: c.stored.hi, Eq: c.stored.eq, Absent: c.absent}
+		out[i] = element{Row: row, Lo: c.stored.lo, Hi: c.stored.hi, LoIn: c.stored.loIn, HiIn: c.stored.hiIn, Absent: c.absent}
 	}
 	return json.Marshal(out)
 }
