@@ -54,7 +54,7 @@ func main() {
 	flag.IntVar(&o.catchUp, "catchup", 50000, "backlog on the old broker at rotation for the catch-up figure")
 	flag.IntVar(&o.drain, "drain", 3000, "messages per Leftover Drain throughput run")
 	flag.IntVar(&o.capLeftover, "cap-leftover", 1200, "leftover events for the 500-per-cycle cap demonstration")
-	flag.StringVar(&o.only, "only", "", "comma-separated figures to run (a,b,product,rtt,lag,drain,cap,actions,catchup,ledger,rss); empty: all")
+	flag.StringVar(&o.only, "only", "", "comma-separated figures to run (a,b,product,rtt,lag,drain,cap,actions,catchup,ledger,clock,rss); empty: all")
 	flag.Int64Var(&o.ledgerRows, "ledger-rows", 10_000_000, "ledger rows written in SQL beside which the 'ledger' figure measures the apply rate (about 3 GB of disk while it runs)")
 	flag.BoolVar(&o.ledgerRandom, "ledger-random-ids", false, "the 'ledger' figure's delivery ids are random version-4 GUIDs instead of GitHub's time-based version-1 ones")
 	flag.IntVar(&o.rssMessages, "rss-messages", 12, "messages of 25 MB for the peak-RSS figure")
@@ -220,6 +220,14 @@ func run(o options) error {
 			l := runLedger(s, o.events, o.runs, o.ledgerRows, o.ledgerRandom)
 			logf("ledger: empty %.0f events/s, beside %s rows %.0f events/s", median(l.Empty), commas(l.Rows), median(l.Full))
 			res.Ledger = &l
+		}))
+	}
+
+	if o.wants("clock") {
+		res.record(guard("entity clock", func(s *scope) {
+			c := runEntityClock(s, o.events, o.runs)
+			logf("entity clock: no clock %.0f events/s, newer %.0f, half older %.0f", median(c.NoClock), median(c.Newer), median(c.HalfOlder))
+			res.EntityClock = &c
 		}))
 	}
 

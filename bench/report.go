@@ -37,6 +37,8 @@ type results struct {
 	CatchUp          *catchUpResult
 	Actions          *actionsResult
 	Ledger           *ledgerResult
+	// EntityClock is the apply rate of updates with and without GitHub's clock (issue 20).
+	EntityClock *entityClockResult
 	// CatchUpRTT is the same catch-up with Options.rtt injected (no counting proxies).
 	CatchUpRTT *catchUpResult
 	// RSS is the worker's peak resident set with a queue of 25 MB messages, per setting.
@@ -217,6 +219,7 @@ func (r *results) table() report {
 	}
 	r.costRows(add, &rep)
 	r.ledgerRows(add, &rep)
+	r.entityClockRows(add, &rep)
 	return rep
 }
 

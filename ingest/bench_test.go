@@ -40,8 +40,8 @@ func BenchmarkHandleBatch(b *testing.B) {
 
 // BenchmarkHandleBatchUpdates applies batches of 100 deliveries that change rows that
 // exist (33 pull requests and 33 comments, each newer by its clock than the last round,
-// beside new pushes): the path where each change compares clocks and the upsert's WHERE
-// runs on every conflict.
+// beside new pushes): the path where each row is folded per assumption about its stored
+// clock and the write's WHERE compares the clocks of every row.
 func BenchmarkHandleBatchUpdates(b *testing.B) {
 	const perRound = 100
 	e := newEnv(b)

@@ -176,8 +176,8 @@ func TestClockedRowsWithoutLifecycle(t *testing.T) {
 	assert.Equal(t, "rr", repo.LastDeliveryID)
 }
 
-// The fold decides against the row it locked; a row another consumer inserted after that
-// read is decided by the upsert's WHERE on the same clock.
+// The stored clock is compared by the upsert's WHERE alone, so a row another consumer
+// inserted after the read is decided by the same clock as one the read found.
 func TestUpsertKeepsANewerRowInsertedAfterTheRead(t *testing.T) {
 	e := newEnv(t)
 	newer := withClock(t, example(t, "pull_request.closed.0"), "pull_request", "updated_at", "2019-05-15T15:30:00Z")
@@ -203,6 +203,42 @@ func TestUpsertKeepsANewerRowInsertedAfterTheRead(t *testing.T) {
 	applyPullRequest(w, ev)
 	require.NoError(t, e.db.Transaction(func(tx *gorm.DB) error { return w.flush(context.Background(), tx) }))
 	assert.Equal(t, "newest", e.pullRequest(t).LastDeliveryID)
+}
+
+// When the event's clock ties with the row's, NextState's queue-order rule holds, though
+// only the write's WHERE sees the stored clock: a late event in the same second never
+// moves a closed row and only records its last_*, and on an open row it refreshes every
+// column but the state.
+func TestATiedClockKeepsTheQueueOrderRules(t *testing.T) {
+	e := newEnv(t)
+	pr := func(name, clock, state, title string) []byte {
+		return edit(t, example(t, "pull_request."+name+".0"), func(p map[string]any) {
+			o := object(p, "pull_request")
+			o["updated_at"], o["state"], o["title"] = clock, state, title
+		})
+	}
+	e.handle(t, delivery("pull_request", "o", pr("opened", "2019-05-15T15:20:00Z", "open", "opened")))
+	e.handle(t, delivery("pull_request", "c", pr("closed", "2019-05-15T15:21:00Z", "closed", "closed")))
+	closed := e.pullRequest(t)
+	// Labeled just before the close, in the same second, delivered after it.
+	e.handle(t, delivery("pull_request", "l", pr("labeled", "2019-05-15T15:21:00Z", "open", "labeled")))
+	got := e.pullRequest(t)
+	assert.Equal(t, "l", got.LastDeliveryID)
+	assert.Equal(t, "labeled", got.LastAction)
+	got.LastDeliveryID, got.LastAction, got.UpdatedAt = closed.LastDeliveryID, closed.LastAction, closed.UpdatedAt
+	assert.Equal(t, closed, got, "a tied labeled reopened or changed the closed row beyond last_*")
+
+	e.handle(t, delivery("pull_request", "r", pr("reopened", "2019-05-15T15:22:00Z", "open", "reopened")))
+	e.handle(t, delivery("pull_request", "e", pr("labeled", "2019-05-15T15:22:00Z", "open", "edited")))
+	got = e.pullRequest(t)
+	assert.Equal(t, "edited", got.Title, "a tied labeled on an open row is applied in queue order")
+	assert.Equal(t, "e", got.LastDeliveryID)
+	// A payload in the same second that says closed does not close the row without a closed.
+	e.handle(t, delivery("pull_request", "s", pr("synchronize", "2019-05-15T15:22:00Z", "closed", "synchronized")))
+	got = e.pullRequest(t)
+	assert.Equal(t, "open", got.State)
+	assert.Equal(t, "synchronized", got.Title)
+	assert.Equal(t, models.StateUpdated, got.ProcessingState)
 }
 
 // clockedEvent is one event of a generated lifecycle, with its true clock.
@@ -343,4 +379,49 @@ func commentLifecycle(t *testing.T, rng *rand.Rand, nodeID string) []clockedEven
 		out = append(out, clockedEvent{clock, delivery("issue_comment", fmt.Sprintf("%s-%d", nodeID, i), body)})
 	}
 	return out
+}
+
+// The fold's assumptions about the stored clock cover every stored clock exactly once,
+// so that the write's WHERE keeps exactly one candidate of a row.
+func TestAssumptionsPartitionTheStoredClock(t *testing.T) {
+	at := func(m int) *time.Time {
+		c := time.Date(2019, 5, 15, 15, m, 0, 0, time.UTC)
+		return &c
+	}
+	// As flushClocked's WHERE has it.
+	holds := func(s storedClock, stored *time.Time) bool {
+		if stored == nil {
+			return s.lo == nil
+		}
+		return (s.lo == nil || stored.After(*s.lo) || (s.loIn && stored.Equal(*s.lo))) &&
+			(s.hi == nil || stored.Before(*s.hi) || (s.hiIn && stored.Equal(*s.hi)))
+	}
+	clocks := []*time.Time{at(5), nil, at(2), at(5), at(8)}
+	all := assumptions(clocks)
+	require.Len(t, all, 7, "below 2, 2, between, 5, between, 8, above 8")
+	for _, stored := range []*time.Time{nil, at(1), at(2), at(3), at(5), at(6), at(8), at(9)} {
+		n := 0
+		for _, s := range all {
+			if holds(s, stored) {
+				n++
+				for _, c := range clocks {
+					// Under the assumption that holds, order is the true comparison.
+					want := InQueueOrder
+					if c != nil {
+						want = compareClocks(c, stored, true, storedClock{})
+					}
+					assert.Equal(t, want, s.order(c), "stored %v, event %v", stored, c)
+				}
+			}
+		}
+		assert.Equal(t, 1, n, "stored %v", stored)
+	}
+	// Joined neighbours hold where either does.
+	joined := all[1].join(all[2])
+	for _, stored := range []*time.Time{at(2), at(3), at(4)} {
+		assert.True(t, holds(joined, stored), "stored %v", stored)
+	}
+	assert.False(t, holds(joined, at(5)))
+	assert.False(t, holds(joined, at(1)))
+	assert.Equal(t, []storedClock{{}}, assumptions([]*time.Time{nil, nil}))
 }

@@ -19,7 +19,7 @@ func applyRepository(w *writes, ev Event) {
 	// installation events, and a repository event delivered through a plain webhook has
 	// no installation. Installation events list repositories without a clock: their
 	// changes below keep queue order.
-	w.repositories.add(row.ID, clocked(refresh(ev, w.now, row, repositoryTracking, func(dst, src *models.Repository) {
+	w.repositories.add(row.ID, row.EntityClock, clocked(refresh(ev, w.now, row, repositoryTracking, func(dst, src *models.Repository) {
 		installationID, removed := dst.InstallationID, dst.InstallationRemoved
 		allColumns(repositoryTracking)(dst, src)
 		dst.InstallationID, dst.InstallationRemoved = installationID, removed
@@ -36,7 +36,7 @@ func (w *writes) addInstallationRepositories(ev Event, installationID int64, rep
 		}
 		row := repositoryRow(ev, &r)
 		row.InstallationID, row.InstallationRemoved = optionalID(installationID), removed
-		w.repositories.add(row.ID, refresh(ev, w.now, row, repositoryTracking, func(dst, src *models.Repository) {
+		w.repositories.add(row.ID, nil, refresh(ev, w.now, row, repositoryTracking, func(dst, src *models.Repository) {
 			dst.NodeID, dst.OwnerLogin, dst.Name, dst.FullName, dst.Private = src.NodeID, src.OwnerLogin, src.Name, src.FullName, src.Private
 			dst.InstallationID, dst.InstallationRemoved, dst.SenderLogin = src.InstallationID, src.InstallationRemoved, src.SenderLogin
 		}))

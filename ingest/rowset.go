@@ -2,17 +2,23 @@ package ingest
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
+	"reflect"
 	"slices"
+	"strings"
+	"time"
 
 	"gorm.io/gorm"
 	"gorm.io/gorm/clause"
+	"gorm.io/gorm/schema"
 )
 
 // change is what one event does to one row. cur is the row as the events before it left
-// it, nil when it does not exist; change returns the row after the event, or nil when the
-// event leaves the row as it is.
-type change[R any] func(cur *R) *R
+// it, nil when it does not exist; stored is what the fold assumes of the stored row's
+// clock (see storedClock). change returns the row after the event, or nil when the event
+// leaves the row as it is.
+type change[R any] func(cur *R, stored storedClock) *R
 
 // rowSet folds a batch's changes to one table in Go, so the batch costs two statements
 // per table (read the rows FOR UPDATE, write the changed ones) instead of one or two per
@@ -31,16 +37,21 @@ type rowSet[K comparable, R any] struct {
 	// Empty means the model's primary key columns.
 	conflict []clause.Column
 	// clock is the row's entity clock column, "" for a table that keeps queue order.
+	// The locked read leaves it out: the stored clock is compared only by the write's
+	// WHERE (see flush), never in Go.
 	clock string
 
 	keys    []K
 	changes map[K][]change[R]
+	// clocks are the event clocks of each key's changes, for the assumptions of a fold.
+	clocks map[K][]*time.Time
 }
 
 func newRowSet[K comparable, R any](name string, key func(*R) K, compare func(a, b K) int,
 	load func(ctx context.Context, tx *gorm.DB, keys []K) ([]R, error),
 ) *rowSet[K, R] {
-	return &rowSet[K, R]{name: name, key: key, compare: compare, load: load, changes: map[K][]change[R]{}}
+	return &rowSet[K, R]{name: name, key: key, compare: compare, load: load,
+		changes: map[K][]change[R]{}, clocks: map[K][]*time.Time{}}
 }
 
 // withConflict sets the upsert's conflict target and returns s.
@@ -55,32 +66,65 @@ func (s *rowSet[K, R]) withClock(column string) *rowSet[K, R] {
 	return s
 }
 
-// add queues c for the row with key k, after the changes added before it.
-func (s *rowSet[K, R]) add(k K, c change[R]) {
+// add queues c for the row with key k, after the changes added before it; at is the
+// clock of c's event (nil for none).
+func (s *rowSet[K, R]) add(k K, at *time.Time, c change[R]) {
 	if _, seen := s.changes[k]; !seen {
 		s.keys = append(s.keys, k)
 	}
 	s.changes[k] = append(s.changes[k], c)
+	s.clocks[k] = append(s.clocks[k], at)
+}
+
+// candidate is a row the fold leaves under one assumption about the stored clock.
+type candidate[R any] struct {
+	row    R
+	stored storedClock
+	// absent is set when the read found no row, so no assumption was needed.
+	absent bool
 }
 
 // fold applies the queued changes to existing (the rows load returned) and returns the
-// rows that changed, in key order.
-func (s *rowSet[K, R]) fold(existing []R) []R {
+// rows that changed, in key order. For a table with a clock, an existing row is folded
+// once per assumption about its stored clock that the batch's clocks tell apart, and
+// every changed result is returned with its assumption; otherwise once, with none.
+func (s *rowSet[K, R]) fold(existing []R) []candidate[R] {
 	current := make(map[K]*R, len(existing))
 	for i := range existing {
 		current[s.key(&existing[i])] = &existing[i]
 	}
 	keys := slices.SortedFunc(slices.Values(s.keys), s.compare)
-	out := make([]R, 0, len(keys))
+	out := make([]candidate[R], 0, len(keys))
 	for _, k := range keys {
-		row, changed := current[k], false
-		for _, c := range s.changes[k] {
-			if next := c(row); next != nil {
-				row, changed = next, true
-			}
+		start := current[k]
+		stored := []storedClock{{}}
+		if s.clock != "" && start != nil {
+			stored = assumptions(s.clocks[k])
 		}
-		if changed {
-			out = append(out, *row)
+		joinable := false
+		for _, assumed := range stored {
+			var row *R
+			if start != nil {
+				copied := *start
+				row = &copied
+			}
+			changed := false
+			for _, c := range s.changes[k] {
+				if next := c(row, assumed); next != nil {
+					row, changed = next, true
+				}
+			}
+			switch {
+			case !changed:
+				joinable = false
+			case joinable && reflect.DeepEqual(out[len(out)-1].row, *row):
+				// Neighbouring assumptions that leave the same row are one candidate.
+				last := &out[len(out)-1]
+				last.stored = last.stored.join(assumed)
+			default:
+				out = append(out, candidate[R]{row: *row, stored: assumed, absent: start == nil})
+				joinable = true
+			}
 		}
 	}
 	return out
@@ -88,37 +132,141 @@ func (s *rowSet[K, R]) fold(existing []R) []R {
 
 // flush reads, folds and writes the rows, in one statement each (more for batches over
 // maxRowsPerStatement rows).
+//
+// For a table with a clock, the read leaves the clock column out, so no change compares
+// an event with the stored row's clock in Go. The fold instead computes the row under
+// each assumption about that clock that the batch's clocks can tell apart (usually two:
+// older than the batch's event, or equal to it), and the write is one statement that
+// keeps, per key, the candidate whose assumption holds for the stored clock: its WHERE
+// compares the clocks (flushClocked). When none holds (every event older than the row)
+// nothing is written, and the events are in the ledger alone. The read stays for what
+// the rules need of the prior row: its state and existence (NextState), the columns a
+// partial refresh keeps, and the tracking columns.
 func (s *rowSet[K, R]) flush(ctx context.Context, tx *gorm.DB) error {
 	if len(s.keys) == 0 {
 		return nil
 	}
 	keys := slices.SortedFunc(slices.Values(s.keys), s.compare)
+	read := tx
+	if s.clock != "" {
+		read = tx.Omit(s.clock)
+	}
 	var existing []R
 	for start := 0; start < len(keys); start += maxRowsPerStatement {
-		rows, err := s.load(ctx, tx, keys[start:min(start+maxRowsPerStatement, len(keys))])
+		rows, err := s.load(ctx, read, keys[start:min(start+maxRowsPerStatement, len(keys))])
 		if err != nil {
 			return fmt.Errorf("lock %d rows of %s: %w", len(keys), s.name, err)
 		}
 		existing = append(existing, rows...)
 	}
-	rows := s.fold(existing)
-	if len(rows) == 0 {
+	candidates := s.fold(existing)
+	if len(candidates) == 0 {
 		return nil
+	}
+	if s.clock != "" {
+		return s.flushClocked(ctx, tx, candidates)
+	}
+	rows := make([]R, len(candidates))
+	for i := range candidates {
+		rows[i] = candidates[i].row
 	}
 	// The rows are locked or new, and each appears once, so writing every column of each
 	// is the same as the per-event updates it replaces.
 	upsert := clause.OnConflict{Columns: s.conflict, UpdateAll: true}
-	if s.clock != "" {
-		// The fold compared each event with the clock of the row it locked. A row that did
-		// not exist then could not be locked: if another consumer inserted it since, this
-		// decides, by the same clock, whether the batch's row is newer than the one there.
-		upsert.Where = clause.Where{Exprs: []clause.Expression{clause.Expr{SQL: fmt.Sprintf(
-			"excluded.%[2]s IS NULL OR %[1]s.%[2]s IS NULL OR excluded.%[2]s >= %[1]s.%[2]s", s.name, s.clock)}}}
-	}
 	if err := tx.WithContext(ctx).Clauses(upsert).CreateInBatches(&rows, maxRowsPerStatement).Error; err != nil {
 		return fmt.Errorf("write %d rows of %s: %w", len(rows), s.name, err)
 	}
 	return nil
+}
+
+// flushClocked writes the candidates of a table with a clock, maxRowsPerStatement at a
+// time, with one statement each:
+//
+//	INSERT INTO t SELECT (c.r).* FROM (candidates as rows of t, with their assumption) c
+//	  LEFT JOIN t s ON s.key = (c.r).key
+//	 WHERE c.absent OR <its assumption holds for s.entity_clock>
+//	ON CONFLICT (key) DO UPDATE SET <every column but the key and created_at> ...
+//	 WHERE t.entity_clock IS NULL OR excluded.entity_clock IS NULL
+//	    OR excluded.entity_clock >= t.entity_clock
+//
+// The rows are locked, so at most one candidate of a key holds. The ON CONFLICT WHERE
+// decides for a row that was absent at the read and that another consumer has inserted
+// since, which no lock could hold.
+func (s *rowSet[K, R]) flushClocked(ctx context.Context, tx *gorm.DB, candidates []candidate[R]) error {
+	stmt := &gorm.Statement{DB: tx}
+	var model R
+	if err := stmt.Parse(&model); err != nil {
+		return fmt.Errorf("columns of %s: %w", s.name, err)
+	}
+	sch := stmt.Schema
+	var keyJoin, conflict []string
+	for _, f := range sch.PrimaryFields {
+		keyJoin = append(keyJoin, fmt.Sprintf("s.%[1]s = (c.r).%[1]s", f.DBName))
+		conflict = append(conflict, f.DBName)
+	}
+	var sets []string
+	for _, f := range sch.Fields {
+		switch {
+		case f.DBName == "" || f.PrimaryKey || f.AutoCreateTime > 0:
+		case f.DBName == s.clock:
+			// An event without a clock leaves the stored one in place.
+			sets = append(sets, fmt.Sprintf("%[2]s = COALESCE(excluded.%[2]s, %[1]s.%[2]s)", s.name, s.clock))
+		default:
+			sets = append(sets, fmt.Sprintf("%[1]s = excluded.%[1]s", f.DBName))
+		}
+	}
+	query := fmt.Sprintf(`INSERT INTO %[1]s SELECT (c.r).* FROM (
+  SELECT jsonb_populate_record(NULL::%[1]s, e->'row') AS r, (e->>'lo')::timestamptz AS lo,
+         (e->>'hi')::timestamptz AS hi, (e->>'lo_in')::boolean AS lo_in, (e->>'hi_in')::boolean AS hi_in,
+         (e->>'absent')::boolean AS absent
+    FROM jsonb_array_elements(?::jsonb) AS e) AS c
+  LEFT JOIN %[1]s AS s ON %[2]s
+ WHERE c.absent
+    OR (c.lo IS NULL OR s.%[3]s > c.lo OR (c.lo_in AND s.%[3]s = c.lo))
+   AND (c.hi IS NULL OR s.%[3]s IS NULL OR s.%[3]s < c.hi OR (c.hi_in AND s.%[3]s = c.hi))
+ON CONFLICT (%[4]s) DO UPDATE SET %[5]s
+ WHERE %[1]s.%[3]s IS NULL OR excluded.%[3]s IS NULL OR excluded.%[3]s >= %[1]s.%[3]s`,
+		s.name, strings.Join(keyJoin, " AND "), s.clock, strings.Join(conflict, ", "), strings.Join(sets, ", "))
+	for start := 0; start < len(candidates); start += maxRowsPerStatement {
+		batch := candidates[start:min(start+maxRowsPerStatement, len(candidates))]
+		body, err := candidatesJSON(ctx, sch, batch)
+		if err != nil {
+			return fmt.Errorf("encode %d rows of %s: %w", len(batch), s.name, err)
+		}
+		if err := tx.WithContext(ctx).Exec(query, string(body)).Error; err != nil {
+			return fmt.Errorf("write %d rows of %s: %w", len(batch), s.name, err)
+		}
+	}
+	return nil
+}
+
+// candidatesJSON encodes candidates as the statement of flushClocked reads them: each
+// row as an object of its columns (jsonb_populate_record reads them by name), beside its
+// assumption.
+func candidatesJSON[R any](ctx context.Context, sch *schema.Schema, candidates []candidate[R]) ([]byte, error) {
+	type element struct {
+		Row    map[string]any `json:"row"`
+		Lo     *time.Time     `json:"lo"`
+		Hi     *time.Time     `json:"hi"`
+		LoIn   bool           `json:"lo_in"`
+		HiIn   bool           `json:"hi_in"`
+		Absent bool           `json:"absent"`
+	}
+	out := make([]element, len(candidates))
+	for i := range candidates {
+		c := &candidates[i]
+		rv := reflect.ValueOf(&c.row).Elem()
+		row := make(map[string]any, len(sch.DBNames))
+		for _, f := range sch.Fields {
+			if f.DBName == "" {
+				continue
+			}
+			v, _ := f.ValueOf(ctx, rv)
+			row[f.DBName] = v
+		}
+		out[i] = element{Row: row, Lo: c.stored.lo, Hi: c.stored.hi, LoIn: c.stored.loIn, HiIn: c.stored.hiIn, Absent: c.absent}
+	}
+	return json.Marshal(out)
 }
 
 // lockByKey is the load of a table with a one-column key.

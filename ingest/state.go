@@ -21,7 +21,9 @@ type Prior struct {
 	Exists bool
 	// State is the row's state, "open" or "closed".
 	State string
-	// Order is how the event's clock compares with the row's (compareClocks).
+	// Order is how the event's clock compares with the row's (compareClocks). Against
+	// the row as stored, whose clock the fold never reads, it is what the fold's
+	// assumption (storedClock) says; the write keeps the fold whose assumption holds.
 	Order Order
 }
 
@@ -63,6 +65,15 @@ type Transition struct {
 //     the newest event it is the only one.)
 //   - When the clocks cannot tell (equal seconds, a missing clock), the queue decides,
 //     with the rules below as they were before rows had clocks.
+//
+// Where the comparison is made: within a batch, in the fold, between an event and the
+// batch's events before it; against the row as stored, only in SQL. The locked read
+// does not fetch the stored clock: the fold runs once per assumption about it that the
+// batch's clocks tell apart (storedClock: before the batch's event, in the same second,
+// ...), and the set-based apply's one statement per table writes, per row, the result
+// whose assumption its WHERE finds true (rowSet.flushClocked), or nothing when every
+// event is older. The rules above therefore see the prior row as they always did, and
+// the clock decision is Postgres'.
 func NextState(prior Prior, action string) Transition {
 	switch {
 	case prior.Order == Older:

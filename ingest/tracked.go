@@ -12,9 +12,10 @@ type trackedFields[T any] func(row *T) (tracking *models.Tracking, state *string
 // trackedChange is what ev does to a pull request or issue row, following NextState;
 // incoming carries ev's clock. The row it starts from was read FOR UPDATE, so the
 // transition is decided on the row as it is now, not as another consumer is about to
-// leave it.
+// leave it; it was read without its clock, which stored assumes and only the write's
+// WHERE compares.
 func trackedChange[T any](ev Event, now time.Time, incoming T, fields trackedFields[T]) change[T] {
-	return func(cur *T) *T {
+	return func(cur *T, stored storedClock) *T {
 		exists := cur != nil
 		var current T
 		if exists {
@@ -22,7 +23,7 @@ func trackedChange[T any](ev Event, now time.Time, incoming T, fields trackedFie
 		}
 		currentTracking, currentState, currentClock := fields(&current)
 		_, incomingState, incomingClock := fields(&incoming)
-		order := compareClocks(*incomingClock, *currentClock, exists)
+		order := compareClocks(*incomingClock, *currentClock, exists, stored)
 		transition := NextState(Prior{Exists: exists, State: *currentState, Order: order}, ev.Action)
 		if transition.Stale {
 			return nil
@@ -41,7 +42,7 @@ func trackedChange[T any](ev Event, now time.Time, incoming T, fields trackedFie
 		case exists:
 			*state = *currentState
 		}
-		*clock = laterClock(*incomingClock, *currentClock)
+		*clock = laterClock(*incomingClock, *currentClock, stored)
 		if exists {
 			*tracking = *currentTracking
 		} else {
@@ -52,25 +53,27 @@ func trackedChange[T any](ev Event, now time.Time, incoming T, fields trackedFie
 	}
 }
 
-// clocked makes c follow the entity's clock: an event older than the row (event against
-// the row's clock column) changes nothing, and the row keeps the newer clock of the two.
+// clocked makes c follow the entity's clock: an event older than the row changes
+// nothing, and the row keeps the newer clock of the two. Against the row as stored, the
+// order is what stored assumes (the read leaves the clock out; the write's WHERE keeps
+// the fold whose assumption holds).
 // creates says whether ev's action is the one that creates the entity: a row first seen
 // through any later event is UPDATED, not NEW, as NextState has it for pull requests,
 // so that delivering the newest event first leaves what clock order leaves.
 func clocked[R any](c change[R], event *time.Time, creates bool, clock func(*R) **time.Time, tracking trackingOf[R]) change[R] {
-	return func(cur *R) *R {
+	return func(cur *R, stored storedClock) *R {
 		var prior *time.Time
 		if cur != nil {
 			prior = *clock(cur)
-			if compareClocks(event, prior, true) == Older {
+			if compareClocks(event, prior, true, stored) == Older {
 				return nil
 			}
 		}
-		next := c(cur)
+		next := c(cur, stored)
 		if next == nil {
 			return nil
 		}
-		*clock(next) = laterClock(event, prior)
+		*clock(next) = laterClock(event, prior, stored)
 		if cur == nil && !creates {
 			t := tracking(next)
 			t.ProcessingState = models.StateUpdated

@@ -121,7 +121,7 @@ type trackingOf[R any] func(row *R) *models.Tracking
 // an existing one takes the payload columns copyColumns copies, the event's last_* and
 // UPDATED.
 func refresh[R any](ev Event, now time.Time, incoming R, tracking trackingOf[R], copyColumns func(dst, src *R)) change[R] {
-	return func(cur *R) *R {
+	return func(cur *R, _ storedClock) *R {
 		if cur == nil {
 			row := incoming
 			*tracking(&row) = newTracking(ev, now)
