@@ -86,9 +86,6 @@ type switchRun struct {
 	// capHeld bounds the pending-switch signals held at once to maxHeldNotifications, in
 	// runs that follow heldNotificationsCapped.
 	capHeld bool
-	// local runs the state activities as local activities, in runs that follow
-	// stateActivitiesLocal.
-	local bool
 }
 
 // heldNotificationsCapped versions the runs that hold at most maxHeldNotifications
@@ -137,18 +134,8 @@ func newSwitchRun(ctx workflow.Context, in BrokerSwitchInput) (*switchRun, error
 		}
 	}
 	w.capHeld = workflow.GetVersion(ctx, heldNotificationsCapped, workflow.DefaultVersion, 1) == 1
-	w.local = workflow.GetVersion(ctx, stateActivitiesLocal, workflow.DefaultVersion, 1) == 1
 	return w, nil
 }
-
-// stateActivitiesLocal versions the runs that read and change the broker state, and check
-// a drain, in local activities: inside the workflow task that needs them, on the worker
-// that runs it. As activity tasks, an order cost a chain of round trips through Temporal,
-// each waiting for a poller of a busy worker: a cancel that arrived while a notification
-// was being recorded was answered four workflow tasks and three activity tasks later,
-// and on a loaded machine (workflow tasks waiting 6-15 s for a worker) past the API's
-// 45 s (issue 21, point 11). Now an order is taken and answered in one workflow task.
-const stateActivitiesLocal = "state-activities-local"
 
 // ordersByUpdate versions the runs that take force and cancel as Workflow Updates.
 const ordersByUpdate = "orders-by-update"
@@ -567,29 +554,18 @@ func (w *switchRun) continueAsNew(ctx workflow.Context) error {
 	return workflow.NewContinueAsNewError(ctx, BrokerSwitch, next)
 }
 
-// execute runs one activity of the BrokerSwitch workflow, named in the Web UI by summary:
-// a local activity in runs that follow stateActivitiesLocal. Every one is a short read or
-// transaction; the long watch (WaitForChange) stays an activity task.
+// execute runs one activity of the BrokerSwitch workflow, named in the Web UI by summary.
 func (w *switchRun) execute(ctx workflow.Context, summary string, activity any, arg any, result any) error {
+	actx := workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
+		StartToCloseTimeout: 30 * time.Second,
+		RetryPolicy:         retryForever,
+		Summary:             summary,
+	})
 	args := []any{}
 	if arg != nil {
 		args = append(args, arg)
 	}
-	var f workflow.Future
-	if w.local {
-		f = workflow.ExecuteLocalActivity(workflow.WithLocalActivityOptions(ctx, workflow.LocalActivityOptions{
-			StartToCloseTimeout: 30 * time.Second,
-			RetryPolicy:         retryForever,
-			Summary:             summary,
-		}), activity, args...)
-	} else {
-		f = workflow.ExecuteActivity(workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
-			StartToCloseTimeout: 30 * time.Second,
-			RetryPolicy:         retryForever,
-			Summary:             summary,
-		}), activity, args...)
-	}
-	if err := f.Get(ctx, result); err != nil {
+	if err := workflow.ExecuteActivity(actx, activity, args...).Get(ctx, result); err != nil {
 		return fmt.Errorf("%s: %w", summary, err)
 	}
 	return nil
