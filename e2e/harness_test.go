@@ -35,8 +35,8 @@ var temporalServer *testenv.Temporal
 // waitingTests is how many tests marked t.Parallel run at once unless -parallel says
 // otherwise. They mostly wait (windows, grace periods, a late notification, a dedicated
 // dev server), so Go's default of GOMAXPROCS, 2 on a small CI runner, left the package
-// waiting for minutes on a machine it barely used: a serial run took 616 s of wall time
-// and 66 s of CPU, the dev server's included.
+// waiting for minutes on a machine it barely used: in its first 616 s, a mostly serial
+// run used 66 s of CPU, the dev server's included.
 //
 // A test is parallel when it has its own vhosts, proxies, database and namespace (every
 // stack does) and cuts only its own proxies. Go runs the others first, one at a time,
