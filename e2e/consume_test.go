@@ -15,6 +15,7 @@ import (
 // TestRedeliveryHasNoSecondEffect republishes the last delivery of a pull request once it
 // was applied: applying it again would write the row again.
 func TestRedeliveryHasNoSecondEffect(t *testing.T) {
+	t.Parallel()
 	s := newStack(t, 1, nil)
 	events, err := payloads.Lifecycle(1)
 	require.NoError(t, err)
@@ -49,6 +50,7 @@ func TestRedeliveryHasNoSecondEffect(t *testing.T) {
 // applied once the cause is gone; with the cause kept, it ends in -error after
 // MAX_RETRY_CYCLES.
 func TestTransientFailureComesBackThroughRetry(t *testing.T) {
+	t.Parallel()
 	s := newStack(t, 1, nil)
 	require.NoError(t, s.db.Exec(`
 		CREATE TABLE test_refuse (delivery_id text primary key);

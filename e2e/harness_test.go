@@ -10,6 +10,7 @@ import (
 	"net/http/httptest"
 	"net/url"
 	"os"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -31,8 +32,29 @@ import (
 
 var temporalServer *testenv.Temporal
 
+// waitingTests is how many tests marked t.Parallel run at once unless -parallel says
+// otherwise. They mostly wait (windows, grace periods, a late notification, a dedicated
+// dev server), so Go's default of GOMAXPROCS, 2 on a small CI runner, left the package
+// waiting for minutes on a machine it barely used: in its first 616 s, a mostly serial
+// run used 66 s of CPU, the dev server's included.
+//
+// A test is parallel when it has its own vhosts, proxies, database and namespace (every
+// stack does) and cuts only its own proxies. Go runs the others first, one at a time,
+// with nothing beside them: those that assert a timing the design promises (scenario 2's
+// switch lag, the rolling restart's take-over, the cut-off window's give-back, the burst
+// of scrapes) and the hostile bodies, which burn CPU rather than wait.
+const waitingTests = 8
+
 func TestMain(m *testing.M) {
 	flag.Parse()
+	parallelGiven := false
+	flag.Visit(func(f *flag.Flag) { parallelGiven = parallelGiven || f.Name == "test.parallel" })
+	if !parallelGiven {
+		if err := flag.Set("test.parallel", strconv.Itoa(waitingTests)); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(1)
+		}
+	}
 	// The worker binary, for the scenarios that run workers as real processes, builds
 	// while the dev server starts.
 	built := make(chan error, 1)

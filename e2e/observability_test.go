@@ -141,6 +141,7 @@ func positive(v float64) bool { return v > 0 }
 // Leftover Drain, a drained switch, a forced switch and a broker outage, and checks the
 // counters, gauges and HealthChecks pings each step leaves.
 func TestMetricsAndPingsFollowRealWork(t *testing.T) {
+	t.Parallel()
 	s := newStack(t, 2, map[string]string{"CONSUMER_WINDOW": "2s"})
 	events, err := payloads.Lifecycle(4)
 	require.NoError(t, err)

@@ -20,6 +20,7 @@ import (
 // TestOracleSeesWhatGoesWrong feeds the oracle a database where events were applied out
 // of order, one twice and one never: zero differences must mean something.
 func TestOracleSeesWhatGoesWrong(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	db, err := models.Open(ctx, testenv.NewDatabase(t))
 	require.NoError(t, err)

@@ -43,6 +43,7 @@ func routeOf(st models.BrokerState) []int {
 // Scenario 14. The producer rotates A→B→C with backlogs on A and B, and C's notification
 // arrives before B's: B is placed between A and C by its time, not read early as a spare.
 func TestScenario14ReversedNotificationsKeepTheMiddleBroker(t *testing.T) {
+	t.Parallel()
 	s := newStack(t, 3, nil)
 	p, log := s.producer(nil)
 	msgs := s.workload(mixed(30, 141))
@@ -73,6 +74,7 @@ func TestScenario14ReversedNotificationsKeepTheMiddleBroker(t *testing.T) {
 // Drain reads 0, then 2, then 1, as the producer left them; index order would apply 1's
 // events before 2's older ones.
 func TestScenario15SparesInTheProducersOrder(t *testing.T) {
+	t.Parallel()
 	s := newStack(t, 4, map[string]string{"CONSUMER_WINDOW": "3s"})
 	p, log := s.producer(func(c *simulate.Config) { c.Notify = simulate.NotifyNow })
 	ctx := context.Background()
@@ -107,6 +109,7 @@ func TestScenario15SparesInTheProducersOrder(t *testing.T) {
 // backlog, and the producer keeps publishing to its new broker. That broker is the
 // future, not a spare: the Leftover Drain reads it only once the active broker is empty.
 func TestScenario16ACancelDoesNotReadTheFutureFirst(t *testing.T) {
+	t.Parallel()
 	const window = 2 * time.Second
 	s := newStack(t, 2, map[string]string{"CONSUMER_WINDOW": window.String(), "PREFETCH": "10"})
 	p, log := s.producer(func(c *simulate.Config) { c.Notify = simulate.NotifyNow })
@@ -146,6 +149,7 @@ func TestScenario16ACancelDoesNotReadTheFutureFirst(t *testing.T) {
 // goes A→B, then B→C and C→D in the same second; we hear D, C, B, then each again. The
 // route is A → B → C → D, each repeat a duplicate, and every event applied in order.
 func TestScenario17DuplicateAndEqualTimeNotifications(t *testing.T) {
+	t.Parallel()
 	s := newStack(t, 4, nil)
 	p, log := s.producer(nil)
 	ctx := context.Background()
@@ -229,6 +233,7 @@ func publishBeforeNotify(t *testing.T, late time.Duration, grace time.Duration) 
 
 // Scenario 18a. The notification comes 6 s after the producer's first publish to B.
 func TestScenario18aPublishBeforeANotificationLateBySeconds(t *testing.T) {
+	t.Parallel()
 	publishBeforeNotify(t, 6*time.Second, models.DefaultUnnotifiedBrokerGrace)
 }
 

@@ -25,6 +25,7 @@ import (
 // TestLeftoverDrainStopsAtItsCap: one Leftover Drain takes at most LEFTOVER_DRAIN_CAP
 // messages; the rest waits for the next window.
 func TestLeftoverDrainStopsAtItsCap(t *testing.T) {
+	t.Parallel()
 	s := newStack(t, 2, map[string]string{"LEFTOVER_DRAIN_CAP": "500", "CONSUMER_WINDOW": "3s"})
 	var leftovers []payloads.Event
 	for range 700 {
@@ -137,6 +138,7 @@ func (s *stack) temporalCLI(args ...string) {
 // and let the window read the active broker, whose events then overtook the spare's.
 // Now a drain that did not see its spare empty ends the window as the cap does (issue 19).
 func TestASlowSpareIsNotOvertaken(t *testing.T) {
+	t.Parallel()
 	s := newStackWith(t, stackOptions{brokers: 2, copies: map[int]testenv.Copy{0: testenv.SlowLargeFrames(2 * time.Second)},
 		env: map[string]string{"CONSUMER_WINDOW": "2s", "PREFETCH": "5"}})
 	p, log := s.producer(func(c *simulate.Config) { c.Notify = simulate.NotifyNow })

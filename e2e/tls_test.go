@@ -26,6 +26,7 @@ import (
 // with the SDK's envconfig variables. A certificate from another CA is refused at start
 // with an error that says what failed, and no secret is printed.
 func TestTheWorkerConnectsToTemporalOverMutualTLS(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	ca := newCA(t, "brokerswitch test CA")
 	server := ca.issue(t, "localhost", true)

@@ -19,6 +19,7 @@ import (
 // time out, and leave their queue unread for good. Now a window heartbeats until its batch
 // is settled, ends itself, and the queue is read again without a restart.
 func TestAWindowStuckPastItsHeartbeatTimeoutIsReadAgain(t *testing.T) {
+	t.Parallel()
 	s := newStack(t, 2, map[string]string{"WINDOW_HEARTBEAT_TIMEOUT": "10s"})
 	p, log := s.producer(nil)
 	msgs := s.workload(mixed(8, 91))
