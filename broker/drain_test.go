@@ -189,10 +189,10 @@ func TestASlowRoundDoesNotMakeTheSpareLookEmpty(t *testing.T) {
 	url := testenv.NewVhost(t)
 	// Frames from the broker larger than a few kilobytes (a large body) are held for
 	// longer than a round waits.
-	proxy, err := testenv.ListenProxy(testenv.RabbitAddr, testenv.SlowLargeFrames(2*drainIdle))
+	proxy, err := testenv.ListenProxy(testenv.RabbitAddr(), testenv.SlowLargeFrames(2*drainIdle))
 	require.NoError(t, err)
 	t.Cleanup(proxy.Cut)
-	eps, err := ParseEndpoints(strings.Replace(url, testenv.RabbitAddr, proxy.Addr(), 1))
+	eps, err := ParseEndpoints(strings.Replace(url, testenv.RabbitAddr(), proxy.Addr(), 1))
 	require.NoError(t, err)
 	pool := NewPool(eps, nil)
 	t.Cleanup(func() { _ = pool.Close() })

@@ -65,8 +65,13 @@ func (r *rabbit) channel() *amqp.Channel {
 	return ch
 }
 
+// declare declares topo, as the queue type BROKERSWITCH_TEST_QUEUE_TYPE says unless topo
+// names one.
 func (r *rabbit) declare(topo Topology) {
 	r.t.Helper()
+	if topo.Type == "" {
+		topo.Type = QueueType(testenv.QueueType())
+	}
 	require.NoError(r.t, r.pool.DeclareTopology(context.Background(), 0, topo))
 }
 

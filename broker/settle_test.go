@@ -89,10 +89,10 @@ func dropAckAfterPublish(dropped *atomic.Bool) testenv.Copy {
 func newProxiedRabbit(t *testing.T, copy testenv.Copy, frameSize int) *rabbit {
 	t.Helper()
 	url := testenv.NewVhost(t)
-	proxy, err := testenv.ListenProxy(testenv.RabbitAddr, copy)
+	proxy, err := testenv.ListenProxy(testenv.RabbitAddr(), copy)
 	require.NoError(t, err)
 	t.Cleanup(proxy.Cut)
-	eps, err := ParseEndpoints(strings.Replace(url, testenv.RabbitAddr, proxy.Addr(), 1))
+	eps, err := ParseEndpoints(strings.Replace(url, testenv.RabbitAddr(), proxy.Addr(), 1))
 	require.NoError(t, err)
 	logs := &testenv.Buffer{}
 	pool := NewPool(eps, slog.New(slog.NewTextHandler(logs, nil)))

@@ -8,6 +8,8 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/brokerswitch/brokerswitch/internal/testenv"
 )
 
 var testQueues = []string{"issues", "pull_request", "push", "release"}
@@ -51,7 +53,7 @@ func TestDeclareTopologyMismatchNamesQueueAndArgument(t *testing.T) {
 
 	err = r.pool.DeclareTopology(context.Background(), 0, Topology{Queues: testQueues, RetryTTL: time.Second})
 	require.ErrorIs(t, err, ErrTopologyMismatch)
-	assert.Contains(t, err.Error(), "declare queue issues-retry on #0 127.0.0.1:5672/bs-test-")
+	assert.Contains(t, err.Error(), "declare queue issues-retry on #0 "+testenv.RabbitAddr()+"/bs-test-")
 	assert.Contains(t, err.Error(), "inequivalent arg 'x-message-ttl'")
 	assert.NotContains(t, err.Error(), "guest:guest")
 	var ae *amqp.Error

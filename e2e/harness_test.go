@@ -122,16 +122,16 @@ func newStackWith(t *testing.T, opts stackOptions) *stack {
 		u := testenv.NewVhost(t)
 		direct = append(direct, u)
 		vhosts = append(vhosts, vhostOf(t, u))
-		p := testenv.NewProxy(t, testenv.RabbitAddr)
+		p := testenv.NewProxy(t, testenv.RabbitAddr())
 		if c := opts.copies[i]; c != nil {
 			p.Cut()
 			var err error
-			p, err = testenv.ListenProxy(testenv.RabbitAddr, c)
+			p, err = testenv.ListenProxy(testenv.RabbitAddr(), c)
 			require.NoError(t, err)
 			t.Cleanup(p.Cut)
 		}
 		proxies = append(proxies, p)
-		proxied = append(proxied, strings.Replace(u, testenv.RabbitAddr, p.Addr(), 1))
+		proxied = append(proxied, strings.Replace(u, testenv.RabbitAddr(), p.Addr(), 1))
 	}
 	target := opts.temporal
 	if target == nil {
@@ -169,6 +169,7 @@ func newStackWith(t *testing.T, opts stackOptions) *stack {
 		// The scenarios rotate faster than a producer does; api tests cover the limit.
 		"NOTIFICATION_RATE":  "1000",
 		"NOTIFICATION_BURST": "1000",
+		"QUEUE_TYPE":         testenv.QueueType(),
 	}
 	for k, v := range env {
 		vars[k] = v
@@ -212,7 +213,7 @@ func newStackWith(t *testing.T, opts stackOptions) *stack {
 	t.Cleanup(s.api.Close)
 	t.Cleanup(s.replayHistories) // runs after the workers stop: cleanups run last-in first-out
 	for i := range n {
-		require.NoError(t, s.direct.DeclareTopology(ctx, i, broker.Topology{Queues: cfg.Queues, RetryTTL: cfg.RetryTTL}))
+		require.NoError(t, s.direct.DeclareTopology(ctx, i, broker.Topology{Queues: cfg.Queues, RetryTTL: cfg.RetryTTL, Type: cfg.QueueType}))
 	}
 	return s
 }

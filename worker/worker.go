@@ -117,7 +117,7 @@ func Register(w sdkworker.Registry, d Deps, watcher *models.StateWatcher) {
 		Marks:            store,
 		UnnotifiedGrace:  d.Config.UnnotifiedBrokerGrace,
 		Watcher:          watcher,
-		Topology:         broker.Topology{Queues: d.Config.Queues, RetryTTL: d.Config.RetryTTL},
+		Topology:         broker.Topology{Queues: d.Config.Queues, RetryTTL: d.Config.RetryTTL, Type: d.Config.QueueType},
 		Prefetch:         d.Config.Prefetch,
 		WindowLength:     d.Config.ConsumerWindow,
 		LeftoverDrainCap: d.Config.LeftoverDrainCap,
