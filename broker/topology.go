@@ -83,6 +83,9 @@ type queueDecl struct {
 	// refuses args but takes these is the producer's, declared without brokerswitch's
 	// extras (single active consumer, delivery limit, at-least-once dead-lettering).
 	minimal amqp.Table
+	// other, when set, are the arguments brokerswitch would declare the queue with as
+	// the other type: a queue that takes them is of that type.
+	other amqp.Table
 }
 
 func (t Topology) declarations() ([]queueDecl, error) {
@@ -95,37 +98,48 @@ func (t Topology) declarations() ([]queueDecl, error) {
 		if q == "" {
 			return nil, errors.New("empty queue name in topology")
 		}
-		typ := string(t.queueType())
-		main := queueDecl{name: q, args: amqp.Table{
-			"x-queue-type":              typ,
-			"x-dead-letter-exchange":    "",
-			"x-dead-letter-routing-key": RetryQueue(q),
-		}}
-		retry := queueDecl{name: RetryQueue(q), args: amqp.Table{
-			"x-queue-type":              typ,
-			"x-dead-letter-exchange":    "",
-			"x-dead-letter-routing-key": q,
-			"x-message-ttl":             ttl, // int64: RabbitMQ takes any integer type
-		}}
-		if t.queueType() == Quorum {
-			main.minimal, retry.minimal = main.args, retry.args
-			main.args = withArgs(main.args, amqp.Table{
-				// Quorum queues ignore an exclusive consume: this keeps one reader.
-				"x-single-active-consumer": true,
-				"x-delivery-limit":         quorumDeliveryLimit,
-				// At-most-once by default: a message dead-lettered to -retry could vanish.
-				// At-least-once needs reject-publish; without a length limit it rejects nothing.
-				"x-dead-letter-strategy": "at-least-once",
-				"x-overflow":             "reject-publish",
-			})
-			retry.args = withArgs(retry.args, amqp.Table{
-				"x-dead-letter-strategy": "at-least-once",
-				"x-overflow":             "reject-publish",
-			})
+		decls = append(decls, declsOf(q, t.queueType(), ttl)...)
+		if t.queueType() == Classic {
+			quorum := declsOf(q, Quorum, ttl)
+			for i := range quorum {
+				decls[len(decls)-len(quorum)+i].other = quorum[i].args
+			}
 		}
-		decls = append(decls, main, retry, queueDecl{name: ErrorQueue(q), args: amqp.Table{"x-queue-type": typ}})
 	}
 	return decls, nil
+}
+
+// declsOf are the declarations of the three queues of q as type typ.
+func declsOf(q string, qt QueueType, ttl int64) []queueDecl {
+	typ := string(qt)
+	main := queueDecl{name: q, args: amqp.Table{
+		"x-queue-type":              typ,
+		"x-dead-letter-exchange":    "",
+		"x-dead-letter-routing-key": RetryQueue(q),
+	}}
+	retry := queueDecl{name: RetryQueue(q), args: amqp.Table{
+		"x-queue-type":              typ,
+		"x-dead-letter-exchange":    "",
+		"x-dead-letter-routing-key": q,
+		"x-message-ttl":             ttl, // int64: RabbitMQ takes any integer type
+	}}
+	if qt == Quorum {
+		main.minimal, retry.minimal = main.args, retry.args
+		main.args = withArgs(main.args, amqp.Table{
+			// Quorum queues ignore an exclusive consume: this keeps one reader.
+			"x-single-active-consumer": true,
+			"x-delivery-limit":         quorumDeliveryLimit,
+			// At-most-once by default: a message dead-lettered to -retry could vanish.
+			// At-least-once needs reject-publish; without a length limit it rejects nothing.
+			"x-dead-letter-strategy": "at-least-once",
+			"x-overflow":             "reject-publish",
+		})
+		retry.args = withArgs(retry.args, amqp.Table{
+			"x-dead-letter-strategy": "at-least-once",
+			"x-overflow":             "reject-publish",
+		})
+	}
+	return []queueDecl{main, retry, {name: ErrorQueue(q), args: amqp.Table{"x-queue-type": typ}}}
 }
 
 // withArgs is a copy of base with extra added.
@@ -188,38 +202,40 @@ func (p *Pool) DeclareTopology(ctx context.Context, index int, t Topology) error
 }
 
 func declareQueue(ctx context.Context, chans *reopener, d queueDecl, want QueueType) error {
-	ch, err := chans.get(ctx)
-	if err != nil {
-		return err
-	}
-	_, err = ch.QueueDeclare(d.name, true, false, false, false, d.args)
-	if err == nil {
-		return nil
-	}
-	if !isCode(err, amqp.PreconditionFailed) {
+	err := chans.declare(ctx, d.name, d.args)
+	if err == nil || !isCode(err, amqp.PreconditionFailed) {
 		return err
 	}
 	if found, ok := typeFound(err); ok {
 		return typeError(d.name, found, want, err)
 	}
-	if d.minimal == nil {
-		return fmt.Errorf("%w: %w", ErrTopologyMismatch, err)
-	}
-	// RabbitMQ names the first argument that differs, and compares x-queue-type last:
-	// the minimal declaration tells a producer's quorum queue from another type.
-	if ch, err = chans.get(ctx); err != nil {
-		return err
-	}
-	if _, err := ch.QueueDeclare(d.name, true, false, false, false, d.minimal); err != nil {
-		if found, ok := typeFound(err); ok {
-			return typeError(d.name, found, want, err)
+	// RabbitMQ names the first argument that differs, and compares x-queue-type after the
+	// others: one more declaration tells the type.
+	switch {
+	case d.minimal != nil:
+		// A producer's quorum queue, without brokerswitch's extras?
+		err2 := chans.declare(ctx, d.name, d.minimal)
+		if found, ok := typeFound(err2); ok {
+			return typeError(d.name, found, want, err2)
 		}
-		if isCode(err, amqp.PreconditionFailed) {
-			return fmt.Errorf("%w: %w", ErrTopologyMismatch, err)
+		if isCode(err2, amqp.PreconditionFailed) {
+			return fmt.Errorf("%w: %w", ErrTopologyMismatch, err2)
 		}
-		return err
+		return err2
+	case d.other != nil:
+		// The queue brokerswitch would have declared as the other type?
+		err2 := chans.declare(ctx, d.name, d.other)
+		found, ok := typeFound(err2)
+		switch {
+		case err2 == nil:
+			return typeError(d.name, QueueType(fmt.Sprint(d.other["x-queue-type"])), want, err)
+		case ok && found != want:
+			return typeError(d.name, found, want, err2)
+		case err2 != nil && !isCode(err2, amqp.PreconditionFailed):
+			return err2
+		}
 	}
-	return nil
+	return fmt.Errorf("%w: %w", ErrTopologyMismatch, err)
 }
 
 // typeArg matches the x-queue-type in RabbitMQ's 406 text, 3.10's "received 'quorum' but
@@ -299,6 +315,16 @@ func (r *reopener) get(ctx context.Context) (*amqp.Channel, error) {
 	}
 	r.ch = ch
 	return ch, nil
+}
+
+// declare declares queue, durable, with args on a channel that is open.
+func (r *reopener) declare(ctx context.Context, queue string, args amqp.Table) error {
+	ch, err := r.get(ctx)
+	if err != nil {
+		return err
+	}
+	_, err = ch.QueueDeclare(queue, true, false, false, false, args)
+	return err
 }
 
 func (r *reopener) close() {
