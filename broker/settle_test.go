@@ -202,7 +202,9 @@ func TestRejectCopyIsCutToFitFrameMax(t *testing.T) {
 	}}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := r.consume(ctx, "issues", ConsumeOptions{}, h)
-	r.eventuallyCount("issues", 0)
+	// The ready count reaches 0 once both are delivered, before they are handled.
+	require.Eventually(t, func() bool { return h.count() == 2 }, waitFor, 20*time.Millisecond)
+	r.eventuallyCount("issues-error", 1)
 	cancel()
 	require.NoError(t, waitDone(t, done))
 	assert.Equal(t, []string{"poison", "next"}, h.bodies(), "each delivered once")

@@ -33,11 +33,9 @@ func TestDeclareTopologyIsIdempotent(t *testing.T) {
 	}
 
 	// The producer's own declaration, with an int32 TTL, is equivalent.
-	_, err := ch.QueueDeclare("push-retry", true, false, false, false, amqp.Table{
-		"x-dead-letter-exchange":    "",
-		"x-dead-letter-routing-key": "push",
-		"x-message-ttl":             int32(30000),
-	})
+	args := declsOf("push", QueueType(testenv.QueueType()), 30000)[1].args
+	args["x-message-ttl"] = int32(30000)
+	_, err := ch.QueueDeclare("push-retry", true, false, false, false, args)
 	require.NoError(t, err)
 }
 
