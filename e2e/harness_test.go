@@ -92,6 +92,9 @@ type stackOptions struct {
 	pgProxy bool
 	// copies shape the traffic of some brokers' proxies (a slow link), by index.
 	copies map[int]testenv.Copy
+	// producerQueues has the producer declare the queues first, as quorum queues with the
+	// least the README asks of it: no single active consumer, which only brokerswitch adds.
+	producerQueues bool
 }
 
 // temporalTarget is a Temporal server and namespace to run a stack against.
@@ -213,9 +216,32 @@ func newStackWith(t *testing.T, opts stackOptions) *stack {
 	t.Cleanup(s.api.Close)
 	t.Cleanup(s.replayHistories) // runs after the workers stop: cleanups run last-in first-out
 	for i := range n {
+		if opts.producerQueues {
+			declareProducersQuorumQueues(t, s.direct, i, cfg)
+		}
 		require.NoError(t, s.direct.DeclareTopology(ctx, i, broker.Topology{Queues: cfg.Queues, RetryTTL: cfg.RetryTTL, Type: cfg.QueueType}))
 	}
 	return s
+}
+
+// declareProducersQuorumQueues declares cfg's queues on broker index as a producer
+// would that follows the README's least topology for quorum queues.
+func declareProducersQuorumQueues(t *testing.T, pool *broker.Pool, index int, cfg config.Config) {
+	t.Helper()
+	ch, err := pool.Channel(context.Background(), index)
+	require.NoError(t, err)
+	defer ch.Close()
+	for _, q := range cfg.Queues {
+		for name, args := range map[string]amqp.Table{
+			q:                    {"x-dead-letter-exchange": "", "x-dead-letter-routing-key": broker.RetryQueue(q)},
+			broker.RetryQueue(q): {"x-dead-letter-exchange": "", "x-dead-letter-routing-key": q, "x-message-ttl": cfg.RetryTTL.Milliseconds()},
+			broker.ErrorQueue(q): {},
+		} {
+			args["x-queue-type"] = "quorum"
+			_, err := ch.QueueDeclare(name, true, false, false, false, args)
+			require.NoError(t, err, name)
+		}
+	}
 }
 
 // startWorker runs one worker process's worth of the service until the test ends or stop.
