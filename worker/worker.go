@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync"
 	"time"
 
 	enumspb "go.temporal.io/api/enums/v1"
@@ -150,21 +151,30 @@ func topology(cfg config.Config) broker.Topology {
 
 // topologyCheckTimeout bounds the start-up declaration on one broker: a broker that does
 // not answer is a spare's trouble for its windows, not a reason to stay down.
-const topologyCheckTimeout = 30 * time.Second
+const topologyCheckTimeout = 10 * time.Second
 
-// CheckQueueTypes declares the topology on every broker and fails when a queue there is
-// of another type than QUEUE_TYPE: every window would fail on it. A broker that cannot be
-// reached, or refuses the declaration for another reason, is a warning; its windows report it.
+// CheckQueueTypes declares the topology on every broker, all at once, and fails when a
+// queue there is of another type than QUEUE_TYPE: every window would fail on it. A broker
+// that cannot be reached, or refuses the declaration for another reason, is a warning;
+// its windows report it.
 func CheckQueueTypes(ctx context.Context, pool *broker.Pool, t broker.Topology, logger *slog.Logger) error {
-	for i, ep := range pool.Endpoints() {
-		cctx, cancel := context.WithTimeout(ctx, topologyCheckTimeout)
-		err := pool.DeclareTopology(cctx, i, t)
-		cancel()
+	eps := pool.Endpoints()
+	errs := make([]error, len(eps))
+	var wg sync.WaitGroup
+	for i := range eps {
+		wg.Go(func() {
+			cctx, cancel := context.WithTimeout(ctx, topologyCheckTimeout)
+			defer cancel()
+			errs[i] = pool.DeclareTopology(cctx, i, t)
+		})
+	}
+	wg.Wait()
+	for i, err := range errs {
 		switch {
 		case errors.Is(err, broker.ErrQueueType):
 			return fmt.Errorf("start: %w", err)
 		case err != nil && ctx.Err() == nil:
-			logger.WarnContext(ctx, "topology not declared at start", "broker", ep, "error", err)
+			logger.WarnContext(ctx, "topology not declared at start", "broker", eps[i], "error", err)
 		}
 	}
 	return nil
