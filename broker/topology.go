@@ -231,7 +231,7 @@ func declareQueue(ctx context.Context, chans *reopener, d queueDecl, want QueueT
 			return typeError(d.name, QueueType(fmt.Sprint(d.other["x-queue-type"])), want, err)
 		case ok && found != want:
 			return typeError(d.name, found, want, err2)
-		case err2 != nil && !isCode(err2, amqp.PreconditionFailed):
+		case !isCode(err2, amqp.PreconditionFailed):
 			return err2
 		}
 	}
