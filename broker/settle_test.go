@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -123,8 +124,12 @@ func TestRejectCopiesOnceWhenTheConnectionDropsBeforeTheAck(t *testing.T) {
 	require.True(t, dropped.Load())
 
 	ctx, cancel := context.WithCancel(context.Background())
+	before := h.count()
 	done := r.consume(ctx, "issues", ConsumeOptions{}, h)
-	r.eventuallyCount("issues", 0)
+	// The ready count reaches 0 once both are delivered, before they are settled: wait
+	// for "good", the last, to be handled again instead.
+	require.Eventually(t, func() bool { return slices.Contains(h.bodies()[before:], "good") }, waitFor, 20*time.Millisecond)
+	r.eventuallyCount("issues-error", 1)
 	cancel()
 	require.NoError(t, waitDone(t, done))
 
