@@ -232,7 +232,7 @@ func (a *Window) leftoverDrain(ctx context.Context, in LeftoverDrainInput) (Left
 		}
 		// The spare's topology first: a message rejected to {q}-retry on a broker where
 		// the producer never declared it would be dead-lettered into nothing.
-		err := a.Pool.DeclareTopology(ctx, idx, broker.Topology{Queues: []string{in.Queue}, RetryTTL: a.Topology.RetryTTL})
+		err := a.Pool.DeclareTopology(ctx, idx, a.Topology.ForQueue(in.Queue))
 		var got broker.DrainResult
 		if err == nil {
 			opts := broker.DrainOptions{Max: budget, Batch: a.Prefetch}

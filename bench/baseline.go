@@ -134,7 +134,7 @@ func runBaselineB(s *scope, events []payloads.Event, rtt time.Duration) throughp
 	ownDatabase(dsn)
 	if rtt > 0 {
 		dsn = newDelayProxy(s, postgresAddr, rtt).via(dsn)
-		url = newDelayProxy(s, testenv.RabbitAddr, rtt).via(url)
+		url = newDelayProxy(s, testenv.RabbitAddr(), rtt).via(url)
 	}
 	perQueue := describe(events).PerQueue
 	conns := make([]*pgx.Conn, len(perQueue))

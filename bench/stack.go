@@ -55,12 +55,12 @@ func newStack(s *scope, brokers int, o stackOptions) *stack {
 		st.direct = append(st.direct, u)
 		st.vhosts = append(st.vhosts, u[strings.LastIndex(u, "/")+1:])
 		if o.count {
-			p := newCountingProxy(s, testenv.RabbitAddr)
+			p := newCountingProxy(s, testenv.RabbitAddr())
 			st.proxies = append(st.proxies, p)
-			u = strings.Replace(u, testenv.RabbitAddr, p.addr(), 1)
+			u = strings.Replace(u, testenv.RabbitAddr(), p.addr(), 1)
 		}
 		if o.rtt > 0 {
-			u = newDelayProxy(s, testenv.RabbitAddr, o.rtt).via(u)
+			u = newDelayProxy(s, testenv.RabbitAddr(), o.rtt).via(u)
 		}
 		urls = append(urls, u)
 	}
@@ -109,7 +109,7 @@ func newStack(s *scope, brokers int, o stackOptions) *stack {
 }
 
 func (st *stack) topology() broker.Topology {
-	return broker.Topology{Queues: st.cfg.Queues, RetryTTL: st.cfg.RetryTTL}
+	return broker.Topology{Queues: st.cfg.Queues, RetryTTL: st.cfg.RetryTTL, Type: st.cfg.QueueType}
 }
 
 // terminateWorkflows stops the namespace's workflows so that the dev server does not go on

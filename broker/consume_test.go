@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -11,6 +12,8 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/brokerswitch/brokerswitch/internal/testenv"
 )
 
 func TestConsumeAcksInOrderAcrossBatches(t *testing.T) {
@@ -174,6 +177,9 @@ func TestConsumeIsExclusive(t *testing.T) {
 	defer cancel()
 	first := r.consume(ctx, "issues", ConsumeOptions{}, &recorder{})
 	require.Eventually(t, func() bool { return consumers(r, "issues") == 1 }, waitFor, 20*time.Millisecond)
+	if testenv.QueueType() == string(Quorum) {
+		t.Skip("quorum queues ignore exclusive: TestASecondConsumerOfAQuorumQueueWaits")
+	}
 
 	err := waitDone(t, r.consume(context.Background(), "issues", ConsumeOptions{}, &recorder{}))
 	require.ErrorIs(t, err, ErrExclusiveConsumer)
@@ -198,7 +204,8 @@ func TestConsumeStopsPromptlyWhenIdle(t *testing.T) {
 	// A consumer that never saw the cancel hangs until waitDone gives up; this bound
 	// catches a slow poll, with room for two RPCs to a broker on a loaded machine.
 	assert.Less(t, time.Since(start), 3*time.Second)
-	assert.Equal(t, 0, consumers(r, "issues"))
+	// A quorum queue forgets the consumer a moment after the channel closed.
+	require.Eventually(t, func() bool { return consumers(r, "issues") == 0 }, waitFor, 20*time.Millisecond)
 }
 
 func TestConsumeCancelReturnsUnhandledMessages(t *testing.T) {
@@ -283,4 +290,39 @@ func TestAFenceGivesTheBatchInHandBack(t *testing.T) {
 	require.ErrorIs(t, waitDone(t, done), ErrFenced)
 	r.eventuallyCount("issues", 5)
 	assert.Equal(t, numbered(5), bodies(r.getAll("issues")))
+}
+
+// On the quorum queues brokerswitch declares, single active consumer keeps one reader: a
+// second consumer is accepted but waits, and reads only once the first has gone, from
+// the head of the queue, with the first's unsettled messages back in place.
+func TestASecondConsumerOfAQuorumQueueWaits(t *testing.T) {
+	t.Parallel()
+	r := newRabbit(t)
+	r.declare(Topology{Queues: []string{"issues"}, RetryTTL: time.Minute, Type: Quorum})
+	r.publish("issues", numbered(6)...)
+
+	holding, fence := make(chan struct{}), make(chan struct{})
+	first := r.consume(context.Background(), "issues", ConsumeOptions{Prefetch: 3, Fence: fence}, BatchHandlerFunc(func(ctx context.Context, _ string, ds []amqp.Delivery) ([]Verdict, error) {
+		close(holding)
+		<-ctx.Done() // holds its batch until fenced
+		return nil, ctx.Err()
+	}))
+	<-holding
+	second := &recorder{}
+	ctx2, cancel2 := context.WithCancel(context.Background())
+	defer cancel2()
+	done2 := r.consume(ctx2, "issues", ConsumeOptions{}, second)
+	// declare-ok counts the active consumer only; the broker's listing shows both.
+	vhost := r.url[strings.LastIndex(r.url, "/")+1:]
+	require.Eventually(t, func() bool { return len(testenv.Consumers(t, vhost)["issues"]) == 2 }, waitFor, 100*time.Millisecond)
+	assert.Equal(t, 1, consumers(r, "issues"))
+	r.publish("issues", "6")
+	assert.Never(t, func() bool { return second.count() > 0 }, time.Second, 20*time.Millisecond, "the waiting consumer read beside the active one")
+
+	close(fence)
+	require.ErrorIs(t, waitDone(t, first), ErrFenced)
+	require.Eventually(t, func() bool { return second.count() == 7 }, waitFor, 20*time.Millisecond)
+	assert.Equal(t, numbered(7), second.bodies())
+	cancel2()
+	require.NoError(t, waitDone(t, done2))
 }

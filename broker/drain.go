@@ -160,9 +160,15 @@ func drainFrom(ctx context.Context, s *settler, h BatchHandler, opts DrainOption
 // with a consumer of another client is busy. A round that ends early (a delivery may
 // then have arrived as the consumer was cancelled and been dropped by the library) is
 // short: closing the channel puts it back in its place before another round could take
-// what follows it.
+// what follows it. The count may still show a consumer that has gone (the drain's own,
+// cancelled in the round before, or a window's that closed its channel): a quorum queue
+// removes it asynchronously. So a queue is busy only when a consumer is still counted
+// after drainIdle.
 func consumeBatch(ctx context.Context, ch *amqp.Channel, queue string, limit int) ([]amqp.Delivery, roundEnd, error) {
 	info, err := ch.QueueDeclarePassive(queue, true, false, false, false, nil)
+	if err == nil && info.Consumers > 0 {
+		info, err = awaitNoConsumer(ctx, ch, queue, info)
+	}
 	switch {
 	case err != nil:
 		return nil, roundEmpty, err
@@ -176,6 +182,23 @@ func consumeBatch(ctx context.Context, ch *amqp.Channel, queue string, limit int
 		return msgs, roundShort, err
 	}
 	return msgs, roundFull, nil
+}
+
+// awaitNoConsumer re-reads the queue until it has no consumer, for at most drainIdle.
+func awaitNoConsumer(ctx context.Context, ch *amqp.Channel, queue string, info amqp.Queue) (amqp.Queue, error) {
+	deadline := time.Now().Add(drainIdle)
+	for info.Consumers > 0 && time.Now().Before(deadline) {
+		select {
+		case <-ctx.Done():
+			return info, ctx.Err()
+		case <-time.After(10 * time.Millisecond):
+		}
+		var err error
+		if info, err = ch.QueueDeclarePassive(queue, true, false, false, false, nil); err != nil {
+			return info, err
+		}
+	}
+	return info, nil
 }
 
 // receive consumes up to want messages of queue with a prefetch of want, then cancels the

@@ -189,10 +189,10 @@ func TestASlowRoundDoesNotMakeTheSpareLookEmpty(t *testing.T) {
 	url := testenv.NewVhost(t)
 	// Frames from the broker larger than a few kilobytes (a large body) are held for
 	// longer than a round waits.
-	proxy, err := testenv.ListenProxy(testenv.RabbitAddr, testenv.SlowLargeFrames(2*drainIdle))
+	proxy, err := testenv.ListenProxy(testenv.RabbitAddr(), testenv.SlowLargeFrames(2*drainIdle))
 	require.NoError(t, err)
 	t.Cleanup(proxy.Cut)
-	eps, err := ParseEndpoints(strings.Replace(url, testenv.RabbitAddr, proxy.Addr(), 1))
+	eps, err := ParseEndpoints(strings.Replace(url, testenv.RabbitAddr(), proxy.Addr(), 1))
 	require.NoError(t, err)
 	pool := NewPool(eps, nil)
 	t.Cleanup(func() { _ = pool.Close() })
@@ -234,4 +234,51 @@ func TestBatchesAreBoundedInBytes(t *testing.T) {
 	assert.Equal(t, sent, h.bodies())
 	assert.Equal(t, []int{2, 1, 1, 1}, h.batchSizes())
 	assert.Equal(t, 0, r.count("issues"))
+}
+
+// A drain that starts as soon as a consumer has gone takes the queue whole and in order:
+// a quorum queue still counts that consumer for a moment, and returns its unsettled
+// messages with it, so the drain waits for the count rather than call the queue busy.
+func TestDrainRightAfterTheConsumerLeaves(t *testing.T) {
+	t.Parallel()
+	r := newRabbit(t)
+	r.declare(Topology{Queues: []string{"issues"}, RetryTTL: time.Minute})
+	r.publish("issues", numbered(8)...)
+	ch := r.channel()
+	require.NoError(t, ch.Qos(3, 0, false))
+	held, err := ch.Consume("issues", "other-window", false, false, false, false, nil)
+	require.NoError(t, err)
+	for range 3 {
+		<-held
+	}
+	require.NoError(t, ch.Close())
+
+	h := &recorder{}
+	res, err := r.pool.DrainWith(context.Background(), 0, "issues", DrainOptions{Max: 100, Batch: 3}, h)
+	require.NoError(t, err)
+	assert.Equal(t, 8, res.Taken)
+	assert.True(t, res.Empty)
+	assert.Equal(t, numbered(8), h.bodies())
+}
+
+// The drain trusts a passive declare's count to be ready messages only, on both types:
+// messages delivered and not settled are not counted.
+func TestPassiveDeclareCountsReadyMessagesOnly(t *testing.T) {
+	t.Parallel()
+	for _, qt := range []QueueType{Classic, Quorum} {
+		t.Run(string(qt), func(t *testing.T) {
+			t.Parallel()
+			r := newRabbit(t)
+			r.declare(Topology{Queues: []string{"issues"}, RetryTTL: time.Minute, Type: qt})
+			r.publish("issues", numbered(5)...)
+			ch := r.channel()
+			require.NoError(t, ch.Qos(2, 0, false))
+			held, err := ch.Consume("issues", "holder", false, false, false, false, nil)
+			require.NoError(t, err)
+			<-held
+			<-held
+			r.eventuallyCount("issues", 3)
+			assert.Never(t, func() bool { return r.count("issues") != 3 }, 300*time.Millisecond, 20*time.Millisecond)
+		})
+	}
 }

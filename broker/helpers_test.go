@@ -65,8 +65,13 @@ func (r *rabbit) channel() *amqp.Channel {
 	return ch
 }
 
+// declare declares topo, as the queue type BROKERSWITCH_TEST_QUEUE_TYPE says unless topo
+// names one.
 func (r *rabbit) declare(topo Topology) {
 	r.t.Helper()
+	if topo.Type == "" {
+		topo.Type = QueueType(testenv.QueueType())
+	}
 	require.NoError(r.t, r.pool.DeclareTopology(context.Background(), 0, topo))
 }
 
@@ -89,19 +94,35 @@ func (r *rabbit) publish(queue string, bodies ...string) {
 	}
 }
 
-// getAll takes every message of queue with basic.get and returns them in order.
+// getAll takes every ready message of queue and returns them in order. It consumes with
+// automatic acks rather than basic.get, which quorum queues with single active consumer
+// refuse.
 func (r *rabbit) getAll(queue string) []amqp.Delivery {
 	r.t.Helper()
 	ch := r.channel()
+	info, err := ch.QueueDeclarePassive(queue, true, false, false, false, nil)
+	require.NoError(r.t, err)
+	if info.Messages == 0 {
+		return nil
+	}
+	tag := "test-get-" + strconv.Itoa(int(time.Now().UnixNano()))
+	ds, err := ch.Consume(queue, tag, true, false, false, false, nil)
+	require.NoError(r.t, err)
 	var out []amqp.Delivery
-	for {
-		d, ok, err := ch.Get(queue, true)
-		require.NoError(r.t, err)
-		if !ok {
-			return out
+	timeout := time.After(waitFor)
+	for len(out) < info.Messages {
+		select {
+		case d := <-ds:
+			out = append(out, d)
+		case <-timeout:
+			r.t.Fatalf("got %d of the %d messages ready in %s", len(out), info.Messages, queue)
 		}
+	}
+	require.NoError(r.t, ch.Cancel(tag, false))
+	for d := range ds {
 		out = append(out, d)
 	}
+	return out
 }
 
 func (r *rabbit) count(queue string) int {

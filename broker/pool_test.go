@@ -64,7 +64,7 @@ func TestPoolRedialsAfterTheBrokerClosedTheConnection(t *testing.T) {
 	testenv.CloseConnections(t, r.url)
 	err := waitDone(t, done)
 	require.Error(t, err)
-	assert.Contains(t, err.Error(), "consume issues on #0 127.0.0.1:5672/bs-test-")
+	assert.Contains(t, err.Error(), "consume issues on #0 "+testenv.RabbitAddr()+"/bs-test-")
 	assert.NotContains(t, err.Error(), "guest:guest")
 
 	require.Eventually(t, func() bool {
@@ -107,7 +107,7 @@ func TestPoolDialErrorHidesThePassword(t *testing.T) {
 
 	_, err = pool.Channel(context.Background(), 0)
 	require.Error(t, err)
-	assert.Contains(t, err.Error(), "connect to #0 127.0.0.1:5672/bs-test-")
+	assert.Contains(t, err.Error(), "connect to #0 "+testenv.RabbitAddr()+"/bs-test-")
 	assert.NotContains(t, err.Error(), "wrongpassword")
 
 	_, err = pool.Channel(context.Background(), 7)

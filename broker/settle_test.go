@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -89,10 +90,10 @@ func dropAckAfterPublish(dropped *atomic.Bool) testenv.Copy {
 func newProxiedRabbit(t *testing.T, copy testenv.Copy, frameSize int) *rabbit {
 	t.Helper()
 	url := testenv.NewVhost(t)
-	proxy, err := testenv.ListenProxy(testenv.RabbitAddr, copy)
+	proxy, err := testenv.ListenProxy(testenv.RabbitAddr(), copy)
 	require.NoError(t, err)
 	t.Cleanup(proxy.Cut)
-	eps, err := ParseEndpoints(strings.Replace(url, testenv.RabbitAddr, proxy.Addr(), 1))
+	eps, err := ParseEndpoints(strings.Replace(url, testenv.RabbitAddr(), proxy.Addr(), 1))
 	require.NoError(t, err)
 	logs := &testenv.Buffer{}
 	pool := NewPool(eps, slog.New(slog.NewTextHandler(logs, nil)))
@@ -123,8 +124,12 @@ func TestRejectCopiesOnceWhenTheConnectionDropsBeforeTheAck(t *testing.T) {
 	require.True(t, dropped.Load())
 
 	ctx, cancel := context.WithCancel(context.Background())
+	before := h.count()
 	done := r.consume(ctx, "issues", ConsumeOptions{}, h)
-	r.eventuallyCount("issues", 0)
+	// The ready count reaches 0 once both are delivered, before they are settled: wait
+	// for "good", the last, to be handled again instead.
+	require.Eventually(t, func() bool { return slices.Contains(h.bodies()[before:], "good") }, waitFor, 20*time.Millisecond)
+	r.eventuallyCount("issues-error", 1)
 	cancel()
 	require.NoError(t, waitDone(t, done))
 
@@ -202,7 +207,9 @@ func TestRejectCopyIsCutToFitFrameMax(t *testing.T) {
 	}}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := r.consume(ctx, "issues", ConsumeOptions{}, h)
-	r.eventuallyCount("issues", 0)
+	// The ready count reaches 0 once both are delivered, before they are handled.
+	require.Eventually(t, func() bool { return h.count() == 2 }, waitFor, 20*time.Millisecond)
+	r.eventuallyCount("issues-error", 1)
 	cancel()
 	require.NoError(t, waitDone(t, done))
 	assert.Equal(t, []string{"poison", "next"}, h.bodies(), "each delivered once")
@@ -223,4 +230,40 @@ func TestRejectCopyIsCutToFitFrameMax(t *testing.T) {
 	assert.LessOrEqual(t, frames.last(), frameMax)
 	assert.Equal(t, headerFrameSize(asPublished(c)), frames.last())
 	assert.Contains(t, r.logs.String(), "copy to -error cut to fit frame_max")
+}
+
+// RabbitMQ 4 refuses a publish whose body is over 16 MiB (max_message_size), which is
+// less than MAX_MESSAGE_BYTES' 25 MiB. A message at that limit that brokerswitch rejects
+// is copied to -error whole: the copy's headers (the reason) do not count against the
+// limit, so it is accepted, and the original is acknowledged.
+func TestARejectAtTheBrokersMessageSizeLimitReachesError(t *testing.T) {
+	t.Parallel()
+	const limit = 16 << 20 // 4.x's default max_message_size
+	r := newRabbit(t)
+	r.declare(Topology{Queues: []string{"issues"}, RetryTTL: time.Minute})
+	ch := r.channel()
+	require.NoError(t, ch.Confirm(false))
+	body := []byte(strings.Repeat("x", limit))
+	conf, err := ch.PublishWithDeferredConfirmWithContext(context.Background(), "", "issues", false, false, amqp.Publishing{
+		Headers: amqp.Table{"x-github-event": "issues", "x-github-delivery": "d-big"}, DeliveryMode: amqp.Persistent, MessageId: "d-big", Body: body,
+	})
+	require.NoError(t, err)
+	ok, err := conf.WaitContext(context.Background())
+	require.NoError(t, err)
+	require.True(t, ok, "the broker takes a body at its limit")
+
+	h := &recorder{verdict: func(amqp.Delivery) Verdict {
+		return Verdict{Outcome: Reject, Reason: "invalid JSON: " + strings.Repeat("why ", 100)}
+	}}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := r.consume(ctx, "issues", ConsumeOptions{}, h)
+	r.eventuallyCount("issues-error", 1)
+	cancel()
+	require.NoError(t, waitDone(t, done))
+	copies := r.getAll("issues-error")
+	require.Len(t, copies, 1)
+	assert.Len(t, copies[0].Body, limit, "the body is kept whole")
+	assert.Contains(t, copies[0].Headers["x-error-reason"], "invalid JSON")
+	r.eventuallyCount("issues", 0)
+	assert.Equal(t, 1, h.count(), "delivered once")
 }

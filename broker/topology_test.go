@@ -8,6 +8,8 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/brokerswitch/brokerswitch/internal/testenv"
 )
 
 var testQueues = []string{"issues", "pull_request", "push", "release"}
@@ -31,11 +33,9 @@ func TestDeclareTopologyIsIdempotent(t *testing.T) {
 	}
 
 	// The producer's own declaration, with an int32 TTL, is equivalent.
-	_, err := ch.QueueDeclare("push-retry", true, false, false, false, amqp.Table{
-		"x-dead-letter-exchange":    "",
-		"x-dead-letter-routing-key": "push",
-		"x-message-ttl":             int32(30000),
-	})
+	args := declsOf("push", QueueType(testenv.QueueType()), 30000)[1].args
+	args["x-message-ttl"] = int32(30000)
+	_, err := ch.QueueDeclare("push-retry", true, false, false, false, args)
 	require.NoError(t, err)
 }
 
@@ -51,7 +51,7 @@ func TestDeclareTopologyMismatchNamesQueueAndArgument(t *testing.T) {
 
 	err = r.pool.DeclareTopology(context.Background(), 0, Topology{Queues: testQueues, RetryTTL: time.Second})
 	require.ErrorIs(t, err, ErrTopologyMismatch)
-	assert.Contains(t, err.Error(), "declare queue issues-retry on #0 127.0.0.1:5672/bs-test-")
+	assert.Contains(t, err.Error(), "declare queue issues-retry on #0 "+testenv.RabbitAddr()+"/bs-test-")
 	assert.Contains(t, err.Error(), "inequivalent arg 'x-message-ttl'")
 	assert.NotContains(t, err.Error(), "guest:guest")
 	var ae *amqp.Error
@@ -128,4 +128,65 @@ func TestDeclareTopologyOncePerConnection(t *testing.T) {
 	r.declare(topo)
 	assert.True(t, exists("issues-error"), "a new connection did not declare again")
 	assert.Equal(t, int64(2), r.pool.Dials(0))
+}
+
+func TestDeclareTopologyOfTheOtherTypeNamesQueueTypeAndSetting(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct{ found, want QueueType }{{Quorum, Classic}, {Classic, Quorum}} {
+		t.Run(string(c.want), func(t *testing.T) {
+			t.Parallel()
+			r := newRabbit(t)
+			// The producer's queues, of the other type.
+			r.declare(Topology{Queues: []string{"issues"}, RetryTTL: time.Minute, Type: c.found})
+
+			err := r.pool.DeclareTopology(context.Background(), 0, Topology{Queues: []string{"issues"}, RetryTTL: time.Minute, Type: c.want})
+			require.ErrorIs(t, err, ErrQueueType)
+			require.ErrorIs(t, err, ErrTopologyMismatch)
+			t.Log(err)
+			assert.Contains(t, err.Error(), "queue issues is a "+string(c.found)+" queue, but QUEUE_TYPE is "+string(c.want))
+		})
+	}
+}
+
+func TestDeclareTopologyFindsTheTypeBehindAProducersOwnQuorumArguments(t *testing.T) {
+	t.Parallel()
+	r := newRabbit(t)
+	ch := r.channel()
+	// Declared by a producer as the README says at least: no single active consumer.
+	_, err := ch.QueueDeclare("issues", true, false, false, false, amqp.Table{
+		"x-queue-type": "quorum", "x-dead-letter-exchange": "", "x-dead-letter-routing-key": "issues-retry",
+	})
+	require.NoError(t, err)
+	require.NoError(t, r.pool.DeclareTopology(context.Background(), 0, Topology{Queues: []string{"issues"}, RetryTTL: time.Minute, Type: Quorum}))
+
+	// As classic queues, the same arguments are the other type, found at the second try.
+	r2 := newRabbit(t)
+	_, err = r2.channel().QueueDeclare("issues", true, false, false, false, amqp.Table{
+		"x-dead-letter-exchange": "", "x-dead-letter-routing-key": "issues-retry",
+	})
+	require.NoError(t, err)
+	err = r2.pool.DeclareTopology(context.Background(), 0, Topology{Queues: []string{"issues"}, RetryTTL: time.Minute, Type: Quorum})
+	require.ErrorIs(t, err, ErrQueueType)
+	assert.Contains(t, err.Error(), "queue issues is a classic queue, but QUEUE_TYPE is quorum")
+
+	// Other arguments than the producer's minimum are a mismatch, not a type.
+	r3 := newRabbit(t)
+	_, err = r3.channel().QueueDeclare("issues", true, false, false, false, amqp.Table{
+		"x-queue-type": "quorum", "x-dead-letter-exchange": "", "x-dead-letter-routing-key": "elsewhere",
+	})
+	require.NoError(t, err)
+	err = r3.pool.DeclareTopology(context.Background(), 0, Topology{Queues: []string{"issues"}, RetryTTL: time.Minute, Type: Quorum})
+	require.ErrorIs(t, err, ErrTopologyMismatch)
+	assert.NotErrorIs(t, err, ErrQueueType)
+}
+
+func TestParseQueueType(t *testing.T) {
+	t.Parallel()
+	for _, s := range []string{"classic", "quorum"} {
+		got, err := ParseQueueType(s)
+		require.NoError(t, err)
+		assert.Equal(t, QueueType(s), got)
+	}
+	_, err := ParseQueueType("stream")
+	assert.ErrorContains(t, err, `"stream": must be "classic" or "quorum"`)
 }

@@ -54,6 +54,10 @@ type Config struct {
 	ConsumerWindow time.Duration
 	// RetryTTL from RETRY_TTL (default 10m): the TTL of the -retry queues; must equal the producer's.
 	RetryTTL time.Duration
+	// QueueType from QUEUE_TYPE (default classic, or quorum): the x-queue-type of every
+	// queue declared; must equal the producer's. A queue found of the other type stops the
+	// worker at start and fails each window, naming the queue, the type and this setting.
+	QueueType broker.QueueType
 	// MaxRetryCycles from MAX_RETRY_CYCLES (default 10): retry cycles before a message goes to -error.
 	MaxRetryCycles int
 	// LedgerRetention from LEDGER_RETENTION (default 168h, 7 days): the worker deletes
@@ -180,6 +184,11 @@ func FromEnv(getenv Getenv) (Config, error) {
 		r.fail("RABBITMQ_CONNECTION_STRINGS", "no broker configured")
 	}
 	c.Brokers = brokers
+	if qt, err := broker.ParseQueueType(r.str("QUEUE_TYPE", string(broker.Classic))); err != nil {
+		r.fail("QUEUE_TYPE", err.Error())
+	} else {
+		c.QueueType = qt
+	}
 	if len(c.Queues) == 0 {
 		r.fail("QUEUES", "no queue configured")
 	}

@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/brokerswitch/brokerswitch/broker"
 )
 
 func env(vars map[string]string) Getenv { return func(k string) string { return vars[k] } }
@@ -32,6 +34,15 @@ func TestDefaults(t *testing.T) {
 	require.Equal(t, 10*time.Second, c.DBLockTimeout)
 	require.Equal(t, 25<<20, c.MaxMessageBytes)
 	require.Equal(t, 16<<20, c.MaxBatchBytes)
+	require.Equal(t, broker.Classic, c.QueueType)
+}
+
+func TestQueueType(t *testing.T) {
+	c, err := FromEnv(env(map[string]string{"QUEUE_TYPE": "quorum"}))
+	require.NoError(t, err)
+	require.Equal(t, broker.Quorum, c.QueueType)
+	_, err = FromEnv(env(map[string]string{"QUEUE_TYPE": "Quorum"}))
+	require.ErrorContains(t, err, `QUEUE_TYPE: "Quorum": must be "classic" or "quorum"`)
 }
 
 func TestBrokersAreSplitByCommasAndNewlines(t *testing.T) {

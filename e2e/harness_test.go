@@ -114,6 +114,9 @@ type stackOptions struct {
 	pgProxy bool
 	// copies shape the traffic of some brokers' proxies (a slow link), by index.
 	copies map[int]testenv.Copy
+	// producerQueues has the producer declare the queues first, as quorum queues with the
+	// least the README asks of it: no single active consumer, which only brokerswitch adds.
+	producerQueues bool
 }
 
 // temporalTarget is a Temporal server and namespace to run a stack against.
@@ -144,16 +147,16 @@ func newStackWith(t *testing.T, opts stackOptions) *stack {
 		u := testenv.NewVhost(t)
 		direct = append(direct, u)
 		vhosts = append(vhosts, vhostOf(t, u))
-		p := testenv.NewProxy(t, testenv.RabbitAddr)
+		p := testenv.NewProxy(t, testenv.RabbitAddr())
 		if c := opts.copies[i]; c != nil {
 			p.Cut()
 			var err error
-			p, err = testenv.ListenProxy(testenv.RabbitAddr, c)
+			p, err = testenv.ListenProxy(testenv.RabbitAddr(), c)
 			require.NoError(t, err)
 			t.Cleanup(p.Cut)
 		}
 		proxies = append(proxies, p)
-		proxied = append(proxied, strings.Replace(u, testenv.RabbitAddr, p.Addr(), 1))
+		proxied = append(proxied, strings.Replace(u, testenv.RabbitAddr(), p.Addr(), 1))
 	}
 	target := opts.temporal
 	if target == nil {
@@ -191,6 +194,7 @@ func newStackWith(t *testing.T, opts stackOptions) *stack {
 		// The scenarios rotate faster than a producer does; api tests cover the limit.
 		"NOTIFICATION_RATE":  "1000",
 		"NOTIFICATION_BURST": "1000",
+		"QUEUE_TYPE":         testenv.QueueType(),
 	}
 	for k, v := range env {
 		vars[k] = v
@@ -234,9 +238,32 @@ func newStackWith(t *testing.T, opts stackOptions) *stack {
 	t.Cleanup(s.api.Close)
 	t.Cleanup(s.replayHistories) // runs after the workers stop: cleanups run last-in first-out
 	for i := range n {
-		require.NoError(t, s.direct.DeclareTopology(ctx, i, broker.Topology{Queues: cfg.Queues, RetryTTL: cfg.RetryTTL}))
+		if opts.producerQueues {
+			declareProducersQuorumQueues(t, s.direct, i, cfg)
+		}
+		require.NoError(t, s.direct.DeclareTopology(ctx, i, broker.Topology{Queues: cfg.Queues, RetryTTL: cfg.RetryTTL, Type: cfg.QueueType}))
 	}
 	return s
+}
+
+// declareProducersQuorumQueues declares cfg's queues on broker index as a producer
+// would that follows the README's least topology for quorum queues.
+func declareProducersQuorumQueues(t *testing.T, pool *broker.Pool, index int, cfg config.Config) {
+	t.Helper()
+	ch, err := pool.Channel(context.Background(), index)
+	require.NoError(t, err)
+	defer ch.Close()
+	for _, q := range cfg.Queues {
+		for name, args := range map[string]amqp.Table{
+			q:                    {"x-dead-letter-exchange": "", "x-dead-letter-routing-key": broker.RetryQueue(q)},
+			broker.RetryQueue(q): {"x-dead-letter-exchange": "", "x-dead-letter-routing-key": q, "x-message-ttl": cfg.RetryTTL.Milliseconds()},
+			broker.ErrorQueue(q): {},
+		} {
+			args["x-queue-type"] = "quorum"
+			_, err := ch.QueueDeclare(name, true, false, false, false, args)
+			require.NoError(t, err, name)
+		}
+	}
 }
 
 // startWorker runs one worker process's worth of the service until the test ends or stop.

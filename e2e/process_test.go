@@ -1,16 +1,11 @@
 package e2e
 
 import (
-	"bufio"
-	"bytes"
-	"context"
-	"errors"
 	"fmt"
 	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"sort"
 	"strings"
 	"syscall"
 	"testing"
@@ -166,30 +161,8 @@ func vhostOf(t *testing.T, amqpURL string) string {
 	return v
 }
 
-// consumers lists, per queue, the consumers RabbitMQ reports on broker index
-// (`rabbitmqctl list_consumers -p vhost`).
+// consumers lists, per queue, the consumers RabbitMQ reports on broker index.
 func (s *stack) consumers(index int) map[string][]string {
 	s.t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	out, err := exec.CommandContext(ctx, "rabbitmqctl", "--quiet", "list_consumers", "-p", s.vhosts[index],
-		"queue_name", "consumer_tag", "channel_pid").Output()
-	var exit *exec.ExitError
-	if errors.As(err, &exit) {
-		s.t.Fatalf("rabbitmqctl list_consumers: %v\n%s", err, exit.Stderr)
-	}
-	require.NoError(s.t, err)
-	byQueue := map[string][]string{}
-	sc := bufio.NewScanner(bytes.NewReader(out))
-	for sc.Scan() {
-		fields := strings.Split(sc.Text(), "\t")
-		if len(fields) < 2 || fields[0] == "queue_name" {
-			continue
-		}
-		byQueue[fields[0]] = append(byQueue[fields[0]], fields[1])
-	}
-	for q := range byQueue {
-		sort.Strings(byQueue[q])
-	}
-	return byQueue
+	return testenv.Consumers(s.t, s.vhosts[index])
 }

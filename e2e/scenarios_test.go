@@ -493,7 +493,22 @@ func TestScenario19GitHubDeliveredOutOfOrder(t *testing.T) {
 // across a rotation, and the order holds.
 func TestScenario13TwoWorkerProcesses(t *testing.T) {
 	t.Parallel()
-	s := newStack(t, 2, map[string]string{"CONSUMER_WINDOW": "3s"})
+	twoWorkerProcesses(t, newStack(t, 2, map[string]string{"CONSUMER_WINDOW": "3s"}))
+}
+
+// On quorum queues the producer declared, without single active consumer, RabbitMQ
+// would let two consumers read a queue at once (quorum queues ignore exclusive). What
+// keeps one reader is the window's singleton workflow and its fence; two workers switch
+// with nothing lost or reordered. Runs in the quorum pass of make test-rabbitmq4.
+func TestScenario13bTwoWorkersOnAProducersQuorumQueues(t *testing.T) {
+	t.Parallel()
+	if testenv.QueueType() != "quorum" {
+		t.Skip("BROKERSWITCH_TEST_QUEUE_TYPE is not quorum")
+	}
+	twoWorkerProcesses(t, newStackWith(t, stackOptions{brokers: 2, env: map[string]string{"CONSUMER_WINDOW": "3s"}, producerQueues: true}))
+}
+
+func twoWorkerProcesses(t *testing.T, s *stack) {
 	p, log := s.producer(nil)
 	ctx := context.Background()
 	require.NoError(t, p.Publish(ctx, s.workload(mixed(20, 26))...))

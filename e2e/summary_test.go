@@ -52,6 +52,7 @@ func (s *stack) producer(modify func(*simulate.Config)) (*simulate.Producer, str
 		Brokers:    s.direct.Endpoints(),
 		Queues:     s.cfg.Queues,
 		RetryTTL:   s.cfg.RetryTTL,
+		QueueType:  s.cfg.QueueType,
 		APIURL:     s.api.URL,
 		Token:      producerToken,
 		HTTPClient: s.api.Client(),

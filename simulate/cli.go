@@ -96,6 +96,10 @@ func Main(ctx context.Context, args []string, getenv func(string) string, stdout
 			return fmt.Errorf("simulate: RETRY_TTL %q is not a positive duration", getenv("RETRY_TTL"))
 		}
 	}
+	queueType, err := broker.ParseQueueType(orEnv("", "QUEUE_TYPE", string(broker.Classic)))
+	if err != nil {
+		return fmt.Errorf("simulate: QUEUE_TYPE %w", err)
+	}
 	mode, err := ParseNotifyMode(*notify)
 	if err != nil {
 		return fmt.Errorf("simulate: -notify: %w", err)
@@ -136,7 +140,7 @@ func Main(ctx context.Context, args []string, getenv func(string) string, stdout
 	}
 	logger := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
 	p, err := New(Config{
-		Brokers: eps, Queues: queueList, RetryTTL: ttl, Start: *start, APIURL: *apiURL, Token: token,
+		Brokers: eps, Queues: queueList, RetryTTL: ttl, QueueType: queueType, Start: *start, APIURL: *apiURL, Token: token,
 		RotateAfter: *rotateAfter, Notify: mode, NotifyUnknown: *notifyUnknown && *apiURL != "",
 		Log: logOut, Logger: logger,
 	})

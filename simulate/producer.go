@@ -59,6 +59,8 @@ type Config struct {
 	Queues []string
 	// RetryTTL of the -retry queues, which must equal the consumer's; 0 means DefaultRetryTTL.
 	RetryTTL time.Duration
+	// QueueType of the queues it declares, which must equal the consumer's; "" means classic.
+	QueueType broker.QueueType
 	// Start is the index of the broker published to first.
 	Start int
 	// APIURL is brokerswitch's base URL, e.g. http://localhost:8080; "" never notifies.
@@ -316,7 +318,7 @@ func (p *Producer) channel(ctx context.Context, index int) (*amqp.Channel, error
 		return ch, nil
 	}
 	if !p.declared[index] {
-		t := broker.Topology{Queues: p.cfg.Queues, RetryTTL: p.cfg.RetryTTL}
+		t := broker.Topology{Queues: p.cfg.Queues, RetryTTL: p.cfg.RetryTTL, Type: p.cfg.QueueType}
 		if err := p.pool.DeclareTopology(ctx, index, t); err != nil {
 			return nil, fmt.Errorf("simulate: %w", err)
 		}

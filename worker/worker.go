@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync"
 	"time"
 
 	enumspb "go.temporal.io/api/enums/v1"
@@ -49,6 +50,9 @@ const ensureEvery = 5 * time.Minute
 // WorkerStopTimeout, before it returns: the caller closes the brokers, the database and
 // the client only after that.
 func Run(ctx context.Context, d Deps) error {
+	if err := CheckQueueTypes(ctx, d.Pool, topology(d.Config), d.Logger); err != nil {
+		return err
+	}
 	watchCtx, stopWatching := context.WithCancel(context.WithoutCancel(ctx))
 	defer stopWatching()
 	watcher := &models.StateWatcher{Store: NewBrokerStore(d.DB, d.Pool.Endpoints()), DSN: d.Config.DatabaseURL, Logger: d.Logger}
@@ -128,7 +132,7 @@ func Register(w sdkworker.Registry, d Deps, watcher *models.StateWatcher) {
 		Marks:            store,
 		UnnotifiedGrace:  d.Config.UnnotifiedBrokerGrace,
 		Watcher:          watcher,
-		Topology:         broker.Topology{Queues: d.Config.Queues, RetryTTL: d.Config.RetryTTL},
+		Topology:         topology(d.Config),
 		Prefetch:         d.Config.Prefetch,
 		WindowLength:     d.Config.ConsumerWindow,
 		LeftoverDrainCap: d.Config.LeftoverDrainCap,
@@ -150,6 +154,41 @@ func Register(w sdkworker.Registry, d Deps, watcher *models.StateWatcher) {
 		// The same limit the API applies, for a signal sent around it.
 		MaxClockSkew: d.Config.NotificationMaxClockSkew,
 	})
+}
+
+func topology(cfg config.Config) broker.Topology {
+	return broker.Topology{Queues: cfg.Queues, RetryTTL: cfg.RetryTTL, Type: cfg.QueueType}
+}
+
+// topologyCheckTimeout bounds the start-up declaration on one broker: a broker that does
+// not answer is a spare's trouble for its windows, not a reason to stay down.
+const topologyCheckTimeout = 10 * time.Second
+
+// CheckQueueTypes declares the topology on every broker, all at once, and fails when a
+// queue there is of another type than QUEUE_TYPE: every window would fail on it. A broker
+// that cannot be reached, or refuses the declaration for another reason, is a warning;
+// its windows report it.
+func CheckQueueTypes(ctx context.Context, pool *broker.Pool, t broker.Topology, logger *slog.Logger) error {
+	eps := pool.Endpoints()
+	errs := make([]error, len(eps))
+	var wg sync.WaitGroup
+	for i := range eps {
+		wg.Go(func() {
+			cctx, cancel := context.WithTimeout(ctx, topologyCheckTimeout)
+			defer cancel()
+			errs[i] = pool.DeclareTopology(cctx, i, t)
+		})
+	}
+	wg.Wait()
+	for i, err := range errs {
+		switch {
+		case errors.Is(err, broker.ErrQueueType):
+			return fmt.Errorf("start: %w", err)
+		case err != nil && ctx.Err() == nil:
+			logger.WarnContext(ctx, "topology not declared at start", "broker", eps[i], "error", err)
+		}
+	}
+	return nil
 }
 
 // StateReader reads the broker state for the metrics' scrape-time gauges.
