@@ -119,9 +119,15 @@ func TestSoakSchedulesReplayAndCoverEveryFault(t *testing.T) {
 			seqs[i] = int64(10 * i)
 		}
 		ex := excuses(sc, seqs)
-		n := 0
+		n, pgCut := 0, false
 		for i, st := range sc.steps {
 			kinds[st.faultKind()]++
+			switch st.kind {
+			case stepCutPostgres, stepRestorePostgres:
+				pgCut = st.kind == stepCutPostgres
+			case stepForce:
+				require.False(t, pgCut, "seed %d step %d forces a switch that cannot be applied before the next step", seed, i+1)
+			}
 			if st.role == roleLeftovers {
 				require.Equal(t, st.broker, ex[n].Broker, "seed %d step %d", seed, i+1)
 				require.Less(t, ex[n].From, int64(10*i), "seed %d step %d: the excuse begins before the cut", seed, i+1)

@@ -326,6 +326,13 @@ func (r *soakRun) do(i int, st step) {
 		r.notify(first)
 	case stepForce:
 		r.force(st.broker)
+		if r.sc.opts.cuts {
+			s.waitUntil(fmt.Sprintf("the forced switch to broker %d applied", st.broker), 2*time.Minute, func() (bool, string) {
+				r.supervise()
+				active := s.state().ActiveIndex
+				return active == st.broker, fmt.Sprintf("active %d", active)
+			})
+		}
 	case stepCancel:
 		r.cancel(st)
 	case stepCutBroker:
