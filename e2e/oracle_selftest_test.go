@@ -22,13 +22,7 @@ import (
 func TestOracleSeesWhatGoesWrong(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	db, err := models.Open(ctx, testenv.NewDatabase(t))
-	require.NoError(t, err)
-	sqlDB, err := db.DB()
-	require.NoError(t, err)
-	t.Cleanup(func() { sqlDB.Close() })
-	require.NoError(t, models.Migrate(ctx, sqlDB))
-	installAudit(t, db)
+	db := auditedDatabase(t)
 
 	msgs, err := simulate.Workload{PullRequests: 2, Issues: 2, Pushes: 3, Branches: 1, Installations: 1, Ignored: 1, Seed: 5}.Messages()
 	require.NoError(t, err)
@@ -107,6 +101,19 @@ func TestOracleSeesWhatGoesWrong(t *testing.T) {
 	require.NotContains(t, joined, pr+": got", "%s", joined)
 }
 
+// auditedDatabase is a database of the test's own, migrated, with the audit installed.
+func auditedDatabase(t *testing.T) *gorm.DB {
+	t.Helper()
+	db, err := models.Open(context.Background(), testenv.NewDatabase(t))
+	require.NoError(t, err)
+	sqlDB, err := db.DB()
+	require.NoError(t, err)
+	t.Cleanup(func() { sqlDB.Close() })
+	require.NoError(t, models.Migrate(context.Background(), sqlDB))
+	installAudit(t, db)
+	return db
+}
+
 // freshSchema empties the database and migrates it again, with the audit installed.
 func freshSchema(t *testing.T, db *gorm.DB) {
 	t.Helper()
@@ -124,4 +131,81 @@ func firstOf(msgs []simulate.Message, event string) int {
 		}
 	}
 	return -1
+}
+
+// TestOracleExcusesOnlyWhatTheScheduleSays: a spare's leftovers applied after the active
+// broker's newer events pass when an excuse names them (the README's unreachable spare),
+// and fail without it; with the excuse, an inversion among the active broker's own events,
+// or among the spare's, still fails.
+func TestOracleExcusesOnlyWhatTheScheduleSays(t *testing.T) {
+	ctx := context.Background()
+	db := auditedDatabase(t)
+
+	msgs, err := simulate.Workload{PullRequests: 3, Issues: 3, Pushes: 4, Branches: 2, Installations: 1, Seed: 11}.Messages()
+	require.NoError(t, err)
+	// The first half was published to broker 1, which became a spare holding it; the rest
+	// to broker 0, the active broker.
+	half := len(msgs) / 2
+	var records []simulate.Record
+	for i, m := range msgs {
+		b := 0
+		if i < half {
+			b = 1
+		}
+		records = append(records, simulate.Record{Kind: simulate.KindPublish, Seq: int64(i + 1), Queue: m.Queue, Event: m.Event,
+			Action: m.Action, Delivery: m.DeliveryID, Entity: m.Entity, Clock: m.Clock, State: m.State, Broker: b, At: time.Now()})
+	}
+	e := expect(records)
+	spare := []excuse{{Broker: 1, From: 0, To: int64(half), Why: "cut as a spare holding leftovers"}}
+	apply := func(order []int) {
+		freshSchema(t, db)
+		for _, i := range order {
+			m := msgs[i]
+			h := (&ingest.Ingester{DB: db, MaxRetryCycles: 1}).ForBroker(records[i].Broker)
+			_, err := h.HandleBatch(ctx, m.Queue, []amqp.Delivery{{Headers: m.Headers(), Body: m.Body}})
+			require.NoError(t, err)
+		}
+	}
+	indexes := func(from, to int) []int {
+		var out []int
+		for i := from; i < to; i++ {
+			out = append(out, i)
+		}
+		return out
+	}
+
+	// The active broker read around the cut spare, whose leftovers come after.
+	around := append(indexes(half, len(msgs)), indexes(0, half)...)
+	apply(around)
+	v := e.checkExcusing(t, db, nil, 0, simulate.DefaultQueues, spare)
+	require.Empty(t, v.Diffs, "the excused inversion passes, rows as the arrival order leaves them")
+	require.Positive(t, v.Excused)
+	require.Zero(t, v.OrderViolations)
+	require.Contains(t, v.excusedLine(spare), "broker 1's events among #1–#")
+
+	strict := e.check(t, db, nil, 0, simulate.DefaultQueues)
+	require.Positive(t, strict.OrderViolations, "without the excuse the same order fails")
+
+	// An excuse covers neither the active broker's own order nor the spare's.
+	sameQueue := func(from, to int) (int, int) {
+		for i := from; i < to; i++ {
+			for j := i + 1; j < to; j++ {
+				if msgs[i].Queue == msgs[j].Queue {
+					return i, j
+				}
+			}
+		}
+		t.Fatal("no two events of one queue")
+		return 0, 0
+	}
+	for _, span := range [][2]int{{half, len(msgs)}, {0, half}} {
+		i, j := sameQueue(span[0], span[1])
+		order := append([]int(nil), around...)
+		pi, pj := slices.Index(order, i), slices.Index(order, j)
+		order[pi], order[pj] = order[pj], order[pi]
+		apply(order)
+		v := e.checkExcusing(t, db, nil, 0, simulate.DefaultQueues, spare)
+		require.Positive(t, v.OrderViolations, "broker %d's own events swapped (#%d, #%d): %s", records[i].Broker, i+1, j+1, strings.Join(v.Diffs, "\n"))
+		require.Contains(t, strings.Join(v.Diffs, "\n"), msgs[i].DeliveryID, "the difference names the delivery applied late")
+	}
 }

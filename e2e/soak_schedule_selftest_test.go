@@ -10,7 +10,7 @@ import (
 // across seeds, every kind of step is drawn; every schedule heals what it broke and ends
 // the same way; the reversed double rotation is drawn only behind its switch.
 func TestSoakSchedulesReplayAndCoverEveryFault(t *testing.T) {
-	opts := scheduleOptions{reversedDoubleRotation: reversedDoubleRotation, unsettled: unsettledSchedules}
+	opts := soakOptions()
 	require.Equal(t, generateSchedule(42, opts).String(), generateSchedule(42, opts).String(), "the same seed, the same schedule")
 	require.NotEqual(t, generateSchedule(42, opts).String(), generateSchedule(43, opts).String())
 
@@ -44,6 +44,8 @@ func TestSoakSchedulesReplayAndCoverEveryFault(t *testing.T) {
 				isolated[st.worker] = true
 			case stepRejoinWorker, stepKillWorker, stepTermWorker:
 				delete(isolated, st.worker)
+			case stepCutOffSlow:
+				require.True(t, len(cut) == 0 && !pg && temporal, "seed %d step %d holds a batch no window can take:\n%s", seed, i+1, sc)
 			case stepSettle, stepFinish:
 				require.True(t, len(cut) == 0 && !pg && temporal && len(isolated) == 0,
 					"seed %d step %d waits for the service with faults in place:\n%s", seed, i+1, sc)
@@ -99,6 +101,42 @@ func TestSoakSchedulesReplayAndCoverEveryFault(t *testing.T) {
 	}
 	for _, k := range []string{"rotate, publish, notify seconds late", "rotate, publish, notify minutes late",
 		"rotate, publish, notify late twice", "rotate, never notify", "operator cancel with a backlog"} {
+		require.Positive(t, kinds[k], "no schedule of 2000 draws %q", k)
+	}
+
+	// The cuts (issue 19): a spare cut while it holds leftovers, and a worker cut off from
+	// Temporal while its batch is slow to settle; only behind their switch, and an excuse
+	// for every spare so cut, naming its broker.
+	kinds = map[string]int{}
+	for seed := range uint64(2000) {
+		off := generateSchedule(seed, scheduleOptions{unsettled: true, reversedDoubleRotation: true})
+		for _, st := range off.steps {
+			require.False(t, st.kind == stepCutOffSlow || st.role == roleLeftovers, "seed %d draws a cut with its switch off", seed)
+		}
+		sc := generateSchedule(seed, soakOptions())
+		seqs := make([]int64, len(sc.steps))
+		for i := range seqs {
+			seqs[i] = int64(10 * i)
+		}
+		ex := excuses(sc, seqs)
+		n, pgCut := 0, false
+		for i, st := range sc.steps {
+			kinds[st.faultKind()]++
+			switch st.kind {
+			case stepCutPostgres, stepRestorePostgres:
+				pgCut = st.kind == stepCutPostgres
+			case stepForce:
+				require.False(t, pgCut, "seed %d step %d forces a switch that cannot be applied before the next step", seed, i+1)
+			}
+			if st.role == roleLeftovers {
+				require.Equal(t, st.broker, ex[n].Broker, "seed %d step %d", seed, i+1)
+				require.Less(t, ex[n].From, int64(10*i), "seed %d step %d: the excuse begins before the cut", seed, i+1)
+				n++
+			}
+		}
+		require.Len(t, ex, n, "seed %d: one excuse per spare cut with leftovers", seed)
+	}
+	for _, k := range []string{"broker cut (" + roleLeftovers + ")", "worker cut off from Temporal, its batch slow to settle"} {
 		require.Positive(t, kinds[k], "no schedule of 2000 draws %q", k)
 	}
 }

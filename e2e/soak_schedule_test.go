@@ -15,6 +15,9 @@ import (
 	"github.com/brokerswitch/brokerswitch/simulate"
 )
 
+// roleLeftovers is the role of a broker cut while it is a spare that may hold leftovers.
+const roleLeftovers = "spare holding leftovers"
+
 // soakBrokers is how many brokers a soak deployment has: enough for a double rotation
 // with a spare left over.
 const soakBrokers = 3
@@ -44,6 +47,7 @@ const (
 	stepAddWorker                       // one more worker process: two at once
 	stepIsolateWorker                   // cut one worker off from Temporal alone
 	stepRejoinWorker                    // and let it reach Temporal again
+	stepCutOffSlow                      // a worker cut off from Temporal while its batch waits on a held ledger
 	stepPause                           // let the service run while the faults last
 	stepSettle                          // heal nothing, wait until everything published so far is applied
 	stepFinish                          // the end: everything drained, the active broker where the producer is
@@ -109,6 +113,10 @@ func (s step) String() string {
 	case stepForce:
 		return fmt.Sprintf("the operator forces a switch to broker %d, where the producer is", s.broker)
 	case stepCancel:
+		if s.backlog {
+			return fmt.Sprintf("cut the broker the service reads (broker %d, unless its switch committed), rotate to broker %d and notify, publish %s, the operator cancels the pending switch, restore the cut broker",
+				s.active, s.broker, burst())
+		}
 		return fmt.Sprintf("cut the active broker %d, rotate to broker %d and notify, publish %s, the operator cancels the pending switch, restore broker %d",
 			s.active, s.broker, burst(), s.active)
 	case stepCutBroker:
@@ -135,6 +143,9 @@ func (s step) String() string {
 		return fmt.Sprintf("cut worker %d off from Temporal alone (it keeps RabbitMQ and Postgres)", s.worker)
 	case stepRejoinWorker:
 		return fmt.Sprintf("let worker %d reach Temporal again", s.worker)
+	case stepCutOffSlow:
+		return fmt.Sprintf("hold the ledger (a slow Postgres), publish %s, cut the worker whose window holds a batch off from Temporal, "+
+			"release the ledger once its window runs elsewhere, let it reach Temporal again", burst())
 	case stepPause:
 		return fmt.Sprintf("let it run for %s", s.pause)
 	case stepSettle:
@@ -200,6 +211,8 @@ func (s step) faultKind() string {
 		return "two workers at once"
 	case stepIsolateWorker:
 		return "worker cut off from Temporal"
+	case stepCutOffSlow:
+		return "worker cut off from Temporal, its batch slow to settle"
 	case stepFinish:
 		if s.force {
 			return "operator force"
@@ -211,6 +224,7 @@ func (s step) faultKind() string {
 // schedule is a seed's timeline.
 type schedule struct {
 	seed  uint64
+	opts  scheduleOptions
 	steps []step
 }
 
@@ -236,6 +250,11 @@ type scheduleOptions struct {
 	// producer's first publish there (once or twice), one never notified, and a cancel
 	// while the active broker still has a backlog.
 	unsettled bool
+	// cuts lets the generator cut a spare while it holds leftovers, which the README lists
+	// among the orders not kept (the oracle excuses exactly what that spare held), and cut a
+	// worker off from Temporal while its batch is slow to settle, which the window's fence
+	// keeps in order (issue 19).
+	cuts bool
 }
 
 // modelWorker is a worker process as the model knows it.
@@ -288,7 +307,7 @@ func generateSchedule(seed uint64, opts scheduleOptions) schedule {
 	}
 	m.healAll()
 	m.emit(step{kind: stepFinish, active: m.producer, force: m.unnotified})
-	return schedule{seed: seed, steps: m.steps}
+	return schedule{seed: seed, opts: opts, steps: m.steps}
 }
 
 // shortSchedule tells the schedules `make test` runs: few steps, so that a few of them
@@ -327,10 +346,14 @@ func (m *model) published() {
 func (m *model) spare(b int) bool { return !slices.Contains(m.route, b) }
 
 // cuttable: any broker but a spare that may hold leftovers, which the Leftover Drain would
-// skip while the active broker's newer events are applied.
+// skip while the active broker's newer events are applied; with scheduleOptions.cuts such a
+// spare too (the oracle excuses what it holds), unless the producer publishes there.
 func (m *model) cuttable(b int) bool {
-	return !m.cut[b] && (!m.spare(b) || !slices.Contains(m.holds, b))
+	return !m.cut[b] && (!m.leftovers(b) || m.opts.cuts && b != m.producer)
 }
+
+// leftovers tells whether broker b is a spare that may hold what the producer published.
+func (m *model) leftovers(b int) bool { return m.spare(b) && slices.Contains(m.holds, b) }
 
 // fresh are the brokers a rotation may go to: neither on the route nor holding anything
 // unapplied, so that no route is cut short and no spare holds two generations.
@@ -349,6 +372,14 @@ func (m *model) fresh() []int {
 // in the producer's order.
 func (m *model) forceable() bool {
 	if !m.temporal {
+		return false
+	}
+	// With scheduleOptions.cuts, a force is drawn only where it can be applied at once (a
+	// worker reaches Temporal and Postgres), and the harness waits until it is: the steps
+	// after it are drawn for the route it makes. A force left waiting on Postgres while the
+	// producer returned to the old active broker unannounced was A → B → A, an order the
+	// README says cannot be kept (seed 7662781523215553201).
+	if m.opts.cuts && (m.pgCut || m.healthyWorkers() == 0) {
 		return false
 	}
 	last := -1
@@ -439,6 +470,7 @@ func (m *model) draw() {
 	add(1, m.forceable(), func() {
 		m.emit(step{kind: stepForce, broker: m.producer})
 		m.route, m.unnotified = []int{m.producer}, false
+		m.cutLeftoversSoon()
 	})
 	// A cancel keeps the order when the active broker is empty (README): it follows a
 	// settle, with the active broker cut so that the switch waits for the cancel.
@@ -464,6 +496,8 @@ func (m *model) draw() {
 			role = "active"
 		case !m.spare(b):
 			role = "on the route"
+		case m.leftovers(b):
+			role = roleLeftovers
 		}
 		m.emit(step{kind: stepCutBroker, broker: b, role: role})
 		m.cut[b] = true
@@ -506,6 +540,12 @@ func (m *model) draw() {
 		i := healthy[m.rng.IntN(len(healthy))]
 		m.workers[i].isolated = true
 		m.emit(step{kind: stepIsolateWorker, worker: m.workers[i].num})
+	})
+	// The held batch must be one a window took: the producer's broker is read (announced,
+	// nothing cut), and another worker reaches Temporal to take the window over.
+	add(2, m.opts.cuts && m.temporal && !m.pgCut && len(m.cut) == 0 && !m.unnotified && m.healthyWorkers() >= 2, func() {
+		m.emit(step{kind: stepCutOffSlow, burst: m.burst(false)})
+		m.published()
 	})
 	add(3, m.healthyWorkers() < len(m.workers), func() {
 		for i, w := range m.workers {
@@ -565,7 +605,29 @@ func (m *model) drawUnsettled(add func(int, bool, func()), fresh []int) {
 		m.route = m.route[:1]
 		m.producer, m.unnotified = to, true
 		m.published()
+		m.cutLeftoversSoon()
 	})
+}
+
+// cutLeftoversSoon: with scheduleOptions.cuts, half the time, cut at once one of the spares
+// a force or a cancel just left holding leftovers, while its drain has most likely not
+// ended (a cut drawn later finds most spares drained already).
+func (m *model) cutLeftoversSoon() {
+	if !m.opts.cuts || m.rng.IntN(2) == 0 {
+		return
+	}
+	var spares []int
+	for b := range soakBrokers {
+		if m.leftovers(b) && m.cuttable(b) {
+			spares = append(spares, b)
+		}
+	}
+	if len(spares) == 0 {
+		return
+	}
+	b := spares[m.rng.IntN(len(spares))]
+	m.emit(step{kind: stepCutBroker, broker: b, role: roleLeftovers})
+	m.cut[b] = true
 }
 
 // anyCut is the lowest cut broker, so that the draw does not depend on map order.

@@ -14,6 +14,7 @@ import (
 	"math/rand/v2"
 	"net/http"
 	"os"
+	"os/exec"
 	"runtime"
 	"slices"
 	"strconv"
@@ -23,6 +24,7 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+	enumspb "go.temporal.io/api/enums/v1"
 
 	"github.com/brokerswitch/brokerswitch/activities"
 	"github.com/brokerswitch/brokerswitch/internal/testenv"
@@ -38,6 +40,16 @@ const reversedDoubleRotation = true
 // unsettledSchedules lets schedules draw late and lost notifications and cancels without
 // settling first (issue 19). Seeds recorded before it was on keep their options.
 const unsettledSchedules = true
+
+// cutSchedules lets schedules cut a spare while it holds leftovers, and a worker off from
+// Temporal while its batch is slow to settle (issue 19). Seeds recorded before it was on
+// keep their options.
+const cutSchedules = true
+
+// soakOptions are the options TestSoak draws its schedules with.
+func soakOptions() scheduleOptions {
+	return scheduleOptions{reversedDoubleRotation: reversedDoubleRotation, unsettled: unsettledSchedules, cuts: cutSchedules}
+}
 
 // soakShortSchedules is how many short schedules `make test` plays: each takes under a
 // minute on two cores.
@@ -58,7 +70,7 @@ func soakEnv() map[string]string {
 // SOAK_SEED or SOAK_DURATION it plays soakShortSchedules short ones, as `make test` does.
 func TestSoak(t *testing.T) {
 	t.Parallel() // it mostly waits for its processes: it overlaps the other waiting tests
-	opts := scheduleOptions{reversedDoubleRotation: reversedDoubleRotation, unsettled: unsettledSchedules}
+	opts := soakOptions()
 	tally := newSoakTally()
 	tally.load = loadAverage()
 	began := time.Now()
@@ -105,9 +117,12 @@ type soakTally struct {
 	failedSeeds             []uint64
 	published               int
 	lost, duplicated, order int
-	faults                  map[string]int
-	restarts                int
-	took                    time.Duration
+	// excused counts the deliveries applied after newer ones where the README says the
+	// order cannot be kept, each named by its schedule (excuses).
+	excused  int
+	faults   map[string]int
+	restarts int
+	took     time.Duration
 	// load is the load average when the soak began: the machine is shared.
 	load string
 }
@@ -137,6 +152,7 @@ func (s *soakTally) print(w io.Writer) {
 	fmt.Fprintf(tw, "schedules run\t%d (%d failed %v)\n", s.schedules, s.failed, s.failedSeeds)
 	fmt.Fprintf(tw, "events published\t%d\n", s.published)
 	fmt.Fprintf(tw, "lost / duplicated / reordered\t%d / %d / %d\n", s.lost, s.duplicated, s.order)
+	fmt.Fprintf(tw, "applied after newer events, excused by the README\t%d\n", s.excused)
 	fmt.Fprintf(tw, "workers restarted after exiting on their own\t%d\n", s.restarts)
 	for _, k := range s.kinds() {
 		fmt.Fprintf(tw, "injected: %s\t%d\n", k, s.faults[k])
@@ -165,6 +181,7 @@ func (s *soakTally) writeReport(path, duration string) error {
 	fmt.Fprintf(&b, "| schedules failed | %d %v |\n", s.failed, s.failedSeeds)
 	fmt.Fprintf(&b, "| events published | %d |\n", s.published)
 	fmt.Fprintf(&b, "| lost | %d |\n| duplicated | %d |\n| reordered | %d |\n", s.lost, s.duplicated, s.order)
+	fmt.Fprintf(&b, "| applied after newer events where the README excuses it (a spare cut while it holds leftovers) | %d |\n", s.excused)
 	fmt.Fprintf(&b, "| workers restarted after exiting on their own | %d |\n", s.restarts)
 	fmt.Fprintf(&b, "\n| injected | count |\n|---|---|\n")
 	for _, k := range s.kinds() {
@@ -211,7 +228,9 @@ type soakWorker struct {
 	proxy *testenv.Proxy
 	// gone: the schedule killed or stopped it; otherwise an exit is a crash, and the
 	// worker is started again as a supervisor (Kubernetes, Compose) would.
-	gone      bool
+	gone bool
+	// isolated: its Temporal proxy is cut.
+	isolated  bool
 	started   time.Time
 	restarts  int
 	temporals string
@@ -226,6 +245,11 @@ type soakRun struct {
 	log     string
 	workers map[int]*soakWorker
 	tally   *soakTally
+	// seqs is, for each step played, the producer's last sequence number before it.
+	seqs []int64
+	sc   schedule
+	// cut are the brokers whose proxy is cut.
+	cut map[int]bool
 }
 
 // playSchedule builds a deployment of its own (three brokers behind proxies, Postgres
@@ -250,11 +274,12 @@ func playSchedule(t *testing.T, sc schedule, tally *soakTally) {
 			dev.start(t)
 		}
 	})
-	r := &soakRun{t: t, s: s, dev: dev, workers: map[int]*soakWorker{}, tally: tally}
+	r := &soakRun{t: t, s: s, dev: dev, workers: map[int]*soakWorker{}, tally: tally, sc: sc, cut: map[int]bool{}}
 	r.p, r.log = s.producer(nil)
 	r.startWorker(1)
 	for i, st := range sc.steps {
 		t.Logf("step %d: %s", i+1, st)
+		r.seqs = append(r.seqs, r.lastSeq())
 		r.supervise()
 		r.do(i, st)
 		if k := st.faultKind(); k != "" {
@@ -301,12 +326,26 @@ func (r *soakRun) do(i int, st step) {
 		r.notify(first)
 	case stepForce:
 		r.force(st.broker)
+		if r.sc.opts.cuts {
+			s.waitUntil(fmt.Sprintf("the forced switch to broker %d applied", st.broker), 2*time.Minute, func() (bool, string) {
+				r.supervise()
+				active := s.state().ActiveIndex
+				return active == st.broker, fmt.Sprintf("active %d", active)
+			})
+		}
 	case stepCancel:
 		r.cancel(st)
 	case stepCutBroker:
-		s.proxies[st.broker].Cut()
+		if st.role == roleLeftovers {
+			held := 0
+			for _, n := range s.counts(st.broker, s.cfg.Queues...) {
+				held += n
+			}
+			t.Logf("broker %d holds %d messages as it is cut", st.broker, held)
+		}
+		r.cutBroker(st.broker)
 	case stepRestoreBroker:
-		s.proxies[st.broker].Restore(t)
+		r.restoreBroker(st.broker)
 	case stepCutPostgres:
 		s.pgProxy.Cut()
 	case stepRestorePostgres:
@@ -331,8 +370,12 @@ func (r *soakRun) do(i int, st step) {
 		r.startWorker(st.next)
 	case stepIsolateWorker:
 		r.workers[st.worker].proxy.Cut()
+		r.workers[st.worker].isolated = true
 	case stepRejoinWorker:
 		r.workers[st.worker].proxy.Restore(t)
+		r.workers[st.worker].isolated = false
+	case stepCutOffSlow:
+		r.cutOffSlow(st)
 	case stepPause:
 		// The faults in place must last: nothing is awaited, time passes.
 		time.Sleep(st.pause)
@@ -390,7 +433,12 @@ func (r *soakRun) force(to int) {
 func (r *soakRun) cancel(st step) {
 	r.t.Helper()
 	s := r.s
-	s.proxies[st.active].Cut()
+	active, already := st.active, false
+	if st.backlog {
+		active, already = r.cutActive(st.active)
+	} else {
+		r.cutBroker(active)
+	}
 	r.notify(r.rotate(st.broker))
 	s.waitFor("the pending switch recorded", 30*time.Second, func() bool { return s.state().Pending != nil })
 	require.NoError(r.t, r.p.Publish(context.Background(), s.workload(st.burst)...))
@@ -406,8 +454,46 @@ func (r *soakRun) cancel(st step) {
 		}
 		return s.state().Pending == nil, fmt.Sprintf("the cancel answered %d: %s", status, strings.TrimSpace(body))
 	})
-	require.Equal(r.t, st.active, s.state().ActiveIndex, "a cancel does not move")
-	s.proxies[st.active].Restore(r.t)
+	require.Equal(r.t, active, s.state().ActiveIndex, "a cancel does not move")
+	if !already {
+		r.restoreBroker(active)
+	}
+}
+
+// cutActive cuts the broker the service reads now, for a cancel with a backlog: the
+// schedule drew the cancel while the switch to the last hop of the route was still
+// pending (drawn) but the model cannot know whether that switch committed since. The
+// broker stays cut if it was already (already).
+func (r *soakRun) cutActive(drawn int) (active int, already bool) {
+	r.t.Helper()
+	for {
+		active = r.s.state().ActiveIndex
+		already = r.cut[active]
+		r.cutBroker(active)
+		if r.s.state().ActiveIndex == active {
+			if active != drawn {
+				r.t.Logf("the service reads broker %d, not broker %d as drawn: the switch away from %d committed", active, drawn, drawn)
+			}
+			return active, already
+		}
+		if !already {
+			r.restoreBroker(active) // the switch committed meanwhile
+		}
+	}
+}
+
+// cutBroker cuts broker b's proxy, noting it; restoreBroker restores it.
+func (r *soakRun) cutBroker(b int) {
+	r.s.proxies[b].Cut()
+	r.cut[b] = true
+}
+
+func (r *soakRun) restoreBroker(b int) {
+	r.t.Helper()
+	if r.cut[b] {
+		r.s.proxies[b].Restore(r.t)
+		delete(r.cut, b)
+	}
 }
 
 // restartPostgres ends every worker connection, as a restart does, and takes new ones at
@@ -482,7 +568,10 @@ func (r *soakRun) finish(active int) {
 	r.t.Helper()
 	require.Equal(r.t, active, r.p.Active(), "the schedule ends where the producer is")
 	r.waitSettled(active)
-	v := r.s.verify(r.log, time.Minute)
+	ex := excuses(r.sc, r.seqs)
+	v := r.s.verifyExcusing(r.log, time.Minute, ex)
+	r.t.Logf("EXCUSED seed=%d %s", r.sc.seed, v.excusedLine(ex))
+	r.tally.excused += v.Excused
 	r.tally.published += v.Published
 	r.tally.lost += v.Lost
 	r.tally.duplicated += v.Duplicates
@@ -563,6 +652,47 @@ func soakRegressions() []soakRegression {
    8. wait until everything published is applied, broker 0 active
    9. rotate to broker 2, publish 49 events there, then notify late
   10. wait until everything is drained, broker 2 active`,
+	}, {
+		seed: 4123488167245989217,
+		opts: scheduleOptions{reversedDoubleRotation: true, unsettled: true},
+		bug: "issues-error on broker 0 held one poison message twice: its copy was confirmed, the active broker " +
+			"was cut (step 13) before the original's ack, and the redelivered original was copied again; drawn " +
+			"before the copy and the ack committed in one AMQP transaction, and clean since",
+		schedule: `schedule of seed 4123488167245989217 (18 steps):
+   1. publish 23 events
+   2. the operator forces a switch to broker 0, where the producer is
+   3. publish 10 events with 4 poison
+   4. publish 2 events with 3 poison
+   5. cut the workers off from Postgres
+   6. SIGKILL worker 1, start worker 2
+   7. publish 56 events
+   8. stop the Temporal dev server
+   9. publish 5 events
+  10. let the workers reach Postgres again
+  11. rotate to broker 1 and notify twice
+  12. rotate to broker 2 without notifying, publish 65 events there
+  13. cut broker 0 (active)
+  14. SIGKILL worker 2, start worker 3
+  15. let it run for 2.727s
+  16. restore broker 0
+  17. start the Temporal dev server again
+  18. the operator forces a switch to broker 2; wait until everything is drained`,
+	}, {
+		seed: 835,
+		opts: scheduleOptions{reversedDoubleRotation: true, unsettled: true, cuts: true},
+		bug: "the harness, not the service: a cancel with a backlog cut the broker the model took for the active " +
+			"one, but the switch away from it had committed meanwhile (the model cannot know how fast a backlog " +
+			"drains), so the pending switch was not held and the cancel 'moved'; the cancel now cuts the broker the " +
+			"service reads",
+		schedule: `schedule of seed 835 (8 steps):
+   1. publish 83 events
+   2. let it run for 1.147s
+   3. rotate to broker 1, publish 35 events there, notify twice after 4.757s
+   4. let it run for 4.348s
+   5. cut the broker the service reads (broker 0, unless its switch committed), rotate to broker 2 and notify, publish 23 events, the operator cancels the pending switch, restore the cut broker
+   6. cut broker 1 (spare holding leftovers)
+   7. restore broker 1
+   8. the operator forces a switch to broker 2; wait until everything is drained`,
 	}}
 }
 
@@ -578,4 +708,141 @@ func TestSoakRegressions(t *testing.T) {
 			playSchedule(t, sc, tally)
 		})
 	}
+}
+
+// lastSeq is the producer's last sequence number so far, 0 before the first publish.
+func (r *soakRun) lastSeq() int64 {
+	var last int64
+	for _, rec := range r.p.Records() {
+		last = max(last, rec.Seq)
+	}
+	return last
+}
+
+// excuses computes, from a schedule and the producer's sequence number before each step
+// (seqs), the deliveries the README lets be applied after newer ones. The generator draws
+// one such case: a spare cut while it holds leftovers, which the window reads around (README,
+// "What order cannot be kept", a spare that cannot be reached). What it held, everything
+// published to it since the last settle, may follow newer events of other brokers.
+func excuses(sc schedule, seqs []int64) []excuse {
+	var out []excuse
+	var settled int64
+	for i, st := range sc.steps {
+		if st.kind == stepSettle {
+			settled = seqs[i]
+		}
+		if st.kind != stepCutBroker || st.role != roleLeftovers {
+			continue
+		}
+		for k := i + 1; k < len(sc.steps); k++ {
+			if sc.steps[k].kind == stepRestoreBroker && sc.steps[k].broker == st.broker {
+				out = append(out, excuse{Broker: st.broker, From: settled, To: seqs[k],
+					Why: fmt.Sprintf("cut at step %d as a spare holding leftovers, restored at step %d", i+1, k+1)})
+				break
+			}
+		}
+	}
+	return out
+}
+
+// cutOffSlow plays stepCutOffSlow: with the ledger held, as a slow Postgres holds it, a
+// window's batch waits in hand; its worker is cut off from Temporal, which gives the
+// window to another worker once the heartbeat timeout passes. The cut-off window must have
+// fenced itself by then (stopped consuming, its batch given back unsettled): the ledger is
+// released only once the window runs elsewhere, and what the cut-off window still did after
+// that the oracle sees as a duplicate or a reorder.
+func (r *soakRun) cutOffSlow(st step) {
+	t, s := r.t, r.s
+	t.Helper()
+	release := s.holdLedger()
+	held := true
+	defer func() {
+		if held {
+			release()
+		}
+	}()
+	require.NoError(t, r.p.Publish(context.Background(), s.workload(st.burst)...))
+	var holder *soakWorker
+	var queue, activity string
+	var attempt int32
+	s.waitUntil("a worker's window to hold a batch the held ledger keeps unsettled", 2*time.Minute, func() (bool, string) {
+		r.supervise()
+		inHand := r.unacknowledged()
+		for _, q := range s.cfg.Queues {
+			if inHand[q] == 0 {
+				continue
+			}
+			desc, err := s.temporal.DescribeWorkflowExecution(context.Background(), workflows.QueueWindowWorkflowID(q), "")
+			if err != nil {
+				return false, err.Error()
+			}
+			for _, pa := range desc.GetPendingActivities() {
+				if pa.GetState() != enumspb.PENDING_ACTIVITY_STATE_STARTED {
+					continue
+				}
+				if w := r.workerOf(pa.GetLastWorkerIdentity()); w != nil && !w.isolated {
+					holder, queue, activity, attempt = w, q, pa.GetActivityId(), pa.GetAttempt()
+					return true, ""
+				}
+			}
+		}
+		return false, fmt.Sprintf("messages in hand: %v", inHand)
+	})
+	t.Logf("worker %d's window of %s holds %s's batch (activity %s, attempt %d): cut off from Temporal", holder.num, queue, queue, activity, attempt)
+	holder.proxy.Cut()
+	holder.isolated = true
+	cut := time.Now()
+	s.waitUntil("the cut-off window to run on another worker", 3*time.Minute, func() (bool, string) {
+		r.supervise()
+		desc, err := s.temporal.DescribeWorkflowExecution(context.Background(), workflows.QueueWindowWorkflowID(queue), "")
+		if err != nil {
+			return false, err.Error()
+		}
+		for _, pa := range desc.GetPendingActivities() {
+			if pa.GetActivityId() == activity && pa.GetAttempt() == attempt {
+				return false, fmt.Sprintf("activity %s attempt %d still %s on %s", activity, attempt, pa.GetState(), pa.GetLastWorkerIdentity())
+			}
+		}
+		return true, ""
+	})
+	t.Logf("the window of %s left worker %d %s after the cut; the ledger is released", queue, holder.num, time.Since(cut).Round(100*time.Millisecond))
+	held = false
+	release()
+	holder.proxy.Restore(t)
+	holder.isolated = false
+}
+
+// unacknowledged counts, per queue, the messages consumers hold unacknowledged on every
+// broker (`rabbitmqctl list_queues messages_unacknowledged`).
+func (r *soakRun) unacknowledged() map[string]int {
+	r.t.Helper()
+	out := map[string]int{}
+	for _, vhost := range r.s.vhosts {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		text, err := exec.CommandContext(ctx, "rabbitmqctl", "--quiet", "list_queues", "-p", vhost, "name", "messages_unacknowledged").Output()
+		cancel()
+		require.NoError(r.t, err, "rabbitmqctl list_queues")
+		for _, line := range strings.Split(string(text), "\n") {
+			fields := strings.Fields(line)
+			if len(fields) != 2 {
+				continue
+			}
+			if n, err := strconv.Atoi(fields[1]); err == nil {
+				out[fields[0]] += n
+			}
+		}
+	}
+	return out
+}
+
+// workerOf finds the worker process a Temporal worker identity names: the SDK's default
+// identity begins with the process id.
+func (r *soakRun) workerOf(identity string) *soakWorker {
+	for _, num := range r.workerNums() {
+		w := r.workers[num]
+		if !w.gone && w.proc.cmd.Process != nil && strings.HasPrefix(identity, fmt.Sprintf("%d@", w.proc.cmd.Process.Pid)) {
+			return w
+		}
+	}
+	return nil
 }
