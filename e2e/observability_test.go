@@ -242,8 +242,10 @@ func TestMetricsAndPingsFollowRealWork(t *testing.T) {
 
 	// The Temporal SDK's metrics share the registry, and METRICS_ADDR serves it all on /metrics.
 	require.Positive(t, o.value(t, "temporal_request_total"))
-	// Recorded by the SDK once the activity returned, after its commit.
-	o.waitMetric(s, "CommitHop's latency recorded", positive, "temporal_activity_execution_latency_seconds", "activity_type", "CommitHop")
+	// Recorded by the SDK once the activity returned, after its commit: a local activity
+	// of the BrokerSwitch workflow, and a window's activity task.
+	o.waitMetric(s, "CommitHop's latency recorded", positive, "temporal_local_activity_execution_latency_seconds", "activity_type", "CommitHop")
+	o.waitMetric(s, "a window's latency recorded", positive, "temporal_activity_execution_latency_seconds", "activity_type", "PrepareWindow")
 	scrape := httptest.NewServer(o.m.Handler())
 	defer scrape.Close()
 	res, err := http.Get(scrape.URL + "/metrics")

@@ -131,6 +131,7 @@ func TestScenario16ACancelDoesNotReadTheFutureFirst(t *testing.T) {
 	status, body := s.call(http.MethodDelete, "/api/v1/broker/pending-switch", operatorToken, "")
 	t.Logf("the cancel was answered %d in %s", status, time.Since(asked).Round(time.Millisecond))
 	require.Contains(t, []int{http.StatusOK, http.StatusAccepted}, status, body)
+	s.requireOrdersAnsweredInTheirTask()
 	s.waitFor("the cancel", time.Minute, func() bool { return s.state().Pending == nil })
 	require.NoError(t, p.Publish(ctx, msgs[half:]...)) // the producer goes on, on broker 1
 	// The fault outlasts two windows, so that the next window starts while broker 0 still

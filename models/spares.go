@@ -25,8 +25,9 @@ type SpareMark struct {
 	// Reached is true when the broker was active under that visit (kept for every queue
 	// at once): what it holds after we left it is a straggler.
 	Reached bool
-	// DrainedAt is when the queue was seen empty: anything that arrives after it, but
-	// what comes back from -retry or -error, may be the producer's future.
+	// DrainedAt is when the queue was seen empty: if the producer had left the broker by
+	// then, anything that arrives after it, but what comes back from -retry or -error,
+	// may be the producer's future.
 	DrainedAt time.Time
 	// HeldSince is when the queue was first seen holding messages the producer never
 	// announced, left for its notification.
@@ -38,12 +39,14 @@ type SpareReading int
 
 const (
 	// ReadStragglers takes everything: the producer left the broker (or we did) before
-	// it moved to the active broker, and the queue was not seen empty since, so all of it
-	// is older than the active broker's backlog.
+	// it moved to the active broker, and the queue was not seen empty since the producer
+	// left it (or it is still there: the broker of its newest visit, which a force or a
+	// cancel took us off), so all of it is older than what the producer publishes next.
 	ReadStragglers SpareReading = iota
 	// ReadReturned takes only what came back from -retry or from -error: the broker may
 	// be the producer's future (the trail never reached it, or it refilled after it was
-	// seen empty). The rest waits for the notification that puts it on the route.
+	// seen empty once the producer had left it). The rest waits for the notification
+	// that puts it on the route.
 	ReadReturned
 	// ReadUnannounced takes everything once the active broker's queue is empty, as a
 	// canceled route's brokers are read: the broker has held messages the producer never
@@ -58,6 +61,16 @@ func (s BrokerState) lastVisitAt(index int) (time.Time, bool) {
 		return t.Visits[p].SwitchedAt, true
 	}
 	return time.Time{}, false
+}
+
+// leftBefore tells whether, as the trail tells, the producer had left broker index by
+// at: the visit after its last one there (the trail's first visit, for a broker it used
+// before its first notification) was made at or before at. A broker whose visit is the
+// newest on the trail is the producer's current broker: it has not left it.
+func (s BrokerState) leftBefore(index int, at time.Time) bool {
+	t := s.Trail
+	next := lastVisit(t, index) + 1
+	return next < len(t.Visits) && !t.Visits[next].SwitchedAt.After(at)
 }
 
 // CurrentMark is the mark m, or nothing when it was made under an earlier visit of the
@@ -79,6 +92,12 @@ func (s BrokerState) ReadSpare(index int, queue, reached SpareMark, now time.Tim
 	activeAt, activeVisited := s.lastVisitAt(s.ActiveIndex)
 	switch {
 	case left && queue.DrainedAt.IsZero():
+		return ReadStragglers
+	case left && !s.leftBefore(index, queue.DrainedAt):
+		// Seen empty while the producer was still there (its newest visit, or one it
+		// left only later): what came since is its present, older than anything it
+		// publishes after its next word. A force or a cancel took us off that broker,
+		// not the producer, which goes on publishing there.
 		return ReadStragglers
 	case activeVisited && !queue.HeldSince.IsZero() && queue.HeldSince.Before(activeAt):
 		// Seen waiting before the producer moved to the active broker: it never announced

@@ -74,3 +74,40 @@ func TestAnUnannouncedBrokerLeftForAnAnnouncedOne(t *testing.T) {
 	require.Equal(t, ReadStragglers, readSpare(st, 1, held, SpareMark{}, t0), "seen before the producer went to Y")
 	require.Equal(t, ReadReturned, readSpare(st, 1, SpareMark{HeldSince: t0.Add(time.Second)}, SpareMark{}, t0.Add(time.Second)))
 }
+
+// A force takes us off the producer's current broker, not the producer: a drain that saw
+// it empty while the producer was still there says nothing of what it publishes next.
+// What comes since is its present, read in full; only a broker seen empty after the
+// producer left it holds its future (scenario 15, with the force before the first window).
+func TestAForceDoesNotMakeTheProducersCurrentBrokerItsFuture(t *testing.T) {
+	// No notification yet, the producer on A; the operator forces C, and a window sees A
+	// empty before the producer publishes there again.
+	st := BrokerState{}.Force(2, time.Time{}, t0)
+	drained := SpareMark{DrainedAt: t0.Add(time.Second)}
+	require.Equal(t, ReadStragglers, readSpare(st, 0, drained, SpareMark{}, t0.Add(time.Minute)), "the producer is still on A")
+
+	// Then it tells us it went to B: what A holds was published before that.
+	st = apply(t, st, hostNote(1, t0.Add(time.Minute)), NotificationRecorded)
+	require.Equal(t, ReadStragglers, readSpare(st, 0, drained, SpareMark{}, t0.Add(time.Minute)), "A left for B after it was seen empty")
+	since := SpareMark{DrainedAt: t0.Add(2 * time.Minute)}
+	require.Equal(t, ReadReturned, readSpare(st, 0, since, SpareMark{}, t0.Add(2*time.Minute)), "seen empty after the producer left: a return it did not announce")
+
+	// B became active, and the operator forced C again: B is the producer's newest visit.
+	st, ok := st.CompleteHop(2, st.Pending.Next(), 1, t0.Add(2*time.Minute))
+	require.True(t, ok)
+	st = st.Force(2, time.Time{}, t0.Add(3*time.Minute))
+	behind, ahead := st.Spares([]int{0, 1, 2})
+	require.Equal(t, []int{0, 1}, behind, "A, then B, the producer's current broker last")
+	require.Empty(t, ahead)
+	drainedB := st.CurrentMark(1, SpareMark{LastVisit: t0.Add(time.Minute), DrainedAt: t0.Add(4 * time.Minute)})
+	left := SpareMark{LastVisit: t0.Add(time.Minute), Reached: true}
+	require.Equal(t, ReadStragglers, st.ReadSpare(1, drainedB, left, t0.Add(time.Hour), grace), "the producer is on B: its present")
+	require.Equal(t, ReadReturned, st.ReadSpare(0, st.CurrentMark(0, since), SpareMark{}, t0.Add(time.Hour), grace), "A stays held")
+
+	// A cancel leaves the producer's broker ahead of the active one: read in full, later.
+	st = apply(t, st, hostNote(0, t0.Add(5*time.Minute)), NotificationRecorded)
+	st = st.CancelPending(time.Time{}, t0.Add(6*time.Minute))
+	behind, ahead = st.Spares([]int{0, 1, 2})
+	require.Equal(t, []int{1}, behind)
+	require.Equal(t, []int{0}, ahead, "the canceled hop's broker waits for the active one")
+}

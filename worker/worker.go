@@ -79,6 +79,12 @@ func Run(ctx context.Context, d Deps) error {
 	// Stop waits for the activities, which read the watcher until they return.
 	defer w.Stop()
 	if err := EnsureWorkflows(ctx, d.Client, d.Config); err != nil {
+		if ctx.Err() != nil {
+			// Told to stop while it started the workflows: a stop, not a failure. The
+			// next worker to start ensures them.
+			d.Logger.InfoContext(ctx, "worker stopping before the workflows were ensured", "error", err)
+			return nil
+		}
 		return err
 	}
 	d.Logger.InfoContext(ctx, "worker running", "task_queue", d.Config.TaskQueue, "queues", d.Config.Queues)
