@@ -8,6 +8,7 @@ import (
 
 	"github.com/pressly/goose/v3"
 	"github.com/stretchr/testify/require"
+	"gorm.io/gorm"
 
 	"github.com/brokerswitch/brokerswitch/internal/testenv"
 )
@@ -16,17 +17,7 @@ import (
 // seconds); rows without one, and every installation, keep none.
 func TestMigration0005BackfillsEntityClocks(t *testing.T) {
 	ctx := context.Background()
-	db, err := Open(ctx, testenv.NewDatabase(t))
-	require.NoError(t, err)
-	sqlDB, err := db.DB()
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = sqlDB.Close() })
-	fsys, err := fs.Sub(migrations, "migrations")
-	require.NoError(t, err)
-	provider, err := goose.NewProvider(goose.DialectPostgres, sqlDB, fsys)
-	require.NoError(t, err)
-	_, err = provider.UpTo(ctx, 4)
-	require.NoError(t, err)
+	db, provider := migratedTo(t, 4)
 
 	row := `INSERT INTO github_pull_requests (node_id, id, repository_id, repository_owner, repository_name, number, state,
 		github_updated_at, delivery_id, last_delivery_id, processing_state, processing_date) VALUES (?, 1, 1, 'o', 'r', 1, 'open', ?, 'd', 'd', 'NEW', now())`
@@ -34,7 +25,7 @@ func TestMigration0005BackfillsEntityClocks(t *testing.T) {
 	require.NoError(t, db.Exec(row, "without", nil).Error)
 	require.NoError(t, db.Exec(`INSERT INTO github_installations (id, app_id, account_id, account_login, account_type, delivery_id,
 		last_delivery_id, processing_state, processing_date) VALUES (7, 1, 1, 'o', 'User', 'd', 'd', 'NEW', now())`).Error)
-	_, err = provider.UpTo(ctx, 5)
+	_, err := provider.UpTo(ctx, 5)
 	require.NoError(t, err)
 
 	var with, without PullRequest
@@ -46,4 +37,23 @@ func TestMigration0005BackfillsEntityClocks(t *testing.T) {
 	var inst Installation
 	require.NoError(t, db.Take(&inst, "id = 7").Error)
 	require.Nil(t, inst.EntityClock)
+}
+
+// migratedTo opens a new database migrated up to version, with the provider that takes it
+// further: a migration's test fills the schema as it was before it, then runs it.
+func migratedTo(t *testing.T, version int64) (*gorm.DB, *goose.Provider) {
+	t.Helper()
+	ctx := context.Background()
+	db, err := Open(ctx, testenv.NewDatabase(t))
+	require.NoError(t, err)
+	sqlDB, err := db.DB()
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = sqlDB.Close() })
+	fsys, err := fs.Sub(migrations, "migrations")
+	require.NoError(t, err)
+	provider, err := goose.NewProvider(goose.DialectPostgres, sqlDB, fsys)
+	require.NoError(t, err)
+	_, err = provider.UpTo(ctx, version)
+	require.NoError(t, err)
+	return db, provider
 }

@@ -3,16 +3,12 @@ package models
 import (
 	"context"
 	"fmt"
-	"io/fs"
 	"testing"
 	"time"
 
-	"github.com/pressly/goose/v3"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"gorm.io/gorm"
-
-	"github.com/brokerswitch/brokerswitch/internal/testenv"
 )
 
 // keyedIDs are delivery ids of every kind the key tells apart, with the key each gets and
@@ -41,17 +37,7 @@ var keyedIDs = []struct {
 // for an id while telling ids apart exactly as their text does. Down restores the text key.
 func TestMigration0008KeysExistingLedger(t *testing.T) {
 	ctx := context.Background()
-	db, err := Open(ctx, testenv.NewDatabase(t))
-	require.NoError(t, err)
-	sqlDB, err := db.DB()
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = sqlDB.Close() })
-	fsys, err := fs.Sub(migrations, "migrations")
-	require.NoError(t, err)
-	provider, err := goose.NewProvider(goose.DialectPostgres, sqlDB, fsys)
-	require.NoError(t, err)
-	_, err = provider.UpTo(ctx, 7)
-	require.NoError(t, err)
+	db, provider := migratedTo(t, 7)
 
 	insert := `INSERT INTO github_deliveries (delivery_id, event, queue, broker_index, outcome, received_at, payload_sha256)
 		VALUES (?, 'issues', 'issues', 0, ?, ?, sha256(?::bytea))`
@@ -72,7 +58,7 @@ func TestMigration0008KeysExistingLedger(t *testing.T) {
 	before := ledgerDump(t, db)
 	require.Len(t, before, len(keyedIDs)+4000)
 
-	_, err = provider.UpTo(ctx, 8)
+	_, err := provider.UpTo(ctx, 8)
 	require.NoError(t, err)
 
 	assert.Equal(t, before, ledgerDump(t, db), "every row as it was")
