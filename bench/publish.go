@@ -19,6 +19,8 @@ type producer struct {
 	conn    *amqp.Connection
 	ch      *amqp.Channel
 	pending []*amqp.DeferredConfirmation
+	// extra headers go on every publish besides the producer's two.
+	extra amqp.Table
 }
 
 // dialNamed connects with a connection name that tells it apart from the service's
@@ -47,10 +49,14 @@ func newProducer(url string) (*producer, error) {
 }
 
 func (p *producer) publish(ctx context.Context, ev payloads.Event) error {
+	headers := amqp.Table{"x-github-event": ev.Event, "x-github-delivery": ev.DeliveryID}
+	for k, v := range p.extra {
+		headers[k] = v
+	}
 	conf, err := p.ch.PublishWithDeferredConfirmWithContext(ctx, "", ev.Queue, false, false, amqp.Publishing{
 		ContentType:  "application/json",
 		DeliveryMode: amqp.Persistent,
-		Headers:      amqp.Table{"x-github-event": ev.Event, "x-github-delivery": ev.DeliveryID},
+		Headers:      headers,
 		Body:         ev.Body,
 	})
 	if err != nil {
@@ -84,11 +90,17 @@ func (p *producer) close() { _ = p.conn.Close() }
 
 // publishAll publishes events to the broker at url and waits for every confirm.
 func publishAll(ctx context.Context, url string, events []payloads.Event) error {
+	return publishAllWith(ctx, url, nil, events)
+}
+
+// publishAllWith is publishAll with extra headers on every message.
+func publishAllWith(ctx context.Context, url string, extra amqp.Table, events []payloads.Event) error {
 	p, err := newProducer(url)
 	if err != nil {
 		return err
 	}
 	defer p.close()
+	p.extra = extra
 	for _, ev := range events {
 		if err := p.publish(ctx, ev); err != nil {
 			return err
