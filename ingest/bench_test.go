@@ -39,33 +39,39 @@ func BenchmarkHandleBatch(b *testing.B) {
 }
 
 // BenchmarkHandleBatchUpdates applies batches of 100 deliveries that change rows that
-// exist (33 pull requests and 33 comments, each newer by its clock than the last round,
-// beside new pushes): the path where each row is folded per assumption about its stored
-// clock and the write's WHERE compares the clocks of every row.
+// exist (33 pull requests and 33 comments beside new pushes), with each payload's clock
+// newer than the last round's and, for the baseline, with the clock removed: the path
+// where each row is folded per assumption about its stored clock and the write's WHERE
+// compares the clocks, against the queue-order path of the same statements.
 func BenchmarkHandleBatchUpdates(b *testing.B) {
-	const perRound = 100
-	e := newEnv(b)
-	h := e.ing.ForBroker(0)
-	ctx := context.Background()
-	rounds := make([][]amqp.Delivery, b.N+1)
-	for i := range rounds {
-		rounds[i] = benchUpdates(b, i, perRound)
+	for _, clocked := range []bool{false, true} {
+		b.Run(fmt.Sprintf("clock=%t", clocked), func(b *testing.B) {
+			const perRound = 100
+			e := newEnv(b)
+			h := e.ing.ForBroker(0)
+			ctx := context.Background()
+			rounds := make([][]amqp.Delivery, b.N+1)
+			for i := range rounds {
+				rounds[i] = benchUpdates(b, i, perRound, clocked)
+			}
+			if _, err := h.HandleBatch(ctx, queue, rounds[0]); err != nil {
+				b.Fatal(err)
+			}
+			b.ResetTimer()
+			for _, ds := range rounds[1:] {
+				if _, err := h.HandleBatch(ctx, queue, ds); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.ReportMetric(float64(b.N*perRound)/b.Elapsed().Seconds(), "msgs/s")
+		})
 	}
-	if _, err := h.HandleBatch(ctx, queue, rounds[0]); err != nil {
-		b.Fatal(err)
-	}
-	b.ResetTimer()
-	for _, ds := range rounds[1:] {
-		if _, err := h.HandleBatch(ctx, queue, ds); err != nil {
-			b.Fatal(err)
-		}
-	}
-	b.ReportMetric(float64(b.N*perRound)/b.Elapsed().Seconds(), "msgs/s")
 }
 
 // benchUpdates returns n deliveries for round that hit the same pull requests and
-// comments every round, stamped round minutes after a fixed instant.
-func benchUpdates(t testing.TB, round, n int) []amqp.Delivery {
+// comments every round, stamped round minutes after a fixed instant, or without their
+// clock unless clocked.
+func benchUpdates(t testing.TB, round, n int, clocked bool) []amqp.Delivery {
 	sync := example(t, "pull_request.synchronize.0")
 	comment := example(t, "issue_comment.edited.0")
 	push := example(t, "push.none.4")
@@ -78,11 +84,17 @@ func benchUpdates(t testing.TB, round, n int) []amqp.Delivery {
 			out = append(out, delivery("pull_request", id, edit(t, sync, func(p map[string]any) {
 				pr := object(p, "pull_request")
 				pr["node_id"], pr["updated_at"] = fmt.Sprintf("PR_%d", i), clock
+				if !clocked {
+					delete(pr, "updated_at")
+				}
 			})))
 		case 1:
 			out = append(out, delivery("issue_comment", id, edit(t, comment, func(p map[string]any) {
 				c := object(p, "comment")
 				c["node_id"], c["updated_at"] = fmt.Sprintf("IC_%d", i), clock
+				if !clocked {
+					delete(c, "updated_at")
+				}
 			})))
 		default:
 			out = append(out, delivery("push", id, push))
