@@ -96,7 +96,8 @@ func TestAForceKeepsANotificationRecordedAfterIt(t *testing.T) {
 	require.Equal(t, 1, target(st), "the notification recorded after the force was asked survives it")
 }
 
-// The README's repair of an active broker removed from the configuration works over HTTP
+// The runbook's repair of an active broker removed from the configuration (docs/operations.md,
+// "Adding or removing a broker") works over HTTP
 // and over the Temporal CLI's signal (issue 11, point 4).
 func TestAnActiveBrokerRemovedFromTheConfigurationCanBeLeft(t *testing.T) {
 	e := newWorkerEnv(t)

@@ -35,8 +35,8 @@ const publishTimeout = 30 * time.Second
 // The channel is transactional (tx.select): a message rejected to {q}-error is copied and
 // acknowledged in one transaction, with the other verdicts of its batch. With a publisher
 // confirm and then an ack, a connection lost between the two left the copy in -error and
-// the original in its queue, to be copied again when redelivered: the soak's seed
-// 13092512888517572527 found such second copies after a broker cut.
+// the original in its queue, to be copied again when redelivered: a broker cut between
+// the confirm and the ack left -error holding the message twice.
 type settler struct {
 	pool      *Pool
 	index     int

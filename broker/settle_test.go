@@ -104,8 +104,8 @@ func newProxiedRabbit(t *testing.T, copy testenv.Copy, frameSize int) *rabbit {
 
 // A connection lost after the copy of a rejected message reached -error but before the
 // original's ack did left the original in its queue, to be copied again once redelivered:
-// -error held the message twice (the soak's seed 13092512888517572527). The copy and the
-// ack now commit together, so -error holds it once.
+// -error held the message twice. The copy and the ack now commit together, so -error
+// holds it once.
 func TestRejectCopiesOnceWhenTheConnectionDropsBeforeTheAck(t *testing.T) {
 	t.Parallel()
 	var dropped atomic.Bool

@@ -152,7 +152,7 @@ func TestDeclareTopologyFindsTheTypeBehindAProducersOwnQuorumArguments(t *testin
 	t.Parallel()
 	r := newRabbit(t)
 	ch := r.channel()
-	// Declared by a producer as the README says at least: no single active consumer.
+	// Declared by a producer with the least docs/design.md asks ("The topology, for producers"): no single active consumer.
 	_, err := ch.QueueDeclare("issues", true, false, false, false, amqp.Table{
 		"x-queue-type": "quorum", "x-dead-letter-exchange": "", "x-dead-letter-routing-key": "issues-retry",
 	})

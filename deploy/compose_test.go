@@ -136,7 +136,7 @@ func TestTemporalIsTheCLIDevServer(t *testing.T) {
 }
 
 // The worker's /metrics is reachable from the host, on the loopback interface, so the
-// README's rotation example can read brokerswitch_switches_total, which only the worker
+// rotation example in docs/deployment.md can read brokerswitch_switches_total, which only the worker
 // counts; a port range lets scaled replicas each have one.
 func TestWorkerMetricsArePublishedOnLoopback(t *testing.T) {
 	p := loadProject(t)
@@ -270,7 +270,7 @@ func TestDockerfileBuildsASmallNonRootImage(t *testing.T) {
 	}
 	require.GreaterOrEqual(t, len(froms), 2, "multi-stage")
 	for _, from := range froms {
-		// A tag can be pushed again; the digest names the bytes (README: refreshing them).
+		// A tag can be pushed again; the digest names the bytes (docs/deployment.md, "Images": refreshing them).
 		require.Regexp(t, `^[a-z0-9./-]+:[0-9][0-9A-Za-z.-]*@sha256:[0-9a-f]{64}$`, from, "the base image is pinned by digest")
 	}
 	require.Contains(t, df, "CGO_ENABLED=0")

@@ -115,7 +115,7 @@ type stackOptions struct {
 	// copies shape the traffic of some brokers' proxies (a slow link), by index.
 	copies map[int]testenv.Copy
 	// producerQueues has the producer declare the queues first, as quorum queues with the
-	// least the README asks of it: no single active consumer, which only brokerswitch adds.
+	// least docs/design.md asks of it ("The topology, for producers"): no single active consumer, which only brokerswitch adds.
 	producerQueues bool
 }
 
@@ -247,7 +247,7 @@ func newStackWith(t *testing.T, opts stackOptions) *stack {
 }
 
 // declareProducersQuorumQueues declares cfg's queues on broker index as a producer
-// would that follows the README's least topology for quorum queues.
+// would that follows the least topology for quorum queues in docs/design.md.
 func declareProducersQuorumQueues(t *testing.T, pool *broker.Pool, index int, cfg config.Config) {
 	t.Helper()
 	ch, err := pool.Channel(context.Background(), index)

@@ -134,7 +134,7 @@ func firstOf(msgs []simulate.Message, event string) int {
 }
 
 // TestOracleExcusesOnlyWhatTheScheduleSays: a spare's leftovers applied after the active
-// broker's newer events pass when an excuse names them (the README's unreachable spare),
+// broker's newer events pass when an excuse names them (the unreachable spare of docs/tables.md, "What order cannot be kept"),
 // and fail without it; with the excuse, an inversion among the active broker's own events,
 // or among the spare's, still fails.
 func TestOracleExcusesOnlyWhatTheScheduleSays(t *testing.T) {

@@ -222,7 +222,7 @@ type verdict struct {
 	// Lost counts good deliveries missing from the ledger.
 	Lost int
 	// Excused counts the deliveries applied after newer ones where an excuse allows it
-	// (README, "What order cannot be kept"); ExcusedDeliveries names them.
+	// (docs/tables.md, "What order cannot be kept"); ExcusedDeliveries names them.
 	Excused           int
 	ExcusedDeliveries []string
 	// Retried counts deliveries that went through -retry though the log did not put them there.
@@ -239,7 +239,7 @@ func (v *verdict) diff(format string, args ...any) {
 // RETRY_TTL, behind messages published after them, by design.
 func orderExempt(r simulate.Record) bool { return r.RoutingKey != "" }
 
-// excuse names the deliveries the README lets be applied after newer ones ("What order
+// excuse names the deliveries docs/tables.md lets be applied after newer ones ("What order
 // cannot be kept"), computed from a schedule: those published to Broker with a sequence
 // number in (From, To] may follow newer deliveries published to other brokers. Their order
 // among themselves, and every other delivery's, is checked as strictly as ever.
@@ -677,7 +677,7 @@ func expectFromFile(t *testing.T, path string) expectation {
 // excusedLine says what the excuses allowed and which deliveries they excused.
 func (v verdict) excusedLine(excuses []excuse) string {
 	if len(excuses) == 0 {
-		return "nothing: the schedule draws no order the README says cannot be kept"
+		return "nothing: the schedule draws no order docs/tables.md says cannot be kept"
 	}
 	var why []string
 	for _, x := range excuses {

@@ -2,7 +2,7 @@ package e2e
 
 // The soak's schedule generator: from a seed alone, a timeline of producer actions,
 // operator orders and faults, built by a model of the deployment so that every schedule
-// stays inside what the README promises to keep in order. The same seed gives the same
+// stays inside what the docs promise to keep in order. The same seed gives the same
 // schedule, so a failing seed replays.
 
 import (
@@ -241,16 +241,16 @@ func (sc schedule) String() string {
 // scheduleOptions shape what a generator may draw.
 type scheduleOptions struct {
 	// reversedDoubleRotation lets the generator draw a double rotation whose notifications
-	// arrive newest first. Today the README lists it among the orders not kept (the middle
+	// arrive newest first. Today docs/tables.md lists it among the orders not kept (the middle
 	// broker is left off the route); turn it on once a late hop is inserted into the route
 	// by its switchedAt (issue 13).
 	reversedDoubleRotation bool
-	// unsettled lets the generator draw what the README promises since issue 19 without
+	// unsettled lets the generator draw what the docs promise since issue 19 without
 	// settling first: a rotation whose notification comes seconds or minutes after the
 	// producer's first publish there (once or twice), one never notified, and a cancel
 	// while the active broker still has a backlog.
 	unsettled bool
-	// cuts lets the generator cut a spare while it holds leftovers, which the README lists
+	// cuts lets the generator cut a spare while it holds leftovers, which docs/tables.md lists
 	// among the orders not kept (the oracle excuses exactly what that spare held), and cut a
 	// worker off from Temporal while its batch is slow to settle, which the window's fence
 	// keeps in order (issue 19).
@@ -265,7 +265,7 @@ type modelWorker struct {
 
 // model is what the generator knows of the deployment: where the producer is, which
 // brokers may still hold what it published, and which faults are in place. It draws only
-// steps whose outcome the README promises: no broker that may hold leftovers is cut while
+// steps whose outcome the docs promise: no broker that may hold leftovers is cut while
 // it is a spare, spares holding leftovers are in index order when a force makes them so,
 // and a producer that publishes before notifying (or never) does so only once everything
 // before was applied.
@@ -377,8 +377,9 @@ func (m *model) forceable() bool {
 	// With scheduleOptions.cuts, a force is drawn only where it can be applied at once (a
 	// worker reaches Temporal and Postgres), and the harness waits until it is: the steps
 	// after it are drawn for the route it makes. A force left waiting on Postgres while the
-	// producer returned to the old active broker unannounced was A → B → A, an order the
-	// README says cannot be kept (seed 7662781523215553201).
+	// producer returned to the old active broker unannounced was A → B → A, an order
+	// docs/tables.md says cannot be kept: the model would have drawn a schedule whose
+	// outcome the service does not promise.
 	if m.opts.cuts && (m.pgCut || m.healthyWorkers() == 0) {
 		return false
 	}
@@ -437,7 +438,7 @@ func (m *model) draw() {
 		m.route = append(m.route, to)
 	})
 	// Publishing before notifying, or never, keeps the order only when nothing older waits:
-	// the deployment settles first (README, "What order cannot be kept").
+	// the deployment settles first (docs/tables.md, "What order cannot be kept").
 	add(1, rotate, func() {
 		m.settle()
 		to := m.fresh()[m.rng.IntN(len(m.fresh()))]
@@ -472,7 +473,7 @@ func (m *model) draw() {
 		m.route, m.unnotified = []int{m.producer}, false
 		m.cutLeftoversSoon()
 	})
-	// A cancel keeps the order when the active broker is empty (README): it follows a
+	// A cancel keeps the order when the active broker is empty (docs/design.md): it follows a
 	// settle, with the active broker cut so that the switch waits for the cancel.
 	add(1, rotate, func() {
 		m.settle()

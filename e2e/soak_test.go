@@ -117,7 +117,7 @@ type soakTally struct {
 	failedSeeds             []uint64
 	published               int
 	lost, duplicated, order int
-	// excused counts the deliveries applied after newer ones where the README says the
+	// excused counts the deliveries applied after newer ones where docs/tables.md says the
 	// order cannot be kept, each named by its schedule (excuses).
 	excused  int
 	faults   map[string]int
@@ -152,7 +152,7 @@ func (s *soakTally) print(w io.Writer) {
 	fmt.Fprintf(tw, "schedules run\t%d (%d failed %v)\n", s.schedules, s.failed, s.failedSeeds)
 	fmt.Fprintf(tw, "events published\t%d\n", s.published)
 	fmt.Fprintf(tw, "lost / duplicated / reordered\t%d / %d / %d\n", s.lost, s.duplicated, s.order)
-	fmt.Fprintf(tw, "applied after newer events, excused by the README\t%d\n", s.excused)
+	fmt.Fprintf(tw, "applied after newer events, excused by docs/tables.md\t%d\n", s.excused)
 	fmt.Fprintf(tw, "workers restarted after exiting on their own\t%d\n", s.restarts)
 	for _, k := range s.kinds() {
 		fmt.Fprintf(tw, "injected: %s\t%d\n", k, s.faults[k])
@@ -181,7 +181,7 @@ func (s *soakTally) writeReport(path, duration string) error {
 	fmt.Fprintf(&b, "| schedules failed | %d %v |\n", s.failed, s.failedSeeds)
 	fmt.Fprintf(&b, "| events published | %d |\n", s.published)
 	fmt.Fprintf(&b, "| lost | %d |\n| duplicated | %d |\n| reordered | %d |\n", s.lost, s.duplicated, s.order)
-	fmt.Fprintf(&b, "| applied after newer events where the README excuses it (a spare cut while it holds leftovers) | %d |\n", s.excused)
+	fmt.Fprintf(&b, "| applied after newer events where docs/tables.md excuses it (a spare cut while it holds leftovers) | %d |\n", s.excused)
 	fmt.Fprintf(&b, "| workers restarted after exiting on their own | %d |\n", s.restarts)
 	fmt.Fprintf(&b, "\n| injected | count |\n|---|---|\n")
 	for _, k := range s.kinds() {
@@ -720,8 +720,8 @@ func (r *soakRun) lastSeq() int64 {
 }
 
 // excuses computes, from a schedule and the producer's sequence number before each step
-// (seqs), the deliveries the README lets be applied after newer ones. The generator draws
-// one such case: a spare cut while it holds leftovers, which the window reads around (README,
+// (seqs), the deliveries docs/tables.md lets be applied after newer ones. The generator draws
+// one such case: a spare cut while it holds leftovers, which the window reads around (docs/tables.md,
 // "What order cannot be kept", a spare that cannot be reached). What it held, everything
 // published to it since the last settle, may follow newer events of other brokers.
 func excuses(sc schedule, seqs []int64) []excuse {

@@ -109,9 +109,10 @@ func Options(cfg config.Config) sdkworker.Options {
 	return sdkworker.Options{
 		WorkerStopTimeout: cfg.WorkerStopTimeout,
 		// A worker throttled at its CPU limit (a container, a busy node) can take longer
-		// than the SDK's 1 s default over a workflow task of ours, which fails the task and
-		// holds operator orders past the API's wait (soak seed 3650416446803315636). Five
-		// seconds stays within the server's 10 s workflow task timeout.
+		// than the SDK's 1 s default over a workflow task of ours, which fails the task, and
+		// again on every retry while the starvation lasts: an operator's order then waits
+		// past the API's wait and is answered 504. Five seconds stays within the server's
+		// 10 s workflow task timeout.
 		DeadlockDetectionTimeout: 5 * time.Second,
 		// The BrokerSwitch workflow takes its orders in the order they arrived.
 		Interceptors: []interceptor.WorkerInterceptor{&workflows.OrderIntake{}},

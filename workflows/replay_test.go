@@ -17,7 +17,7 @@ import (
 // from real runs of the end-to-end tests (go test ./e2e -record-histories) under the
 // worker's interceptors: a change to the workflow code that would alter the commands of
 // running workflows fails here. Record new ones when the workflow changes on purpose (see
-// "Changing a workflow" in the README), and keep the old ones as long as such runs may
+// "Changing a workflow" in docs/development.md), and keep the old ones as long as such runs may
 // still exist.
 func TestReplayRecordedHistories(t *testing.T) {
 	files, err := filepath.Glob(filepath.Join("testdata", "histories", "*.json"))

@@ -46,7 +46,7 @@ serve add the worker's /readyz there.
   version   print the version, commit and Go version of this build
   help      print this text
 
-Configuration comes from the environment; see README.md.
+Configuration comes from the environment; see docs/configuration.md.
 `
 
 func main() {

@@ -12,7 +12,7 @@ import (
 
 // release is the version of brokerswitch this source is. It is written here, not taken
 // from a tag, because it names the workflows' commands: every change that alters them
-// follows the rule in the README ("Changing a workflow") and raises it. The stamped
+// follows the rule in docs/development.md ("Changing a workflow") and raises it. The stamped
 // `git describe` says which build of the release a binary is, as SemVer build metadata
 // (1.0.0+e701bf5-dirty), so that two builds of one release stay apart.
 const release = "1.0.0"

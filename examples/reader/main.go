@@ -1,7 +1,7 @@
 // Command reader is an example reader of brokerswitch's typed tables: it claims rows that
 // brokerswitch marked NEW, RE_REQUESTED or UPDATED, hands each to its work (here: a log
 // line), and marks it PROCESSED without erasing an event applied meanwhile. It follows
-// the contract in the README ("Reading the typed tables") and depends on nothing of
+// the contract in docs/tables.md ("Reading the typed tables") and depends on nothing of
 // brokerswitch but the schema.
 //
 //	DATABASE_URL=postgres://... READER_TABLE=github_pull_requests go run ./examples/reader
