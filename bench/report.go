@@ -7,6 +7,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/brokerswitch/brokerswitch/simulate"
 )
 
 // results collects every figure of one invocation.
@@ -147,7 +149,7 @@ func (r *results) table() report {
 		add(row{"  of which worker start → first event applied", fmt.Sprintf("%.2f s", median(starts)), spread(starts, "%.2f"), "", "", ""})
 		if q := r.Product[len(r.Product)-1].QueueDone; len(q) > 0 {
 			var others []float64
-			for _, name := range defaultQueues[1:] {
+			for _, name := range simulate.DefaultQueues[1:] {
 				others = append(others, q[name].Seconds())
 			}
 			add(row{"  … pull_requests (44% of the events, the largest payloads) applied its last event at", fmt.Sprintf("%.2f s", q["pull_requests"].Seconds()),
@@ -315,13 +317,13 @@ func (r *results) costRows(add func(row), rep *report) {
 	for _, name := range r.LagOrder {
 		for _, lr := range r.Lag[name] {
 			if lr.Seconds > 0 {
-				hbPerWindow = append(hbPerWindow, float64(lr.Heartbeats)/lr.Seconds/float64(len(defaultQueues)))
+				hbPerWindow = append(hbPerWindow, float64(lr.Heartbeats)/lr.Seconds/float64(len(simulate.DefaultQueues)))
 				rpcPerSec = append(rpcPerSec, float64(lr.RPCs)/lr.Seconds)
 			}
 		}
 	}
 	if len(hbPerWindow) > 0 {
-		perMonth := median(hbPerWindow) * float64(len(defaultQueues)) * 86400 * 30
+		perMonth := median(hbPerWindow) * float64(len(simulate.DefaultQueues)) * 86400 * 30
 		add(row{"Temporal heartbeats per window per second (in-process worker, lag runs)", fmt.Sprintf("%.2f", median(hbPerWindow)), spread(hbPerWindow, "%.2f"),
 			fmt.Sprintf("≈ %.1f M heartbeats/month for 4 windows; Temporal RPCs other than long polls: %.1f/s", perMonth/1e6, median(rpcPerSec)), "", ""})
 	}
@@ -463,7 +465,7 @@ func backgroundNote(busy float64) string {
 
 func perQueue(m map[string]int) string {
 	var parts []string
-	for _, q := range defaultQueues {
+	for _, q := range simulate.DefaultQueues {
 		parts = append(parts, fmt.Sprintf("%s %d", q, m[q]))
 	}
 	return strings.Join(parts, ", ")
@@ -525,7 +527,7 @@ func queueDone(t throughput) string {
 		return ""
 	}
 	var parts []string
-	for _, q := range defaultQueues {
+	for _, q := range simulate.DefaultQueues {
 		if d, ok := t.QueueDone[q]; ok {
 			parts = append(parts, fmt.Sprintf("%s %.2f s", q, d.Seconds()))
 		}

@@ -12,6 +12,7 @@ import (
 	"sync"
 	"time"
 
+	amqp "github.com/rabbitmq/amqp091-go"
 	"go.temporal.io/sdk/client"
 	"gorm.io/gorm"
 
@@ -19,6 +20,8 @@ import (
 	"github.com/brokerswitch/brokerswitch/config"
 	"github.com/brokerswitch/brokerswitch/internal/testenv"
 	"github.com/brokerswitch/brokerswitch/models"
+	"github.com/brokerswitch/brokerswitch/payloads"
+	"github.com/brokerswitch/brokerswitch/simulate"
 	"github.com/brokerswitch/brokerswitch/worker"
 	"github.com/brokerswitch/brokerswitch/workflows"
 )
@@ -110,6 +113,19 @@ func newStack(s *scope, brokers int, o stackOptions) *stack {
 
 func (st *stack) topology() broker.Topology {
 	return broker.Topology{Queues: st.cfg.Queues, RetryTTL: st.cfg.RetryTTL, Type: st.cfg.QueueType}
+}
+
+// producer publishes to the stack's brokers without proxy, starting on broker 0.
+func (st *stack) producer() *simulate.Producer {
+	return newProducer(st.s, st.topology(), st.direct...)
+}
+
+// publish publishes events to broker index, each with the extra headers, and returns once
+// every one is confirmed.
+func (st *stack) publish(index int, events []payloads.Event, extra amqp.Table) {
+	p := st.producer()
+	defer func() { _ = p.Close() }()
+	st.s.check(p.PublishTo(context.Background(), index, messages(extra, events...)...), "publish")
 }
 
 // terminateWorkflows stops the namespace's workflows so that the dev server does not go on
