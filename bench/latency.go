@@ -20,17 +20,21 @@ type delayProxy struct {
 
 func newDelayProxy(s *scope, target string, rtt time.Duration) *delayProxy {
 	p := &delayProxy{target: target, oneWay: rtt / 2}
-	proxy, err := testenv.ListenProxy(target, p.copy)
-	s.check(err, "delay proxy")
-	p.Proxy = proxy
+	p.Proxy = listenProxy(s, target, p.copy)
+	return p
+}
+
+// listenProxy is a proxy to target whose connections move their bytes with copy; it is
+// cut when the figure ends.
+func listenProxy(s *scope, target string, copy testenv.Copy) *testenv.Proxy {
+	p, err := testenv.ListenProxy(target, copy)
+	s.check(err, "proxy")
 	s.Cleanup(p.Cut)
 	return p
 }
 
-func (p *delayProxy) addr() string { return p.Addr() }
-
 // via rewrites a URL or DSN that names target to go through the proxy.
-func (p *delayProxy) via(url string) string { return strings.Replace(url, p.target, p.addr(), 1) }
+func (p *delayProxy) via(url string) string { return strings.Replace(url, p.target, p.Addr(), 1) }
 
 type chunk struct {
 	due  time.Time
@@ -90,7 +94,7 @@ func measureRTT(s *scope, rtt time.Duration) time.Duration {
 		}
 	}()
 	p := newDelayProxy(s, l.Addr().String(), rtt)
-	c, err := net.Dial("tcp", p.addr())
+	c, err := net.Dial("tcp", p.Addr())
 	s.check(err, "dial delay proxy")
 	defer c.Close()
 	var xs []float64

@@ -149,11 +149,7 @@ func (r *results) table() report {
 		add(row{"brokerswitch end to end (Temporal windows, typed tables + ledger)", fmt.Sprintf("%.0f msg/s", p), spread(rates(r.Product), "%.0f"),
 			fmt.Sprintf("%s B, %s A(100), %s A(1)", ratio(p, b), ratio(p, a100), ratio(p, a1)), "≥ 3× B", statusIf(b > 0, ok)})
 		rep.targets = append(rep.targets, fmt.Sprintf("End-to-end throughput ≥ 3× Baseline B: %s (%.0f vs %.0f msg/s, %s).", status(ok), p, b, ratio(p, b)))
-		var starts []float64
-		for _, t := range r.Product {
-			starts = append(starts, t.Startup.Seconds())
-		}
-		add(row{"  of which worker start → first event applied", fmt.Sprintf("%.2f s", median(starts)), spread(starts, "%.2f"), "", "", ""})
+		add(startupRow(r.Product))
 		if q := r.Product[len(r.Product)-1].QueueDone; len(q) > 0 {
 			var others []float64
 			for _, name := range simulate.DefaultQueues[1:] {
@@ -169,11 +165,7 @@ func (r *results) table() report {
 			"E2E = " + ratio(pr, br), "", ""})
 		add(row{fmt.Sprintf("brokerswitch end to end with %s RTT (injected; %s msgs per run)", r.Settings.RTT, commas(int64(r.ProductRTT[0].N))), fmt.Sprintf("%.0f msg/s", pr), spread(rates(r.ProductRTT), "%.0f"),
 			ratio(pr, br) + " B", "≥ 10× B", status(pr >= 10*br)})
-		var starts []float64
-		for _, t := range r.ProductRTT {
-			starts = append(starts, t.Startup.Seconds())
-		}
-		add(row{"  of which worker start → first event applied", fmt.Sprintf("%.2f s", median(starts)), spread(starts, "%.2f"), "", "", ""})
+		add(startupRow(r.ProductRTT))
 		rep.targets = append(rep.targets, fmt.Sprintf("… with %s RTT to RabbitMQ and Postgres, as a service reaching CloudAMQP and a managed Postgres sees it, ≥ 10× B: %s (%.0f vs %.0f msg/s, %s).",
 			r.Settings.RTT, status(pr >= 10*br), pr, br, ratio(pr, br)))
 	}
@@ -227,6 +219,15 @@ func (r *results) table() report {
 	r.ledgerRows(add, &rep)
 	r.entityClockRows(add, &rep)
 	return rep
+}
+
+// startupRow is the time from the worker's start to its first applied event, over runs.
+func startupRow(ts []throughput) row {
+	var starts []float64
+	for _, t := range ts {
+		starts = append(starts, t.Startup.Seconds())
+	}
+	return row{"  of which worker start → first event applied", fmt.Sprintf("%.2f s", median(starts)), spread(starts, "%.2f"), "", "", ""}
 }
 
 func statusIf(known, ok bool) string {

@@ -60,7 +60,7 @@ func newStack(s *scope, brokers int, o stackOptions) *stack {
 		if o.count {
 			p := newCountingProxy(s, testenv.RabbitAddr())
 			st.proxies = append(st.proxies, p)
-			u = strings.Replace(u, testenv.RabbitAddr(), p.addr(), 1)
+			u = strings.Replace(u, testenv.RabbitAddr(), p.Addr(), 1)
 		}
 		if o.rtt > 0 {
 			u = newDelayProxy(s, testenv.RabbitAddr(), o.rtt).via(u)
