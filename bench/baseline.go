@@ -139,8 +139,7 @@ func runBaselineB(s *scope, events []payloads.Event, rtt time.Duration) throughp
 	dsn, url := testenv.NewDatabase(s), direct
 	ownDatabase(dsn)
 	if rtt > 0 {
-		dsn = newDelayProxy(s, postgresAddr, rtt).via(dsn)
-		url = newDelayProxy(s, testenv.RabbitAddr(), rtt).via(url)
+		dsn, url = throughDelay(s, dsn, rtt), throughDelay(s, url, rtt)
 	}
 	perQueue := describe(events).PerQueue
 	conns := make([]*pgx.Conn, len(perQueue))

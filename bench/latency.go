@@ -2,7 +2,7 @@ package main
 
 import (
 	"net"
-	"strings"
+	"net/url"
 	"time"
 
 	"github.com/brokerswitch/brokerswitch/internal/testenv"
@@ -14,14 +14,22 @@ import (
 // (order kept, throughput not limited) to show what round trips cost.
 type delayProxy struct {
 	*testenv.Proxy
-	target string
 	oneWay time.Duration
 }
 
 func newDelayProxy(s *scope, target string, rtt time.Duration) *delayProxy {
-	p := &delayProxy{target: target, oneWay: rtt / 2}
+	p := &delayProxy{oneWay: rtt / 2}
 	p.Proxy = listenProxy(s, target, p.copy)
 	return p
+}
+
+// throughDelay is rawURL, an AMQP URL or a Postgres DSN, reaching its host through a delay
+// proxy of rtt.
+func throughDelay(s *scope, rawURL string, rtt time.Duration) string {
+	u, err := url.Parse(rawURL)
+	s.check(err, "parse a URL to delay")
+	u.Host = newDelayProxy(s, u.Host, rtt).Addr()
+	return u.String()
 }
 
 // listenProxy is a proxy to target whose connections move their bytes with copy; it is
@@ -32,9 +40,6 @@ func listenProxy(s *scope, target string, copy testenv.Copy) *testenv.Proxy {
 	s.Cleanup(p.Cut)
 	return p
 }
-
-// via rewrites a URL or DSN that names target to go through the proxy.
-func (p *delayProxy) via(url string) string { return strings.Replace(url, p.target, p.Addr(), 1) }
 
 type chunk struct {
 	due  time.Time

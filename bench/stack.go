@@ -63,14 +63,14 @@ func newStack(s *scope, brokers int, o stackOptions) *stack {
 			u = strings.Replace(u, testenv.RabbitAddr(), p.Addr(), 1)
 		}
 		if o.rtt > 0 {
-			u = newDelayProxy(s, testenv.RabbitAddr(), o.rtt).via(u)
+			u = throughDelay(s, u, o.rtt)
 		}
 		urls = append(urls, u)
 	}
 	dsn := testenv.NewDatabase(s)
 	ownDatabase(dsn)
 	if o.rtt > 0 {
-		dsn = newDelayProxy(s, postgresAddr, o.rtt).via(dsn)
+		dsn = throughDelay(s, dsn, o.rtt)
 	}
 	st.ns, _ = namespace(s)
 	st.temporal, st.rpc = countingClient(s, st.ns)
@@ -139,9 +139,6 @@ func (st *stack) terminateWorkflows() {
 		_ = st.temporal.TerminateWorkflow(context.Background(), id, "", "benchmark done")
 	}
 }
-
-// postgresAddr is the local Postgres that testenv creates databases on.
-const postgresAddr = "127.0.0.1:5432"
 
 // startWorker runs a worker in this process, as e2e's startWorker does.
 func (st *stack) startWorker() (stop func()) {
