@@ -92,9 +92,7 @@ func runActions(s *scope, rate float64) actionsResult {
 	res.Idle, res.IdlePeriod = oneWindow("idle")
 
 	// Steady traffic over the next window: events do not travel through Temporal.
-	p, err := newProducer(st.direct[0])
-	s.check(err, "producer")
-	s.Cleanup(p.close)
+	p := st.producer()
 	stop, published := make(chan struct{}), make(chan int, 1)
 	go func() {
 		n := 0
@@ -108,7 +106,7 @@ func runActions(s *scope, rate float64) actionsResult {
 				return
 			case <-tick.C:
 			}
-			if p.publish(ctx, events[n]) != nil {
+			if p.Publish(ctx, messages(nil, events[n])...) != nil {
 				break
 			}
 		}
@@ -117,7 +115,6 @@ func runActions(s *scope, rate float64) actionsResult {
 	res.Steady, res.SteadyPeriod = oneWindow("steady traffic")
 	close(stop)
 	n := <-published
-	s.check(p.flush(ctx), "publish")
 	s.check(st.waitApplied(ctx, int64(n), time.Minute), "steady traffic applied")
 
 	// One rotation to broker 1, as the producer announces it.

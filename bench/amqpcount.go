@@ -60,14 +60,9 @@ type countingProxy struct {
 
 func newCountingProxy(s *scope, target string) *countingProxy {
 	p := &countingProxy{}
-	proxy, err := testenv.ListenProxy(target, p.copy)
-	s.check(err, "counting proxy")
-	p.Proxy = proxy
-	s.Cleanup(p.Cut)
+	p.Proxy = listenProxy(s, target, p.copy)
 	return p
 }
-
-func (p *countingProxy) addr() string { return p.Addr() }
 
 // copy moves one direction through a frame parser; the client opens with the 8-byte
 // protocol header "AMQP\x00\x00\x09\x01".

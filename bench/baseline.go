@@ -31,6 +31,14 @@ func (t throughput) rate() float64 { return float64(t.N) / t.Elapsed.Seconds() }
 // handleFunc handles one delivery; the consumer acks it afterwards.
 type handleFunc func(ctx context.Context, worker int, d amqp.Delivery) error
 
+// dialNamed connects with a connection name that tells the baselines apart from the
+// service ("brokerswitch") in rabbitmqctl list_connections.
+func dialNamed(url, name string) (*amqp.Connection, error) {
+	props := amqp.NewConnectionProperties()
+	props.SetClientConnectionName(name)
+	return amqp.DialConfig(url, amqp.Config{Properties: props, Heartbeat: 10 * time.Second})
+}
+
 // consumeAll consumes every queue of the corpus on one connection, one channel per queue
 // (as the service does), with manual acks, until each queue's expected count was acked.
 func consumeAll(ctx context.Context, url string, perQueue map[string]int, prefetch int, h handleFunc) (time.Duration, error) {
@@ -105,8 +113,7 @@ func consumeAll(ctx context.Context, url string, perQueue map[string]int, prefet
 func runBaselineA(s *scope, events []payloads.Event, prefetch int) throughput {
 	ctx := context.Background()
 	url := testenv.NewVhost(s)
-	declareQueues(s, url)
-	s.check(publishAll(ctx, url, events), "publish")
+	publishAll(s, url, events)
 	meter := startCPU()
 	elapsed, err := consumeAll(ctx, url, describe(events).PerQueue, prefetch, nil)
 	s.check(err, "consume")
@@ -129,12 +136,10 @@ const oldDesignTable = `CREATE TABLE old_design_events (
 func runBaselineB(s *scope, events []payloads.Event, rtt time.Duration) throughput {
 	ctx := context.Background()
 	direct := testenv.NewVhost(s)
-	declareQueues(s, direct)
 	dsn, url := testenv.NewDatabase(s), direct
 	ownDatabase(dsn)
 	if rtt > 0 {
-		dsn = newDelayProxy(s, postgresAddr, rtt).via(dsn)
-		url = newDelayProxy(s, testenv.RabbitAddr(), rtt).via(url)
+		dsn, url = throughDelay(s, dsn, rtt), throughDelay(s, url, rtt)
 	}
 	perQueue := describe(events).PerQueue
 	conns := make([]*pgx.Conn, len(perQueue))
@@ -146,7 +151,7 @@ func runBaselineB(s *scope, events []payloads.Event, rtt time.Duration) throughp
 	}
 	_, err := conns[0].Exec(ctx, oldDesignTable)
 	s.check(err, "create table")
-	s.check(publishAll(ctx, direct, events), "publish")
+	publishAll(s, direct, events)
 
 	handle := func(ctx context.Context, worker int, d amqp.Delivery) error {
 		event, _ := d.Headers["x-github-event"].(string)
@@ -203,22 +208,3 @@ func summarize(p any) (action, nodeID, title, sender string) {
 	}
 	return "", "", "", ""
 }
-
-// declareQueues declares the service's topology on a vhost, so that every figure reads
-// the same queues with the same arguments.
-func declareQueues(s *scope, url string) {
-	conn, err := dialNamed(url, "bench-setup")
-	s.check(err, "connect")
-	defer conn.Close()
-	ch, err := conn.Channel()
-	s.check(err, "channel")
-	defer ch.Close()
-	for _, q := range defaultQueues {
-		_, err := ch.QueueDeclare(q, true, false, false, false, amqp.Table{
-			"x-dead-letter-exchange": "", "x-dead-letter-routing-key": q + "-retry",
-		})
-		s.check(err, "declare "+q)
-	}
-}
-
-var defaultQueues = []string{"pull_requests", "issues", "pushes", "installations"}

@@ -59,16 +59,17 @@ func (c *clockWatch) mono(wall time.Time) time.Time {
 	return s.at.Add(wall.Sub(s.wall))
 }
 
-// steps counts the wall clock jumps of more than 50 ms between two samples, and the
-// largest.
+// steps counts the wall clock jumps of more than 50 ms between two samples and gives the
+// largest, and the slew per second over the run once the jumps are taken out.
 func (c *clockWatch) steps() (n int, largest time.Duration, slewPerSecond time.Duration) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	var stepped time.Duration
 	for i := 1; i < len(c.samples); i++ {
 		a, b := c.samples[i-1], c.samples[i]
-		skew := b.wall.Sub(a.wall) - b.at.Sub(a.at)
-		if skew.Abs() > 50*time.Millisecond {
+		if skew := b.wall.Sub(a.wall) - b.at.Sub(a.at); skew.Abs() > 50*time.Millisecond {
 			n++
+			stepped += skew
 			if skew.Abs() > largest.Abs() {
 				largest = skew
 			}
@@ -79,19 +80,8 @@ func (c *clockWatch) steps() (n int, largest time.Duration, slewPerSecond time.D
 		elapsed := last.at.Sub(first.at)
 		drift := last.wall.Sub(first.wall) - elapsed
 		if elapsed > time.Second {
-			slewPerSecond = time.Duration(float64(drift-stepsTotalLocked(c.samples)) / elapsed.Seconds())
+			slewPerSecond = time.Duration(float64(drift-stepped) / elapsed.Seconds())
 		}
 	}
 	return n, largest, slewPerSecond
-}
-
-func stepsTotalLocked(samples []clockSample) time.Duration {
-	var total time.Duration
-	for i := 1; i < len(samples); i++ {
-		a, b := samples[i-1], samples[i]
-		if skew := b.wall.Sub(a.wall) - b.at.Sub(a.at); skew.Abs() > 50*time.Millisecond {
-			total += skew
-		}
-	}
-	return total
 }

@@ -7,6 +7,7 @@ import (
 	"os/exec"
 	"slices"
 
+	commonpb "go.temporal.io/api/common/v1"
 	enumspb "go.temporal.io/api/enums/v1"
 	historypb "go.temporal.io/api/history/v1"
 	"go.temporal.io/sdk/client"
@@ -121,15 +122,32 @@ func workflowRuns(ctx context.Context, c client.Client, workflowID string) ([]ru
 	return runs, nil
 }
 
-// activityCount counts the activities of a type that completed in a run.
-func activityCount(run runHistory, activityType string) int {
+// completedActivity is an activity that completed in a run: its type and its result.
+type completedActivity struct {
+	Type   string
+	Result *commonpb.Payloads
+}
+
+// completed lists the activities that completed in a run, in order.
+func completed(run runHistory) []completedActivity {
 	scheduled := map[int64]string{}
-	n := 0
+	var out []completedActivity
 	for _, ev := range run.Events {
 		if a := ev.GetActivityTaskScheduledEventAttributes(); a != nil {
 			scheduled[ev.GetEventId()] = a.GetActivityType().GetName()
 		}
-		if a := ev.GetActivityTaskCompletedEventAttributes(); a != nil && scheduled[a.GetScheduledEventId()] == activityType {
+		if a := ev.GetActivityTaskCompletedEventAttributes(); a != nil {
+			out = append(out, completedActivity{Type: scheduled[a.GetScheduledEventId()], Result: a.GetResult()})
+		}
+	}
+	return out
+}
+
+// activityCount counts the activities of a type that completed in a run.
+func activityCount(run runHistory, activityType string) int {
+	n := 0
+	for _, a := range completed(run) {
+		if a.Type == activityType {
 			n++
 		}
 	}
@@ -139,19 +157,11 @@ func activityCount(run runHistory, activityType string) int {
 // leftoverTaken returns what each Leftover Drain of a run took, summed over brokers: the
 // Drained part of PrepareWindow's result.
 func leftoverTaken(run runHistory) []int {
-	scheduled := map[int64]string{}
-	var out []int
 	dc := converter.GetDefaultDataConverter()
-	for _, ev := range run.Events {
-		if a := ev.GetActivityTaskScheduledEventAttributes(); a != nil {
-			scheduled[ev.GetEventId()] = a.GetActivityType().GetName()
-		}
-		a := ev.GetActivityTaskCompletedEventAttributes()
-		if a == nil {
-			continue
-		}
+	var out []int
+	for _, a := range completed(run) {
 		var w activities.PreparedWindow
-		if scheduled[a.GetScheduledEventId()] != "PrepareWindow" || dc.FromPayloads(a.GetResult(), &w) != nil || len(w.Drained.Taken) == 0 {
+		if a.Type != "PrepareWindow" || dc.FromPayloads(a.Result, &w) != nil || len(w.Drained.Taken) == 0 {
 			continue
 		}
 		total := 0

@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -11,7 +12,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"testing"
 	"time"
 
 	"go.temporal.io/sdk/client"
@@ -19,59 +19,61 @@ import (
 	"github.com/brokerswitch/brokerswitch/internal/testenv"
 )
 
-// scope adapts internal/testenv, written for tests, to this program: it collects cleanups
-// and turns a fatal error into a panic that run() recovers. Only the methods testenv calls
-// are implemented; the embedded nil testing.TB is never reached.
+// scope is one figure's testenv.T. As testing.T does for a test, it collects the
+// figure's cleanups and ends the figure's goroutine on a fatal error (runtime.Goexit, so
+// the cleanups still run); guard reports that error and the next figure goes on.
 type scope struct {
-	testing.TB
 	name     string
 	cleanups []func()
+	err      error
 }
 
-type fatal struct{ err error }
-
-func newScope(name string) *scope { return &scope{name: name} }
-
-func (s *scope) Helper()                    {}
-func (s *scope) Name() string               { return s.name }
-func (s *scope) Cleanup(f func())           { s.cleanups = append(s.cleanups, f) }
-func (s *scope) Logf(f string, args ...any) { logf(s.name+": "+f, args...) }
+func (s *scope) Helper()          {}
+func (s *scope) Cleanup(f func()) { s.cleanups = append(s.cleanups, f) }
 func (s *scope) Errorf(f string, args ...any) {
 	logf("WARN %s: "+f, append([]any{s.name}, args...)...)
 }
-func (s *scope) Fatalf(f string, args ...any) { panic(fatal{fmt.Errorf(f, args...)}) }
-func (s *scope) Fatal(args ...any)            { panic(fatal{fmt.Errorf("%s", fmt.Sprint(args...))}) }
 
-// check panics with err, as Fatalf does.
+// Fatalf records the error and ends the figure. Like testing.T's, it must be called from
+// the figure's own goroutine, not from one it started.
+func (s *scope) Fatalf(f string, args ...any) {
+	s.err = errors.Join(s.err, fmt.Errorf(f, args...))
+	runtime.Goexit()
+}
+
+// check ends the figure with err, if any, as Fatalf does.
 func (s *scope) check(err error, what string) {
 	if err != nil {
-		panic(fatal{fmt.Errorf("%s: %w", what, err)})
+		s.Fatalf("%s: %w", what, err)
 	}
 }
 
-// close runs the cleanups, last first.
-func (s *scope) close() {
-	for i := len(s.cleanups) - 1; i >= 0; i-- {
-		s.cleanups[i]()
-	}
-	s.cleanups = nil
-}
-
-// guard runs fn in a fresh scope and turns its fatal panic into an error.
-func guard(name string, fn func(s *scope)) (err error) {
-	s := newScope(name)
-	defer s.close()
-	defer func() {
-		if r := recover(); r != nil {
-			if f, ok := r.(fatal); ok {
-				err = fmt.Errorf("%s: %w", name, f.err)
-				return
-			}
-			panic(r)
-		}
+// guard runs fn as one figure in a goroutine of its own, runs its cleanups (last first)
+// and returns the error that ended it, if any.
+func guard(name string, fn func(s *scope)) error {
+	s := &scope{name: name}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		defer s.runCleanups()
+		fn(s)
 	}()
-	fn(s)
+	<-done
+	if s.err != nil {
+		return fmt.Errorf("%s: %w", name, s.err)
+	}
 	return nil
+}
+
+// runCleanups runs the cleanups, the last registered first; one that ends the figure
+// (testenv's cleanups call Fatalf when RabbitMQ refuses) leaves the others to run.
+func (s *scope) runCleanups() {
+	if n := len(s.cleanups); n > 0 {
+		f := s.cleanups[n-1]
+		s.cleanups = s.cleanups[:n-1]
+		defer s.runCleanups()
+		f()
+	}
 }
 
 var start = time.Now()

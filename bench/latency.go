@@ -2,7 +2,7 @@ package main
 
 import (
 	"net"
-	"strings"
+	"net/url"
 	"time"
 
 	"github.com/brokerswitch/brokerswitch/internal/testenv"
@@ -14,23 +14,32 @@ import (
 // (order kept, throughput not limited) to show what round trips cost.
 type delayProxy struct {
 	*testenv.Proxy
-	target string
 	oneWay time.Duration
 }
 
 func newDelayProxy(s *scope, target string, rtt time.Duration) *delayProxy {
-	p := &delayProxy{target: target, oneWay: rtt / 2}
-	proxy, err := testenv.ListenProxy(target, p.copy)
-	s.check(err, "delay proxy")
-	p.Proxy = proxy
-	s.Cleanup(p.Cut)
+	p := &delayProxy{oneWay: rtt / 2}
+	p.Proxy = listenProxy(s, target, p.copy)
 	return p
 }
 
-func (p *delayProxy) addr() string { return p.Addr() }
+// throughDelay is rawURL, an AMQP URL or a Postgres DSN, reaching its host through a delay
+// proxy of rtt.
+func throughDelay(s *scope, rawURL string, rtt time.Duration) string {
+	u, err := url.Parse(rawURL)
+	s.check(err, "parse a URL to delay")
+	u.Host = newDelayProxy(s, u.Host, rtt).Addr()
+	return u.String()
+}
 
-// via rewrites a URL or DSN that names target to go through the proxy.
-func (p *delayProxy) via(url string) string { return strings.Replace(url, p.target, p.addr(), 1) }
+// listenProxy is a proxy to target whose connections move their bytes with copy; it is
+// cut when the figure ends.
+func listenProxy(s *scope, target string, copy testenv.Copy) *testenv.Proxy {
+	p, err := testenv.ListenProxy(target, copy)
+	s.check(err, "proxy")
+	s.Cleanup(p.Cut)
+	return p
+}
 
 type chunk struct {
 	due  time.Time
@@ -90,7 +99,7 @@ func measureRTT(s *scope, rtt time.Duration) time.Duration {
 		}
 	}()
 	p := newDelayProxy(s, l.Addr().String(), rtt)
-	c, err := net.Dial("tcp", p.addr())
+	c, err := net.Dial("tcp", p.Addr())
 	s.check(err, "dial delay proxy")
 	defer c.Close()
 	var xs []float64

@@ -1,7 +1,7 @@
 // Command bench measures brokerswitch against the local services: baselines, end-to-end
 // throughput, switch lag, catch-up, the Leftover Drain and the cost of a worker. It is a
 // benchmark, not a test: `go test ./...` does not run it. `make bench` runs it and writes
-// BENCHMARKS.md and bench/benchmarks.png.
+// BENCHMARKS.md (its table, and charts in mermaid) and bench/results.json.
 //
 //	go run ./bench -runs 3 -out BENCHMARKS.md
 package main
@@ -32,7 +32,6 @@ type options struct {
 	capLeftover  int
 	only         string
 	out          string
-	chart        string
 	cpuProfile   string
 	keepLogs     string
 	rtt          time.Duration
@@ -59,12 +58,11 @@ func main() {
 	flag.BoolVar(&o.ledgerRandom, "ledger-random-ids", false, "the 'ledger' figure's delivery ids are random version-4 GUIDs instead of GitHub's time-based version-1 ones")
 	flag.IntVar(&o.rssMessages, "rss-messages", 12, "messages of 25 MB for the peak-RSS figure")
 	flag.StringVar(&o.out, "out", "BENCHMARKS.md", "markdown report to write (its generated block is replaced)")
-	flag.StringVar(&o.chart, "chart", "bench/benchmarks.png", "PNG chart to write")
 	flag.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of the in-process worker during the last end-to-end run")
 	flag.DurationVar(&o.rtt, "rtt", 2*time.Millisecond, "round trip time injected between the consumer and RabbitMQ and Postgres for the 'rtt' figure (B and end to end)")
 	flag.IntVar(&o.rttEvents, "rtt-events", 2000, "messages per run of Baseline B in the 'rtt' figure (the service runs -events: B's rate is flat, the service's includes its start)")
 	flag.StringVar(&o.jsonOut, "json", "bench/results.json", "raw figures, to regenerate the report with -report-from; empty: none")
-	flag.StringVar(&o.reportFrom, "report-from", "", "measure nothing: rewrite the table, the report and the chart from a -json file")
+	flag.StringVar(&o.reportFrom, "report-from", "", "measure nothing: rewrite the table, the report and its charts from a -json file")
 	flag.StringVar(&o.keepLogs, "logs", "", "folder for the worker process's logs (default: a temporary folder)")
 	flag.Parse()
 	if err := run(o); err != nil {
@@ -93,7 +91,7 @@ func run(o options) error {
 		return rewriteReport(o)
 	}
 	res := &results{
-		Settings: settings{Runs: o.runs, Events: o.events, RTT: o.rtt, RTTEvents: o.rttEvents, LagBurst: o.lagBurst, Chart: o.chart},
+		Settings: settings{Runs: o.runs, Events: o.events, RTT: o.rtt, RTTEvents: o.rttEvents, LagBurst: o.lagBurst},
 		Machine:  describeMachine(), Command: commandLine(),
 	}
 	logf("machine: %d CPUs (%s), %.1f GiB, %s", res.Machine.CPUs, res.Machine.CPUModel, res.Machine.MemoryGiB, res.Machine.Go)

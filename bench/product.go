@@ -29,7 +29,7 @@ const switchID = workflows.BrokerSwitchWorkflowID
 func runProduct(s *scope, events []payloads.Event, cpuProfile string, rtt time.Duration) throughput {
 	ctx := context.Background()
 	st := newStack(s, 1, stackOptions{rtt: rtt, env: map[string]string{"CONSUMER_WINDOW": "1m", "DRAIN_CHECK_INTERVAL": "250ms"}})
-	s.check(publishAll(ctx, st.direct[0], events), "publish")
+	st.publish(0, events, nil)
 	if cpuProfile != "" {
 		f, err := os.Create(cpuProfile)
 		s.check(err, "cpu profile")
@@ -101,17 +101,12 @@ func runLag(s *scope, cfg lagConfig) lagResult {
 	st := newStack(s, brokers, stackOptions{count: true, env: map[string]string{"DRAIN_CHECK_INTERVAL": cfg.DrainInterval}})
 	stop := st.startWorker()
 
-	producers := make([]*producer, brokers)
-	for i := range producers {
-		p, err := newProducer(st.direct[i])
-		s.check(err, "producer")
-		s.Cleanup(p.close)
-		producers[i] = p
-	}
+	// One producer rotates over the brokers; each Publish returns once confirmed, so every
+	// publish to the old broker is confirmed before it moves on, as a producer that rotates
+	// because the broker refused it would have them.
+	producer := st.producer()
 	// Warm up: the windows are consuming broker 0 once one event went through.
-	warm := corpus(1)
-	s.check(producers[0].publish(ctx, warm[0]), "warm-up")
-	s.check(producers[0].flush(ctx), "warm-up")
+	s.check(producer.Publish(ctx, messages(nil, corpus(1)...)...), "warm-up")
 	s.check(st.waitApplied(ctx, 1, time.Minute), "warm-up")
 	trafficBefore := totalTraffic(st)
 	rpcBefore := st.rpc.snapshot()
@@ -122,22 +117,19 @@ func runLag(s *scope, cfg lagConfig) lagResult {
 	var (
 		mu       sync.Mutex
 		epochOf  = map[string]int{}
-		current  atomic.Int32
-		epoch    atomic.Int32
+		epoch    int
 		produced atomic.Int64
 		stopProd = make(chan struct{})
 		prodDone = make(chan error, 1)
 	)
-	publishOne := func(ev payloads.Event) error {
+	publish := func(evs ...payloads.Event) error {
 		mu.Lock()
 		defer mu.Unlock()
-		epochOf[ev.DeliveryID] = int(epoch.Load())
-		produced.Add(1)
-		p := producers[current.Load()]
-		if err := p.publish(ctx, ev); err != nil {
-			return err
+		for _, ev := range evs {
+			epochOf[ev.DeliveryID] = epoch
 		}
-		return nil
+		produced.Add(int64(len(evs)))
+		return producer.Publish(ctx, messages(nil, evs...)...)
 	}
 	stream := &eventStream{}
 	go func() {
@@ -149,7 +141,7 @@ func runLag(s *scope, cfg lagConfig) lagResult {
 				prodDone <- nil
 				return
 			case <-tick.C:
-				if err := publishOne(stream.next()); err != nil {
+				if err := publish(stream.next()); err != nil {
 					prodDone <- err
 					return
 				}
@@ -163,19 +155,15 @@ func runLag(s *scope, cfg lagConfig) lagResult {
 	for i := 1; i <= cfg.Rotations; i++ {
 		time.Sleep(cfg.Epoch)
 		if cfg.Burst > 0 {
-			for _, ev := range corpus(cfg.Burst) {
-				s.check(publishOne(ev), "burst")
-			}
+			s.check(publish(corpus(cfg.Burst)...), "burst")
 		}
 		next := i % brokers
 		mu.Lock()
-		// Every publish to the old broker is confirmed before the producer moves on, as a
-		// producer that rotates because the broker refused it would have them.
-		s.check(producers[current.Load()].flush(ctx), "flush before rotating")
-		current.Store(int32(next))
-		epoch.Store(int32(i))
+		_, err := producer.Rotate(ctx, next)
+		epoch = i
 		rotatedAt[i] = time.Now()
 		mu.Unlock()
+		s.check(err, "rotate")
 		s.check(st.notify(next, rotatedAt[i]), "notify")
 		s.check(waitUntil(ctx, 2*time.Minute, fmt.Sprintf("switch %d to broker %d", i, next), func() (bool, error) {
 			return st.switched(ctx, next)
@@ -203,9 +191,6 @@ func runLag(s *scope, cfg lagConfig) lagResult {
 	time.Sleep(cfg.Epoch)
 	close(stopProd)
 	s.check(<-prodDone, "producer")
-	mu.Lock()
-	s.check(producers[current.Load()].flush(ctx), "flush")
-	mu.Unlock()
 	total := produced.Load() + 1 // and the warm-up event
 	s.check(st.waitApplied(ctx, total, 2*time.Minute), "all applied")
 	total-- // the figures count what was published after the warm-up
@@ -313,16 +298,12 @@ func runCatchUp(s *scope, backlog, onNew int, binary, logDir string, rtt time.Du
 	res := catchUpResult{Backlog: backlog, OnNew: onNew}
 	began := time.Now()
 	// Published in chunks so the corpus never sits whole in memory.
-	p, err := newProducer(st.direct[0])
-	s.check(err, "producer")
+	p := st.producer()
 	for left := backlog; left > 0; left -= 1000 {
-		for _, ev := range corpus(min(left, 1000)) {
-			s.check(p.publish(ctx, ev), "publish backlog")
-		}
+		s.check(p.PublishTo(ctx, 0, messages(nil, corpus(min(left, 1000))...)...), "publish backlog")
 	}
-	s.check(p.flush(ctx), "publish backlog")
-	p.close()
-	s.check(publishAll(ctx, st.direct[1], corpus(onNew)), "publish to the new broker")
+	s.check(p.PublishTo(ctx, 1, messages(nil, corpus(onNew)...)...), "publish to the new broker")
+	_ = p.Close()
 	res.Publish = time.Since(began)
 	logf("  published %d + %d events in %s", backlog, onNew, res.Publish.Round(time.Millisecond))
 	rotated := time.Now()
@@ -360,7 +341,8 @@ func runCatchUp(s *scope, backlog, onNew int, binary, logDir string, rtt time.Du
 	res.Dialed = dialed(st)
 	res.SwitchDone = switchSeen.Sub(began) // seen by polling every 50 ms
 	var last time.Time
-	s.check(st.db.WithContext(ctx).Raw("SELECT max(applied_at) FROM github_deliveries WHERE broker_index = 0").Scan(&last).Error, "ledger")
+	err := st.db.WithContext(ctx).Raw("SELECT max(applied_at) FROM github_deliveries WHERE broker_index = 0").Scan(&last).Error
+	s.check(err, "ledger")
 	res.OldApplied = clock.mono(last).Sub(began)
 	if !sawFootprint.Load() {
 		footprint, err = rabbitFootprint(st.vhosts)
@@ -404,7 +386,7 @@ func runDrain(s *scope, n int) drainResult {
 		for i := range evs {
 			evs[i].Queue = queue
 		}
-		s.check(publishAll(ctx, st.direct[0], evs), "publish")
+		st.publish(0, evs, nil)
 		return evs
 	}
 	var res drainResult
@@ -451,7 +433,7 @@ func runCap(s *scope, leftover int, window time.Duration) capResult {
 	// The producer never announced broker 1, so before UNNOTIFIED_BROKER_GRACE only what
 	// came back is read there: these leftovers are messages moved back from -retry, as
 	// their header says, as in TestLeftoverDrainStopsAtItsCap.
-	s.check(publishAllWith(ctx, st.direct[1], amqp.Table{broker.HeaderRetryCycles: int64(1)}, evs), "publish leftovers")
+	st.publish(1, evs, amqp.Table{broker.HeaderRetryCycles: int64(1)})
 	began := time.Now()
 	stop := st.startWorker()
 	s.check(st.waitApplied(ctx, int64(leftover), 5*time.Minute), "leftovers applied")

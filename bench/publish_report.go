@@ -13,7 +13,6 @@ type settings struct {
 	RTT          time.Duration
 	RTTEvents    int
 	LagBurst     int
-	Chart        string
 }
 
 // save writes the raw figures as JSON.
@@ -29,16 +28,10 @@ func (r *results) save(path string) error {
 	return nil
 }
 
-// publish prints the table and writes the chart and the report.
+// publish prints the table and writes the report, charts included.
 func (r *results) publish(o options) error {
 	report := r.table()
 	fmt.Println(report.text())
-	if err := drawChart(o.chart, "brokerswitch: throughput and switch lag",
-		fmt.Sprintf("%s · %d CPUs · %.0f GiB · %s · %s", r.Machine.CPUModel, r.Machine.CPUs, r.Machine.MemoryGiB,
-			r.Machine.Go, r.Machine.Date.Format("2006-01-02")), r.panels()); err != nil {
-		return fmt.Errorf("chart: %w", err)
-	}
-	logf("chart written to %s", o.chart)
 	if err := r.writeMarkdown(o.out, report); err != nil {
 		return err
 	}
@@ -56,6 +49,5 @@ func rewriteReport(o options) error {
 	if err := json.Unmarshal(data, &r); err != nil {
 		return fmt.Errorf("decode %s: %w", o.reportFrom, err)
 	}
-	r.Settings.Chart = o.chart
 	return r.publish(o)
 }

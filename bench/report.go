@@ -3,10 +3,11 @@ package main
 import (
 	"fmt"
 	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/brokerswitch/brokerswitch/simulate"
 )
 
 // results collects every figure of one invocation.
@@ -62,6 +63,14 @@ func (r *results) addLag(cfg lagConfig, lr lagResult) {
 		r.LagCfg[cfg.Name] = cfg
 	}
 	r.Lag[cfg.Name] = append(r.Lag[cfg.Name], lr)
+}
+
+// drainRates are the Leftover Drain's rates per run, ack only and with ingest.
+func (r *results) drainRates() (raw, ingest []float64) {
+	for _, d := range r.Drain {
+		raw, ingest = append(raw, d.Raw.rate()), append(ingest, d.Ingest.rate())
+	}
+	return raw, ingest
 }
 
 func rates(ts []throughput) []float64 {
@@ -140,14 +149,10 @@ func (r *results) table() report {
 		add(row{"brokerswitch end to end (Temporal windows, typed tables + ledger)", fmt.Sprintf("%.0f msg/s", p), spread(rates(r.Product), "%.0f"),
 			fmt.Sprintf("%s B, %s A(100), %s A(1)", ratio(p, b), ratio(p, a100), ratio(p, a1)), "≥ 3× B", statusIf(b > 0, ok)})
 		rep.targets = append(rep.targets, fmt.Sprintf("End-to-end throughput ≥ 3× Baseline B: %s (%.0f vs %.0f msg/s, %s).", status(ok), p, b, ratio(p, b)))
-		var starts []float64
-		for _, t := range r.Product {
-			starts = append(starts, t.Startup.Seconds())
-		}
-		add(row{"  of which worker start → first event applied", fmt.Sprintf("%.2f s", median(starts)), spread(starts, "%.2f"), "", "", ""})
+		add(startupRow(r.Product))
 		if q := r.Product[len(r.Product)-1].QueueDone; len(q) > 0 {
 			var others []float64
-			for _, name := range defaultQueues[1:] {
+			for _, name := range simulate.DefaultQueues[1:] {
 				others = append(others, q[name].Seconds())
 			}
 			add(row{"  … pull_requests (44% of the events, the largest payloads) applied its last event at", fmt.Sprintf("%.2f s", q["pull_requests"].Seconds()),
@@ -160,11 +165,7 @@ func (r *results) table() report {
 			"E2E = " + ratio(pr, br), "", ""})
 		add(row{fmt.Sprintf("brokerswitch end to end with %s RTT (injected; %s msgs per run)", r.Settings.RTT, commas(int64(r.ProductRTT[0].N))), fmt.Sprintf("%.0f msg/s", pr), spread(rates(r.ProductRTT), "%.0f"),
 			ratio(pr, br) + " B", "≥ 10× B", status(pr >= 10*br)})
-		var starts []float64
-		for _, t := range r.ProductRTT {
-			starts = append(starts, t.Startup.Seconds())
-		}
-		add(row{"  of which worker start → first event applied", fmt.Sprintf("%.2f s", median(starts)), spread(starts, "%.2f"), "", "", ""})
+		add(startupRow(r.ProductRTT))
 		rep.targets = append(rep.targets, fmt.Sprintf("… with %s RTT to RabbitMQ and Postgres, as a service reaching CloudAMQP and a managed Postgres sees it, ≥ 10× B: %s (%.0f vs %.0f msg/s, %s).",
 			r.Settings.RTT, status(pr >= 10*br), pr, br, ratio(pr, br)))
 	}
@@ -201,10 +202,7 @@ func (r *results) table() report {
 		add(row{fmt.Sprintf("Peak RSS of `brokerswitch worker` during the catch-up with %s RTT", r.Settings.RTT), fmt.Sprintf("%.0f MB", c.PeakRSSMB), "1 run", "", "< 150 MB", status(c.PeakRSSMB < 150)})
 	}
 	if len(r.Drain) > 0 {
-		var raw, ing []float64
-		for _, d := range r.Drain {
-			raw, ing = append(raw, d.Raw.rate()), append(ing, d.Ingest.rate())
-		}
+		raw, ing := r.drainRates()
 		add(row{"Leftover Drain: a consume per batch of 100, ack only", fmt.Sprintf("%.0f msg/s", median(raw)), spread(raw, "%.0f"), "= " + ratio(median(raw), a100) + " A(100)", "", ""})
 		add(row{"Leftover Drain: consume + ingest (typed tables + ledger)", fmt.Sprintf("%.0f msg/s", median(ing)), spread(ing, "%.0f"), "= " + ratio(median(ing), p) + " E2E", "", ""})
 	}
@@ -221,6 +219,15 @@ func (r *results) table() report {
 	r.ledgerRows(add, &rep)
 	r.entityClockRows(add, &rep)
 	return rep
+}
+
+// startupRow is the time from the worker's start to its first applied event, over runs.
+func startupRow(ts []throughput) row {
+	var starts []float64
+	for _, t := range ts {
+		starts = append(starts, t.Startup.Seconds())
+	}
+	return row{"  of which worker start → first event applied", fmt.Sprintf("%.2f s", median(starts)), spread(starts, "%.2f"), "", "", ""}
 }
 
 func statusIf(known, ok bool) string {
@@ -315,13 +322,13 @@ func (r *results) costRows(add func(row), rep *report) {
 	for _, name := range r.LagOrder {
 		for _, lr := range r.Lag[name] {
 			if lr.Seconds > 0 {
-				hbPerWindow = append(hbPerWindow, float64(lr.Heartbeats)/lr.Seconds/float64(len(defaultQueues)))
+				hbPerWindow = append(hbPerWindow, float64(lr.Heartbeats)/lr.Seconds/float64(len(simulate.DefaultQueues)))
 				rpcPerSec = append(rpcPerSec, float64(lr.RPCs)/lr.Seconds)
 			}
 		}
 	}
 	if len(hbPerWindow) > 0 {
-		perMonth := median(hbPerWindow) * float64(len(defaultQueues)) * 86400 * 30
+		perMonth := median(hbPerWindow) * float64(len(simulate.DefaultQueues)) * 86400 * 30
 		add(row{"Temporal heartbeats per window per second (in-process worker, lag runs)", fmt.Sprintf("%.2f", median(hbPerWindow)), spread(hbPerWindow, "%.2f"),
 			fmt.Sprintf("≈ %.1f M heartbeats/month for 4 windows; Temporal RPCs other than long polls: %.1f/s", perMonth/1e6, median(rpcPerSec)), "", ""})
 	}
@@ -389,7 +396,7 @@ const (
 // writeMarkdown replaces the generated block of path, keeping the hand-written analysis
 // around it, or writes a new file.
 func (r *results) writeMarkdown(path string, rep report) error {
-	block := r.generated(path, rep)
+	block := r.generated(rep)
 	old, err := os.ReadFile(path)
 	if err == nil {
 		s := string(old)
@@ -402,7 +409,7 @@ func (r *results) writeMarkdown(path string, rep report) error {
 	return os.WriteFile(path, []byte(doc), 0o644)
 }
 
-func (r *results) generated(path string, rep report) string {
+func (r *results) generated(rep report) string {
 	var b strings.Builder
 	m := r.Machine
 	b.WriteString(beginMarker + "\n\n")
@@ -422,8 +429,8 @@ func (r *results) generated(path string, rep report) string {
 			commas(int64(r.Events)), perQueue(r.Corpus.PerQueue), r.Corpus.MinKB, r.Corpus.MaxKB, r.Corpus.AvgKB)
 	}
 	b.WriteString(rep.markdown())
-	if rel, err := filepath.Rel(filepath.Dir(path), r.Settings.Chart); err == nil {
-		fmt.Fprintf(&b, "\n![throughput and switch lag](%s)\n", filepath.ToSlash(rel))
+	for _, c := range r.charts() {
+		b.WriteString("\n" + c.mermaid())
 	}
 	if len(rep.targets) > 0 {
 		b.WriteString("\n**Targets** (from this run):\n\n")
@@ -463,7 +470,7 @@ func backgroundNote(busy float64) string {
 
 func perQueue(m map[string]int) string {
 	var parts []string
-	for _, q := range defaultQueues {
+	for _, q := range simulate.DefaultQueues {
 		parts = append(parts, fmt.Sprintf("%s %d", q, m[q]))
 	}
 	return strings.Join(parts, ", ")
@@ -525,7 +532,7 @@ func queueDone(t throughput) string {
 		return ""
 	}
 	var parts []string
-	for _, q := range defaultQueues {
+	for _, q := range simulate.DefaultQueues {
 		if d, ok := t.QueueDone[q]; ok {
 			parts = append(parts, fmt.Sprintf("%s %.2f s", q, d.Seconds()))
 		}
@@ -551,62 +558,11 @@ func medianDur(rots []rotation, f func(rotation) time.Duration) float64 {
 	return median(xs)
 }
 
-// panels are the chart: throughput, then switch lag.
-func (r *results) panels() []panel {
-	tp := panel{Title: "Throughput on loopback (messages/s, median)", Unit: "msg/s"}
-	if len(r.A1) > 0 {
-		tp.Bars = append(tp.Bars, bar{Label: "A: bare consumer, prefetch 1", Value: median(rates(r.A1)), Color: colLimit})
+// commas writes n with thousands separators: 12,345.
+func commas(n int64) string {
+	s := fmt.Sprint(n)
+	for i := len(s) - 3; i > 0; i -= 3 {
+		s = s[:i] + "," + s[i:]
 	}
-	if len(r.A100) > 0 {
-		tp.Bars = append(tp.Bars, bar{Label: "A: bare consumer, prefetch 100", Value: median(rates(r.A100)), Color: colLimit})
-	}
-	if len(r.B) > 0 {
-		tp.Bars = append(tp.Bars, bar{Label: "B: old design, 1 tx per message", Value: median(rates(r.B)), Color: colOld})
-	}
-	if len(r.Product) > 0 {
-		tp.Bars = append(tp.Bars, bar{Label: "brokerswitch end to end", Value: median(rates(r.Product)), Color: colProduct})
-	}
-	if c := r.CatchUp; c != nil {
-		tp.Bars = append(tp.Bars, bar{Label: fmt.Sprintf("catch-up of %dk (process)", c.Backlog/1000), Value: float64(c.Backlog+c.OnNew) / c.Done.Seconds(), Color: colProduct})
-	}
-	if len(r.Drain) > 0 {
-		var raw, ing []float64
-		for _, d := range r.Drain {
-			raw, ing = append(raw, d.Raw.rate()), append(ing, d.Ingest.rate())
-		}
-		tp.Bars = append(tp.Bars,
-			bar{Label: "Leftover Drain, ack only", Value: median(raw), Color: colDrain},
-			bar{Label: "Leftover Drain + ingest", Value: median(ing), Color: colDrain})
-	}
-	if len(r.B) > 0 {
-		tp.Target, tp.TLabel = 3*median(rates(r.B)), "target 3× B"
-	}
-	lag := panel{Title: "Switch lag: old broker's last applied → new broker's first applied (s; median, p95 lighter)", Unit: "s", Target: 2, TLabel: "target p95 < 2 s"}
-	for _, name := range r.LagOrder {
-		lags, _ := lagSeconds(r.rotations(name))
-		col := colProduct
-		if r.LagCfg[name].DrainInterval != "3s" {
-			col = colDrain
-		}
-		lag.Bars = append(lag.Bars, bar{Label: name, Value: median(lags), Hi: percentile(lags, 95), Color: col})
-	}
-	var out []panel
-	if len(tp.Bars) > 0 {
-		out = append(out, tp)
-	}
-	if len(r.BRTT) > 0 && len(r.ProductRTT) > 0 {
-		b := median(rates(r.BRTT))
-		out = append(out, panel{
-			Title: fmt.Sprintf("Throughput with %s RTT to RabbitMQ and Postgres (messages/s, median)", r.Settings.RTT), Unit: "msg/s",
-			Target: 10 * b, TLabel: "target 10× B",
-			Bars: []bar{
-				{Label: "B: old design, 1 tx per message", Value: b, Color: colOld},
-				{Label: "brokerswitch end to end", Value: median(rates(r.ProductRTT)), Color: colProduct},
-			},
-		})
-	}
-	if len(lag.Bars) > 0 {
-		out = append(out, lag)
-	}
-	return out
+	return s
 }

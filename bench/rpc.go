@@ -7,6 +7,8 @@ import (
 
 	"go.temporal.io/sdk/client"
 	"google.golang.org/grpc"
+
+	"github.com/brokerswitch/brokerswitch/internal/testenv"
 )
 
 // rpcCounter counts the Temporal RPCs a worker makes, by method: heartbeats are what a
@@ -39,7 +41,7 @@ func countingClient(s *scope, ns string) (client.Client, *rpcCounter) {
 	c, err := client.Dial(client.Options{
 		HostPort:  temporalServer.Address(),
 		Namespace: ns,
-		Logger:    quietLogger{},
+		Logger:    testenv.QuietLogger{},
 		ConnectionOptions: client.ConnectionOptions{
 			DialOptions: []grpc.DialOption{grpc.WithChainUnaryInterceptor(counter.intercept)},
 		},
@@ -48,11 +50,3 @@ func countingClient(s *scope, ns string) (client.Client, *rpcCounter) {
 	s.Cleanup(c.Close)
 	return c, counter
 }
-
-// quietLogger keeps the SDK's logs out of the report.
-type quietLogger struct{}
-
-func (quietLogger) Debug(string, ...any) {}
-func (quietLogger) Info(string, ...any)  {}
-func (quietLogger) Warn(string, ...any)  {}
-func (quietLogger) Error(string, ...any) {}

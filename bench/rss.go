@@ -40,13 +40,11 @@ func largePush(s *scope) payloads.Event {
 func runRSS(s *scope, n int, env map[string]string, binary, logDir string) rssResult {
 	ctx := context.Background()
 	st := newStack(s, 1, stackOptions{env: env})
-	p, err := newProducer(st.direct[0])
-	s.check(err, "producer")
-	for range n {
-		s.check(p.publish(ctx, largePush(s)), "publish")
-		s.check(p.flush(ctx), "publish") // one 25 MB body at a time in this process
+	p := st.producer()
+	for range n { // one 25 MB body at a time in this process
+		s.check(p.Publish(ctx, messages(nil, largePush(s))...), "publish")
 	}
-	p.close()
+	_ = p.Close()
 
 	worst, _ := st.cfg.WorstCaseMemory()
 	res := rssResult{Messages: n, Prefetch: st.cfg.Prefetch, MemoryLimit: env["MEMORY_LIMIT"], WorstCaseMB: float64(worst) / (1 << 20)}

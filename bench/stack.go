@@ -12,6 +12,7 @@ import (
 	"sync"
 	"time"
 
+	amqp "github.com/rabbitmq/amqp091-go"
 	"go.temporal.io/sdk/client"
 	"gorm.io/gorm"
 
@@ -19,6 +20,8 @@ import (
 	"github.com/brokerswitch/brokerswitch/config"
 	"github.com/brokerswitch/brokerswitch/internal/testenv"
 	"github.com/brokerswitch/brokerswitch/models"
+	"github.com/brokerswitch/brokerswitch/payloads"
+	"github.com/brokerswitch/brokerswitch/simulate"
 	"github.com/brokerswitch/brokerswitch/worker"
 	"github.com/brokerswitch/brokerswitch/workflows"
 )
@@ -57,17 +60,17 @@ func newStack(s *scope, brokers int, o stackOptions) *stack {
 		if o.count {
 			p := newCountingProxy(s, testenv.RabbitAddr())
 			st.proxies = append(st.proxies, p)
-			u = strings.Replace(u, testenv.RabbitAddr(), p.addr(), 1)
+			u = strings.Replace(u, testenv.RabbitAddr(), p.Addr(), 1)
 		}
 		if o.rtt > 0 {
-			u = newDelayProxy(s, testenv.RabbitAddr(), o.rtt).via(u)
+			u = throughDelay(s, u, o.rtt)
 		}
 		urls = append(urls, u)
 	}
 	dsn := testenv.NewDatabase(s)
 	ownDatabase(dsn)
 	if o.rtt > 0 {
-		dsn = newDelayProxy(s, postgresAddr, o.rtt).via(dsn)
+		dsn = throughDelay(s, dsn, o.rtt)
 	}
 	st.ns, _ = namespace(s)
 	st.temporal, st.rpc = countingClient(s, st.ns)
@@ -112,6 +115,19 @@ func (st *stack) topology() broker.Topology {
 	return broker.Topology{Queues: st.cfg.Queues, RetryTTL: st.cfg.RetryTTL, Type: st.cfg.QueueType}
 }
 
+// producer publishes to the stack's brokers without proxy, starting on broker 0.
+func (st *stack) producer() *simulate.Producer {
+	return newProducer(st.s, st.topology(), st.direct...)
+}
+
+// publish publishes events to broker index, each with the extra headers, and returns once
+// every one is confirmed.
+func (st *stack) publish(index int, events []payloads.Event, extra amqp.Table) {
+	p := st.producer()
+	defer func() { _ = p.Close() }()
+	st.s.check(p.PublishTo(context.Background(), index, messages(extra, events...)...), "publish")
+}
+
 // terminateWorkflows stops the namespace's workflows so that the dev server does not go on
 // retrying their activities while later figures are measured.
 func (st *stack) terminateWorkflows() {
@@ -123,9 +139,6 @@ func (st *stack) terminateWorkflows() {
 		_ = st.temporal.TerminateWorkflow(context.Background(), id, "", "benchmark done")
 	}
 }
-
-// postgresAddr is the local Postgres that testenv creates databases on.
-const postgresAddr = "127.0.0.1:5432"
 
 // startWorker runs a worker in this process, as e2e's startWorker does.
 func (st *stack) startWorker() (stop func()) {

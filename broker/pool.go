@@ -1,6 +1,7 @@
 package broker
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -21,7 +22,7 @@ const (
 	heartbeat   = 10 * time.Second
 	// closeTimeout bounds Pool.Close on a broker that no longer answers.
 	closeTimeout = 5 * time.Second
-	// connectionName shows up in the RabbitMQ management UI.
+	// connectionName shows up in the RabbitMQ management UI, unless Pool.ConnectionName says otherwise.
 	connectionName = "brokerswitch"
 )
 
@@ -53,6 +54,10 @@ type Pool struct {
 	// library's default, 128 KiB, which is also RabbitMQ's. Tests lower it to meet the
 	// limit of a copy's headers. Set it before the pool is used.
 	FrameSize int
+	// ConnectionName names the pool's connections in RabbitMQ (rabbitmqctl, the management
+	// UI); "" means "brokerswitch". A producer built on a Pool names itself apart from the
+	// service. Set it before the pool is used.
+	ConnectionName string
 
 	logger    *slog.Logger
 	endpoints []Endpoint
@@ -192,7 +197,7 @@ func (p *Pool) connection(ctx context.Context, b *brokerConn) (*amqp.Connection,
 	if b.conn != nil && !b.conn.IsClosed() {
 		return b.conn, nil
 	}
-	conn, err := dial(ctx, b.ep, p.FrameSize)
+	conn, err := dial(ctx, b.ep, p.FrameSize, cmp.Or(p.ConnectionName, connectionName))
 	b.dials.Add(1)
 	if err != nil {
 		p.Metrics.DialFailed(b.ep.Index)
@@ -237,12 +242,12 @@ func (p *Pool) watch(ep Endpoint, conn *amqp.Connection) {
 
 // dial connects to ep within dialTimeout, giving up early when ctx ends.
 // Errors never include the URL.
-func dial(ctx context.Context, ep Endpoint, frameSize int) (*amqp.Connection, error) {
+func dial(ctx context.Context, ep Endpoint, frameSize int, name string) (*amqp.Connection, error) {
 	ctx, cancel := context.WithTimeout(ctx, dialTimeout)
 	defer cancel()
 
 	props := amqp.NewConnectionProperties()
-	props.SetClientConnectionName(connectionName)
+	props.SetClientConnectionName(name)
 
 	// stopAbort is set by the Dial func below: it undoes the hook that aborts
 	// the handshake when ctx ends.

@@ -83,6 +83,10 @@ type Config struct {
 	Logger *slog.Logger
 	// Now is the clock; nil means time.Now.
 	Now func() time.Time
+	// ConnectionName names the producer's connections in RabbitMQ; "" means the broker
+	// package's, "brokerswitch". The benchmark names its producer apart from the service
+	// whose connections it counts.
+	ConnectionName string
 }
 
 // Notice is a notification the producer sends: "I now publish to host/vhost since switchedAt".
@@ -156,9 +160,11 @@ func New(cfg Config) (*Producer, error) {
 	if hc == nil {
 		hc = &http.Client{Timeout: 30 * time.Second}
 	}
+	pool := broker.NewPool(cfg.Brokers, cfg.Logger)
+	pool.ConnectionName = cfg.ConnectionName
 	p := &Producer{
 		cfg:      cfg,
-		pool:     broker.NewPool(cfg.Brokers, cfg.Logger),
+		pool:     pool,
 		log:      cfg.Logger,
 		http:     hc,
 		active:   cfg.Start,

@@ -9,11 +9,13 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"os/exec"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	amqp "github.com/rabbitmq/amqp091-go"
 	"github.com/stretchr/testify/require"
 
 	"github.com/brokerswitch/brokerswitch/broker"
@@ -146,6 +148,49 @@ func TestProducerPublishesTheMessageContract(t *testing.T) {
 		require.Equal(t, 0, r.Broker)
 	}
 	require.NotContains(t, out.String(), "guest:guest")
+}
+
+// TestProducerNamesItsConnectionsAndAddsHeaders: ConnectionName is what RabbitMQ lists for
+// the producer's connection, and a message's Extra headers travel beside the contract's.
+func TestProducerNamesItsConnectionsAndAddsHeaders(t *testing.T) {
+	if os.Getenv(testenv.RabbitEnv) != "" {
+		t.Skip("lists connections with rabbitmqctl, which manages the local RabbitMQ only")
+	}
+	p, eps, _, _, _ := newProducer(t, 1, func(c *Config) { c.ConnectionName = "simulate-test" })
+	ctx := context.Background()
+	msgs, err := Workload{Pushes: 1}.Messages()
+	require.NoError(t, err)
+	msgs[0].Extra = amqp.Table{broker.HeaderRetryCycles: int64(2)}
+	require.NoError(t, p.Publish(ctx, msgs...))
+
+	out, err := exec.Command("rabbitmqctl", "--quiet", "list_connections", "vhost", "client_properties", "--formatter", "json").Output()
+	require.NoError(t, err)
+	var conns []struct {
+		Vhost            string          `json:"vhost"`
+		ClientProperties json.RawMessage `json:"client_properties"`
+	}
+	require.NoError(t, json.Unmarshal(out, &conns))
+	var names []string
+	for _, c := range conns {
+		if c.Vhost == eps[0].Vhost {
+			names = append(names, string(c.ClientProperties))
+		}
+	}
+	require.Len(t, names, 1, "one connection on the producer's vhost")
+	require.Contains(t, names[0], `"simulate-test"`)
+	require.NotContains(t, names[0], `"brokerswitch"`)
+
+	pool := broker.NewPool(eps, nil)
+	defer pool.Close()
+	ch, err := pool.Channel(ctx, 0)
+	require.NoError(t, err)
+	defer ch.Close()
+	d, ok, err := ch.Get(msgs[0].Queue, true)
+	require.NoError(t, err)
+	require.True(t, ok)
+	require.EqualValues(t, 2, d.Headers[broker.HeaderRetryCycles])
+	require.Equal(t, msgs[0].Event, d.Headers[HeaderEvent])
+	require.Equal(t, msgs[0].DeliveryID, d.Headers[HeaderDelivery])
 }
 
 // TestProducerRotatesAndNotifies: after RotateAfter messages the producer moves to the

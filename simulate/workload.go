@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"hash/fnv"
+	"maps"
 	"math"
 	mathrand "math/rand/v2"
 	"strings"
@@ -59,6 +60,9 @@ type Message struct {
 	State string
 	// Poison is "" for a good message, else its Poison kind.
 	Poison string
+	// Extra are headers besides the contract's two, such as broker.HeaderRetryCycles on a
+	// message as it comes back from -retry. Tests and the benchmark only.
+	Extra amqp.Table
 	// Body is the JSON payload.
 	Body []byte
 }
@@ -74,6 +78,7 @@ func (m Message) Target() string {
 // Headers are the AMQP headers of the message contract; a poison message lacks one.
 func (m Message) Headers() amqp.Table {
 	h := amqp.Table{}
+	maps.Copy(h, m.Extra)
 	if m.Poison != PoisonMissingEvent {
 		h[HeaderEvent] = m.Event
 	}

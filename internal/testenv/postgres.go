@@ -6,7 +6,6 @@ import (
 	"encoding/hex"
 	"net/url"
 	"os"
-	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -19,7 +18,7 @@ const PostgresAdminDSNEnv = "BS_TEST_POSTGRES_DSN"
 // NewDatabase creates a fresh, empty database bs_<random> and returns its DSN. The
 // database is dropped (WITH (FORCE), so leftover connections do not block it) when the
 // test ends.
-func NewDatabase(t testing.TB) string {
+func NewDatabase(t T) string {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -59,7 +58,7 @@ func NewDatabase(t testing.TB) string {
 
 // pgConnectAdmin connects to the maintenance database, returning the connection and the
 // DSN that worked.
-func pgConnectAdmin(ctx context.Context, t testing.TB) (*pgx.Conn, string) {
+func pgConnectAdmin(ctx context.Context, t T) (*pgx.Conn, string) {
 	t.Helper()
 	candidates := []string{os.Getenv(PostgresAdminDSNEnv)}
 	if candidates[0] == "" {

@@ -5,7 +5,6 @@ import (
 	"io"
 	"net"
 	"sync"
-	"testing"
 	"time"
 )
 
@@ -27,7 +26,7 @@ type Proxy struct {
 }
 
 // NewProxy listens on a free loopback port and forwards to target until the test ends.
-func NewProxy(tb testing.TB, target string) *Proxy {
+func NewProxy(tb T, target string) *Proxy {
 	tb.Helper()
 	p, err := ListenProxy(target, nil)
 	if err != nil {
@@ -70,7 +69,7 @@ func (p *Proxy) Cut() {
 }
 
 // Restore accepts connections again on the same address.
-func (p *Proxy) Restore(tb testing.TB) {
+func (p *Proxy) Restore(tb T) {
 	tb.Helper()
 	l, err := net.Listen("tcp", p.addr)
 	if err != nil {

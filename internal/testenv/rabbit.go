@@ -18,7 +18,6 @@ import (
 	"sort"
 	"strconv"
 	"strings"
-	"testing"
 	"time"
 )
 
@@ -75,7 +74,7 @@ func RabbitAddr() string {
 // permissions on it, deletes it when the test ends and returns its AMQP URL.
 // It fails the test when RabbitMQ does not run (start it with
 // `rabbitmq-server -detached`, or scripts/rabbitmq4.sh for RabbitMQ 4).
-func NewVhost(t testing.TB) (amqpURL string) {
+func NewVhost(t T) (amqpURL string) {
 	t.Helper()
 	addr := RabbitAddr()
 	conn, err := net.DialTimeout("tcp", addr, 2*time.Second)
@@ -100,7 +99,7 @@ func NewVhost(t testing.TB) (amqpURL string) {
 
 // CloseConnections makes RabbitMQ close every client connection to the vhost of
 // amqpURL, as a broker restart would.
-func CloseConnections(t testing.TB, amqpURL string) {
+func CloseConnections(t T, amqpURL string) {
 	t.Helper()
 	vhost := vhostOf(t, amqpURL)
 	api := os.Getenv(RabbitEnv)
@@ -129,7 +128,7 @@ func CloseConnections(t testing.TB, amqpURL string) {
 }
 
 // Consumers lists, per queue, the consumer tags RabbitMQ reports on vhost.
-func Consumers(t testing.TB, vhost string) map[string][]string {
+func Consumers(t T, vhost string) map[string][]string {
 	t.Helper()
 	byQueue := map[string][]string{}
 	if api := os.Getenv(RabbitEnv); api != "" {
@@ -168,7 +167,7 @@ func Consumers(t testing.TB, vhost string) map[string][]string {
 	return byQueue
 }
 
-func vhostOf(t testing.TB, amqpURL string) string {
+func vhostOf(t T, amqpURL string) string {
 	t.Helper()
 	u, err := url.Parse(amqpURL)
 	if err != nil {
@@ -181,7 +180,7 @@ func vhostOf(t testing.TB, amqpURL string) string {
 	return v
 }
 
-func rabbitmqctl(t testing.TB, args ...string) {
+func rabbitmqctl(t T, args ...string) {
 	t.Helper()
 	out, err := exec.Command("rabbitmqctl", append([]string{"--quiet"}, args...)...).CombinedOutput()
 	if err != nil {
@@ -189,7 +188,7 @@ func rabbitmqctl(t testing.TB, args ...string) {
 	}
 }
 
-func manage(t testing.TB, api, method, path string, body any) {
+func manage(t T, api, method, path string, body any) {
 	t.Helper()
 	if err := management(context.Background(), method, api, path, body, nil); err != nil {
 		t.Fatalf("RabbitMQ management API: %v", err)

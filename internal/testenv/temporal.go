@@ -10,7 +10,6 @@ import (
 	"os"
 	"path/filepath"
 	"sync/atomic"
-	"testing"
 	"time"
 
 	"go.temporal.io/api/workflowservice/v1"
@@ -77,12 +76,12 @@ func (t *Temporal) Stop() error { return t.server.Stop() }
 // package: a fixed pool registered at start ran out in the second round. A namespace is
 // usable as soon as it is registered (measured: a workflow ran 0.1–0.6 s after the
 // request).
-func (t *Temporal) Namespace(tb testing.TB) (string, client.Client) {
+func (t *Temporal) Namespace(tb T) (string, client.Client) {
 	tb.Helper()
 	ns := fmt.Sprintf("test-%d", t.next.Add(1))
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	nc, err := client.NewNamespaceClient(client.Options{HostPort: t.Address(), Logger: quietLogger{}})
+	nc, err := client.NewNamespaceClient(client.Options{HostPort: t.Address(), Logger: QuietLogger{}})
 	if err != nil {
 		tb.Fatalf("testenv: dial temporal: %v", err)
 	}
@@ -94,7 +93,7 @@ func (t *Temporal) Namespace(tb testing.TB) (string, client.Client) {
 	if err != nil {
 		tb.Fatalf("testenv: register namespace %s: %v", ns, err)
 	}
-	c, err := client.Dial(client.Options{HostPort: t.Address(), Namespace: ns, Logger: quietLogger{}})
+	c, err := client.Dial(client.Options{HostPort: t.Address(), Namespace: ns, Logger: QuietLogger{}})
 	if err != nil {
 		tb.Fatalf("testenv: dial temporal: %v", err)
 	}
@@ -133,10 +132,10 @@ func ModuleRoot() (string, error) {
 	}
 }
 
-// quietLogger keeps the SDK's client logs out of test output.
-type quietLogger struct{}
+// QuietLogger is a Temporal SDK logger that keeps the client logs out of test output.
+type QuietLogger struct{}
 
-func (quietLogger) Debug(string, ...any) {}
-func (quietLogger) Info(string, ...any)  {}
-func (quietLogger) Warn(string, ...any)  {}
-func (quietLogger) Error(string, ...any) {}
+func (QuietLogger) Debug(string, ...any) {}
+func (QuietLogger) Info(string, ...any)  {}
+func (QuietLogger) Warn(string, ...any)  {}
+func (QuietLogger) Error(string, ...any) {}
