@@ -16,8 +16,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/brokerswitch/brokerswitch/broker"
+	"github.com/brokerswitch/brokerswitch/brokerstate"
 	"github.com/brokerswitch/brokerswitch/healthchecks"
-	"github.com/brokerswitch/brokerswitch/models"
 )
 
 // A failed window pings /fail with the failure's kind only: the check lives at a third
@@ -43,7 +43,7 @@ func TestAFailedWindowPingsOnlyTheKind(t *testing.T) {
 	pool := broker.NewPool(eps, nil)
 	t.Cleanup(func() { _ = pool.Close() })
 
-	store := &models.BrokerStore{DB: migratedDB(t), Brokers: []models.BrokerRef{{Host: eps[0].Host, Vhost: eps[0].Vhost}}}
+	store := &brokerstate.BrokerStore{DB: migratedDB(t), Brokers: []brokerstate.BrokerRef{{Host: eps[0].Host, Vhost: eps[0].Vhost}}}
 
 	pings := &healthchecks.Pinger{URL: srv.URL + "/check"}
 	w := &Window{Pool: pool, State: store, Topology: broker.Topology{Queues: []string{"issues"}, RetryTTL: time.Minute}, Pings: pings}

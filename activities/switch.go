@@ -11,8 +11,8 @@ import (
 	"go.temporal.io/sdk/temporal"
 
 	"github.com/brokerswitch/brokerswitch/broker"
+	"github.com/brokerswitch/brokerswitch/brokerstate"
 	"github.com/brokerswitch/brokerswitch/metrics"
-	"github.com/brokerswitch/brokerswitch/models"
 )
 
 // countingPool is what a drain check needs from the brokers.
@@ -23,9 +23,9 @@ type countingPool interface {
 
 // stateStore reads and changes the broker state.
 type stateStore interface {
-	LoadStored(ctx context.Context) (models.BrokerState, error)
-	Update(ctx context.Context, fn func(models.BrokerState) (models.BrokerState, error)) (models.BrokerState, error)
-	RecordDrainCheck(ctx context.Context, check models.DrainCheck) error
+	LoadStored(ctx context.Context) (brokerstate.BrokerState, error)
+	Update(ctx context.Context, fn func(brokerstate.BrokerState) (brokerstate.BrokerState, error)) (brokerstate.BrokerState, error)
+	RecordDrainCheck(ctx context.Context, check brokerstate.DrainCheck) error
 }
 
 // Switch holds the activities of the BrokerSwitch workflow.
@@ -40,7 +40,7 @@ type Switch struct {
 	// Watcher announces changes of the state that an idle BrokerSwitch workflow waits for.
 	Watcher stateWatcher
 	// MaxClockSkew is how far ahead of Now a notification may be (0 means
-	// models.DefaultMaxClockSkew): the API refuses it, and so does a signal sent around it.
+	// brokerstate.DefaultMaxClockSkew): the API refuses it, and so does a signal sent around it.
 	MaxClockSkew time.Duration
 	// Metrics counts drain checks and switches and observes switch lags; nil counts nothing.
 	Metrics *metrics.Metrics
@@ -49,7 +49,7 @@ type Switch struct {
 // LoadState reads the broker state as stored. An active broker removed from the
 // configuration reads as index -1, not as an error: retrying could not help, and the
 // workflow must get to the force signal that repairs it.
-func (a *Switch) LoadState(ctx context.Context) (models.BrokerState, error) {
+func (a *Switch) LoadState(ctx context.Context) (brokerstate.BrokerState, error) {
 	st, err := a.Store.LoadStored(ctx)
 	if err != nil {
 		return st, fmt.Errorf("load broker state: %w", err)
@@ -119,7 +119,7 @@ func (a *Switch) WaitForChange(ctx context.Context, in WaitForChangeInput) (bool
 
 // changedFrom tells whether st differs from what an idle workflow knows: a Pending Switch,
 // or another active broker.
-func changedFrom(st models.BrokerState, in WaitForChangeInput) bool {
+func changedFrom(st brokerstate.BrokerState, in WaitForChangeInput) bool {
 	return st.Pending != nil || st.ActiveIndex != in.ActiveIndex
 }
 
@@ -136,19 +136,19 @@ func (a *Switch) Settings(context.Context) (SwitchSettings, error) {
 
 // NotificationResult is the state after a notification and what the notification did.
 type NotificationResult struct {
-	State   models.BrokerState
+	State   brokerstate.BrokerState
 	Outcome string
 }
 
 // RecordNotification records the producer's notification as a Pending Switch, unless it
 // is stale or changes nothing.
-func (a *Switch) RecordNotification(ctx context.Context, n models.Notification) (NotificationResult, error) {
-	if err := models.CheckSwitchedAt(n.SwitchedAt, a.Now(), a.MaxClockSkew); err != nil {
+func (a *Switch) RecordNotification(ctx context.Context, n brokerstate.Notification) (NotificationResult, error) {
+	if err := brokerstate.CheckSwitchedAt(n.SwitchedAt, a.Now(), a.MaxClockSkew); err != nil {
 		// The API refuses these; a signal sent around it is refused the same way.
 		return NotificationResult{}, temporal.NewNonRetryableApplicationError(err.Error(), "SwitchedAtAhead", nil)
 	}
 	var outcome string
-	st, err := a.Store.Update(ctx, func(cur models.BrokerState) (models.BrokerState, error) {
+	st, err := a.Store.Update(ctx, func(cur brokerstate.BrokerState) (brokerstate.BrokerState, error) {
 		next, o := cur.ApplyNotification(n, a.Now())
 		outcome = o
 		return next, nil
@@ -168,12 +168,12 @@ type DrainCheckInput struct {
 // DrainCheck counts the ready messages of the logical queues and their -retry siblings on
 // a broker; -error is left out. An unreachable broker is not drained, and not an error:
 // the switch waits for it and says so.
-func (a *Switch) DrainCheck(ctx context.Context, in DrainCheckInput) (models.DrainCheck, error) {
+func (a *Switch) DrainCheck(ctx context.Context, in DrainCheckInput) (brokerstate.DrainCheck, error) {
 	queues := make([]string, 0, 2*len(a.Queues))
 	for _, q := range a.Queues {
 		queues = append(queues, q, q+"-retry")
 	}
-	check := models.DrainCheck{BrokerIndex: in.BrokerIndex, CheckedAt: a.Now()}
+	check := brokerstate.DrainCheck{BrokerIndex: in.BrokerIndex, CheckedAt: a.Now()}
 	counts, err := a.Pool.ReadyCounts(ctx, in.BrokerIndex, queues)
 	if err != nil {
 		check.Error = err.Error()
@@ -199,18 +199,18 @@ func (a *Switch) DrainCheck(ctx context.Context, in DrainCheckInput) (models.Dra
 // CommitHopInput is a drained broker and the hop that follows it.
 type CommitHopInput struct {
 	From   int
-	Hop    models.Hop
+	Hop    brokerstate.Hop
 	Checks int
 }
 
 // CommitHop makes the hop's broker active, in one transaction; a retried or concurrent
 // commit finds the state moved on and changes nothing.
-func (a *Switch) CommitHop(ctx context.Context, in CommitHopInput) (models.BrokerState, error) {
+func (a *Switch) CommitHop(ctx context.Context, in CommitHopInput) (brokerstate.BrokerState, error) {
 	var moved bool
 	commitLag, pendingFor := time.Duration(-1), time.Duration(-1)
-	st, err := a.Store.Update(ctx, func(cur models.BrokerState) (models.BrokerState, error) {
+	st, err := a.Store.Update(ctx, func(cur brokerstate.BrokerState) (brokerstate.BrokerState, error) {
 		now := a.Now()
-		var next models.BrokerState
+		var next brokerstate.BrokerState
 		next, moved = cur.CompleteHop(in.From, in.Hop, in.Checks, now)
 		if moved {
 			commitLag, pendingFor = switchLags(cur, in.From, now)
@@ -230,7 +230,7 @@ func (a *Switch) CommitHop(ctx context.Context, in CommitHopInput) (models.Broke
 // switchLags measures a hop committed at now from the state before it: commitLag from the
 // recorded drain check that found broker from empty, pendingFor from the Pending Switch's
 // recording. Both are on this service's clocks; -1 means unknown.
-func switchLags(before models.BrokerState, from int, now time.Time) (commitLag, pendingFor time.Duration) {
+func switchLags(before brokerstate.BrokerState, from int, now time.Time) (commitLag, pendingFor time.Duration) {
 	commitLag, pendingFor = -1, -1
 	if c := before.LastDrainCheck; c != nil && c.BrokerIndex == from && c.Drained() && !c.CheckedAt.After(now) {
 		commitLag = now.Sub(c.CheckedAt)
@@ -250,13 +250,13 @@ type ForceSwitchInput struct {
 }
 
 // ForceSwitch moves to the broker at once and drops any Pending Switch.
-func (a *Switch) ForceSwitch(ctx context.Context, in ForceSwitchInput) (models.BrokerState, error) {
+func (a *Switch) ForceSwitch(ctx context.Context, in ForceSwitchInput) (brokerstate.BrokerState, error) {
 	if in.Index < 0 || in.Index >= len(a.Pool.Endpoints()) {
 		// Retrying cannot help, and every later signal would wait behind it.
-		return models.BrokerState{}, temporal.NewNonRetryableApplicationError(
+		return brokerstate.BrokerState{}, temporal.NewNonRetryableApplicationError(
 			fmt.Sprintf("force switch: broker %d is not configured (%d brokers)", in.Index, len(a.Pool.Endpoints())), "UnknownBroker", nil)
 	}
-	st, err := a.Store.Update(ctx, func(cur models.BrokerState) (models.BrokerState, error) {
+	st, err := a.Store.Update(ctx, func(cur brokerstate.BrokerState) (brokerstate.BrokerState, error) {
 		return cur.Force(in.Index, in.AskedAt, a.Now()), nil
 	})
 	if err != nil {
@@ -279,9 +279,9 @@ type CancelPendingSwitchInput struct {
 // CancelPendingSwitch takes the hops the cancel names off the route without moving. A
 // cancel that comes after the switch it names was committed is refused with the reason:
 // the broker moved, and only a force goes back.
-func (a *Switch) CancelPendingSwitch(ctx context.Context, in CancelPendingSwitchInput) (models.BrokerState, error) {
-	var committed *models.LastSwitch
-	st, err := a.Store.Update(ctx, func(cur models.BrokerState) (models.BrokerState, error) {
+func (a *Switch) CancelPendingSwitch(ctx context.Context, in CancelPendingSwitchInput) (brokerstate.BrokerState, error) {
+	var committed *brokerstate.LastSwitch
+	st, err := a.Store.Update(ctx, func(cur brokerstate.BrokerState) (brokerstate.BrokerState, error) {
 		if committed = cur.CommittedPast(in.SwitchedAt, in.Index); committed != nil {
 			return cur, errCommittedFirst
 		}
@@ -300,7 +300,7 @@ func (a *Switch) CancelPendingSwitch(ctx context.Context, in CancelPendingSwitch
 var errCommittedFirst = errors.New("the switch was committed first")
 
 // committedFirst is the reason a cancel that came after its switch's commit is refused.
-func committedFirst(ls models.LastSwitch) string {
+func committedFirst(ls brokerstate.LastSwitch) string {
 	return fmt.Sprintf("too late to cancel: the switch from broker %d to broker %d was committed at %s, once broker %d was drained, "+
 		"before the cancel reached it; broker %d is active: force a switch to go back",
 		ls.From, ls.To, ls.CompletedAt.UTC().Format(time.RFC3339), ls.From, ls.To)

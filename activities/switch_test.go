@@ -10,6 +10,7 @@ import (
 	"go.temporal.io/sdk/testsuite"
 	"gorm.io/gorm"
 
+	"github.com/brokerswitch/brokerswitch/brokerstate"
 	"github.com/brokerswitch/brokerswitch/internal/testenv"
 	"github.com/brokerswitch/brokerswitch/models"
 )
@@ -17,16 +18,16 @@ import (
 // oneReading hands out one reading, then ends the watch as its deadline would; it counts
 // how often it is asked.
 type oneReading struct {
-	reading models.BrokerState
+	reading brokerstate.BrokerState
 	asked   int
 }
 
-func (w *oneReading) Next(_ context.Context, after uint64) (models.BrokerState, uint64, bool) {
+func (w *oneReading) Next(_ context.Context, after uint64) (brokerstate.BrokerState, uint64, bool) {
 	w.asked++
 	if after == 0 {
 		return w.reading, 1, true
 	}
-	return models.BrokerState{}, after, false
+	return brokerstate.BrokerState{}, after, false
 }
 
 // migratedDB is a database of the test's own with the schema in place.
@@ -42,10 +43,10 @@ func migratedDB(t *testing.T) *gorm.DB {
 }
 
 // switchStore is a BrokerStore on a database of its own, its state set by fn.
-func switchStore(t *testing.T, fn func(models.BrokerState) models.BrokerState) *models.BrokerStore {
+func switchStore(t *testing.T, fn func(brokerstate.BrokerState) brokerstate.BrokerState) *brokerstate.BrokerStore {
 	t.Helper()
-	store := &models.BrokerStore{DB: migratedDB(t), Brokers: []models.BrokerRef{{Host: "a", Vhost: "/"}, {Host: "b", Vhost: "/"}}}
-	_, err := store.Update(t.Context(), func(st models.BrokerState) (models.BrokerState, error) { return fn(st), nil })
+	store := &brokerstate.BrokerStore{DB: migratedDB(t), Brokers: []brokerstate.BrokerRef{{Host: "a", Vhost: "/"}, {Host: "b", Vhost: "/"}}}
+	_, err := store.Update(t.Context(), func(st brokerstate.BrokerState) (brokerstate.BrokerState, error) { return fn(st), nil })
 	require.NoError(t, err)
 	return store
 }
@@ -68,14 +69,14 @@ func waitForChange(t *testing.T, a *Switch, in WaitForChangeInput) bool {
 // to the next reading (issue 21, point 9). Answering on the stale reading made the idle
 // loop spin, an Action a turn, until the watcher caught up.
 func TestAStaleReadingDoesNotEndTheWatch(t *testing.T) {
-	forced := switchStore(t, func(st models.BrokerState) models.BrokerState { return st.Force(1, time.Time{}, time.Now()) })
-	w := &oneReading{reading: models.BrokerState{ActiveIndex: 0}} // from before the force
+	forced := switchStore(t, func(st brokerstate.BrokerState) brokerstate.BrokerState { return st.Force(1, time.Time{}, time.Now()) })
+	w := &oneReading{reading: brokerstate.BrokerState{ActiveIndex: 0}} // from before the force
 	a := &Switch{Store: forced, Watcher: w, Logger: slog.New(slog.DiscardHandler)}
 	require.False(t, waitForChange(t, a, WaitForChangeInput{ActiveIndex: 1}), "Postgres shows no change")
 	require.Equal(t, 2, w.asked, "it waited for the watcher's next reading")
 
 	// A reading that Postgres confirms is a change, answered at once.
-	w = &oneReading{reading: models.BrokerState{ActiveIndex: 1}}
+	w = &oneReading{reading: brokerstate.BrokerState{ActiveIndex: 1}}
 	a.Watcher = w
 	require.True(t, waitForChange(t, a, WaitForChangeInput{ActiveIndex: 0}))
 	require.Equal(t, 1, w.asked)

@@ -15,9 +15,9 @@ import (
 	"go.temporal.io/sdk/activity"
 
 	"github.com/brokerswitch/brokerswitch/broker"
+	"github.com/brokerswitch/brokerswitch/brokerstate"
 	"github.com/brokerswitch/brokerswitch/healthchecks"
 	"github.com/brokerswitch/brokerswitch/metrics"
-	"github.com/brokerswitch/brokerswitch/models"
 )
 
 // consumerPool is what the window activities need from the brokers.
@@ -36,20 +36,20 @@ type handlers interface {
 
 // stateLoader reads the broker state.
 type stateLoader interface {
-	Load(ctx context.Context) (models.BrokerState, error)
+	LoadConfigured(ctx context.Context) (brokerstate.BrokerState, error)
 }
 
-// spareMarks keeps what the Leftover Drain learned of each spare (models.BrokerStore).
+// spareMarks keeps what the Leftover Drain learned of each spare (brokerstate.BrokerStore).
 type spareMarks interface {
-	SpareMarks(ctx context.Context, queue string) (marks, reached map[int]models.SpareMark, err error)
-	MarkSpare(ctx context.Context, index int, queue string, m models.SpareMark) error
+	SpareMarks(ctx context.Context, queue string) (marks, reached map[int]brokerstate.SpareMark, err error)
+	MarkSpare(ctx context.Context, index int, queue string, m brokerstate.SpareMark) error
 }
 
 // stateWatcher hands out the process's latest reading of the broker state as it changes
-// (models.StateWatcher), so that a window learns of a committed switch from Postgres, not
+// (brokerstate.StateWatcher), so that a window learns of a committed switch from Postgres, not
 // from a Temporal round trip.
 type stateWatcher interface {
-	Next(ctx context.Context, after uint64) (models.BrokerState, uint64, bool)
+	Next(ctx context.Context, after uint64) (brokerstate.BrokerState, uint64, bool)
 }
 
 // Window holds the activities of a queue's consumer window.
@@ -66,7 +66,7 @@ type Window struct {
 	Marks   spareMarks
 	Watcher stateWatcher
 	// UnnotifiedGrace is how long messages the producer never announced wait for its
-	// notification (UNNOTIFIED_BROKER_GRACE); 0 means models.DefaultUnnotifiedBrokerGrace.
+	// notification (UNNOTIFIED_BROKER_GRACE); 0 means brokerstate.DefaultUnnotifiedBrokerGrace.
 	UnnotifiedGrace time.Duration
 	Topology        broker.Topology
 	Prefetch        int
@@ -98,7 +98,7 @@ type WindowPlan struct {
 
 // planWindow resolves the active broker from Postgres for one window.
 func (a *Window) planWindow(ctx context.Context) (WindowPlan, error) {
-	st, err := a.State.Load(ctx)
+	st, err := a.State.LoadConfigured(ctx)
 	if err != nil {
 		return WindowPlan{}, fmt.Errorf("plan window: %w", err)
 	}
@@ -184,13 +184,13 @@ type UnannouncedSpare struct {
 // spareVisit is one spare as this window reads it.
 type spareVisit struct {
 	index   int
-	reading models.SpareReading
-	mark    models.SpareMark
+	reading brokerstate.SpareReading
+	mark    brokerstate.SpareMark
 }
 
 // leftoverDrain takes what waits on the queue on the other brokers (see broker.Pool.Drain), and
 // applies it before the window starts: those messages are older than anything on the
-// active broker. What may be the producer's future (models.ReadSpare) waits for its
+// active broker. What may be the producer's future (brokerstate.ReadSpare) waits for its
 // notification. A broker that cannot be reached is a warning, never a failed window; one
 // that fails otherwise while it holds messages fails the attempt, so that the active
 // broker is not read past it.
@@ -210,7 +210,7 @@ func (a *Window) leftoverDrain(ctx context.Context, in LeftoverDrainInput) (Left
 		} else {
 			for _, v := range ahead {
 				res.Held = append(res.Held, v.index)
-				if v.reading == models.ReadUnannounced {
+				if v.reading == brokerstate.ReadUnannounced {
 					res.Unannounced = append(res.Unannounced, a.unannounced(v))
 				}
 			}
@@ -236,7 +236,7 @@ func (a *Window) leftoverDrain(ctx context.Context, in LeftoverDrainInput) (Left
 		var got broker.DrainResult
 		if err == nil {
 			opts := broker.DrainOptions{Max: budget, Batch: a.Prefetch}
-			if v.reading == models.ReadReturned {
+			if v.reading == brokerstate.ReadReturned {
 				opts.Keep = func(d amqp.Delivery) bool { return !broker.Returned(d) }
 			}
 			got, err = a.Pool.DrainWith(ctx, idx, in.Queue, opts, a.Handlers.ForBroker(idx))
@@ -244,7 +244,7 @@ func (a *Window) leftoverDrain(ctx context.Context, in LeftoverDrainInput) (Left
 		res.Taken[idx] = got.Taken
 		budget -= got.Taken
 		a.Metrics.LeftoverDrained(in.Queue, idx, got.Taken)
-		if v.reading == models.ReadUnannounced {
+		if v.reading == brokerstate.ReadUnannounced {
 			a.Metrics.UnannouncedRead(in.Queue, idx, got.Taken)
 		}
 		switch {
@@ -287,14 +287,14 @@ func spareVisits(indexes []int) []spareVisit {
 	return out
 }
 
-// readings decides how each spare behind the active broker is read (models.ReadSpare):
+// readings decides how each spare behind the active broker is read (brokerstate.ReadSpare):
 // behind are read now, late (their grace for a notification passed) only once the
 // active broker's queue is empty.
 func (a *Window) readings(ctx context.Context, in LeftoverDrainInput) (behind, late []spareVisit, err error) {
 	if a.Marks == nil || a.State == nil || len(in.Brokers) == 0 {
 		return spareVisits(in.Brokers), nil, nil
 	}
-	st, err := a.State.Load(ctx)
+	st, err := a.State.LoadConfigured(ctx)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -306,7 +306,7 @@ func (a *Window) readings(ctx context.Context, in LeftoverDrainInput) (behind, l
 	for _, idx := range in.Brokers {
 		v := spareVisit{index: idx, mark: st.CurrentMark(idx, marks[idx])}
 		v.reading = st.ReadSpare(idx, v.mark, st.CurrentMark(idx, reached[idx]), now, a.grace())
-		if v.reading == models.ReadUnannounced {
+		if v.reading == brokerstate.ReadUnannounced {
 			late = append(late, v)
 		} else {
 			behind = append(behind, v)
@@ -340,7 +340,7 @@ func (a *Window) afterDrain(ctx context.Context, queue string, v spareVisit, got
 	default:
 		return false, nil // at the cap: the window ends, and the next one drains on
 	}
-	if v.reading == models.ReadUnannounced {
+	if v.reading == brokerstate.ReadUnannounced {
 		u := a.unannounced(v)
 		u.Read = true
 		res.Unannounced = append(res.Unannounced, u)
@@ -387,7 +387,7 @@ func (a *Window) grace() time.Duration {
 	if a.UnnotifiedGrace > 0 {
 		return a.UnnotifiedGrace
 	}
-	return models.DefaultUnnotifiedBrokerGrace
+	return brokerstate.DefaultUnnotifiedBrokerGrace
 }
 
 // activeEmpty tells whether queue and its -retry sibling were seen empty on the active
@@ -413,7 +413,7 @@ func (a *Window) noLongerLeftover(ctx context.Context, index int) (bool, error) 
 	if a.State == nil {
 		return false, nil
 	}
-	st, err := a.State.Load(ctx)
+	st, err := a.State.LoadConfigured(ctx)
 	if err != nil {
 		return false, err
 	}
@@ -468,7 +468,7 @@ func (a *Window) Consume(ctx context.Context, in ConsumeInput) (err error) {
 	}()
 	// A retried attempt, or a plan read just before a switch, must not read a broker that
 	// is no longer active.
-	if st, err := a.State.Load(ctx); err != nil {
+	if st, err := a.State.LoadConfigured(ctx); err != nil {
 		return fmt.Errorf("consume %s: %w", in.Queue, err)
 	} else if st.ActiveIndex != in.BrokerIndex {
 		end(errSwitched)
@@ -602,7 +602,7 @@ func (a *Window) activeMoved(ctx context.Context, index int) bool {
 		if st.ActiveIndex == index {
 			continue
 		}
-		if now, err := a.State.Load(ctx); err != nil || now.ActiveIndex == index {
+		if now, err := a.State.LoadConfigured(ctx); err != nil || now.ActiveIndex == index {
 			continue // Postgres away, or a stale reading: keep reading what was planned
 		}
 		return true

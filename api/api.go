@@ -16,9 +16,9 @@ import (
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/converter"
 
+	"github.com/brokerswitch/brokerswitch/brokerstate"
 	"github.com/brokerswitch/brokerswitch/config"
 	"github.com/brokerswitch/brokerswitch/metrics"
-	"github.com/brokerswitch/brokerswitch/models"
 )
 
 // DefaultCommitWait bounds how long a forced switch or a cancel waits for the workflow to
@@ -38,14 +38,14 @@ type TemporalClient interface {
 	CheckHealth(ctx context.Context, request *client.CheckHealthRequest) (*client.CheckHealthResponse, error)
 }
 
-// StateStore reads the broker state; *models.BrokerStore has it. The API writes one thing
+// StateStore reads the broker state; *brokerstate.BrokerStore has it. The API writes one thing
 // itself, the producer's notification, so that a window that starts right after the 202
 // already sees the Pending Switch's route; moving brokers is left to the workflow.
 type StateStore interface {
 	// LoadStored reads the state as stored: an active broker removed from the
 	// configuration reads as index -1, so that the force that repairs it can be asked for.
-	LoadStored(ctx context.Context) (models.BrokerState, error)
-	Update(ctx context.Context, fn func(models.BrokerState) (models.BrokerState, error)) (models.BrokerState, error)
+	LoadStored(ctx context.Context) (brokerstate.BrokerState, error)
+	Update(ctx context.Context, fn func(brokerstate.BrokerState) (brokerstate.BrokerState, error)) (brokerstate.BrokerState, error)
 }
 
 // Deps are what the API is built from.

@@ -16,6 +16,7 @@ import (
 	"go.temporal.io/sdk/client"
 	"gorm.io/gorm"
 
+	"github.com/brokerswitch/brokerswitch/brokerstate"
 	"github.com/brokerswitch/brokerswitch/config"
 	"github.com/brokerswitch/brokerswitch/models"
 	"github.com/brokerswitch/brokerswitch/worker"
@@ -109,13 +110,13 @@ func TestAuthInsecureMode(t *testing.T) {
 func TestBadInput(t *testing.T) {
 	e := newEnv(t)
 	// A state to keep unchanged: a pending switch is on record.
-	e.seed(func(st models.BrokerState) models.BrokerState {
-		st, _ = st.ApplyNotification(models.Notification{Index: 1, Host: "rabbit-b.example.com", Vhost: "prod/one",
+	e.seed(func(st brokerstate.BrokerState) brokerstate.BrokerState {
+		st, _ = st.ApplyNotification(brokerstate.Notification{Index: 1, Host: "rabbit-b.example.com", Vhost: "prod/one",
 			SwitchedAt: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}, time.Now())
 		return st
 	})
 	before := e.settings()
-	require.NotEmpty(t, before[models.KeyPendingSwitch])
+	require.NotEmpty(t, before[brokerstate.KeyPendingSwitch])
 
 	huge := `{"host": "rabbit-a.example.com", "vhost": "` + strings.Repeat("a", 70<<10) + `", "switchedAt": "2026-02-01T00:00:00Z"}`
 	future := time.Now().Add(2 * time.Hour).UTC().Format(time.RFC3339)
@@ -220,8 +221,8 @@ func TestBadInput(t *testing.T) {
 func TestStaleNotificationsChangeNothing(t *testing.T) {
 	e := newEnv(t)
 	seen := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
-	e.seed(func(st models.BrokerState) models.BrokerState {
-		st, _ = st.ApplyNotification(models.Notification{Index: 1, Host: "rabbit-b.example.com", Vhost: "prod/one", SwitchedAt: seen}, time.Now())
+	e.seed(func(st brokerstate.BrokerState) brokerstate.BrokerState {
+		st, _ = st.ApplyNotification(brokerstate.Notification{Index: 1, Host: "rabbit-b.example.com", Vhost: "prod/one", SwitchedAt: seen}, time.Now())
 		return st
 	})
 	before := e.settings()
@@ -246,7 +247,7 @@ func TestStaleNotificationsChangeNothing(t *testing.T) {
 				// A late notification may stay on the producer's trail, where it places
 				// later ones; the state the service acts on does not change.
 				after := e.settings()
-				delete(after, models.KeyProducerTrail)
+				delete(after, brokerstate.KeyProducerTrail)
 				require.Equal(t, withoutTrail(before), after)
 			}
 		})
@@ -257,7 +258,7 @@ func TestStaleNotificationsChangeNothing(t *testing.T) {
 // withoutTrail is a copy of settings without the producer's trail.
 func withoutTrail(settings map[string]string) map[string]string {
 	out := maps.Clone(settings)
-	delete(out, models.KeyProducerTrail)
+	delete(out, brokerstate.KeyProducerTrail)
 	return out
 }
 
@@ -291,7 +292,7 @@ func TestCancelWithNothingPending(t *testing.T) {
 
 func TestGetBrokerWithoutWorkflow(t *testing.T) {
 	e := newEnv(t)
-	require.NoError(t, e.store.RecordDrainCheck(t.Context(), models.DrainCheck{
+	require.NoError(t, e.store.RecordDrainCheck(t.Context(), brokerstate.DrainCheck{
 		BrokerIndex: 0, Reachable: false, CheckedAt: time.Now().UTC(),
 		// What a careless AMQP error text would look like.
 		Error: "dial amqp://user:" + brokerPass + "@rabbit-a.example.com/vh-a: refused (" + brokerPass + ")",
@@ -323,9 +324,9 @@ func TestGetBrokerWithoutWorkflow(t *testing.T) {
 // Leftover Drain reads it only once the active broker's queue is empty (issue 13).
 func TestGetBrokerShowsASpareAheadOfTheActiveBroker(t *testing.T) {
 	e := newEnv(t)
-	e.seed(func(st models.BrokerState) models.BrokerState {
+	e.seed(func(st brokerstate.BrokerState) brokerstate.BrokerState {
 		at := time.Now().UTC().Add(-time.Minute)
-		st, _ = st.ApplyNotification(models.Notification{Index: 1, Host: "rabbit-b.example.com", Vhost: "prod/one", SwitchedAt: at}, at)
+		st, _ = st.ApplyNotification(brokerstate.Notification{Index: 1, Host: "rabbit-b.example.com", Vhost: "prod/one", SwitchedAt: at}, at)
 		return st.CancelPending(time.Time{}, time.Now())
 	})
 	res := e.do(http.MethodGet, "/api/v1/broker", "token "+operatorToken, nil)

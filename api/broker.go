@@ -19,7 +19,7 @@ import (
 
 	"github.com/brokerswitch/brokerswitch/activities"
 	"github.com/brokerswitch/brokerswitch/broker"
-	"github.com/brokerswitch/brokerswitch/models"
+	"github.com/brokerswitch/brokerswitch/brokerstate"
 	"github.com/brokerswitch/brokerswitch/workflows"
 )
 
@@ -60,7 +60,7 @@ func (s *server) postPendingSwitch(c *gin.Context) {
 	now := s.deps.Now()
 	// The mark of notifications taken only rises: one dated far ahead would make every
 	// real notification stale until then.
-	if err := models.CheckSwitchedAt(switchedAt, now, s.deps.Config.NotificationMaxClockSkew); err != nil {
+	if err := brokerstate.CheckSwitchedAt(switchedAt, now, s.deps.Config.NotificationMaxClockSkew); err != nil {
 		s.fail(c, http.StatusUnprocessableEntity, err.Error())
 		return
 	}
@@ -79,10 +79,10 @@ func (s *server) postPendingSwitch(c *gin.Context) {
 	ctx := c.Request.Context()
 	// The canonical host and decoded vhost are stored, so that the hop resolves against
 	// the configured brokers however the producer spelled them.
-	n := models.Notification{Index: ep.Index, Host: ep.Host, Vhost: ep.Vhost, SwitchedAt: switchedAt.UTC()}
+	n := brokerstate.Notification{Index: ep.Index, Host: ep.Host, Vhost: ep.Vhost, SwitchedAt: switchedAt.UTC()}
 	var outcome string
-	_, err = s.deps.Store.Update(ctx, func(cur models.BrokerState) (models.BrokerState, error) {
-		var next models.BrokerState
+	_, err = s.deps.Store.Update(ctx, func(cur brokerstate.BrokerState) (brokerstate.BrokerState, error) {
+		var next brokerstate.BrokerState
 		next, outcome = cur.ApplyNotification(n, now)
 		return next, nil
 	})
@@ -91,7 +91,7 @@ func (s *server) postPendingSwitch(c *gin.Context) {
 		return
 	}
 	answer := notificationAnswer{Outcome: outcome, Target: brokerRef{Index: ep.Index, Host: ep.Host, Vhost: ep.Vhost}}
-	if outcome == models.NotificationStale {
+	if outcome == brokerstate.NotificationStale {
 		answer.Ignored = outcome
 		c.JSON(http.StatusOK, answer)
 		return
@@ -103,7 +103,7 @@ func (s *server) postPendingSwitch(c *gin.Context) {
 		return
 	}
 	s.log.InfoContext(ctx, "pending switch notification recorded", "target", ep, "switched_at", n.SwitchedAt, "outcome", outcome)
-	if outcome == models.NotificationAlreadyActive {
+	if outcome == brokerstate.NotificationAlreadyActive {
 		answer.Ignored = outcome
 		c.JSON(http.StatusOK, answer)
 		return
@@ -144,7 +144,7 @@ func (s *server) postSwitch(c *gin.Context) {
 		return
 	}
 	s.log.InfoContext(ctx, "forced switch sent to the workflow", "to", s.deps.Config.Brokers[index])
-	st, ok := s.waitForState(ctx, func(st models.BrokerState) bool {
+	st, ok := s.waitForState(ctx, func(st brokerstate.BrokerState) bool {
 		ls := st.LastSwitch
 		return ls != nil && ls.Forced && ls.To == index && !sameSwitch(ls, before.LastSwitch)
 	})
@@ -182,7 +182,7 @@ func (s *server) deletePendingSwitch(c *gin.Context) {
 		return
 	}
 	s.log.InfoContext(ctx, "cancel of the pending switch sent to the workflow", "switched_at", upTo)
-	st, ok := s.waitForState(ctx, func(st models.BrokerState) bool {
+	st, ok := s.waitForState(ctx, func(st brokerstate.BrokerState) bool {
 		return st.Pending == nil || st.Pending.Next().SwitchedAt.After(upTo)
 	})
 	if !ok {
@@ -253,12 +253,12 @@ func (s *server) signal(ctx context.Context, name string, arg any) error {
 // waitForState re-reads the state until done holds, the commit wait passes or the client
 // goes away. It returns the last state read, and whether done held. A failed read is
 // retried: the database may come back within the wait.
-func (s *server) waitForState(ctx context.Context, done func(models.BrokerState) bool) (models.BrokerState, bool) {
+func (s *server) waitForState(ctx context.Context, done func(brokerstate.BrokerState) bool) (brokerstate.BrokerState, bool) {
 	ctx, cancel := context.WithTimeout(ctx, s.deps.CommitWait)
 	defer cancel()
 	ticker := time.NewTicker(pollEvery)
 	defer ticker.Stop()
-	var last models.BrokerState
+	var last brokerstate.BrokerState
 	for {
 		st, err := s.deps.Store.LoadStored(ctx)
 		switch {
@@ -279,7 +279,7 @@ func (s *server) waitForState(ctx context.Context, done func(models.BrokerState)
 }
 
 // sameSwitch reports whether a and b record the same completed switch.
-func sameSwitch(a, b *models.LastSwitch) bool {
+func sameSwitch(a, b *brokerstate.LastSwitch) bool {
 	if a == nil || b == nil {
 		return a == b
 	}

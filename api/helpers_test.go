@@ -21,6 +21,7 @@ import (
 	"gorm.io/gorm"
 
 	"github.com/brokerswitch/brokerswitch/broker"
+	"github.com/brokerswitch/brokerswitch/brokerstate"
 	"github.com/brokerswitch/brokerswitch/config"
 	"github.com/brokerswitch/brokerswitch/internal/testenv"
 	"github.com/brokerswitch/brokerswitch/models"
@@ -60,7 +61,7 @@ type env struct {
 	dsn    string
 	cfg    config.Config
 	db     *gorm.DB
-	store  *models.BrokerStore
+	store  *brokerstate.BrokerStore
 	client client.Client
 	deps   Deps
 	router http.Handler
@@ -227,17 +228,17 @@ func (e *env) requireNoWorkflow() {
 }
 
 // state reads the broker state from Postgres.
-func (e *env) state() models.BrokerState {
+func (e *env) state() brokerstate.BrokerState {
 	e.t.Helper()
-	st, err := e.store.Load(e.t.Context())
+	st, err := e.store.LoadConfigured(e.t.Context())
 	require.NoError(e.t, err)
 	return st
 }
 
 // seed writes a broker state directly, as an earlier run of the workflow would have.
-func (e *env) seed(fn func(models.BrokerState) models.BrokerState) {
+func (e *env) seed(fn func(brokerstate.BrokerState) brokerstate.BrokerState) {
 	e.t.Helper()
-	_, err := e.store.Update(e.t.Context(), func(st models.BrokerState) (models.BrokerState, error) {
+	_, err := e.store.Update(e.t.Context(), func(st brokerstate.BrokerState) (brokerstate.BrokerState, error) {
 		return fn(st), nil
 	})
 	require.NoError(e.t, err)

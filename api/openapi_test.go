@@ -26,9 +26,9 @@ import (
 	"github.com/stretchr/testify/require"
 	yaml "go.yaml.in/yaml/v3"
 
+	"github.com/brokerswitch/brokerswitch/brokerstate"
 	"github.com/brokerswitch/brokerswitch/config"
 	"github.com/brokerswitch/brokerswitch/metrics"
-	"github.com/brokerswitch/brokerswitch/models"
 )
 
 // openAPI is the part of openapi.yaml the tests compare with the code.
@@ -100,9 +100,9 @@ func TestOpenAPISchemasMatchAnswers(t *testing.T) {
 	now := time.Now()
 	state := stateView{
 		ActiveIndex:    1,
-		PendingSwitch:  &models.PendingSwitch{Route: []models.Hop{{Index: 1, SwitchedAt: now}}, RecordedAt: now},
-		LastSwitch:     &models.LastSwitch{SwitchedAt: now, CompletedAt: now, Forced: true},
-		LastDrainCheck: &models.DrainCheck{Error: "x", Counts: map[string]int{"q": 1}},
+		PendingSwitch:  &brokerstate.PendingSwitch{Route: []brokerstate.Hop{{Index: 1, SwitchedAt: now}}, RecordedAt: now},
+		LastSwitch:     &brokerstate.LastSwitch{SwitchedAt: now, CompletedAt: now, Forced: true},
+		LastDrainCheck: &brokerstate.DrainCheck{Error: "x", Counts: map[string]int{"q": 1}},
 		SeenUntil:      &now,
 	}
 	checks := 1
@@ -115,7 +115,7 @@ func TestOpenAPISchemasMatchAnswers(t *testing.T) {
 		"Workflow":            workflowView{RunID: "r", StartTime: &now, Waiting: "w", Checks: &checks, Error: "e"},
 		"Readiness":           metrics.ReadinessAnswer{},
 		"PendingSwitch":       state.PendingSwitch,
-		"Hop":                 models.Hop{},
+		"Hop":                 brokerstate.Hop{},
 		"LastSwitch":          state.LastSwitch,
 		"DrainCheck":          state.LastDrainCheck,
 		"Error":               errorBody{},

@@ -18,24 +18,24 @@ import (
 	"go.temporal.io/sdk/converter"
 
 	"github.com/brokerswitch/brokerswitch/broker"
+	"github.com/brokerswitch/brokerswitch/brokerstate"
 	"github.com/brokerswitch/brokerswitch/config"
-	"github.com/brokerswitch/brokerswitch/models"
 )
 
 // memStore is a StateStore in memory: Update applies fn under a lock, as the
 // Postgres store does in a transaction.
 type memStore struct {
 	mu sync.Mutex
-	st models.BrokerState
+	st brokerstate.BrokerState
 }
 
-func (m *memStore) LoadStored(context.Context) (models.BrokerState, error) {
+func (m *memStore) LoadStored(context.Context) (brokerstate.BrokerState, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	return m.st, nil
 }
 
-func (m *memStore) Update(_ context.Context, fn func(models.BrokerState) (models.BrokerState, error)) (models.BrokerState, error) {
+func (m *memStore) Update(_ context.Context, fn func(brokerstate.BrokerState) (brokerstate.BrokerState, error)) (brokerstate.BrokerState, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	next, err := fn(m.st)
@@ -139,7 +139,7 @@ func FuzzPendingSwitchBody(f *testing.F) {
 			t.Fatalf("the answer shows a broker password: %s", b)
 		}
 		st, _ := store.LoadStored(context.Background())
-		if limit := time.Now().Add(models.DefaultMaxClockSkew); st.SeenUntil.After(limit) {
+		if limit := time.Now().Add(brokerstate.DefaultMaxClockSkew); st.SeenUntil.After(limit) {
 			t.Fatalf("the mark of notifications %s lies beyond the clock skew allowed", st.SeenUntil)
 		}
 		if st.Pending != nil && (st.Pending.Target().Index < 0 || st.Pending.Target().Index >= len(eps)) {

@@ -7,17 +7,17 @@ import (
 	"time"
 
 	"github.com/brokerswitch/brokerswitch/broker"
-	"github.com/brokerswitch/brokerswitch/models"
+	"github.com/brokerswitch/brokerswitch/brokerstate"
 )
 
-// stateView is the broker state as the API shows it: models.BrokerState with the drain
+// stateView is the broker state as the API shows it: brokerstate.BrokerState with the drain
 // check's error text scrubbed of broker credentials.
 type stateView struct {
-	ActiveIndex    int                   `json:"activeIndex"`
-	PendingSwitch  *models.PendingSwitch `json:"pendingSwitch"`
-	LastSwitch     *models.LastSwitch    `json:"lastSwitch"`
-	LastDrainCheck *models.DrainCheck    `json:"lastDrainCheck"`
-	SeenUntil      *time.Time            `json:"seenUntil,omitempty"`
+	ActiveIndex    int                        `json:"activeIndex"`
+	PendingSwitch  *brokerstate.PendingSwitch `json:"pendingSwitch"`
+	LastSwitch     *brokerstate.LastSwitch    `json:"lastSwitch"`
+	LastDrainCheck *brokerstate.DrainCheck    `json:"lastDrainCheck"`
+	SeenUntil      *time.Time                 `json:"seenUntil,omitempty"`
 }
 
 // brokerView is one configured broker, without its URL: the URL carries the password.
@@ -47,7 +47,7 @@ type brokerRef struct {
 // the state predicts it. It carries only what the producer needs to stop retrying; the
 // route, drain counts and errors are operator information (GET /api/v1/broker).
 type notificationAnswer struct {
-	// Outcome is one of models' notification outcomes.
+	// Outcome is one of brokerstate's notification outcomes.
 	Outcome string `json:"outcome"`
 	// Ignored repeats Outcome when the notification changes nothing.
 	Ignored string    `json:"ignored,omitempty"`
@@ -94,7 +94,7 @@ type workflowView struct {
 // newStateView copies st for an answer, scrubbing secrets out of the drain check's error
 // text: it comes from the AMQP client and should not name credentials, but the API is the
 // last place to make sure.
-func newStateView(st models.BrokerState, scrub *strings.Replacer) stateView {
+func newStateView(st brokerstate.BrokerState, scrub *strings.Replacer) stateView {
 	v := stateView{
 		ActiveIndex:   st.ActiveIndex,
 		PendingSwitch: st.Pending,
@@ -137,7 +137,7 @@ func newScrubber(eps []broker.Endpoint) *strings.Replacer {
 }
 
 // brokerViews lists the configured brokers for GET /api/v1/broker.
-func brokerViews(eps []broker.Endpoint, st models.BrokerState) []brokerView {
+func brokerViews(eps []broker.Endpoint, st brokerstate.BrokerState) []brokerView {
 	onRoute := map[int]bool{}
 	if st.Pending != nil {
 		for _, h := range st.Pending.Route {

@@ -17,6 +17,7 @@ import (
 	"gorm.io/gorm"
 
 	"github.com/brokerswitch/brokerswitch/broker"
+	"github.com/brokerswitch/brokerswitch/brokerstate"
 	"github.com/brokerswitch/brokerswitch/config"
 	"github.com/brokerswitch/brokerswitch/internal/testenv"
 	"github.com/brokerswitch/brokerswitch/models"
@@ -34,7 +35,7 @@ type stack struct {
 	vars     map[string]string
 	cfg      config.Config
 	db       *gorm.DB
-	store    *models.BrokerStore
+	store    *brokerstate.BrokerStore
 	temporal client.Client
 	rpc      *rpcCounter      // the Temporal RPCs of the in-process worker
 	direct   []string         // each broker's URL without proxy: the producer's view
@@ -250,9 +251,9 @@ func (w *workerProcess) stop() {
 // the BrokerSwitch workflow.
 func (st *stack) notify(index int, switchedAt time.Time) error {
 	ep := st.cfg.Brokers[index]
-	n := models.Notification{Index: index, Host: ep.Host, Vhost: ep.Vhost, SwitchedAt: switchedAt}
+	n := brokerstate.Notification{Index: index, Host: ep.Host, Vhost: ep.Vhost, SwitchedAt: switchedAt}
 	ctx := context.Background()
-	if _, err := st.store.Update(ctx, func(cur models.BrokerState) (models.BrokerState, error) {
+	if _, err := st.store.Update(ctx, func(cur brokerstate.BrokerState) (brokerstate.BrokerState, error) {
 		next, _ := cur.ApplyNotification(n, time.Now())
 		return next, nil
 	}); err != nil {
@@ -286,7 +287,7 @@ func (st *stack) waitApplied(ctx context.Context, n int64, within time.Duration)
 
 // switched tells whether broker index is active with nothing pending.
 func (st *stack) switched(ctx context.Context, index int) (bool, error) {
-	s, err := st.store.Load(ctx)
+	s, err := st.store.LoadConfigured(ctx)
 	if err != nil {
 		return false, err
 	}

@@ -22,6 +22,7 @@ import (
 
 	"github.com/brokerswitch/brokerswitch/api"
 	"github.com/brokerswitch/brokerswitch/broker"
+	"github.com/brokerswitch/brokerswitch/brokerstate"
 	"github.com/brokerswitch/brokerswitch/config"
 	"github.com/brokerswitch/brokerswitch/internal/testenv"
 	"github.com/brokerswitch/brokerswitch/models"
@@ -84,7 +85,7 @@ type stack struct {
 	t        *testing.T
 	cfg      config.Config
 	db       *gorm.DB
-	store    *models.BrokerStore
+	store    *brokerstate.BrokerStore
 	temporal client.Client
 	// direct reaches each broker without its proxy: the producer's and the test's view.
 	direct  *broker.Pool
@@ -397,8 +398,8 @@ func (s *stack) holdLedger() (release func()) {
 }
 
 // state reads the broker state from Postgres.
-func (s *stack) state() models.BrokerState {
-	st, err := s.store.Load(context.Background())
+func (s *stack) state() brokerstate.BrokerState {
+	st, err := s.store.LoadConfigured(context.Background())
 	require.NoError(s.t, err)
 	return st
 }

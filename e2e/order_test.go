@@ -2,7 +2,7 @@ package e2e
 
 // The orderings the design record gave up and brokerswitch keeps, because the producer's
 // notifications decide them: where it went, and when. Each scenario failed before the
-// producer's trail existed (models/trail.go).
+// producer's trail existed (brokerstate/trail.go).
 
 import (
 	"context"
@@ -12,7 +12,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/brokerswitch/brokerswitch/models"
+	"github.com/brokerswitch/brokerswitch/brokerstate"
 	"github.com/brokerswitch/brokerswitch/simulate"
 )
 
@@ -30,7 +30,7 @@ func (s *stack) notifyAll(p *simulate.Producer, notices ...simulate.Notice) []st
 }
 
 // routeOf lists the Pending Switch's hops by index.
-func routeOf(st models.BrokerState) []int {
+func routeOf(st brokerstate.BrokerState) []int {
 	var out []int
 	if st.Pending != nil {
 		for _, h := range st.Pending.Route {
@@ -66,7 +66,7 @@ func TestScenario14ReversedNotificationsKeepTheMiddleBroker(t *testing.T) {
 	s.requireFlipAfterDrain(1, 2)
 	s.report(v, s.lagOf())
 	require.Equal(t, []int{1, 2}, route, "A → B → C")
-	require.Equal(t, []string{models.NotificationRecorded, models.NotificationRecorded, models.NotificationStale}, outcomes)
+	require.Equal(t, []string{brokerstate.NotificationRecorded, brokerstate.NotificationRecorded, brokerstate.NotificationStale}, outcomes)
 }
 
 // Scenario 15. Two spares hold leftovers from two earlier rotations: the producer went
@@ -180,8 +180,8 @@ func TestScenario17DuplicateAndEqualTimeNotifications(t *testing.T) {
 	s.requireFlipAfterDrain(2, 3)
 	s.report(v, s.lagOf())
 	require.Equal(t, []int{1, 2, 3}, route)
-	require.Equal(t, []string{models.NotificationRecorded, models.NotificationRecorded, models.NotificationRecorded,
-		models.NotificationStale, models.NotificationStale, models.NotificationStale}, outcomes)
+	require.Equal(t, []string{brokerstate.NotificationRecorded, brokerstate.NotificationRecorded, brokerstate.NotificationRecorded,
+		brokerstate.NotificationStale, brokerstate.NotificationStale, brokerstate.NotificationStale}, outcomes)
 }
 
 // publishBeforeNotify is scenario 18: A has a backlog, the producer rotates to B and
@@ -212,7 +212,7 @@ func publishBeforeNotify(t *testing.T, late time.Duration, grace time.Duration) 
 	if late >= 0 {
 		s.waitFor("the notification's delay", late+time.Minute, func() bool { return time.Since(started) >= late })
 		require.Zero(t, s.appliedFrom(1), "broker 1's events were applied before its notification")
-		require.Equal(t, []string{models.NotificationRecorded}, s.notifyAll(p, toB))
+		require.Equal(t, []string{brokerstate.NotificationRecorded}, s.notifyAll(p, toB))
 		s.waitFor("the switch to broker 1", time.Minute, func() bool { return s.state().ActiveIndex == 1 })
 	}
 	v := s.verify(log, 2*time.Minute)
@@ -235,14 +235,14 @@ func publishBeforeNotify(t *testing.T, late time.Duration, grace time.Duration) 
 // Scenario 18a. The notification comes 6 s after the producer's first publish to B.
 func TestScenario18aPublishBeforeANotificationLateBySeconds(t *testing.T) {
 	t.Parallel()
-	publishBeforeNotify(t, 6*time.Second, models.DefaultUnnotifiedBrokerGrace)
+	publishBeforeNotify(t, 6*time.Second, brokerstate.DefaultUnnotifiedBrokerGrace)
 }
 
 // Scenario 18b. The notification comes 2 minutes late, as one through the producer's
 // retry queue does.
 func TestScenario18bPublishBeforeANotificationLateByMinutes(t *testing.T) {
 	t.Parallel() // it mostly waits for the notification
-	publishBeforeNotify(t, 2*time.Minute, models.DefaultUnnotifiedBrokerGrace)
+	publishBeforeNotify(t, 2*time.Minute, brokerstate.DefaultUnnotifiedBrokerGrace)
 }
 
 // Scenario 18c. No notification ever comes: B's events are read once the (shortened)

@@ -25,6 +25,7 @@ import (
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/testsuite"
 
+	"github.com/brokerswitch/brokerswitch/brokerstate"
 	"github.com/brokerswitch/brokerswitch/internal/testenv"
 	"github.com/brokerswitch/brokerswitch/models"
 	"github.com/brokerswitch/brokerswitch/simulate"
@@ -603,13 +604,13 @@ func (s *stack) requireFlipAfterDrain(from, to int) {
 
 // switchCommitted is the first switch from one broker to the next that a drain check
 // committed; the test fails without one.
-func (s *stack) switchCommitted(from, to int) models.LastSwitch {
+func (s *stack) switchCommitted(from, to int) brokerstate.LastSwitch {
 	s.t.Helper()
 	var values []string
 	require.NoError(s.t, s.db.Raw("SELECT value FROM test_switches ORDER BY id").Scan(&values).Error)
 	var seen []string
 	for _, v := range values {
-		var ls models.LastSwitch
+		var ls brokerstate.LastSwitch
 		require.NoError(s.t, json.Unmarshal([]byte(v), &ls), "broker.last_switch %s", v)
 		if ls.From == from && ls.To == to && !ls.Forced {
 			return ls
@@ -617,7 +618,7 @@ func (s *stack) switchCommitted(from, to int) models.LastSwitch {
 		seen = append(seen, fmt.Sprintf("%d→%d forced=%v", ls.From, ls.To, ls.Forced))
 	}
 	s.t.Fatalf("no switch from broker %d to %d was committed after a drain check; switches: %v", from, to, seen)
-	return models.LastSwitch{}
+	return brokerstate.LastSwitch{}
 }
 
 // requireLagUnder fails when the summary's switch lag is not below limit.

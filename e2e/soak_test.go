@@ -34,7 +34,7 @@ import (
 
 // reversedDoubleRotation lets schedules draw a double rotation whose notifications arrive
 // newest first: the producer's trail places the middle broker on the route by its
-// switchedAt (models/trail.go). Seeds recorded before it was on keep their options.
+// switchedAt (brokerstate/trail.go). Seeds recorded before it was on keep their options.
 const reversedDoubleRotation = true
 
 // unsettledSchedules lets schedules draw late and lost notifications and cancels without

@@ -15,8 +15,8 @@ import (
 
 	"github.com/brokerswitch/brokerswitch/activities"
 	"github.com/brokerswitch/brokerswitch/broker"
+	"github.com/brokerswitch/brokerswitch/brokerstate"
 	"github.com/brokerswitch/brokerswitch/internal/testenv"
-	"github.com/brokerswitch/brokerswitch/models"
 	"github.com/brokerswitch/brokerswitch/payloads"
 	"github.com/brokerswitch/brokerswitch/simulate"
 	"github.com/brokerswitch/brokerswitch/workflows"
@@ -153,7 +153,7 @@ func TestASlowSpareIsNotOvertaken(t *testing.T) {
 	require.NoError(t, p.Publish(ctx, msgs[:half]...))
 	// The operator forced broker 1 before anything read broker 0: what it holds are a
 	// spare's leftovers.
-	_, err := s.store.Update(ctx, func(st models.BrokerState) (models.BrokerState, error) {
+	_, err := s.store.Update(ctx, func(st brokerstate.BrokerState) (brokerstate.BrokerState, error) {
 		return st.Force(1, time.Now(), time.Now()), nil
 	})
 	require.NoError(t, err)

@@ -1,5 +1,6 @@
 // Package models holds the Postgres schema (versioned SQL migrations) and the gorm models
-// of the tables brokerswitch writes.
+// of the tables brokerswitch writes. The broker state kept in them, and its rules, are
+// package brokerstate.
 package models
 
 import (

@@ -18,24 +18,17 @@ import (
 	"github.com/brokerswitch/brokerswitch/models"
 )
 
+// openMigrated opens a fresh database with every migration applied.
 func openMigrated(t *testing.T) *gorm.DB {
 	t.Helper()
-	db, _ := openMigratedDSN(t)
-	return db
-}
-
-// openMigratedDSN is openMigrated with the database's DSN, for a second connection.
-func openMigratedDSN(t *testing.T) (*gorm.DB, string) {
-	t.Helper()
 	ctx := context.Background()
-	dsn := testenv.NewDatabase(t)
-	db, err := models.Open(ctx, dsn)
+	db, err := models.Open(ctx, testenv.NewDatabase(t))
 	require.NoError(t, err)
 	sqlDB, err := db.DB()
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = sqlDB.Close() })
 	require.NoError(t, models.Migrate(ctx, sqlDB))
-	return db, dsn
+	return db
 }
 
 func TestMigrateIsIdempotent(t *testing.T) {

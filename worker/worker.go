@@ -19,11 +19,11 @@ import (
 
 	"github.com/brokerswitch/brokerswitch/activities"
 	"github.com/brokerswitch/brokerswitch/broker"
+	"github.com/brokerswitch/brokerswitch/brokerstate"
 	"github.com/brokerswitch/brokerswitch/config"
 	"github.com/brokerswitch/brokerswitch/healthchecks"
 	"github.com/brokerswitch/brokerswitch/ingest"
 	"github.com/brokerswitch/brokerswitch/metrics"
-	"github.com/brokerswitch/brokerswitch/models"
 	"github.com/brokerswitch/brokerswitch/workflows"
 )
 
@@ -55,7 +55,7 @@ func Run(ctx context.Context, d Deps) error {
 	}
 	watchCtx, stopWatching := context.WithCancel(context.WithoutCancel(ctx))
 	defer stopWatching()
-	watcher := &models.StateWatcher{Store: NewBrokerStore(d.DB, d.Pool.Endpoints()), DSN: d.Config.DatabaseURL, Logger: d.Logger}
+	watcher := &brokerstate.StateWatcher{Store: NewBrokerStore(d.DB, d.Pool.Endpoints()), DSN: d.Config.DatabaseURL, Logger: d.Logger}
 	go watcher.Run(watchCtx)
 	// The sweep stops with the worker: a DELETE cut short rolls back and is done again
 	// by the next worker's first sweep.
@@ -125,7 +125,7 @@ func ReplayerOptions() sdkworker.WorkflowReplayerOptions {
 }
 
 // Register adds the workflows and their activities, built from d, to a worker.
-func Register(w sdkworker.Registry, d Deps, watcher *models.StateWatcher) {
+func Register(w sdkworker.Registry, d Deps, watcher *brokerstate.StateWatcher) {
 	store := NewBrokerStore(d.DB, d.Pool.Endpoints())
 	w.RegisterWorkflow(workflows.QueueWindow)
 	w.RegisterWorkflow(workflows.BrokerSwitch)
@@ -199,9 +199,9 @@ func CheckQueueTypes(ctx context.Context, pool *broker.Pool, t broker.Topology, 
 }
 
 // StateReader reads the broker state for the metrics' scrape-time gauges.
-func StateReader(store *models.BrokerStore) metrics.StateReader {
+func StateReader(store *brokerstate.BrokerStore) metrics.StateReader {
 	return func(ctx context.Context) (metrics.StateReading, error) {
-		st, err := store.Load(ctx)
+		st, err := store.LoadConfigured(ctx)
 		if err != nil {
 			return metrics.StateReading{}, err
 		}
@@ -217,12 +217,12 @@ func StateReader(store *models.BrokerStore) metrics.StateReader {
 }
 
 // NewBrokerStore reads the broker state with hops resolved against the configured brokers.
-func NewBrokerStore(db *gorm.DB, endpoints []broker.Endpoint) *models.BrokerStore {
-	refs := make([]models.BrokerRef, len(endpoints))
+func NewBrokerStore(db *gorm.DB, endpoints []broker.Endpoint) *brokerstate.BrokerStore {
+	refs := make([]brokerstate.BrokerRef, len(endpoints))
 	for i, ep := range endpoints {
-		refs[i] = models.BrokerRef{Host: ep.Host, Vhost: ep.Vhost}
+		refs[i] = brokerstate.BrokerRef{Host: ep.Host, Vhost: ep.Vhost}
 	}
-	return &models.BrokerStore{DB: db, Brokers: refs}
+	return &brokerstate.BrokerStore{DB: db, Brokers: refs}
 }
 
 // EnsureWorkflows starts the window workflows and the BrokerSwitch workflow unless they

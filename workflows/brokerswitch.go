@@ -8,7 +8,7 @@ import (
 	"go.temporal.io/sdk/workflow"
 
 	"github.com/brokerswitch/brokerswitch/activities"
-	"github.com/brokerswitch/brokerswitch/models"
+	"github.com/brokerswitch/brokerswitch/brokerstate"
 )
 
 // BrokerSwitchInput is what a BrokerSwitch run hands to the next one when it continues
@@ -22,9 +22,9 @@ type BrokerSwitchInput struct {
 
 // Status is what the status query answers.
 type Status struct {
-	State     models.BrokerState
+	State     brokerstate.BrokerState
 	Checks    int
-	LastCheck *models.DrainCheck
+	LastCheck *brokerstate.DrainCheck
 	Waiting   string
 }
 
@@ -116,9 +116,9 @@ func (w *switchRun) applyOrders(ctx workflow.Context) error {
 
 // checkAndCommit runs one drain check of the active broker and commits the hop when it is
 // empty; otherwise it waits for the next check or an order.
-func (w *switchRun) checkAndCommit(ctx workflow.Context, hop models.Hop) error {
+func (w *switchRun) checkAndCommit(ctx workflow.Context, hop brokerstate.Hop) error {
 	active := w.status.State.ActiveIndex
-	var check models.DrainCheck
+	var check brokerstate.DrainCheck
 	if err := w.execute(ctx, fmt.Sprintf("drain check of broker %d", active), w.act.DrainCheck,
 		activities.DrainCheckInput{BrokerIndex: active}, &check); err != nil {
 		return err

@@ -18,15 +18,15 @@ import (
 	"go.temporal.io/sdk/workflow"
 
 	"github.com/brokerswitch/brokerswitch/activities"
+	"github.com/brokerswitch/brokerswitch/brokerstate"
 	"github.com/brokerswitch/brokerswitch/config"
-	"github.com/brokerswitch/brokerswitch/models"
 	"github.com/brokerswitch/brokerswitch/worker"
 	"github.com/brokerswitch/brokerswitch/workflows"
 )
 
 // These tests drive the BrokerSwitch workflow's logic in Temporal's test environment with
 // virtual time, under the worker's own options (worker.Options); the activities are
-// replaced by an in-memory broker state built on the same pure rules (models.BrokerState)
+// replaced by an in-memory broker state built on the same pure rules (brokerstate.BrokerState)
 // the real activities use.
 
 type brokerSwitchSuite struct {
@@ -37,7 +37,7 @@ type brokerSwitchSuite struct {
 	// mu guards what the mocked activities touch: the test environment runs them on
 	// goroutines of their own.
 	mu        sync.Mutex
-	state     models.BrokerState
+	state     brokerstate.BrokerState
 	backlog   map[int][]int // per broker: ready counts returned by successive drain checks
 	reachable map[int]bool
 	checks    []int // broker of each drain check, in order
@@ -66,7 +66,7 @@ func (s *brokerSwitchSuite) SetupTest() {
 	s.mu.Lock()
 	s.test++
 	test := s.test
-	s.state = models.BrokerState{}
+	s.state = brokerstate.BrokerState{}
 	s.backlog = map[int][]int{}
 	s.reachable = map[int]bool{0: true, 1: true, 2: true}
 	s.checks, s.commits, s.interval = nil, nil, 3*time.Second
@@ -76,11 +76,11 @@ func (s *brokerSwitchSuite) SetupTest() {
 
 	var a *activities.Switch
 	s.env.RegisterActivity(a)
-	s.env.OnActivity(a.LoadState, mock.Anything).Return(func(context.Context) (models.BrokerState, error) {
+	s.env.OnActivity(a.LoadState, mock.Anything).Return(func(context.Context) (brokerstate.BrokerState, error) {
 		s.mu.Lock()
 		defer s.mu.Unlock()
 		if late() {
-			return models.BrokerState{}, nil
+			return brokerstate.BrokerState{}, nil
 		}
 		s.loads++
 		return s.state, nil
@@ -106,7 +106,7 @@ func (s *brokerSwitchSuite) SetupTest() {
 		return activities.SwitchSettings{DrainCheckInterval: s.interval}, nil
 	})
 	s.env.OnActivity(a.RecordNotification, mock.Anything, mock.Anything).Return(
-		func(_ context.Context, n models.Notification) (activities.NotificationResult, error) {
+		func(_ context.Context, n brokerstate.Notification) (activities.NotificationResult, error) {
 			s.mu.Lock()
 			defer s.mu.Unlock()
 			if late() {
@@ -121,14 +121,14 @@ func (s *brokerSwitchSuite) SetupTest() {
 			return activities.NotificationResult{State: next, Outcome: outcome}, nil
 		})
 	s.env.OnActivity(a.DrainCheck, mock.Anything, mock.Anything).Return(
-		func(_ context.Context, in activities.DrainCheckInput) (models.DrainCheck, error) {
+		func(_ context.Context, in activities.DrainCheckInput) (brokerstate.DrainCheck, error) {
 			s.mu.Lock()
 			defer s.mu.Unlock()
 			if late() {
-				return models.DrainCheck{}, nil
+				return brokerstate.DrainCheck{}, nil
 			}
 			s.checks = append(s.checks, in.BrokerIndex)
-			check := models.DrainCheck{BrokerIndex: in.BrokerIndex, Reachable: s.reachable[in.BrokerIndex], Counts: map[string]int{"issues": 0}}
+			check := brokerstate.DrainCheck{BrokerIndex: in.BrokerIndex, Reachable: s.reachable[in.BrokerIndex], Counts: map[string]int{"issues": 0}}
 			if q := s.backlog[in.BrokerIndex]; len(q) > 0 {
 				check.Counts["issues"] = q[0]
 				s.backlog[in.BrokerIndex] = q[1:]
@@ -136,36 +136,36 @@ func (s *brokerSwitchSuite) SetupTest() {
 			return check, nil
 		})
 	s.env.OnActivity(a.CommitHop, mock.Anything, mock.Anything).Return(
-		func(_ context.Context, in activities.CommitHopInput) (models.BrokerState, error) {
+		func(_ context.Context, in activities.CommitHopInput) (brokerstate.BrokerState, error) {
 			s.mu.Lock()
 			defer s.mu.Unlock()
 			if late() {
-				return models.BrokerState{}, nil
+				return brokerstate.BrokerState{}, nil
 			}
 			s.commits = append(s.commits, in)
 			s.state, _ = s.state.CompleteHop(in.From, in.Hop, in.Checks, t0)
 			return s.state, nil
 		})
 	s.env.OnActivity(a.ForceSwitch, mock.Anything, mock.Anything).Return(
-		func(_ context.Context, in activities.ForceSwitchInput) (models.BrokerState, error) {
+		func(_ context.Context, in activities.ForceSwitchInput) (brokerstate.BrokerState, error) {
 			s.mu.Lock()
 			defer s.mu.Unlock()
 			if late() {
-				return models.BrokerState{}, nil
+				return brokerstate.BrokerState{}, nil
 			}
 			if in.Index > 2 {
-				return models.BrokerState{}, temporal.NewNonRetryableApplicationError(
+				return brokerstate.BrokerState{}, temporal.NewNonRetryableApplicationError(
 					fmt.Sprintf("force switch: broker %d is not configured (3 brokers)", in.Index), "UnknownBroker", nil)
 			}
 			s.state = s.state.Force(in.Index, in.AskedAt, t0)
 			return s.state, nil
 		})
 	s.env.OnActivity(a.CancelPendingSwitch, mock.Anything, mock.Anything).Return(
-		func(_ context.Context, in activities.CancelPendingSwitchInput) (models.BrokerState, error) {
+		func(_ context.Context, in activities.CancelPendingSwitchInput) (brokerstate.BrokerState, error) {
 			s.mu.Lock()
 			defer s.mu.Unlock()
 			if late() {
-				return models.BrokerState{}, nil
+				return brokerstate.BrokerState{}, nil
 			}
 			s.state = s.state.CancelPending(in.SwitchedAt, t0)
 			return s.state, nil
@@ -174,7 +174,7 @@ func (s *brokerSwitchSuite) SetupTest() {
 
 func (s *brokerSwitchSuite) notify(at time.Duration, index int, switchedAt time.Time) {
 	s.env.RegisterDelayedCallback(func() {
-		s.env.SignalWorkflow(workflows.SignalPendingSwitch, models.Notification{Index: index, Host: "h", Vhost: "/", SwitchedAt: switchedAt})
+		s.env.SignalWorkflow(workflows.SignalPendingSwitch, brokerstate.Notification{Index: index, Host: "h", Vhost: "/", SwitchedAt: switchedAt})
 	}, at)
 }
 
@@ -235,7 +235,7 @@ func (s *brokerSwitchSuite) TestWaitsForTheDrainThenCommits() {
 
 	s.Equal([]int{0, 0, 0, 0}, s.checks, "one check per interval until broker 0 is empty, none after")
 	s.Require().Len(s.commits, 1)
-	s.Equal(activities.CommitHopInput{From: 0, Hop: models.Hop{Index: 1, Host: "h", Vhost: "/", SwitchedAt: t0}, Checks: 4}, s.commits[0])
+	s.Equal(activities.CommitHopInput{From: 0, Hop: brokerstate.Hop{Index: 1, Host: "h", Vhost: "/", SwitchedAt: t0}, Checks: 4}, s.commits[0])
 	s.Equal(1, status.State.ActiveIndex)
 	s.Nil(status.State.Pending)
 }
@@ -265,7 +265,7 @@ func (s *brokerSwitchSuite) TestALateNotificationIsPlacedByItsTime() {
 
 	s.Empty(s.commits)
 	s.Require().NotNil(status.State.Pending)
-	s.Equal([]models.Hop{
+	s.Equal([]brokerstate.Hop{
 		{Index: 2, Host: "h", Vhost: "/", SwitchedAt: t0.Add(-time.Minute)},
 		{Index: 1, Host: "h", Vhost: "/", SwitchedAt: t0},
 	}, status.State.Pending.Route)
@@ -278,7 +278,7 @@ func (s *brokerSwitchSuite) TestANotificationFloodIsHeldToACap() {
 	const flood = 500
 	s.env.RegisterDelayedCallback(func() {
 		for i := range flood {
-			n := models.Notification{Index: 1, Host: "h", Vhost: "/", SwitchedAt: t0.Add(time.Duration(i))}
+			n := brokerstate.Notification{Index: 1, Host: "h", Vhost: "/", SwitchedAt: t0.Add(time.Duration(i))}
 			// As the API does: recorded in Postgres first, then signalled.
 			s.mu.Lock()
 			s.state, _ = s.state.ApplyNotification(n, t0)
@@ -348,7 +348,7 @@ func (s *brokerSwitchSuite) TestASwitchWhoseSignalWasLostIsFoundThroughPostgres(
 		if nth > 1 {
 			return false
 		}
-		s.state, _ = s.state.ApplyNotification(models.Notification{Index: 1, Host: "h", Vhost: "/", SwitchedAt: t0}, t0)
+		s.state, _ = s.state.ApplyNotification(brokerstate.Notification{Index: 1, Host: "h", Vhost: "/", SwitchedAt: t0}, t0)
 		return true
 	}
 	start := s.env.Now()
@@ -392,7 +392,7 @@ func (s *brokerSwitchSuite) TestMalformedSignalInputIsSkipped() {
 func (s *brokerSwitchSuite) TestARefusedSignalKeepsTheCachedState() {
 	s.state.ActiveIndex = 2
 	s.env.RegisterDelayedCallback(func() {
-		s.env.SignalWorkflow(workflows.SignalPendingSwitch, models.Notification{Index: 1, Host: "too-far-ahead", Vhost: "/", SwitchedAt: t0})
+		s.env.SignalWorkflow(workflows.SignalPendingSwitch, brokerstate.Notification{Index: 1, Host: "too-far-ahead", Vhost: "/", SwitchedAt: t0})
 	}, time.Second)
 	status := s.run(time.Minute)
 	s.Equal(2, status.State.ActiveIndex, "the refusal did not zero the state")
@@ -450,7 +450,7 @@ func (s *brokerSwitchSuite) TestANamedCancelIsCommittedBeforeTheWorkflowHeardOfT
 	var answer workflows.OrderResult
 	s.env.RegisterDelayedCallback(func() {
 		s.mu.Lock()
-		s.state, _ = s.state.ApplyNotification(models.Notification{Index: 1, Host: "h", Vhost: "/", SwitchedAt: t0}, t0)
+		s.state, _ = s.state.ApplyNotification(brokerstate.Notification{Index: 1, Host: "h", Vhost: "/", SwitchedAt: t0}, t0)
 		s.mu.Unlock()
 		s.env.UpdateWorkflow(workflows.UpdateCancelPendingSwitch, "cancel", &testsuite.TestUpdateCallback{
 			OnAccept:   func() {},
@@ -471,7 +471,7 @@ func (s *brokerSwitchSuite) TestSignalsAreHandledInArrivalOrder() {
 	s.backlog[2] = busy(1000)
 	s.env.RegisterDelayedCallback(func() {
 		s.env.SignalWorkflow(workflows.SignalForceSwitch, map[string]int{"index": 2})
-		s.env.SignalWorkflow(workflows.SignalPendingSwitch, models.Notification{Index: 1, Host: "h", Vhost: "/", SwitchedAt: t0})
+		s.env.SignalWorkflow(workflows.SignalPendingSwitch, brokerstate.Notification{Index: 1, Host: "h", Vhost: "/", SwitchedAt: t0})
 	}, 0)
 	status := s.run(time.Minute)
 

@@ -10,7 +10,7 @@ const (
 	// BrokerSwitchWorkflowID is the id of the one BrokerSwitch workflow.
 	BrokerSwitchWorkflowID = "broker-switch"
 
-	// SignalPendingSwitch carries a producer's notification (models.Notification).
+	// SignalPendingSwitch carries a producer's notification (brokerstate.Notification).
 	SignalPendingSwitch = "pending-switch"
 	// SignalForceSwitch moves at once: {"index": N}.
 	SignalForceSwitch = "force-switch"

@@ -12,7 +12,7 @@ import (
 	"go.temporal.io/sdk/workflow"
 
 	"github.com/brokerswitch/brokerswitch/activities"
-	"github.com/brokerswitch/brokerswitch/models"
+	"github.com/brokerswitch/brokerswitch/brokerstate"
 )
 
 // Order is one thing the BrokerSwitch workflow is told to do: record a producer's
@@ -22,7 +22,7 @@ import (
 type Order struct {
 	// Kind is SignalPendingSwitch, SignalForceSwitch or SignalCancelPendingSwitch.
 	Kind         string
-	Notification models.Notification                 `json:",omitzero"`
+	Notification brokerstate.Notification            `json:",omitzero"`
 	Force        activities.ForceSwitchInput         `json:",omitzero"`
 	Cancel       activities.CancelPendingSwitchInput `json:",omitzero"`
 	// Invalid says why a signal's input could not be read; such an order is skipped.
@@ -40,7 +40,7 @@ type OrderResult struct {
 	// Reason says why an order was refused.
 	Reason string `json:",omitempty"`
 	// State is the broker state after the order.
-	State models.BrokerState
+	State brokerstate.BrokerState
 	done  bool
 }
 
@@ -199,7 +199,7 @@ func (w *switchRun) apply(ctx workflow.Context, o Order) error {
 	}
 	before := w.status.State
 	// Results land in next, so that a refused order leaves the cached state as it was.
-	var next models.BrokerState
+	var next brokerstate.BrokerState
 	var err error
 	switch o.Kind {
 	case SignalPendingSwitch:
@@ -237,7 +237,7 @@ func (o Order) answer(r OrderResult) {
 }
 
 // outcome says what an applied order did, from the state before and after it.
-func (o Order) outcome(before, after models.BrokerState) OrderResult {
+func (o Order) outcome(before, after brokerstate.BrokerState) OrderResult {
 	r := OrderResult{Outcome: OrderCommitted, State: after}
 	switch o.Kind {
 	case SignalForceSwitch:

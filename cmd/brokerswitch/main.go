@@ -232,7 +232,7 @@ func (s services) readiness(cfg config.Config, logger *slog.Logger) *metrics.Rea
 				return err
 			}},
 			{Name: "active_broker", Run: func(ctx context.Context) error {
-				st, err := store.Load(ctx)
+				st, err := store.LoadConfigured(ctx)
 				if err != nil {
 					return fmt.Errorf("read the active broker: %w", err)
 				}

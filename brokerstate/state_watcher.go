@@ -1,4 +1,4 @@
-package models
+package brokerstate
 
 import (
 	"context"
@@ -108,7 +108,7 @@ func announce(c chan<- struct{}) {
 // reload reads the state and wakes the waiters when it changed. A failed read keeps the
 // last view: Postgres being away ends no window.
 func (w *StateWatcher) reload(ctx context.Context) {
-	st, err := w.Store.Load(ctx)
+	st, err := w.Store.LoadConfigured(ctx)
 	if err != nil {
 		if ctx.Err() == nil {
 			w.logger().WarnContext(ctx, "broker state not re-read", "error", err)

@@ -1,13 +1,6 @@
-package models
+package brokerstate
 
-import (
-	"context"
-	"fmt"
-	"strings"
-	"time"
-
-	"gorm.io/gorm"
-)
+import "time"
 
 // DefaultUnnotifiedBrokerGrace is how long messages the producer never announced wait
 // for its notification (UNNOTIFIED_BROKER_GRACE). WebhooksHandler retries a failed
@@ -107,82 +100,4 @@ func (s BrokerState) ReadSpare(index int, queue, reached SpareMark, now time.Tim
 		return ReadUnannounced
 	}
 	return ReadReturned
-}
-
-// SpareMarks reads the marks of queue by broker index, each with whether we were active
-// there: queue's own, and the broker's reached mark.
-func (s *BrokerStore) SpareMarks(ctx context.Context, queue string) (marks, reached map[int]SpareMark, err error) {
-	var rows []struct {
-		Host, Vhost, Queue string
-		LastVisit          *time.Time
-		Reached            bool
-		DrainedAt          *time.Time
-		HeldSince          *time.Time
-	}
-	if err := s.DB.WithContext(ctx).Raw(`SELECT host, vhost, queue, last_visit, reached, drained_at, held_since
-		FROM spare_marks WHERE queue IN (?, '')`, queue).Scan(&rows).Error; err != nil {
-		return nil, nil, fmt.Errorf("read spare marks of %s: %w", queue, err)
-	}
-	marks, reached = map[int]SpareMark{}, map[int]SpareMark{}
-	for _, r := range rows {
-		idx, ok := s.resolve(BrokerRef{Host: r.Host, Vhost: r.Vhost})
-		if !ok {
-			continue
-		}
-		m := SpareMark{LastVisit: deref(r.LastVisit), Reached: r.Reached, DrainedAt: deref(r.DrainedAt), HeldSince: deref(r.HeldSince)}
-		if r.Queue == "" {
-			reached[idx] = m
-		} else {
-			marks[idx] = m
-		}
-	}
-	return marks, reached, nil
-}
-
-// MarkSpare records what the Leftover Drain learned of queue on broker index.
-func (s *BrokerStore) MarkSpare(ctx context.Context, index int, queue string, m SpareMark) error {
-	return s.markSpare(s.DB.WithContext(ctx), index, queue, m)
-}
-
-func (s *BrokerStore) markSpare(db *gorm.DB, index int, queue string, m SpareMark) error {
-	if index < 0 || index >= len(s.Brokers) {
-		return fmt.Errorf("mark spare %d: not configured", index)
-	}
-	b := s.Brokers[index]
-	err := db.Exec(`INSERT INTO spare_marks (host, vhost, queue, last_visit, reached, drained_at, held_since, updated_at)
-		VALUES (?, ?, ?, ?, ?, ?, ?, now())
-		ON CONFLICT (host, vhost, queue) DO UPDATE SET last_visit = excluded.last_visit, reached = excluded.reached,
-			drained_at = excluded.drained_at, held_since = excluded.held_since, updated_at = now()`,
-		strings.ToLower(b.Host), b.Vhost, queue, ref(m.LastVisit), m.Reached, ref(m.DrainedAt), ref(m.HeldSince)).Error
-	if err != nil {
-		return fmt.Errorf("mark %s on broker %d: %w", queue, index, err)
-	}
-	return nil
-}
-
-// markLeft records, in the transaction that moves the active broker away from cur, that
-// we were active there: what it holds from now on is older than the next one's backlog,
-// whether or not the producer's trail has a visit to it.
-func (s *BrokerStore) markLeft(db *gorm.DB, cur, next BrokerState) error {
-	from := cur.ActiveIndex
-	if from == next.ActiveIndex || from < 0 || from >= len(s.Brokers) {
-		return nil
-	}
-	at, _ := next.lastVisitAt(from)
-	return s.markSpare(db, from, "", SpareMark{LastVisit: at, Reached: true})
-}
-
-func deref(t *time.Time) time.Time {
-	if t == nil {
-		return time.Time{}
-	}
-	return t.UTC()
-}
-
-func ref(t time.Time) *time.Time {
-	if t.IsZero() {
-		return nil
-	}
-	t = t.Truncate(time.Microsecond)
-	return &t
 }

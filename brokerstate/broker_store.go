@@ -1,4 +1,4 @@
-package models
+package brokerstate
 
 import (
 	"context"
@@ -10,17 +10,9 @@ import (
 
 	"gorm.io/gorm"
 	"gorm.io/gorm/clause"
+
+	"github.com/brokerswitch/brokerswitch/models"
 )
-
-// Setting is one row of the settings table.
-type Setting struct {
-	Key       string `gorm:"primaryKey"`
-	Value     string `gorm:"not null"`
-	UpdatedAt time.Time
-}
-
-// TableName keeps gorm on the table the migrations create.
-func (Setting) TableName() string { return "settings" }
 
 // Settings keys of the broker state.
 const (
@@ -54,9 +46,10 @@ type BrokerStore struct {
 	Brokers []BrokerRef
 }
 
-// Load reads the broker state; an active broker that is not configured is an error that
-// says how to repair it.
-func (s *BrokerStore) Load(ctx context.Context) (BrokerState, error) {
+// LoadConfigured reads the broker state for whatever consumes the active broker (the
+// windows, the StateWatcher, the metrics and /readyz): an active broker that is not in the
+// configured list is an error that says how to repair it.
+func (s *BrokerStore) LoadConfigured(ctx context.Context) (BrokerState, error) {
 	st, err := s.LoadStored(ctx)
 	if err != nil {
 		return st, err
@@ -68,16 +61,18 @@ func (s *BrokerStore) Load(ctx context.Context) (BrokerState, error) {
 	return st, nil
 }
 
-// LoadStored reads the broker state as stored: an active broker that was removed from
-// the configuration reads as ActiveIndex -1 instead of an error, so that the force that
-// repairs it can be asked for and applied. Whatever consumes the active broker uses Load.
+// LoadStored reads the broker state as stored, for the API and the BrokerSwitch
+// workflow's activities: an active broker that was removed from the configuration reads
+// as ActiveIndex -1 instead of an error, so that the force that repairs it can be asked
+// for and applied.
 func (s *BrokerStore) LoadStored(ctx context.Context) (BrokerState, error) {
 	return s.load(s.DB.WithContext(ctx))
 }
 
 // Update changes the broker state in one transaction under a lock: fn sees the current
-// state and returns the next one, which is written back and announced on StateChannel. Unlike Load it accepts an active
-// broker that is not configured, so that a forced switch can repair it.
+// state and returns the next one, which is written back and announced on StateChannel.
+// Like LoadStored it accepts an active broker that is not configured, so that a forced
+// switch can repair it.
 func (s *BrokerStore) Update(ctx context.Context, fn func(BrokerState) (BrokerState, error)) (BrokerState, error) {
 	var next BrokerState
 	err := s.DB.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
@@ -117,7 +112,7 @@ func (s *BrokerStore) RecordDrainCheck(ctx context.Context, check DrainCheck) er
 }
 
 func (s *BrokerStore) load(db *gorm.DB) (BrokerState, error) {
-	var rows []Setting
+	var rows []models.Setting
 	keys := []string{KeyActiveIndex, KeyActiveEndpoint, KeyPendingSwitch, KeyLastSwitch, KeyLastDrainCheck, KeySeenUntil, KeySeenAtMark, KeyProducerTrail}
 	if err := db.Where("key IN ?", keys).Find(&rows).Error; err != nil {
 		return BrokerState{}, fmt.Errorf("read broker settings: %w", err)
@@ -264,9 +259,9 @@ func (s *BrokerStore) save(db *gorm.DB, st BrokerState) error {
 
 func upsertSettings(db *gorm.DB, values map[string]string) error {
 	now := time.Now()
-	rows := make([]Setting, 0, len(values))
+	rows := make([]models.Setting, 0, len(values))
 	for k, v := range values {
-		rows = append(rows, Setting{Key: k, Value: v, UpdatedAt: now})
+		rows = append(rows, models.Setting{Key: k, Value: v, UpdatedAt: now})
 	}
 	err := db.Clauses(clause.OnConflict{
 		Columns:   []clause.Column{{Name: "key"}},
@@ -291,4 +286,82 @@ func decodeSetting[T any](values map[string]string, key string, into **T) error 
 	}
 	*into = &out
 	return nil
+}
+
+// SpareMarks reads the marks of queue by broker index, each with whether we were active
+// there: queue's own, and the broker's reached mark.
+func (s *BrokerStore) SpareMarks(ctx context.Context, queue string) (marks, reached map[int]SpareMark, err error) {
+	var rows []struct {
+		Host, Vhost, Queue string
+		LastVisit          *time.Time
+		Reached            bool
+		DrainedAt          *time.Time
+		HeldSince          *time.Time
+	}
+	if err := s.DB.WithContext(ctx).Raw(`SELECT host, vhost, queue, last_visit, reached, drained_at, held_since
+		FROM spare_marks WHERE queue IN (?, '')`, queue).Scan(&rows).Error; err != nil {
+		return nil, nil, fmt.Errorf("read spare marks of %s: %w", queue, err)
+	}
+	marks, reached = map[int]SpareMark{}, map[int]SpareMark{}
+	for _, r := range rows {
+		idx, ok := s.resolve(BrokerRef{Host: r.Host, Vhost: r.Vhost})
+		if !ok {
+			continue
+		}
+		m := SpareMark{LastVisit: deref(r.LastVisit), Reached: r.Reached, DrainedAt: deref(r.DrainedAt), HeldSince: deref(r.HeldSince)}
+		if r.Queue == "" {
+			reached[idx] = m
+		} else {
+			marks[idx] = m
+		}
+	}
+	return marks, reached, nil
+}
+
+// MarkSpare records what the Leftover Drain learned of queue on broker index.
+func (s *BrokerStore) MarkSpare(ctx context.Context, index int, queue string, m SpareMark) error {
+	return s.markSpare(s.DB.WithContext(ctx), index, queue, m)
+}
+
+func (s *BrokerStore) markSpare(db *gorm.DB, index int, queue string, m SpareMark) error {
+	if index < 0 || index >= len(s.Brokers) {
+		return fmt.Errorf("mark spare %d: not configured", index)
+	}
+	b := s.Brokers[index]
+	err := db.Exec(`INSERT INTO spare_marks (host, vhost, queue, last_visit, reached, drained_at, held_since, updated_at)
+		VALUES (?, ?, ?, ?, ?, ?, ?, now())
+		ON CONFLICT (host, vhost, queue) DO UPDATE SET last_visit = excluded.last_visit, reached = excluded.reached,
+			drained_at = excluded.drained_at, held_since = excluded.held_since, updated_at = now()`,
+		strings.ToLower(b.Host), b.Vhost, queue, ref(m.LastVisit), m.Reached, ref(m.DrainedAt), ref(m.HeldSince)).Error
+	if err != nil {
+		return fmt.Errorf("mark %s on broker %d: %w", queue, index, err)
+	}
+	return nil
+}
+
+// markLeft records, in the transaction that moves the active broker away from cur, that
+// we were active there: what it holds from now on is older than the next one's backlog,
+// whether or not the producer's trail has a visit to it.
+func (s *BrokerStore) markLeft(db *gorm.DB, cur, next BrokerState) error {
+	from := cur.ActiveIndex
+	if from == next.ActiveIndex || from < 0 || from >= len(s.Brokers) {
+		return nil
+	}
+	at, _ := next.lastVisitAt(from)
+	return s.markSpare(db, from, "", SpareMark{LastVisit: at, Reached: true})
+}
+
+func deref(t *time.Time) time.Time {
+	if t == nil {
+		return time.Time{}
+	}
+	return t.UTC()
+}
+
+func ref(t time.Time) *time.Time {
+	if t.IsZero() {
+		return nil
+	}
+	t = t.Truncate(time.Microsecond)
+	return &t
 }

@@ -1,4 +1,4 @@
-package models_test
+package brokerstate_test
 
 import (
 	"context"
@@ -7,17 +7,17 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/brokerswitch/brokerswitch/models"
+	"github.com/brokerswitch/brokerswitch/brokerstate"
 )
 
 // startWatcher runs a StateWatcher on a fresh database until the test ends and returns it
 // with a store on the same database, once its first reading is in.
-func startWatcher(t *testing.T, refresh time.Duration) (*models.StateWatcher, *models.BrokerStore, uint64) {
+func startWatcher(t *testing.T, refresh time.Duration) (*brokerstate.StateWatcher, *brokerstate.BrokerStore, uint64) {
 	t.Helper()
 	ctx := context.Background()
 	db, dsn := openMigratedDSN(t)
-	store := &models.BrokerStore{DB: db, Brokers: []models.BrokerRef{brokerA, brokerB}}
-	w := &models.StateWatcher{Store: store, DSN: dsn, Refresh: refresh}
+	store := &brokerstate.BrokerStore{DB: db, Brokers: []brokerstate.BrokerRef{brokerA, brokerB}}
+	w := &brokerstate.StateWatcher{Store: store, DSN: dsn, Refresh: refresh}
 	watchCtx, stop := context.WithCancel(ctx)
 	done := make(chan struct{})
 	go func() { w.Run(watchCtx); close(done) }()
@@ -36,7 +36,7 @@ func TestAWatcherHearsACommittedChangeThroughNotify(t *testing.T) {
 	w, store, gen := startWatcher(t, time.Hour)
 	// The first reading is taken once LISTEN is in place: from now on only the NOTIFY
 	// can bring a change before the fallback.
-	_, err := store.Update(context.Background(), func(st models.BrokerState) (models.BrokerState, error) {
+	_, err := store.Update(context.Background(), func(st brokerstate.BrokerState) (brokerstate.BrokerState, error) {
 		return st.Force(1, time.Time{}, time.Now()), nil
 	})
 	require.NoError(t, err)
@@ -53,7 +53,7 @@ func TestAWatcherRereadsOnATimerWhatNoNotifyAnnounced(t *testing.T) {
 	w, store, gen := startWatcher(t, 200*time.Millisecond)
 	// A write that bypasses Update sends no NOTIFY, as a lost notification would.
 	require.NoError(t, store.DB.Exec(`INSERT INTO settings (key, value, updated_at) VALUES (?, ?, now())
-		ON CONFLICT (key) DO UPDATE SET value = excluded.value`, models.KeyActiveEndpoint, `{"host":"b.example.com","vhost":"prod"}`).Error)
+		ON CONFLICT (key) DO UPDATE SET value = excluded.value`, brokerstate.KeyActiveEndpoint, `{"host":"b.example.com","vhost":"prod"}`).Error)
 
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()

@@ -1,52 +1,10 @@
-package models
+package brokerstate
 
 import (
-	"fmt"
 	"slices"
 	"strings"
 	"time"
 )
-
-// DefaultMaxClockSkew is how far ahead of our clock a notification's switchedAt may be
-// (NOTIFICATION_MAX_CLOCK_SKEW). The mark of notifications taken only rises, so one dated
-// far ahead would make every real notification stale until then.
-const DefaultMaxClockSkew = 5 * time.Minute
-
-// CheckSwitchedAt refuses a switchedAt more than maxSkew ahead of now (0 means
-// DefaultMaxClockSkew); the error says why, for the producer.
-func CheckSwitchedAt(at, now time.Time, maxSkew time.Duration) error {
-	if maxSkew <= 0 {
-		maxSkew = DefaultMaxClockSkew
-	}
-	if ahead := at.Sub(now); ahead > maxSkew {
-		return fmt.Errorf("switchedAt %s is %s ahead of this server's clock (%s), more than the %s allowed (NOTIFICATION_MAX_CLOCK_SKEW): check the producer's clock",
-			at.UTC().Format(time.RFC3339), ahead.Round(time.Second), now.UTC().Format(time.RFC3339), maxSkew)
-	}
-	return nil
-}
-
-// Hop is one step of a Pending Switch's route, or of the producer's trail: the broker the
-// producer moved to, and when.
-type Hop struct {
-	Index      int       `json:"index"`
-	Host       string    `json:"host"`
-	Vhost      string    `json:"vhost"`
-	SwitchedAt time.Time `json:"switchedAt"`
-}
-
-// PendingSwitch is where the producer went and we have not yet followed: the route is
-// followed hop by hop, each hop once the broker before it is drained, so that events
-// are applied in the order the producer published them.
-type PendingSwitch struct {
-	Route      []Hop     `json:"route"`
-	RecordedAt time.Time `json:"recordedAt"`
-}
-
-// Next is the hop the current drain check is for.
-func (p *PendingSwitch) Next() Hop { return p.Route[0] }
-
-// Target is the broker the producer uses now: the end of the route.
-func (p *PendingSwitch) Target() Hop { return p.Route[len(p.Route)-1] }
 
 // LastSwitch records the last completed switch, for GET /api/v1/broker; nothing decides on it.
 type LastSwitch struct {
@@ -98,22 +56,6 @@ type BrokerState struct {
 	// through workflow histories: every change reads it under the state's lock.
 	Trail Trail `json:"-"`
 }
-
-// Notification is the producer's word that it now publishes to the broker at Index.
-type Notification struct {
-	Index      int       `json:"index"`
-	Host       string    `json:"host"`
-	Vhost      string    `json:"vhost"`
-	SwitchedAt time.Time `json:"switchedAt"`
-}
-
-// Notification outcomes, as the API reports them.
-const (
-	NotificationRecorded      = "recorded"
-	NotificationStale         = "stale"
-	NotificationAlreadyActive = "already-active"
-	NotificationRouteCanceled = "route-canceled"
-)
 
 // ApplyNotification decides what a notification does to the state; it is pure so that the
 // API and the workflow agree and tests can reach every corner.
@@ -171,14 +113,6 @@ func (s BrokerState) ApplyNotification(n Notification, now time.Time) (BrokerSta
 		return s, NotificationStale
 	}
 	return s, NotificationRecorded
-}
-
-// routeOf is a Pending Switch's route, or none.
-func routeOf(p *PendingSwitch) []Hop {
-	if p == nil {
-		return nil
-	}
-	return p.Route
 }
 
 // CompleteHop moves to the route's next hop after the active broker was seen drained.

@@ -1,0 +1,177 @@
+package brokerstate_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"gorm.io/gorm"
+
+	"github.com/brokerswitch/brokerswitch/brokerstate"
+	"github.com/brokerswitch/brokerswitch/internal/testenv"
+	"github.com/brokerswitch/brokerswitch/models"
+)
+
+var (
+	brokerA = brokerstate.BrokerRef{Host: "a.example.com", Vhost: "/"}
+	brokerB = brokerstate.BrokerRef{Host: "b.example.com", Vhost: "prod"}
+	brokerC = brokerstate.BrokerRef{Host: "c.example.com", Vhost: "prod"}
+)
+
+// openMigrated opens a fresh database with every migration applied.
+func openMigrated(t *testing.T) *gorm.DB {
+	t.Helper()
+	db, _ := openMigratedDSN(t)
+	return db
+}
+
+// openMigratedDSN is openMigrated with the database's DSN, for a StateWatcher's LISTEN
+// connection.
+func openMigratedDSN(t *testing.T) (*gorm.DB, string) {
+	t.Helper()
+	ctx := context.Background()
+	dsn := testenv.NewDatabase(t)
+	db, err := models.Open(ctx, dsn)
+	require.NoError(t, err)
+	sqlDB, err := db.DB()
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = sqlDB.Close() })
+	require.NoError(t, models.Migrate(ctx, sqlDB))
+	return db, dsn
+}
+
+func TestStoredBrokersFollowTheirEndpointWhenTheListIsReordered(t *testing.T) {
+	ctx := context.Background()
+	db := openMigrated(t)
+	store := &brokerstate.BrokerStore{DB: db, Brokers: []brokerstate.BrokerRef{brokerA, brokerB, brokerC}}
+	at := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
+	_, err := store.Update(ctx, func(st brokerstate.BrokerState) (brokerstate.BrokerState, error) {
+		st = st.Force(1, at, at) // active: b
+		next, _ := st.ApplyNotification(brokerstate.Notification{Index: 2, Host: brokerC.Host, Vhost: brokerC.Vhost, SwitchedAt: at}, at)
+		return next, nil
+	})
+	require.NoError(t, err)
+
+	reordered := &brokerstate.BrokerStore{DB: db, Brokers: []brokerstate.BrokerRef{brokerC, brokerB, brokerA}}
+	st, err := reordered.LoadConfigured(ctx)
+	require.NoError(t, err)
+	require.Equal(t, 1, st.ActiveIndex, "b is still active")
+	reordered.Brokers = []brokerstate.BrokerRef{brokerB, brokerC, brokerA}
+	st, err = reordered.LoadConfigured(ctx)
+	require.NoError(t, err)
+	require.Equal(t, 0, st.ActiveIndex, "b moved to position 0 and is still the active broker")
+	require.Equal(t, 1, st.Pending.Target().Index, "the route's target follows c")
+}
+
+func TestARemovedBrokerCanBeRepairedByAForcedSwitch(t *testing.T) {
+	ctx := context.Background()
+	db := openMigrated(t)
+	store := &brokerstate.BrokerStore{DB: db, Brokers: []brokerstate.BrokerRef{brokerA, brokerB}}
+	at := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
+	_, err := store.Update(ctx, func(st brokerstate.BrokerState) (brokerstate.BrokerState, error) { return st.Force(1, at, at), nil })
+	require.NoError(t, err)
+
+	without := &brokerstate.BrokerStore{DB: db, Brokers: []brokerstate.BrokerRef{brokerA, brokerC}}
+	_, err = without.LoadConfigured(ctx)
+	require.ErrorContains(t, err, "force a switch", "the active broker b is gone: reading it is an error that says what to do")
+	stored, err := without.LoadStored(ctx)
+	require.NoError(t, err, "the force path reads the state as stored")
+	require.Equal(t, -1, stored.ActiveIndex)
+
+	_, err = without.Update(ctx, func(st brokerstate.BrokerState) (brokerstate.BrokerState, error) { return st.Force(0, at, at), nil })
+	require.NoError(t, err)
+	st, err := without.LoadConfigured(ctx)
+	require.NoError(t, err)
+	require.Equal(t, 0, st.ActiveIndex)
+}
+
+func TestAPendingSwitchToARemovedBrokerReadsAsNone(t *testing.T) {
+	ctx := context.Background()
+	db := openMigrated(t)
+	store := &brokerstate.BrokerStore{DB: db, Brokers: []brokerstate.BrokerRef{brokerA, brokerB}}
+	at := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
+	_, err := store.Update(ctx, func(st brokerstate.BrokerState) (brokerstate.BrokerState, error) {
+		next, _ := st.ApplyNotification(brokerstate.Notification{Index: 1, Host: brokerB.Host, Vhost: brokerB.Vhost, SwitchedAt: at}, at)
+		return next, nil
+	})
+	require.NoError(t, err)
+	st, err := (&brokerstate.BrokerStore{DB: db, Brokers: []brokerstate.BrokerRef{brokerA, brokerC}}).LoadConfigured(ctx)
+	require.NoError(t, err)
+	require.Nil(t, st.Pending)
+}
+
+// The brokers notified at the mark are stored with it, so that a duplicate is told from
+// a second rotation in the same second by every process.
+func TestTheBrokersAtTheMarkAreStored(t *testing.T) {
+	ctx := context.Background()
+	store := &brokerstate.BrokerStore{DB: openMigrated(t), Brokers: []brokerstate.BrokerRef{brokerA, brokerB, brokerC}}
+	at := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
+	for _, n := range []brokerstate.Notification{
+		{Index: 1, Host: brokerB.Host, Vhost: brokerB.Vhost, SwitchedAt: at},
+		{Index: 2, Host: brokerC.Host, Vhost: brokerC.Vhost, SwitchedAt: at},
+	} {
+		_, err := store.Update(ctx, func(st brokerstate.BrokerState) (brokerstate.BrokerState, error) {
+			next, outcome := st.ApplyNotification(n, at)
+			require.Equal(t, brokerstate.NotificationRecorded, outcome)
+			return next, nil
+		})
+		require.NoError(t, err)
+	}
+	st, err := store.LoadConfigured(ctx)
+	require.NoError(t, err)
+	require.Equal(t, []brokerstate.BrokerRef{brokerB, brokerC}, st.SeenAtMark)
+	_, outcome := st.ApplyNotification(brokerstate.Notification{Index: 1, Host: brokerB.Host, Vhost: brokerB.Vhost, SwitchedAt: at}, at)
+	require.Equal(t, brokerstate.NotificationStale, outcome)
+}
+
+// The trail is kept in Postgres and follows its brokers when the configuration is
+// reordered.
+func TestTheTrailIsStored(t *testing.T) {
+	db := openMigrated(t)
+	refs := []brokerstate.BrokerRef{{Host: "a.example", Vhost: "/"}, {Host: "b.example", Vhost: "/"}, {Host: "c.example", Vhost: "/"}}
+	store := &brokerstate.BrokerStore{DB: db, Brokers: refs}
+	ctx := context.Background()
+	at := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
+	_, err := store.Update(ctx, func(cur brokerstate.BrokerState) (brokerstate.BrokerState, error) {
+		next, outcome := cur.ApplyNotification(brokerstate.Notification{Index: 2, Host: "c.example", Vhost: "/", SwitchedAt: at}, at)
+		require.Equal(t, brokerstate.NotificationRecorded, outcome)
+		return next.CancelPending(time.Time{}, at), nil
+	})
+	require.NoError(t, err)
+	// The same brokers, listed in another order: c.example is now index 0.
+	reordered := &brokerstate.BrokerStore{DB: db, Brokers: []brokerstate.BrokerRef{refs[2], refs[0], refs[1]}}
+	st, err := reordered.LoadConfigured(ctx)
+	require.NoError(t, err)
+	require.Equal(t, 1, st.ActiveIndex)
+	_, ahead := st.Spares([]int{0, 1, 2})
+	require.Equal(t, []int{0}, ahead, "the producer's broker, by host and vhost")
+	late, err := reordered.Update(ctx, func(cur brokerstate.BrokerState) (brokerstate.BrokerState, error) {
+		next, _ := cur.ApplyNotification(brokerstate.Notification{Index: 0, Host: "c.example", Vhost: "/", SwitchedAt: at}, at)
+		return next, nil
+	})
+	require.NoError(t, err)
+	require.Equal(t, st.Trail, late.Trail, "the same visit again is a duplicate after a reload")
+}
+
+// The commit that moves the active broker away marks the broker it leaves, and the
+// Leftover Drain's marks are kept by endpoint and read back (issue 19).
+func TestSpareMarksFollowTheirEndpoint(t *testing.T) {
+	ctx := context.Background()
+	db := openMigrated(t)
+	store := &brokerstate.BrokerStore{DB: db, Brokers: []brokerstate.BrokerRef{brokerA, brokerB, brokerC}}
+	at := time.Date(2026, 11, 30, 12, 0, 0, 123456789, time.UTC)
+	_, err := store.Update(ctx, func(st brokerstate.BrokerState) (brokerstate.BrokerState, error) { return st.Force(1, at, at), nil })
+	require.NoError(t, err)
+	require.NoError(t, store.MarkSpare(ctx, 2, "issues", brokerstate.SpareMark{LastVisit: at, HeldSince: at}))
+
+	reordered := &brokerstate.BrokerStore{DB: db, Brokers: []brokerstate.BrokerRef{brokerC, brokerB, brokerA}}
+	marks, reached, err := reordered.SpareMarks(ctx, "issues")
+	require.NoError(t, err)
+	require.Equal(t, map[int]brokerstate.SpareMark{2: {Reached: true}}, reached, "a was active, and is at 2 now")
+	require.Equal(t, at.Truncate(time.Microsecond), marks[0].HeldSince, "c's mark, now at 0")
+	require.Equal(t, at.Truncate(time.Microsecond), marks[0].LastVisit)
+	other, _, err := reordered.SpareMarks(ctx, "pushes")
+	require.NoError(t, err)
+	require.Empty(t, other)
+}

@@ -1,0 +1,40 @@
+package brokerstate
+
+import (
+	"fmt"
+	"time"
+)
+
+// DefaultMaxClockSkew is how far ahead of our clock a notification's switchedAt may be
+// (NOTIFICATION_MAX_CLOCK_SKEW). The mark of notifications taken only rises, so one dated
+// far ahead would make every real notification stale until then.
+const DefaultMaxClockSkew = 5 * time.Minute
+
+// CheckSwitchedAt refuses a switchedAt more than maxSkew ahead of now (0 means
+// DefaultMaxClockSkew); the error says why, for the producer.
+func CheckSwitchedAt(at, now time.Time, maxSkew time.Duration) error {
+	if maxSkew <= 0 {
+		maxSkew = DefaultMaxClockSkew
+	}
+	if ahead := at.Sub(now); ahead > maxSkew {
+		return fmt.Errorf("switchedAt %s is %s ahead of this server's clock (%s), more than the %s allowed (NOTIFICATION_MAX_CLOCK_SKEW): check the producer's clock",
+			at.UTC().Format(time.RFC3339), ahead.Round(time.Second), now.UTC().Format(time.RFC3339), maxSkew)
+	}
+	return nil
+}
+
+// Notification is the producer's word that it now publishes to the broker at Index.
+type Notification struct {
+	Index      int       `json:"index"`
+	Host       string    `json:"host"`
+	Vhost      string    `json:"vhost"`
+	SwitchedAt time.Time `json:"switchedAt"`
+}
+
+// Notification outcomes, as the API reports them.
+const (
+	NotificationRecorded      = "recorded"
+	NotificationStale         = "stale"
+	NotificationAlreadyActive = "already-active"
+	NotificationRouteCanceled = "route-canceled"
+)

@@ -1,0 +1,34 @@
+package brokerstate
+
+import "time"
+
+// Hop is one step of a Pending Switch's route, or of the producer's trail: the broker the
+// producer moved to, and when.
+type Hop struct {
+	Index      int       `json:"index"`
+	Host       string    `json:"host"`
+	Vhost      string    `json:"vhost"`
+	SwitchedAt time.Time `json:"switchedAt"`
+}
+
+// PendingSwitch is where the producer went and we have not yet followed: the route is
+// followed hop by hop, each hop once the broker before it is drained, so that events
+// are applied in the order the producer published them.
+type PendingSwitch struct {
+	Route      []Hop     `json:"route"`
+	RecordedAt time.Time `json:"recordedAt"`
+}
+
+// Next is the hop the current drain check is for.
+func (p *PendingSwitch) Next() Hop { return p.Route[0] }
+
+// Target is the broker the producer uses now: the end of the route.
+func (p *PendingSwitch) Target() Hop { return p.Route[len(p.Route)-1] }
+
+// routeOf is a Pending Switch's route, or none.
+func routeOf(p *PendingSwitch) []Hop {
+	if p == nil {
+		return nil
+	}
+	return p.Route
+}
