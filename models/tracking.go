@@ -14,7 +14,7 @@ const (
 	// StateUpdated marks a row this service changed.
 	StateUpdated ProcessingState = "UPDATED"
 	// StateProcessing is set by readers while they work on a row; never by this service,
-	// which replaces it with the state an event sets (README, "Reading the typed tables").
+	// which replaces it with the state an event sets (docs/tables.md, "Reading the typed tables").
 	StateProcessing ProcessingState = "PROCESSING"
 	// StateProcessed is set by readers once done; never by this service.
 	StateProcessed ProcessingState = "PROCESSED"
