@@ -76,15 +76,20 @@ func runActions(s *scope, rate float64) actionsResult {
 		return count()["command_ScheduleActivityTask"] >= float64(2*len(st.cfg.Queues)+1), nil
 	}), "start: "+byType(count()))
 
+	// Every window has ended once since before when each has continued as new and
+	// scheduled its next window's prepare and consume.
+	windowsEnded := func(before map[string]float64) func() (bool, error) {
+		return func() (bool, error) {
+			d := diff(count(), before)
+			return d["command_ContinueAsNewWorkflowExecution"] >= float64(len(st.cfg.Queues)) &&
+				d["command_ScheduleActivityTask"] >= float64(2*len(st.cfg.Queues)), nil
+		}
+	}
 	// A measured period holds one whole window of every queue: each continues as new
 	// once and starts its next window (prepare, consume), which then consumes.
 	oneWindow := func(what string) (map[string]float64, time.Duration) {
 		before, t0 := count(), time.Now()
-		s.check(waitUntil(ctx, st.cfg.ConsumerWindow+2*time.Minute, "every window to end once", func() (bool, error) {
-			d := diff(count(), before)
-			return d["command_ContinueAsNewWorkflowExecution"] >= float64(len(st.cfg.Queues)) &&
-				d["command_ScheduleActivityTask"] >= float64(2*len(st.cfg.Queues)), nil
-		}), what)
+		s.check(waitUntil(ctx, st.cfg.ConsumerWindow+2*time.Minute, "every window to end once", windowsEnded(before)), what)
 		s.check(waitUntil(ctx, time.Minute, "the next windows consume", consuming(0)), what)
 		return diff(count(), before), time.Since(t0)
 	}
@@ -122,6 +127,11 @@ func runActions(s *scope, rate float64) actionsResult {
 	s.check(st.notify(1, time.Now()), "notify")
 	s.check(waitUntil(ctx, time.Minute, "the switch", func() (bool, error) { return st.switched(ctx, 1) }), "switch")
 	s.check(waitUntil(ctx, time.Minute, "the windows to consume broker 1", consuming(1)), "switch")
+	// The committed switch ends every window early, so its cost is complete once each has
+	// continued as new and scheduled its next prepare and consume; waiting on the counter
+	// itself, since the server's metrics may trail the consumers RabbitMQ already shows.
+	s.check(waitUntil(ctx, time.Minute, "the switch's windows counted", windowsEnded(before)),
+		"switch: "+byType(diff(count(), before)))
 	res.Switch = diff(count(), before)
 	return res
 }

