@@ -121,7 +121,7 @@ $(PROMTOOL):
 	mv $(BIN)/.promtool/promtool $@
 	rmdir $(BIN)/.promtool
 
-## bench: throughput, switch lag, catch-up and cost against the local services (about 7 minutes on 2 CPUs); writes BENCHMARKS.md (table and charts) and bench/results.json
+## bench: throughput, switch lag, catch-up and cost against the local services (about 17 minutes on 2 CPUs); writes BENCHMARKS.md (table and charts) and bench/results.json
 bench: temporal-cli services
 	$(GO) run ./bench -runs 3 -out BENCHMARKS.md
 
