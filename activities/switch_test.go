@@ -11,8 +11,7 @@ import (
 	"gorm.io/gorm"
 
 	"github.com/brokerswitch/brokerswitch/brokerstate"
-	"github.com/brokerswitch/brokerswitch/internal/testenv"
-	"github.com/brokerswitch/brokerswitch/models"
+	"github.com/brokerswitch/brokerswitch/models/modelstest"
 )
 
 // oneReading hands out one reading, then ends the watch as its deadline would; it counts
@@ -33,12 +32,7 @@ func (w *oneReading) Next(_ context.Context, after uint64) (brokerstate.BrokerSt
 // migratedDB is a database of the test's own with the schema in place.
 func migratedDB(t *testing.T) *gorm.DB {
 	t.Helper()
-	db, err := models.Open(t.Context(), testenv.NewDatabase(t))
-	require.NoError(t, err)
-	sqlDB, err := db.DB()
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = sqlDB.Close() })
-	require.NoError(t, models.Migrate(t.Context(), sqlDB))
+	db, _ := modelstest.NewDB(t)
 	return db
 }
 

@@ -25,6 +25,7 @@ import (
 	"github.com/brokerswitch/brokerswitch/config"
 	"github.com/brokerswitch/brokerswitch/internal/testenv"
 	"github.com/brokerswitch/brokerswitch/models"
+	"github.com/brokerswitch/brokerswitch/models/modelstest"
 	"github.com/brokerswitch/brokerswitch/worker"
 	"github.com/brokerswitch/brokerswitch/workflows"
 )
@@ -92,14 +93,9 @@ func newEnv(t *testing.T, modify ...func(*config.Config)) *env {
 	for _, m := range modify {
 		m(&cfg)
 	}
-	ctx := t.Context()
-	dsn := testenv.NewDatabase(t)
-	db, err := models.Open(ctx, dsn)
-	require.NoError(t, err)
+	db, dsn := modelstest.NewDB(t)
 	sqlDB, err := db.DB()
 	require.NoError(t, err)
-	t.Cleanup(func() { _ = sqlDB.Close() })
-	require.NoError(t, models.Migrate(ctx, sqlDB))
 	_, c := temporal.Namespace(t)
 
 	e := &env{

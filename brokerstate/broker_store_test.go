@@ -9,8 +9,7 @@ import (
 	"gorm.io/gorm"
 
 	"github.com/brokerswitch/brokerswitch/brokerstate"
-	"github.com/brokerswitch/brokerswitch/internal/testenv"
-	"github.com/brokerswitch/brokerswitch/models"
+	"github.com/brokerswitch/brokerswitch/models/modelstest"
 )
 
 var (
@@ -30,15 +29,7 @@ func openMigrated(t *testing.T) *gorm.DB {
 // connection.
 func openMigratedDSN(t *testing.T) (*gorm.DB, string) {
 	t.Helper()
-	ctx := context.Background()
-	dsn := testenv.NewDatabase(t)
-	db, err := models.Open(ctx, dsn)
-	require.NoError(t, err)
-	sqlDB, err := db.DB()
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = sqlDB.Close() })
-	require.NoError(t, models.Migrate(ctx, sqlDB))
-	return db, dsn
+	return modelstest.NewDB(t)
 }
 
 func TestStoredBrokersFollowTheirEndpointWhenTheListIsReordered(t *testing.T) {

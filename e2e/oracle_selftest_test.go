@@ -12,8 +12,8 @@ import (
 	"gorm.io/gorm"
 
 	"github.com/brokerswitch/brokerswitch/ingest"
-	"github.com/brokerswitch/brokerswitch/internal/testenv"
 	"github.com/brokerswitch/brokerswitch/models"
+	"github.com/brokerswitch/brokerswitch/models/modelstest"
 	"github.com/brokerswitch/brokerswitch/simulate"
 )
 
@@ -104,12 +104,7 @@ func TestOracleSeesWhatGoesWrong(t *testing.T) {
 // auditedDatabase is a database of the test's own, migrated, with the audit installed.
 func auditedDatabase(t *testing.T) *gorm.DB {
 	t.Helper()
-	db, err := models.Open(context.Background(), testenv.NewDatabase(t))
-	require.NoError(t, err)
-	sqlDB, err := db.DB()
-	require.NoError(t, err)
-	t.Cleanup(func() { sqlDB.Close() })
-	require.NoError(t, models.Migrate(context.Background(), sqlDB))
+	db, _ := modelstest.NewDB(t)
 	installAudit(t, db)
 	return db
 }

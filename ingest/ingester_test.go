@@ -16,8 +16,8 @@ import (
 	"gorm.io/gorm"
 
 	"github.com/brokerswitch/brokerswitch/broker"
-	"github.com/brokerswitch/brokerswitch/internal/testenv"
 	"github.com/brokerswitch/brokerswitch/models"
+	"github.com/brokerswitch/brokerswitch/models/modelstest"
 	"github.com/brokerswitch/brokerswitch/payloads"
 )
 
@@ -50,12 +50,7 @@ type env struct {
 
 func newEnv(t testing.TB) *env {
 	t.Helper()
-	ctx := context.Background()
-	dsn := testenv.NewDatabase(t)
-	db := openDB(t, dsn)
-	sqlDB, err := db.DB()
-	require.NoError(t, err)
-	require.NoError(t, models.Migrate(ctx, sqlDB))
+	db, dsn := modelstest.NewDB(t)
 	c := &clock{now: time.Date(2025, 1, 2, 3, 0, 0, 0, time.UTC)}
 	return &env{db: db, dsn: dsn, clock: c, ing: &Ingester{
 		DB:             db,

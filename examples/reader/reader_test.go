@@ -17,7 +17,7 @@ import (
 
 	"github.com/brokerswitch/brokerswitch/ingest"
 	"github.com/brokerswitch/brokerswitch/internal/testenv"
-	"github.com/brokerswitch/brokerswitch/models"
+	"github.com/brokerswitch/brokerswitch/models/modelstest"
 	"github.com/brokerswitch/brokerswitch/payloads"
 )
 
@@ -26,14 +26,8 @@ import (
 func setup(t *testing.T) (dsn string, pool *pgxpool.Pool, apply func(...amqp.Delivery)) {
 	t.Helper()
 	ctx := context.Background()
-	dsn = testenv.NewDatabase(t)
-	db, err := models.Open(ctx, dsn)
-	require.NoError(t, err)
-	sqlDB, err := db.DB()
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = sqlDB.Close() })
-	require.NoError(t, models.Migrate(ctx, sqlDB))
-	pool, err = pgxpool.New(ctx, dsn)
+	db, dsn := modelstest.NewDB(t)
+	pool, err := pgxpool.New(ctx, dsn)
 	require.NoError(t, err)
 	t.Cleanup(pool.Close)
 	ing := (&ingest.Ingester{DB: db, Logger: slog.New(slog.DiscardHandler)}).ForBroker(0)

@@ -1,0 +1,34 @@
+// Package modelstest gives a test a database of its own at the newest schema. It is apart
+// from internal/testenv because models' own tests use testenv, and migrating needs models.
+package modelstest
+
+import (
+	"context"
+
+	"gorm.io/gorm"
+
+	"github.com/brokerswitch/brokerswitch/internal/testenv"
+	"github.com/brokerswitch/brokerswitch/models"
+)
+
+// NewDB creates a database for the test, migrates it and opens it with models.Open; the
+// pool is closed when the test ends. The DSN is for what opens connections of its own:
+// a LISTEN, a reader's pool, a worker process.
+func NewDB(t testenv.T) (*gorm.DB, string) {
+	t.Helper()
+	ctx := context.Background()
+	dsn := testenv.NewDatabase(t)
+	db, err := models.Open(ctx, dsn)
+	if err != nil {
+		t.Fatalf("open the test database: %v", err)
+	}
+	sqlDB, err := db.DB()
+	if err != nil {
+		t.Fatalf("the test database's pool: %v", err)
+	}
+	t.Cleanup(func() { _ = sqlDB.Close() })
+	if err := models.Migrate(ctx, sqlDB); err != nil {
+		t.Fatalf("migrate the test database: %v", err)
+	}
+	return db, dsn
+}
