@@ -241,9 +241,9 @@ func (sc schedule) String() string {
 // scheduleOptions shape what a generator may draw.
 type scheduleOptions struct {
 	// reversedDoubleRotation lets the generator draw a double rotation whose notifications
-	// arrive newest first. Today docs/tables.md lists it among the orders not kept (the middle
-	// broker is left off the route); turn it on once a late hop is inserted into the route
-	// by its switchedAt (issue 13).
+	// arrive newest first. The producer's trail places the late hop by its switchedAt, so
+	// the oracle checks the order strictly; it is an option so that seeds pinned before the
+	// trail existed still draw the schedules they drew then.
 	reversedDoubleRotation bool
 	// unsettled lets the generator draw what the docs promise since issue 19 without
 	// settling first: a rotation whose notification comes seconds or minutes after the
