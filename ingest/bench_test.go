@@ -39,7 +39,7 @@ func BenchmarkHandleBatch(b *testing.B) {
 }
 
 // BenchmarkHandleBatchUpdates applies batches of 100 deliveries that change rows that
-// exist (33 pull requests and 33 comments beside new pushes), with each payload's clock
+// exist (34 pull requests and 33 comments beside 33 new pushes), with each payload's clock
 // newer than the last round's and, for the baseline, with the clock removed: the path
 // where each row is folded per assumption about its stored clock and the write's WHERE
 // compares the clocks, against the queue-order path of the same statements.
