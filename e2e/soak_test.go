@@ -693,6 +693,21 @@ func soakRegressions() []soakRegression {
    6. cut broker 1 (spare holding leftovers)
    7. restore broker 1
    8. the operator forces a switch to broker 2; wait until everything is drained`,
+	}, {
+		seed: 12136938564412898988,
+		opts: scheduleOptions{reversedDoubleRotation: true, unsettled: true, cuts: true},
+		bug: "the harness, not the service: a window fenced after its batch committed put the batch back " +
+			"unsettled, and the oracle looked at the queues before another window had taken those messages " +
+			"again and acknowledged them as duplicates; settled now waits for every queue to be empty",
+		schedule: `schedule of seed 12136938564412898988 (8 steps):
+   1. publish 14 events
+   2. start worker 2 beside the others
+   3. hold the ledger (a slow Postgres), publish 20 events, cut the worker whose window holds a batch off from Temporal, release the ledger once its window runs elsewhere, let it reach Temporal again
+   4. cut broker 0 (active)
+   5. cut worker 1 off from Temporal alone (it keeps RabbitMQ and Postgres)
+   6. restore broker 0
+   7. let worker 1 reach Temporal again
+   8. wait until everything is drained, broker 0 active`,
 	}}
 }
 
