@@ -21,15 +21,8 @@ var (
 // openMigrated opens a fresh database with every migration applied.
 func openMigrated(t *testing.T) *gorm.DB {
 	t.Helper()
-	db, _ := openMigratedDSN(t)
+	db, _ := modelstest.NewDB(t)
 	return db
-}
-
-// openMigratedDSN is openMigrated with the database's DSN, for a StateWatcher's LISTEN
-// connection.
-func openMigratedDSN(t *testing.T) (*gorm.DB, string) {
-	t.Helper()
-	return modelstest.NewDB(t)
 }
 
 func TestStoredBrokersFollowTheirEndpointWhenTheListIsReordered(t *testing.T) {

@@ -8,6 +8,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/brokerswitch/brokerswitch/brokerstate"
+	"github.com/brokerswitch/brokerswitch/models/modelstest"
 )
 
 // startWatcher runs a StateWatcher on a fresh database until the test ends and returns it
@@ -15,7 +16,7 @@ import (
 func startWatcher(t *testing.T, refresh time.Duration) (*brokerstate.StateWatcher, *brokerstate.BrokerStore, uint64) {
 	t.Helper()
 	ctx := context.Background()
-	db, dsn := openMigratedDSN(t)
+	db, dsn := modelstest.NewDB(t) // the DSN for the watcher's LISTEN connection
 	store := &brokerstate.BrokerStore{DB: db, Brokers: []brokerstate.BrokerRef{brokerA, brokerB}}
 	w := &brokerstate.StateWatcher{Store: store, DSN: dsn, Refresh: refresh}
 	watchCtx, stop := context.WithCancel(ctx)

@@ -558,10 +558,7 @@ func (e expectation) checkQueues(t *testing.T, pool *broker.Pool, brokers int, q
 	seen := map[string]bool{}
 	ctx := context.Background()
 	for b := range brokers {
-		var names []string
-		for _, q := range queues {
-			names = append(names, q, broker.RetryQueue(q))
-		}
+		names := withRetryQueues(queues)
 		counts, err := pool.ReadyCounts(ctx, b, names)
 		require.NoError(t, err)
 		for _, q := range names {
@@ -614,9 +611,6 @@ func peek(t *testing.T, pool *broker.Pool, index int, queue string) []amqp.Deliv
 // batch back unsettled: its messages are in the ledger already and wait to be taken
 // again and acknowledged as duplicates, which the oracle would otherwise catch half done.
 func (s *stack) settled(e expectation) bool {
-	if !s.queuesEmpty() {
-		return false
-	}
 	var n int64
 	if err := s.db.Raw("SELECT count(*) FROM github_deliveries WHERE outcome <> 'error'").Scan(&n).Error; err != nil {
 		return false
@@ -645,25 +639,23 @@ func (s *stack) settled(e expectation) bool {
 			return false
 		}
 	}
-	return true
+	return s.queuesEmpty()
 }
 
-// queuesEmpty tells whether every queue and -retry queue on every broker has no message
-// ready.
-func (s *stack) queuesEmpty() bool {
+// withRetryQueues is queues, each followed by its -retry queue.
+func withRetryQueues(queues []string) []string {
 	var names []string
-	for _, q := range s.cfg.Queues {
+	for _, q := range queues {
 		names = append(names, q, broker.RetryQueue(q))
 	}
+	return names
+}
+
+// queuesEmpty tells whether no broker holds a message ready in a queue or -retry queue.
+func (s *stack) queuesEmpty() bool {
 	for b := range s.cfg.Brokers {
-		c, err := s.direct.ReadyCounts(context.Background(), b, names)
-		if err != nil {
+		if !s.drained(b) {
 			return false
-		}
-		for _, n := range c {
-			if n != 0 {
-				return false
-			}
 		}
 	}
 	return true

@@ -16,7 +16,6 @@ import (
 	"go.temporal.io/api/workflowservice/v1"
 	"go.temporal.io/sdk/converter"
 
-	"github.com/brokerswitch/brokerswitch/broker"
 	"github.com/brokerswitch/brokerswitch/simulate"
 	"github.com/brokerswitch/brokerswitch/workflows"
 )
@@ -138,11 +137,7 @@ func printSummaries(w io.Writer) {
 
 // drained is true when the queues and -retry queues of broker index hold nothing ready.
 func (s *stack) drained(index int) bool {
-	var names []string
-	for _, q := range s.cfg.Queues {
-		names = append(names, q, broker.RetryQueue(q))
-	}
-	c, err := s.direct.ReadyCounts(context.Background(), index, names)
+	c, err := s.direct.ReadyCounts(context.Background(), index, withRetryQueues(s.cfg.Queues))
 	if err != nil {
 		return false
 	}
