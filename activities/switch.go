@@ -12,6 +12,7 @@ import (
 
 	"github.com/brokerswitch/brokerswitch/broker"
 	"github.com/brokerswitch/brokerswitch/brokerstate"
+	"github.com/brokerswitch/brokerswitch/lease"
 	"github.com/brokerswitch/brokerswitch/metrics"
 )
 
@@ -44,6 +45,9 @@ type Switch struct {
 	MaxClockSkew time.Duration
 	// Metrics counts drain checks and switches and observes switch lags; nil counts nothing.
 	Metrics *metrics.Metrics
+	// Leases registers the idle watch under the worker's lease, so that a watch whose
+	// worker died is failed by a peer and the workflow reads the state again.
+	Leases attemptHolder
 }
 
 // LoadState reads the broker state as stored. An active broker removed from the
@@ -69,10 +73,13 @@ type WaitForChangeInput struct {
 // so that the workflow re-reads the state and watches on from another worker, and false
 // shortly before its deadline, so that the workflow's fallback is not an activity timeout.
 func (a *Switch) WaitForChange(ctx context.Context, in WaitForChangeInput) (bool, error) {
-	// Heartbeats tell Temporal the watch still runs; once they stop (its answer was lost,
-	// its worker died), Temporal fails it and the workflow reads the state itself.
-	stopHeartbeat := heartbeat(ctx)
-	defer stopHeartbeat()
+	// A watch whose worker dies, or loses its lease (its answer may never reach Temporal),
+	// is failed by a peer, and the workflow reads the state itself: no heartbeats.
+	held, err := a.Leases.Hold(ctx, lease.What{})
+	if err != nil {
+		return false, fmt.Errorf("wait for a change: %w", err)
+	}
+	defer held.Release()
 	if deadline, ok := ctx.Deadline(); ok {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithDeadline(ctx, deadline.Add(-5*time.Second))
@@ -84,6 +91,9 @@ func (a *Switch) WaitForChange(ctx context.Context, in WaitForChangeInput) (bool
 	go func() {
 		select {
 		case <-activity.GetWorkerStopChannel(ctx):
+			close(stopping)
+			stop()
+		case <-held.Lost():
 			close(stopping)
 			stop()
 		case <-ctx.Done():

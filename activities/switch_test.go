@@ -11,6 +11,8 @@ import (
 	"gorm.io/gorm"
 
 	"github.com/brokerswitch/brokerswitch/brokerstate"
+	"github.com/brokerswitch/brokerswitch/internal/testenv"
+	"github.com/brokerswitch/brokerswitch/lease"
 	"github.com/brokerswitch/brokerswitch/models/modelstest"
 )
 
@@ -48,6 +50,7 @@ func switchStore(t *testing.T, fn func(brokerstate.BrokerState) brokerstate.Brok
 // waitForChange runs the watch and returns its answer.
 func waitForChange(t *testing.T, a *Switch, in WaitForChangeInput) bool {
 	t.Helper()
+	a.Leases = runKeeper(t, migratedDB(t))
 	var suite testsuite.WorkflowTestSuite
 	env := suite.NewTestActivityEnvironment()
 	env.RegisterActivity(a)
@@ -74,4 +77,12 @@ func TestAStaleReadingDoesNotEndTheWatch(t *testing.T) {
 	a.Watcher = w
 	require.True(t, waitForChange(t, a, WaitForChangeInput{ActiveIndex: 0}))
 	require.Equal(t, 1, w.asked)
+}
+
+// runKeeper runs a worker lease on db, with Temporal always answering, until the test ends.
+func runKeeper(t *testing.T, db *gorm.DB) *lease.Keeper {
+	t.Helper()
+	k := &lease.Keeper{DB: db, Temporal: &testenv.TemporalReach{}, Identity: t.Name(), Logger: slog.New(slog.DiscardHandler)}
+	testenv.RunInBackground(t, k.Run)
+	return k
 }

@@ -11,12 +11,11 @@ import (
 	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
-	workflowpb "go.temporal.io/api/workflow/v1"
-	"go.temporal.io/sdk/activity"
 
 	"github.com/brokerswitch/brokerswitch/broker"
 	"github.com/brokerswitch/brokerswitch/brokerstate"
 	"github.com/brokerswitch/brokerswitch/healthchecks"
+	"github.com/brokerswitch/brokerswitch/lease"
 	"github.com/brokerswitch/brokerswitch/metrics"
 )
 
@@ -70,10 +69,18 @@ type Window struct {
 	UnnotifiedGrace time.Duration
 	Topology        broker.Topology
 	Prefetch        int
-	// HeartbeatTimeout is how long a window may go silent before Temporal retries it on
-	// another worker. Heartbeats only prove liveness: the SDK sends at most one per 0.8 ×
-	// HeartbeatTimeout, and each one that reaches the server is a billable Action.
-	HeartbeatTimeout time.Duration
+	// Leases registers each attempt under the worker's lease (lease.Keeper): a worker that
+	// dies has its attempts failed by a peer and retried at once, without heartbeats.
+	Leases attemptHolder
+	// FenceCheck is how often an attempt asks Temporal whether it still runs; 0 means
+	// DefaultFenceCheck.
+	FenceCheck time.Duration
+	// SpareCheck is how often a consumer window counts the spares it watches
+	// (SPARE_CHECK_INTERVAL); 0 means DefaultSpareCheck.
+	SpareCheck time.Duration
+	// StatementTimeout is DB_STATEMENT_TIMEOUT: with Prefetch it bounds how long the batch
+	// in hand at a window's end may take to settle.
+	StatementTimeout time.Duration
 	Logger           *slog.Logger
 	// Metrics counts Leftover Drain messages and window lengths; nil counts nothing.
 	Metrics *metrics.Metrics
@@ -83,10 +90,14 @@ type Window struct {
 
 // WindowPlan says which broker a window reads and which others its Leftover Drain visits.
 type WindowPlan struct {
-	ActiveIndex      int
-	ActiveName       string
-	Window           time.Duration
-	HeartbeatTimeout time.Duration
+	ActiveIndex int
+	ActiveName  string
+	Window      time.Duration
+	// Settle is how long the batch in hand at the window's end may take to be applied at
+	// worst, one message at a time, each up to the statement timeout: the consume
+	// activity's start-to-close timeout is Window + Settle, so that Temporal never cuts
+	// off a batch that is still being applied.
+	Settle           time.Duration
 	LeftoverDrainCap int
 	// Leftover are the other brokers, less those on a pending route (the producer is
 	// filling those and they must not be read early), in the order the producer left them.
@@ -106,7 +117,7 @@ func (a *Window) planWindow(ctx context.Context) (WindowPlan, error) {
 		ActiveIndex:      st.ActiveIndex,
 		ActiveName:       a.endpoint(st.ActiveIndex),
 		Window:           a.WindowLength,
-		HeartbeatTimeout: a.HeartbeatTimeout,
+		Settle:           a.settle(),
 		LeftoverDrainCap: a.LeftoverDrainCap,
 	}
 	var brokers []int
@@ -117,16 +128,32 @@ func (a *Window) planWindow(ctx context.Context) (WindowPlan, error) {
 	return plan, nil
 }
 
+// settle is the worst time the batch in hand takes to be applied: one message at a time,
+// each up to the statement timeout, and a minute for the rest.
+func (a *Window) settle() time.Duration {
+	return time.Duration(max(a.Prefetch, 1))*a.StatementTimeout + time.Minute
+}
+
 // PreparedWindow is a window's plan and what its Leftover Drain took.
 type PreparedWindow struct {
 	Plan    WindowPlan
 	Drained LeftoverDrainResult
+	// Spares are what the consume activity watches, from what the drain saw.
+	Spares []SpareWatch `json:",omitempty"`
 }
 
 // PrepareWindow resolves the active broker and runs the Leftover Drain in one activity:
-// every activity is a billable Action, and a window starts every CONSUMER_WINDOW per queue.
+// every activity is a billable Action. The drain is fenced as a consumer window is: a
+// successor must not read a spare while this attempt still holds a batch of it.
 func (a *Window) PrepareWindow(ctx context.Context, queue string) (PreparedWindow, error) {
-	plan, err := a.planWindow(ctx)
+	drainCtx, end := context.WithCancelCause(ctx)
+	defer end(nil)
+	gone, stopFence, err := a.fence().guard(ctx, lease.What{Queue: queue}, end)
+	if err != nil {
+		return PreparedWindow{}, fmt.Errorf("prepare window %s: %w", queue, err)
+	}
+	defer stopFence()
+	plan, err := a.planWindow(drainCtx)
 	if err != nil {
 		return PreparedWindow{}, err
 	}
@@ -134,10 +161,41 @@ func (a *Window) PrepareWindow(ctx context.Context, queue string) (PreparedWindo
 	if len(plan.Leftover)+len(plan.Ahead) == 0 {
 		return out, nil
 	}
-	out.Drained, err = a.leftoverDrain(ctx, LeftoverDrainInput{
+	out.Drained, err = a.leftoverDrainFenced(drainCtx, LeftoverDrainInput{
 		Queue: queue, Brokers: plan.Leftover, Ahead: plan.Ahead, Active: plan.ActiveIndex, Cap: plan.LeftoverDrainCap,
-	})
-	return out, err
+	}, gone)
+	if err != nil {
+		if errors.Is(context.Cause(drainCtx), errFenced) {
+			return out, fmt.Errorf("prepare window %s: %w", queue, errFenced)
+		}
+		return out, err
+	}
+	out.Spares = spareWatches(plan, out.Drained)
+	return out, nil
+}
+
+// spareWatches lists the spares a consumer window watches after its Leftover Drain: the
+// spares behind the active broker the drain left with nothing to read, and those it holds
+// back (ahead of the active broker, or holding messages the producer never announced).
+func spareWatches(plan WindowPlan, res LeftoverDrainResult) []SpareWatch {
+	held := map[int]time.Time{}
+	for _, u := range res.Unannounced {
+		if !u.Read {
+			held[u.Broker] = u.ReadAfter
+		}
+	}
+	var out []SpareWatch
+	for _, idx := range plan.Leftover {
+		if readAfter, ok := held[idx]; ok {
+			out = append(out, SpareWatch{Broker: idx, ReadAfter: readAfter})
+			continue
+		}
+		out = append(out, SpareWatch{Broker: idx, Behind: true})
+	}
+	for _, idx := range plan.Ahead {
+		out = append(out, SpareWatch{Broker: idx, ReadAfter: held[idx]})
+	}
+	return out
 }
 
 // LeftoverDrainInput names the queue, the brokers to visit and the cap for this cycle.
@@ -195,8 +253,12 @@ type spareVisit struct {
 // that fails otherwise while it holds messages fails the attempt, so that the active
 // broker is not read past it.
 func (a *Window) leftoverDrain(ctx context.Context, in LeftoverDrainInput) (LeftoverDrainResult, error) {
-	stopHeartbeat := heartbeat(ctx)
-	defer stopHeartbeat()
+	return a.leftoverDrainFenced(ctx, in, nil)
+}
+
+// leftoverDrainFenced is leftoverDrain whose batch in hand is given back unsettled once
+// gone closes (broker.DrainOptions.Fence).
+func (a *Window) leftoverDrainFenced(ctx context.Context, in LeftoverDrainInput, gone <-chan struct{}) (LeftoverDrainResult, error) {
 	res := LeftoverDrainResult{Taken: map[int]int{}}
 	behind, late, err := a.readings(ctx, in)
 	if err != nil {
@@ -235,7 +297,7 @@ func (a *Window) leftoverDrain(ctx context.Context, in LeftoverDrainInput) (Left
 		err := a.Pool.DeclareTopology(ctx, idx, a.Topology.ForQueue(in.Queue))
 		var got broker.DrainResult
 		if err == nil {
-			opts := broker.DrainOptions{Max: budget, Batch: a.Prefetch}
+			opts := broker.DrainOptions{Max: budget, Batch: a.Prefetch, Fence: gone}
 			if v.reading == brokerstate.ReadReturned {
 				opts.Keep = func(d amqp.Delivery) bool { return !broker.Returned(d) }
 			}
@@ -430,185 +492,6 @@ func (a *Window) noLongerLeftover(ctx context.Context, index int) (bool, error) 
 	return false, nil
 }
 
-// ConsumeInput is one consumer window on one broker.
-type ConsumeInput struct {
-	Queue       string
-	BrokerIndex int
-	Window      time.Duration
-}
-
-// Why a window ends before its length; they say so in logs and metrics.
-var (
-	errSwitched = errors.New("the active broker moved")
-	errStopping = errors.New("the worker is stopping")
-	errFenced   = errors.New("the window may have been given to another worker")
-)
-
-// Consume reads the queue on the active broker for one window. It ends itself early, with
-// the batch in hand settled, when Postgres announces that the active broker moved or the
-// worker is stopping; both are normal ends, not errors.
-func (a *Window) Consume(ctx context.Context, in ConsumeInput) (err error) {
-	start := time.Now()
-	ping := a.Pings.Start(ctx)
-	windowCtx, end := context.WithCancelCause(ctx)
-	defer end(nil)
-	defer func() {
-		outcome := metrics.WindowElapsed
-		switch cause := context.Cause(windowCtx); {
-		case err != nil && ctx.Err() == nil:
-			outcome = metrics.WindowFailed
-			ping.Fail(ctx, failureKind(err))
-		case ctx.Err() != nil, errors.Is(cause, errSwitched), errors.Is(cause, errStopping):
-			outcome = metrics.WindowCancelled
-			ping.Success(ctx)
-		default:
-			ping.Success(ctx)
-		}
-		a.Metrics.Window(in.Queue, outcome, time.Since(start))
-	}()
-	// A retried attempt, or a plan read just before a switch, must not read a broker that
-	// is no longer active.
-	if st, err := a.State.LoadConfigured(ctx); err != nil {
-		return fmt.Errorf("consume %s: %w", in.Queue, err)
-	} else if st.ActiveIndex != in.BrokerIndex {
-		end(errSwitched)
-		return nil
-	}
-	if err := a.Pool.DeclareTopology(ctx, in.BrokerIndex, a.Topology); err != nil {
-		return fmt.Errorf("consume %s: %w", in.Queue, err)
-	}
-	go a.endEarly(windowCtx, end, in)
-	// Heartbeats go on until the batch in hand is settled, even after the window ended:
-	// an activity that goes silent after its cancel was requested times out for good.
-	stopHeartbeat := heartbeat(ctx)
-	defer stopHeartbeat()
-	fence := make(chan struct{})
-	stopFence := a.fence(ctx, fence, end)
-	defer stopFence()
-
-	opts := broker.ConsumeOptions{Prefetch: a.Prefetch, ConsumerTag: consumerTag(ctx), Fence: fence}
-	if err := a.Pool.Consume(windowCtx, in.BrokerIndex, in.Queue, opts, a.Handlers.ForBroker(in.BrokerIndex)); err != nil {
-		return fmt.Errorf("consume %s on %s: %w", in.Queue, a.endpoint(in.BrokerIndex), err)
-	}
-	if cause := context.Cause(windowCtx); errors.Is(cause, errSwitched) || errors.Is(cause, errStopping) {
-		a.Logger.InfoContext(ctx, "window ended early", "queue", in.Queue, "broker", a.endpoint(in.BrokerIndex), "why", cause.Error())
-	}
-	// A cancelled activity (the workflow was cancelled, or the worker's stop timeout
-	// passed) reports cancellation; every other end is a success.
-	return ctx.Err()
-}
-
-// fence closes gone, and ends the window, once this attempt must assume that Temporal
-// gave the window to another worker: Temporal says this attempt is no longer the pending
-// one, or has not answered for longer than the heartbeat timeout, after which it times the
-// attempt out and retries it elsewhere. The SDK does not cancel an activity whose
-// heartbeats fail with "unavailable", so a worker cut off from Temporal would otherwise
-// go on consuming, and settling, beside its successor. Its batch in hand then goes back
-// to the queue unsettled (broker.ConsumeOptions.Fence). Asking costs a describe, which is
-// no billable Action.
-func (a *Window) fence(ctx context.Context, gone chan<- struct{}, end context.CancelCauseFunc) (stop func()) {
-	info := activity.GetInfo(ctx)
-	timeout := info.HeartbeatTimeout
-	if timeout <= 0 {
-		return func() {}
-	}
-	c := activity.GetClient(ctx)
-	ctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		lastAnswer := time.Now()
-		every := max(timeout/4, time.Second)
-		t := time.NewTicker(every)
-		defer t.Stop()
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case <-t.C:
-			}
-			asked := time.Now()
-			askCtx, cancelAsk := context.WithTimeout(ctx, every)
-			res, err := c.DescribeWorkflowExecution(askCtx, info.WorkflowExecution.ID, info.WorkflowExecution.RunID)
-			cancelAsk()
-			why := ""
-			switch {
-			case err == nil && superseded(res.GetPendingActivities(), info):
-				why = "Temporal no longer runs this attempt"
-			case err == nil:
-				lastAnswer = asked
-				continue
-			case time.Since(lastAnswer) > timeout:
-				why = fmt.Sprintf("Temporal has not answered for %s, more than the heartbeat timeout", time.Since(lastAnswer).Round(time.Second))
-			default:
-				continue
-			}
-			if ctx.Err() != nil {
-				return
-			}
-			a.Logger.WarnContext(ctx, "window fenced: its batch in hand goes back to the queue unsettled", "why", why, "error", err)
-			close(gone)
-			end(errFenced)
-			return
-		}
-	}()
-	return func() { cancel(); <-done }
-}
-
-// superseded tells whether the describe's pending activities show that attempt info is
-// over: the activity is gone, or a later attempt runs.
-func superseded(pending []*workflowpb.PendingActivityInfo, info activity.Info) bool {
-	for _, p := range pending {
-		if p.GetActivityId() == info.ActivityID {
-			return p.GetAttempt() > info.Attempt
-		}
-	}
-	return true
-}
-
-// endEarly ends the window when its length has passed, when the active broker moves away
-// from the one it reads, or when the worker begins to stop.
-func (a *Window) endEarly(ctx context.Context, end context.CancelCauseFunc, in ConsumeInput) {
-	timer := time.NewTimer(in.Window)
-	defer timer.Stop()
-	moved := make(chan struct{})
-	go func() {
-		if a.activeMoved(ctx, in.BrokerIndex) {
-			close(moved)
-		}
-	}()
-	select {
-	case <-ctx.Done():
-	case <-timer.C:
-		end(context.DeadlineExceeded)
-	case <-moved:
-		end(errSwitched)
-	case <-activity.GetWorkerStopChannel(ctx):
-		end(errStopping)
-	}
-}
-
-// activeMoved blocks until the active broker is no longer index, and reports whether it
-// saw that before ctx ended. The watcher's reading may lag a switch the caller has already
-// seen, so a reading that says "moved" is confirmed with a read of Postgres.
-func (a *Window) activeMoved(ctx context.Context, index int) bool {
-	var gen uint64
-	for {
-		st, g, ok := a.Watcher.Next(ctx, gen)
-		if !ok {
-			return false
-		}
-		gen = g
-		if st.ActiveIndex == index {
-			continue
-		}
-		if now, err := a.State.LoadConfigured(ctx); err != nil || now.ActiveIndex == index {
-			continue // Postgres away, or a stale reading: keep reading what was planned
-		}
-		return true
-	}
-}
-
 func (a *Window) endpoint(index int) string {
 	for _, ep := range a.Pool.Endpoints() {
 		if ep.Index == index {
@@ -616,39 +499,6 @@ func (a *Window) endpoint(index int) string {
 		}
 	}
 	return fmt.Sprintf("#%d", index)
-}
-
-// consumerTag names the consumer after the activity so that the RabbitMQ management
-// page says which workflow run holds a queue.
-func consumerTag(ctx context.Context) string {
-	info := activity.GetInfo(ctx)
-	return fmt.Sprintf("%s/%s/%d", info.WorkflowExecution.ID, info.WorkflowExecution.RunID, info.Attempt)
-}
-
-// heartbeat records a heartbeat every third of the activity's heartbeat timeout until stop is
-// called, whatever happens to ctx meanwhile. The SDK throttles what reaches the server to
-// one per 0.8 × the timeout, so a short activity that ends before the first tick sends none.
-func heartbeat(ctx context.Context) (stop func()) {
-	every := activity.GetInfo(ctx).HeartbeatTimeout / 3
-	if every <= 0 {
-		return func() {}
-	}
-	// A heartbeat sent on a cancelled context never leaves the process.
-	ctx = context.WithoutCancel(ctx)
-	done := make(chan struct{})
-	go func() {
-		t := time.NewTicker(every)
-		defer t.Stop()
-		for {
-			select {
-			case <-done:
-				return
-			case <-t.C:
-				activity.RecordHeartbeat(ctx)
-			}
-		}
-	}()
-	return func() { close(done) }
 }
 
 // isBrokerUnreachable tells a broker that cannot be reached from a failure worth retrying.

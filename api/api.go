@@ -18,6 +18,7 @@ import (
 
 	"github.com/brokerswitch/brokerswitch/brokerstate"
 	"github.com/brokerswitch/brokerswitch/config"
+	"github.com/brokerswitch/brokerswitch/lease"
 	"github.com/brokerswitch/brokerswitch/metrics"
 )
 
@@ -57,6 +58,9 @@ type Deps struct {
 	// Store reads the broker state from Postgres; build it with hops resolved against
 	// Config.Brokers (worker.NewBrokerStore). Required.
 	Store StateStore
+	// Attempts lists what the live workers hold (lease.Attempts over the database): which
+	// broker each queue's window reads, on which worker, since when. Nil shows none.
+	Attempts func(ctx context.Context) ([]lease.Attempt, error)
 	// Ping checks that Postgres answers, for /readyz (sql.DB.PingContext fits). Required.
 	Ping func(ctx context.Context) error
 	// Logger gets the request log and the errors clients are not shown; nil means slog.Default().

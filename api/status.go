@@ -10,6 +10,7 @@ import (
 	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/api/serviceerror"
 
+	"github.com/brokerswitch/brokerswitch/lease"
 	"github.com/brokerswitch/brokerswitch/workflows"
 )
 
@@ -31,7 +32,28 @@ func (s *server) getBroker(c *gin.Context) {
 		Brokers:   brokerViews(s.deps.Config.Brokers, st),
 		stateView: newStateView(st, s.scrub),
 		Workflow:  s.describeWorkflow(ctx),
+		Windows:   s.windows(ctx),
 	})
+}
+
+// windows lists the window activities live workers hold; a read that fails shows none,
+// with a warning: the state above is what the answer is for.
+func (s *server) windows(ctx context.Context) []lease.Attempt {
+	out := []lease.Attempt{}
+	if s.deps.Attempts == nil {
+		return out
+	}
+	held, err := s.deps.Attempts(ctx)
+	if err != nil {
+		s.log.WarnContext(ctx, "held windows not read", "error", err)
+		return out
+	}
+	for _, a := range held {
+		if a.ActivityType != "WaitForChange" {
+			out = append(out, a)
+		}
+	}
+	return out
 }
 
 // describeWorkflow asks Temporal about the BrokerSwitch workflow and, while it runs,

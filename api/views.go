@@ -8,6 +8,7 @@ import (
 
 	"github.com/brokerswitch/brokerswitch/broker"
 	"github.com/brokerswitch/brokerswitch/brokerstate"
+	"github.com/brokerswitch/brokerswitch/lease"
 )
 
 // stateView is the broker state as the API shows it: brokerstate.BrokerState with the drain
@@ -72,6 +73,8 @@ type brokerStatus struct {
 	Brokers []brokerView `json:"brokers"`
 	stateView
 	Workflow workflowView `json:"workflow"`
+	// Windows are the window activities the live workers hold, from their leases.
+	Windows []lease.Attempt `json:"windows"`
 }
 
 // workflowView is what Temporal says about the BrokerSwitch workflow.

@@ -54,7 +54,10 @@ func newStoppedWorkerEnv(t *testing.T) (*workerEnv, func()) {
 	}
 	start := func() {
 		w := sdkworker.New(e.client, e.cfg.TaskQueue, worker.Options(e.cfg))
-		worker.Register(w, worker.Deps{Config: e.cfg, Client: e.client, Pool: pool, DB: e.db, Logger: e.deps.Logger}, nil)
+		deps := worker.Deps{Config: e.cfg, Client: e.client, Pool: pool, DB: e.db, Logger: e.deps.Logger}
+		keeper := worker.NewKeeper(deps)
+		testenv.RunInBackground(t, keeper.Run)
+		worker.Register(w, deps, nil, keeper)
 		require.NoError(t, w.Start())
 		t.Cleanup(w.Stop)
 	}

@@ -231,9 +231,10 @@ func run(o options) error {
 
 	if o.wants("actions") {
 		res.record(guard("temporal actions", func(s *scope) {
-			a := runActions(s, 20)
-			logf("temporal actions: idle %s/month (%.0f over %s: %s); per switch %.0f", commas(int64(a.idlePerMonth())),
-				total(a.Idle), a.IdlePeriod.Round(time.Second), byType(a.Idle), total(a.Switch))
+			a := runActions(s, 20, buildBinary(s, logDir), logDir)
+			logf("temporal actions: idle %s/month (%.0f over %s: %s; %.0f per window restart); per switch %.0f; take-over %s; straggler %s",
+				commas(int64(a.idlePerMonth())), total(a.Idle), a.IdlePeriod.Round(time.Second), byTypeOrNone(a.Idle), total(a.Turnover),
+				total(a.Switch), a.Takeover.Round(100*time.Millisecond), a.StragglerLag.Round(100*time.Millisecond))
 			res.Actions = &a
 		}))
 	}

@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
@@ -41,6 +42,8 @@ type stack struct {
 	direct   []string         // each broker's URL without proxy: the producer's view
 	proxies  []*countingProxy // nil when the service connects directly
 	vhosts   []string
+	// processes numbers the worker processes started, for their log files.
+	processes atomic.Int32
 }
 
 // stackOptions shape a stack: counting proxies in front of the brokers, an injected round
@@ -185,7 +188,7 @@ func (st *stack) startWorkerProcess(binary, logDir string) *workerProcess {
 	for k, v := range st.vars {
 		env = append(env, k+"="+v)
 	}
-	logPath := filepath.Join(logDir, "worker-"+st.ns+".log")
+	logPath := filepath.Join(logDir, fmt.Sprintf("worker-%s-%d.log", st.ns, st.processes.Add(1)))
 	logFile, err := os.Create(logPath)
 	st.s.check(err, "worker log")
 	cmd := exec.Command(binary, "worker")
@@ -229,6 +232,21 @@ func (w *workerProcess) peakRSSMB() float64 {
 	kb = max(kb, w.maxRSSKB)
 	w.mu.Unlock()
 	return float64(kb) / 1024
+}
+
+// identity is the process's Temporal identity, as its lease shows it (pid@host).
+func (w *workerProcess) identity() string {
+	host, err := os.Hostname()
+	if err != nil {
+		host = "unknown"
+	}
+	return fmt.Sprintf("%d@%s", w.cmd.Process.Pid, host)
+}
+
+// kill sends SIGKILL, as an OOM killer or a lost machine would, and waits for the exit.
+func (w *workerProcess) kill() {
+	_ = w.cmd.Process.Kill()
+	<-w.done
 }
 
 func (w *workerProcess) stop() {

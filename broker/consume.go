@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"errors"
 	"fmt"
+	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
 )
@@ -44,6 +45,11 @@ type ConsumeOptions struct {
 	// the handler's context is cancelled and the batch goes back to the head of the queue.
 	// The caller closes it when another consumer may have taken its place.
 	Fence <-chan struct{}
+	// SettleTimeout bounds the batch in hand once ctx ended: 0 means a minute. A batch
+	// that isolates costly messages one statement timeout after another needs up to
+	// Prefetch statement timeouts; cut off earlier, it is delivered again, cut off again,
+	// and holds the queue for good.
+	SettleTimeout time.Duration
 }
 
 // ErrFenced is wrapped into Consume's error when its Fence closed.
@@ -120,7 +126,7 @@ func (p *Pool) Consume(ctx context.Context, index int, queue string, opts Consum
 	if err != nil {
 		return err
 	}
-	s.fence = opts.Fence
+	s.fence, s.settleTimeout = opts.Fence, opts.SettleTimeout
 	for {
 		batch, open := nextBatch(ctx, buffered, opts.MaxBatch, opts.Fence)
 		if isClosed(opts.Fence) {

@@ -28,6 +28,9 @@ type DrainOptions struct {
 	// Keep, when set, names a message the drain must not take: the drain stops before
 	// the first one, which stays at the head of the queue with everything behind it.
 	Keep func(amqp.Delivery) bool
+	// Fence, when it closes, gives the batch in hand back unsettled, as
+	// ConsumeOptions.Fence does: the caller closes it when another drain may take its place.
+	Fence <-chan struct{}
 }
 
 // DrainResult is what a Drain did.
@@ -83,6 +86,7 @@ func (p *Pool) DrainWith(ctx context.Context, index int, queue string, opts Drai
 	if err != nil {
 		return DrainResult{}, fmt.Errorf("drain %s: %w", queue, err)
 	}
+	s.fence = opts.Fence
 
 	res, err := drainFrom(ctx, s, h, opts, func(limit int) ([]amqp.Delivery, roundEnd, error) {
 		return consumeBatch(ctx, ch, queue, limit)

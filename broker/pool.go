@@ -19,7 +19,8 @@ import (
 const (
 	// dialTimeout bounds TCP connect, TLS and AMQP handshake together.
 	dialTimeout = 15 * time.Second
-	heartbeat   = 10 * time.Second
+	// DefaultHeartbeat is the AMQP heartbeat offered when Pool.Heartbeat is 0.
+	DefaultHeartbeat = 10 * time.Second
 	// closeTimeout bounds Pool.Close on a broker that no longer answers.
 	closeTimeout = 5 * time.Second
 	// connectionName shows up in the RabbitMQ management UI, unless Pool.ConnectionName says otherwise.
@@ -58,6 +59,12 @@ type Pool struct {
 	// UI); "" means "brokerswitch". A producer built on a Pool names itself apart from the
 	// service. Set it before the pool is used.
 	ConnectionName string
+	// Heartbeat is the AMQP heartbeat timeout the pool offers (AMQP_HEARTBEAT); 0 means
+	// DefaultHeartbeat. It bounds how long a broker keeps the consumer, and the unacked
+	// batch, of a worker whose host vanished without closing its connections: RabbitMQ
+	// drops a connection that stays silent for about this long. Set it before the pool is
+	// used.
+	Heartbeat time.Duration
 
 	logger    *slog.Logger
 	endpoints []Endpoint
@@ -197,7 +204,7 @@ func (p *Pool) connection(ctx context.Context, b *brokerConn) (*amqp.Connection,
 	if b.conn != nil && !b.conn.IsClosed() {
 		return b.conn, nil
 	}
-	conn, err := dial(ctx, b.ep, p.FrameSize, cmp.Or(p.ConnectionName, connectionName))
+	conn, err := dial(ctx, b.ep, p.FrameSize, cmp.Or(p.Heartbeat, DefaultHeartbeat), cmp.Or(p.ConnectionName, connectionName))
 	b.dials.Add(1)
 	if err != nil {
 		p.Metrics.DialFailed(b.ep.Index)
@@ -242,7 +249,7 @@ func (p *Pool) watch(ep Endpoint, conn *amqp.Connection) {
 
 // dial connects to ep within dialTimeout, giving up early when ctx ends.
 // Errors never include the URL.
-func dial(ctx context.Context, ep Endpoint, frameSize int, name string) (*amqp.Connection, error) {
+func dial(ctx context.Context, ep Endpoint, frameSize int, heartbeat time.Duration, name string) (*amqp.Connection, error) {
 	ctx, cancel := context.WithTimeout(ctx, dialTimeout)
 	defer cancel()
 

@@ -46,8 +46,11 @@ type settler struct {
 	frameMax  int           // the frame_max its connection negotiated
 	onSettled func(Verdict)
 	// fence, when it closes, gives up the batch in hand: nothing of it is settled.
-	fence   <-chan struct{}
-	returns chan amqp.Return
+	fence <-chan struct{}
+	// settleTimeout bounds the batch in hand once its consumer was told to stop; 0 means
+	// handleTimeout.
+	settleTimeout time.Duration
+	returns       chan amqp.Return
 }
 
 // newSettler puts ch in transactional mode; Consume and Drain settle on it alone.
@@ -60,7 +63,8 @@ func newSettler(p *Pool, ep Endpoint, ch *amqp.Channel, frameMax int, queue stri
 	return &settler{pool: p, index: ep.Index, ep: ep, queue: queue, ch: ch, frameMax: frameMax, onSettled: onSettled, returns: returns}, nil
 }
 
-// handleTimeout bounds one batch once its consumer has been told to stop.
+// handleTimeout bounds one batch once its consumer has been told to stop, unless
+// ConsumeOptions.SettleTimeout says otherwise.
 const handleTimeout = time.Minute
 
 // handle runs h on batch, in parts of at most Pool.MaxBatchBytes, and settles the
@@ -107,7 +111,11 @@ func (s *settler) handlePart(ctx context.Context, h BatchHandler, batch []amqp.D
 	hctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	defer cancel()
 	var timer atomic.Pointer[time.Timer]
-	stopWatch := context.AfterFunc(ctx, func() { timer.Store(time.AfterFunc(handleTimeout, cancel)) })
+	bound := handleTimeout
+	if s.settleTimeout > 0 {
+		bound = s.settleTimeout
+	}
+	stopWatch := context.AfterFunc(ctx, func() { timer.Store(time.AfterFunc(bound, cancel)) })
 	defer func() {
 		stopWatch()
 		if t := timer.Load(); t != nil {

@@ -50,8 +50,14 @@ type Config struct {
 	TaskQueue string
 	// Queues from QUEUES (default pull_requests,issues,pushes,installations): the logical queues.
 	Queues []string
-	// ConsumerWindow from CONSUMER_WINDOW (default 5m): the length of one consumer window.
+	// ConsumerWindow from CONSUMER_WINDOW (default 2h): the longest a consumer window lasts.
+	// A window ends earlier when a switch is committed or a spare it watches has
+	// stragglers; each window costs 3 Temporal Actions per queue.
 	ConsumerWindow time.Duration
+	// SpareCheckInterval from SPARE_CHECK_INTERVAL (default 15s): how often a consumer
+	// window counts the spares' queues (a passive declare: no message, no Action), so that
+	// a straggler on a spare is read within about this long.
+	SpareCheckInterval time.Duration
 	// RetryTTL from RETRY_TTL (default 10m): the TTL of the -retry queues; must equal the producer's.
 	RetryTTL time.Duration
 	// QueueType from QUEUE_TYPE (default classic, or quorum): the x-queue-type of every
@@ -81,10 +87,15 @@ type Config struct {
 	// refuses settings whose WorstCaseMemory exceeds it, and the Go runtime's soft limit
 	// (GOMEMLIMIT, unless that is set) is put at 90% of it.
 	MemoryLimit int64
-	// WindowHeartbeatTimeout from WINDOW_HEARTBEAT_TIMEOUT (default 1m): how long a window
-	// may go silent before Temporal retries it on another worker. Heartbeats only prove
-	// liveness; one reaches Temporal every 0.8 × this, and each is a billable Action.
-	WindowHeartbeatTimeout time.Duration
+	// WorkerLeaseTTL from WORKER_LEASE_TTL (default 8s, at least 2s): how long a worker's
+	// lease in Postgres outlives its last renewal. A worker renews it every quarter of
+	// this while it reaches Postgres and Temporal, and stops its windows once it has not
+	// for three quarters; a peer retries a dead worker's windows once its lease expired.
+	WorkerLeaseTTL time.Duration
+	// AMQPHeartbeat from AMQP_HEARTBEAT (default 10s): the AMQP heartbeat timeout offered to
+	// the brokers. A worker whose host vanishes (no TCP close) keeps its consumer, and so
+	// its queue, until the broker drops its silent connection, about this long after.
+	AMQPHeartbeat time.Duration
 	// WorkerStopTimeout from WORKER_STOP_TIMEOUT (default 1m): how long a stopping worker
 	// lets its windows settle their batch in hand. Keep a container's termination grace
 	// period longer.
@@ -151,7 +162,8 @@ func FromEnv(getenv Getenv) (Config, error) {
 		DBLockTimeout:            r.duration("DB_LOCK_TIMEOUT", "10s"),
 		TaskQueue:                r.str("TEMPORAL_TASK_QUEUE", "brokerswitch"),
 		Queues:                   r.list("QUEUES", "pull_requests,issues,pushes,installations"),
-		ConsumerWindow:           r.duration("CONSUMER_WINDOW", "5m"),
+		ConsumerWindow:           r.duration("CONSUMER_WINDOW", "2h"),
+		SpareCheckInterval:       r.duration("SPARE_CHECK_INTERVAL", "15s"),
 		RetryTTL:                 r.duration("RETRY_TTL", "10m"),
 		MaxRetryCycles:           r.positiveInt("MAX_RETRY_CYCLES", "10"),
 		LedgerRetention:          r.duration("LEDGER_RETENTION", "168h"),
@@ -160,7 +172,8 @@ func FromEnv(getenv Getenv) (Config, error) {
 		MaxBatchBytes:            r.positiveInt("MAX_BATCH_BYTES", "16777216"),
 		MemoryLimit:              r.bytes("MEMORY_LIMIT"),
 		DrainCheckInterval:       r.duration("DRAIN_CHECK_INTERVAL", "3s"),
-		WindowHeartbeatTimeout:   r.duration("WINDOW_HEARTBEAT_TIMEOUT", "1m"),
+		WorkerLeaseTTL:           r.duration("WORKER_LEASE_TTL", "8s"),
+		AMQPHeartbeat:            r.duration("AMQP_HEARTBEAT", "10s"),
 		WorkerStopTimeout:        r.duration("WORKER_STOP_TIMEOUT", "1m"),
 		LeftoverDrainCap:         r.positiveInt("LEFTOVER_DRAIN_CAP", "500"),
 		UnnotifiedBrokerGrace:    r.duration("UNNOTIFIED_BROKER_GRACE", "2h"),
@@ -191,6 +204,12 @@ func FromEnv(getenv Getenv) (Config, error) {
 	}
 	if len(c.Queues) == 0 {
 		r.fail("QUEUES", "no queue configured")
+	}
+	if r.getenv("WINDOW_HEARTBEAT_TIMEOUT") != "" {
+		r.fail("WINDOW_HEARTBEAT_TIMEOUT", "is no longer read: windows send no heartbeats, a worker's liveness is its lease in Postgres (WORKER_LEASE_TTL); remove the variable")
+	}
+	if c.WorkerLeaseTTL > 0 && c.WorkerLeaseTTL < 2*time.Second {
+		r.fail("WORKER_LEASE_TTL", "must be at least 2s: the lease is renewed every quarter of it")
 	}
 	if c.Prefetch > broker.MaxPrefetch {
 		r.fail("PREFETCH", fmt.Sprintf("must be at most %d: CloudAMQP closes connections with more than 1000 unacknowledged messages", broker.MaxPrefetch))

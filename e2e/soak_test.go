@@ -60,9 +60,8 @@ const soakShortSchedules = 3
 // within a schedule.
 func soakEnv() map[string]string {
 	return map[string]string{
-		"CONSUMER_WINDOW":          "5s",
-		"WINDOW_HEARTBEAT_TIMEOUT": "10s",
-		"WORKER_STOP_TIMEOUT":      "10s",
+		"CONSUMER_WINDOW":     "5s",
+		"WORKER_STOP_TIMEOUT": "10s",
 	}
 }
 

@@ -79,6 +79,8 @@ type Metrics struct {
 	pendingFor    prometheus.Histogram
 	windows       *prometheus.HistogramVec
 	reconnects    *prometheus.CounterVec
+	leaseLost     prometheus.Counter
+	leaseReaped   *prometheus.CounterVec
 	dialFailures  *prometheus.CounterVec
 	connsLost     *prometheus.CounterVec
 	blocked       *prometheus.GaugeVec
@@ -175,13 +177,37 @@ func New(reg *prometheus.Registry) *Metrics {
 			Namespace: namespace, Name: "clock_fallbacks_total",
 			Help: "Applied events whose entity clock was missing or unparseable, by typed table and reason: their row followed queue order.",
 		}, []string{"table", "reason"}),
+		leaseLost: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: namespace, Name: "worker_lease_lost_total",
+			Help: "Times this worker could not renew its lease in time (Postgres or Temporal out of reach) and stopped its windows.",
+		}),
+		leaseReaped: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: namespace, Name: "worker_lease_reaped_total",
+			Help: "Activity attempts of a worker whose lease expired that this worker failed, so that Temporal retried them on a live worker, by activity.",
+		}, []string{"activity"}),
 	}
 	m.ledger = newLedgerGauges()
 	reg.MustRegister(m.ledger.collectors()...)
 	reg.MustRegister(m.events, m.routed, m.leftover, m.leftoverDown, m.leftoverFail, m.unannHeld, m.unannRead, m.drainChecks, m.switches,
 		m.commitLag, m.pendingFor, m.windows, m.reconnects, m.dialFailures, m.connsLost, m.blocked, m.pingFailures,
-		m.idReused, m.clockFallback)
+		m.idReused, m.clockFallback, m.leaseLost, m.leaseReaped)
 	return m
+}
+
+// LeaseLost counts a lease this worker gave up because it could not renew it in time.
+func (m *Metrics) LeaseLost() {
+	if m == nil {
+		return
+	}
+	m.leaseLost.Inc()
+}
+
+// LeaseReaped counts an attempt of a dead worker failed so that Temporal retries it.
+func (m *Metrics) LeaseReaped(activity string) {
+	if m == nil {
+		return
+	}
+	m.leaseReaped.WithLabelValues(activity).Inc()
 }
 
 // StartAtZero creates, at 0, every series whose label values are known at start: per
@@ -193,6 +219,9 @@ func New(reg *prometheus.Registry) *Metrics {
 func (m *Metrics) StartAtZero(queues []string, brokers int) {
 	if m == nil {
 		return
+	}
+	for _, a := range []string{"PrepareWindow", "Consume", "WaitForChange"} {
+		m.leaseReaped.WithLabelValues(a)
 	}
 	for _, q := range queues {
 		for _, r := range []string{RouteRetry, RouteError} {

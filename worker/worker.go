@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"os"
 	"sync"
 	"time"
 
@@ -23,6 +24,7 @@ import (
 	"github.com/brokerswitch/brokerswitch/config"
 	"github.com/brokerswitch/brokerswitch/healthchecks"
 	"github.com/brokerswitch/brokerswitch/ingest"
+	"github.com/brokerswitch/brokerswitch/lease"
 	"github.com/brokerswitch/brokerswitch/metrics"
 	"github.com/brokerswitch/brokerswitch/workflows"
 )
@@ -71,8 +73,21 @@ func Run(ctx context.Context, d Deps) error {
 		<-swept
 	}()
 
+	// The lease outlives the worker: it is released only after every activity returned.
+	keeper := NewKeeper(d)
+	leaseCtx, stopLease := context.WithCancel(context.WithoutCancel(ctx))
+	leaseDone := make(chan struct{})
+	go func() {
+		defer close(leaseDone)
+		keeper.Run(leaseCtx)
+	}()
+	defer func() {
+		stopLease()
+		<-leaseDone
+	}()
+
 	w := sdkworker.New(d.Client, d.Config.TaskQueue, Options(d.Config))
-	Register(w, d, watcher)
+	Register(w, d, watcher, keeper)
 	if err := w.Start(); err != nil {
 		return fmt.Errorf("start worker on task queue %s: %w", d.Config.TaskQueue, err)
 	}
@@ -124,8 +139,24 @@ func ReplayerOptions() sdkworker.WorkflowReplayerOptions {
 	return sdkworker.WorkflowReplayerOptions{Interceptors: Options(config.Config{}).Interceptors}
 }
 
-// Register adds the workflows and their activities, built from d, to a worker.
-func Register(w sdkworker.Registry, d Deps, watcher *brokerstate.StateWatcher) {
+// NewKeeper builds the worker's lease keeper (see package lease).
+func NewKeeper(d Deps) *lease.Keeper {
+	return &lease.Keeper{DB: d.DB, Temporal: d.Client, Identity: Identity(), TTL: d.Config.WorkerLeaseTTL, Logger: d.Logger, Metrics: d.Metrics}
+}
+
+// Identity is this process's worker identity as the Temporal SDK makes it by default
+// (pid@host), which the Web UI shows as an activity's worker: the lease shows the same.
+func Identity() string {
+	host, err := os.Hostname()
+	if err != nil {
+		host = "unknown"
+	}
+	return fmt.Sprintf("%d@%s", os.Getpid(), host)
+}
+
+// Register adds the workflows and their activities, built from d, to a worker; keeper
+// holds their attempts under the worker's lease.
+func Register(w sdkworker.Registry, d Deps, watcher *brokerstate.StateWatcher, keeper *lease.Keeper) {
 	store := NewBrokerStore(d.DB, d.Pool.Endpoints())
 	w.RegisterWorkflow(workflows.QueueWindow)
 	w.RegisterWorkflow(workflows.BrokerSwitch)
@@ -143,7 +174,9 @@ func Register(w sdkworker.Registry, d Deps, watcher *brokerstate.StateWatcher) {
 		Prefetch:         d.Config.Prefetch,
 		WindowLength:     d.Config.ConsumerWindow,
 		LeftoverDrainCap: d.Config.LeftoverDrainCap,
-		HeartbeatTimeout: d.Config.WindowHeartbeatTimeout,
+		Leases:           keeper,
+		SpareCheck:       d.Config.SpareCheckInterval,
+		StatementTimeout: d.Config.DBStatementTimeout,
 		Logger:           d.Logger,
 		Metrics:          d.Metrics,
 		Pings:            d.Pings,
@@ -160,6 +193,7 @@ func Register(w sdkworker.Registry, d Deps, watcher *brokerstate.StateWatcher) {
 		Metrics:            d.Metrics,
 		// The same limit the API applies, for a signal sent around it.
 		MaxClockSkew: d.Config.NotificationMaxClockSkew,
+		Leases:       keeper,
 	})
 }
 

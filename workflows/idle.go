@@ -10,16 +10,10 @@ import (
 )
 
 // idleFallback is how often an idle BrokerSwitch workflow re-reads the broker state
-// although Postgres announced nothing: a rare fallback.
-const idleFallback = time.Hour
-
-// watchHeartbeatTimeout is how long a watch may go silent before Temporal fails it, and
-// the workflow reads the state. A watch that saw a change while Temporal was away has its
-// answer lost (the SDK gives up reporting it after ten seconds), and one whose worker died
-// answers nothing: without a heartbeat either would hold an idle workflow for
-// idleFallback, an hour, with a recorded notification unread. A minute is what the API's
-// 502 "recorded" promises.
-const watchHeartbeatTimeout = time.Minute
+// although Postgres announced nothing: a rare fallback. The watch's answer can be lost only
+// with Temporal out of reach of its worker, whose lease then expires, and a peer fails the
+// watch: the workflow reads the state within seconds of the lease's end anyway.
+const idleFallback = 6 * time.Hour
 
 const idleWhy = "Nothing pending: waiting for a pending-switch, force-switch or cancel-pending-switch order"
 
@@ -60,7 +54,6 @@ type idleWatch struct {
 func (w *switchRun) watch(ctx workflow.Context) *idleWatch {
 	watchCtx := workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
 		StartToCloseTimeout: idleFallback + time.Minute,
-		HeartbeatTimeout:    watchHeartbeatTimeout,
 		RetryPolicy:         &temporal.RetryPolicy{MaximumAttempts: 1},
 		Summary:             "wait for Postgres to announce a change of the broker state",
 	})

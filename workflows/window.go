@@ -27,14 +27,17 @@ var retryForever = &temporal.RetryPolicy{
 // QueueWindow is one consumer window of a queue: resolve the active broker and take the
 // leftovers from the other brokers, consume the active one until the window ends, then
 // continue as new. The consume activity ends itself when Postgres announces a committed
-// switch or the worker stops, so the window takes no signal and no cancellation to follow
-// the producer, and its heartbeats only prove that the worker lives.
+// switch, when a spare it watches has stragglers, or when the worker stops, so the window
+// takes no signal and no cancellation to follow the producer, and costs Temporal nothing
+// while it consumes.
 func QueueWindow(ctx workflow.Context, in QueueWindowInput) error {
 	var a *activities.Window
 	var w activities.PreparedWindow
+	// No heartbeats: a worker's liveness is its lease in Postgres, and a peer fails the
+	// attempt of a worker that died (see package lease). The attempt fences itself before
+	// this timeout.
 	prepareCtx := workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
 		StartToCloseTimeout: 10 * time.Minute,
-		HeartbeatTimeout:    time.Minute,
 		RetryPolicy:         retryForever,
 		Summary:             fmt.Sprintf("resolve the active broker and take the leftovers of %s", in.Queue),
 	})
@@ -57,23 +60,32 @@ func QueueWindow(ctx workflow.Context, in QueueWindowInput) error {
 	}
 
 	plan := w.Plan
-	workflow.SetCurrentDetails(ctx, fmt.Sprintf("Consuming `%s` on broker %s for %s, or until a switch is committed",
-		in.Queue, plan.ActiveName, plan.Window)+unannouncedDetails(w.Drained))
+	workflow.SetCurrentDetails(ctx, fmt.Sprintf("Consuming `%s` on broker %s since %s, for up to %s: until a switch is committed or a spare has stragglers",
+		in.Queue, plan.ActiveName, workflow.Now(ctx).UTC().Format(time.RFC3339), plan.Window)+unannouncedDetails(w.Drained))
 	consumeCtx := workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
-		// The window, then the batch in hand; an attempt that overruns is retried, and the
-		// retry first checks that its broker is still active.
-		StartToCloseTimeout: plan.Window + 2*time.Minute,
-		HeartbeatTimeout:    plan.HeartbeatTimeout,
+		// The window, then the batch in hand at its end, however slowly it is applied; an
+		// attempt that overruns is retried, and the retry first checks that its broker is
+		// still active. No heartbeats, as above.
+		StartToCloseTimeout: plan.Window + settleOf(plan),
 		WaitForCancellation: true, // the next window's exclusive consumer must not meet this one
 		RetryPolicy:         retryForever,
 		Summary:             fmt.Sprintf("consume %s on %s", in.Queue, plan.ActiveName),
 	})
 	err := workflow.ExecuteActivity(consumeCtx, a.Consume,
-		activities.ConsumeInput{Queue: in.Queue, BrokerIndex: plan.ActiveIndex, Window: plan.Window}).Get(ctx, nil)
+		activities.ConsumeInput{Queue: in.Queue, BrokerIndex: plan.ActiveIndex, Window: plan.Window, Spares: w.Spares}).Get(ctx, nil)
 	if err != nil {
 		return startOver(ctx, in, fmt.Errorf("consume %s: %w", in.Queue, err))
 	}
 	return workflow.NewContinueAsNewError(ctx, QueueWindow, in)
+}
+
+// settleOf is the plan's allowance for the batch in hand; a plan from a worker that
+// predates it allowed two minutes.
+func settleOf(plan activities.WindowPlan) time.Duration {
+	if plan.Settle > 0 {
+		return plan.Settle
+	}
+	return 2 * time.Minute
 }
 
 // windowRestartPause is how long a window whose activity failed for good waits before it

@@ -7,6 +7,8 @@ import (
 
 	"github.com/stretchr/testify/mock"
 	"github.com/stretchr/testify/require"
+	"go.temporal.io/sdk/activity"
+	"go.temporal.io/sdk/converter"
 	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/testsuite"
 	"go.temporal.io/sdk/workflow"
@@ -75,7 +77,7 @@ func TestQueueWindowSkipsTheLeftoverDrainWithOneBroker(t *testing.T) {
 // TestQueueWindowStartsOverWhenItsActivityFailsForGood: a failed window workflow would
 // leave its queue unread until a worker restart; a window starts over instead.
 func TestQueueWindowStartsOverWhenItsActivityFailsForGood(t *testing.T) {
-	env, _ := newWindowEnv(t, activities.WindowPlan{Window: time.Minute, HeartbeatTimeout: time.Minute})
+	env, _ := newWindowEnv(t, activities.WindowPlan{Window: time.Minute, Settle: time.Minute})
 	var a *activities.Window
 	env.OnActivity(a.Consume, mock.Anything, mock.Anything).Return(
 		temporal.NewNonRetryableApplicationError("settling timed out after the cancel", "Timeout", nil))
@@ -105,4 +107,35 @@ func TestQueueWindowDrainsOnWhenTheLeftoverDrainStopsAtItsCap(t *testing.T) {
 
 	require.True(t, workflow.IsContinueAsNewError(env.GetWorkflowError()), "%v", env.GetWorkflowError())
 	require.False(t, consumed, "the active broker waits until the leftovers are drained")
+}
+
+// The consume activity sends no heartbeats (a worker's liveness is its lease), may last the
+// window and the slowest settling of its batch in hand, and watches the spares its
+// Leftover Drain left behind.
+func TestQueueWindowConsumesWithoutHeartbeatsForTheWindowAndItsSettling(t *testing.T) {
+	env := newWindowTestEnv()
+	var a *activities.Window
+	plan := activities.WindowPlan{ActiveIndex: 1, Leftover: []int{0}, Window: time.Hour, Settle: 51 * time.Minute, LeftoverDrainCap: 500}
+	spares := []activities.SpareWatch{{Broker: 0, Behind: true}}
+	env.OnActivity(a.PrepareWindow, mock.Anything, mock.Anything).Return(activities.PreparedWindow{
+		Plan: plan, Drained: activities.LeftoverDrainResult{Taken: map[int]int{0: 3}}, Spares: spares,
+	}, nil)
+	var got activities.ConsumeInput
+	env.OnActivity(a.Consume, mock.Anything, mock.Anything).Return(func(_ context.Context, in activities.ConsumeInput) error {
+		got = in
+		return nil
+	})
+	var infos []activity.Info
+	env.SetOnActivityStartedListener(func(info *activity.Info, _ context.Context, _ converter.EncodedValues) {
+		infos = append(infos, *info)
+	})
+	env.ExecuteWorkflow(workflows.QueueWindow, workflows.QueueWindowInput{Queue: "issues"})
+	require.True(t, workflow.IsContinueAsNewError(env.GetWorkflowError()), "%v", env.GetWorkflowError())
+	require.Equal(t, spares, got.Spares)
+	require.Len(t, infos, 2)
+	for _, info := range infos {
+		require.Zero(t, info.HeartbeatTimeout, "%s sends no heartbeats", info.ActivityType.Name)
+	}
+	consume := infos[1]
+	require.GreaterOrEqual(t, consume.Deadline.Sub(consume.StartedTime), plan.Window+plan.Settle)
 }

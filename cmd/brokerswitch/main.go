@@ -25,6 +25,7 @@ import (
 	"github.com/brokerswitch/brokerswitch/broker"
 	"github.com/brokerswitch/brokerswitch/config"
 	"github.com/brokerswitch/brokerswitch/healthchecks"
+	"github.com/brokerswitch/brokerswitch/lease"
 	"github.com/brokerswitch/brokerswitch/metrics"
 	"github.com/brokerswitch/brokerswitch/metrics/temporalmetrics"
 	"github.com/brokerswitch/brokerswitch/models"
@@ -210,6 +211,7 @@ func withServices(ctx context.Context, cfg config.Config, logger *slog.Logger, f
 	pool := broker.NewPool(cfg.Brokers, logger)
 	pool.Metrics = m
 	pool.MaxBatchBytes = cfg.MaxBatchBytes
+	pool.Heartbeat = cfg.AMQPHeartbeat
 	defer pool.Close()
 	err = fn(ctx, services{db: db, sqlDB: sqlDB, temporal: tc, pool: pool, metrics: m})
 	if errors.Is(err, context.Canceled) {
@@ -257,6 +259,7 @@ func (s services) apiDeps(cfg config.Config, logger *slog.Logger) api.Deps {
 		Temporal: s.temporal,
 		Store:    worker.NewBrokerStore(s.db, cfg.Brokers),
 		Ping:     s.sqlDB.PingContext,
+		Attempts: func(ctx context.Context) ([]lease.Attempt, error) { return lease.Attempts(ctx, s.db) },
 		Logger:   logger,
 	}
 }

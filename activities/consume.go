@@ -1,0 +1,271 @@
+package activities
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"go.temporal.io/sdk/activity"
+
+	"github.com/brokerswitch/brokerswitch/broker"
+	"github.com/brokerswitch/brokerswitch/healthchecks"
+	"github.com/brokerswitch/brokerswitch/lease"
+	"github.com/brokerswitch/brokerswitch/metrics"
+)
+
+// ConsumeInput is one consumer window on one broker.
+type ConsumeInput struct {
+	Queue       string
+	BrokerIndex int
+	// Window is the longest the window lasts (CONSUMER_WINDOW); it ends earlier on events.
+	Window time.Duration
+	// Spares are the other brokers the window keeps an eye on, from its Leftover Drain.
+	Spares []SpareWatch `json:",omitempty"`
+}
+
+// SpareWatch is a spare that a consumer window counts (a passive declare: no message, no
+// Action) so that it can end when the spare has something for a Leftover Drain, rather
+// than leave it there until the window's length has passed.
+type SpareWatch struct {
+	Broker int
+	// Behind says the Leftover Drain left the spare's queue with nothing to read (empty,
+	// unreachable, or holding nothing ready): a message there now is a straggler (one back
+	// from -retry after the producer moved on), older than the active broker's backlog.
+	Behind bool `json:",omitempty"`
+	// ReadAfter, on a spare that is not Behind, is when the messages it holds that the
+	// producer never announced may be read without its notification. A spare that is not
+	// Behind is read only once the active broker's queue is empty.
+	ReadAfter time.Time `json:",omitempty"`
+}
+
+// DefaultSpareCheck is SPARE_CHECK_INTERVAL's default.
+const DefaultSpareCheck = 15 * time.Second
+
+// aheadPause is the shortest a window lasts before it ends for a spare ahead of the
+// active broker: the producer may be filling such a spare (after a force or a cancel), and
+// ending on its every message would cost a window's Actions each time. It is what those
+// spares waited when every window lasted five minutes.
+const aheadPause = 5 * time.Minute
+
+// pingEvery is how often a long window reports to HealthChecks: a check expects a ping
+// far more often than a window may last.
+const pingEvery = 5 * time.Minute
+
+// Why a window ends before its length; they say so in logs and metrics.
+var (
+	errSwitched  = errors.New("the active broker moved")
+	errStopping  = errors.New("the worker is stopping")
+	errStraggler = errors.New("a spare has messages for a Leftover Drain")
+)
+
+// Consume reads the queue on the active broker for one window. It ends itself early, with
+// the batch in hand settled, when Postgres announces that the active broker moved, when a
+// spare it watches has something for a Leftover Drain, or when the worker is stopping;
+// those are normal ends, not errors.
+func (a *Window) Consume(ctx context.Context, in ConsumeInput) (err error) {
+	start := time.Now()
+	ping := newPinging(ctx, a.Pings)
+	windowCtx, end := context.WithCancelCause(ctx)
+	defer end(nil)
+	defer func() {
+		outcome := metrics.WindowElapsed
+		switch cause := context.Cause(windowCtx); {
+		case err != nil && ctx.Err() == nil:
+			outcome = metrics.WindowFailed
+			ping.fail(ctx, failureKind(err))
+		case ctx.Err() != nil, errors.Is(cause, errSwitched), errors.Is(cause, errStopping), errors.Is(cause, errStraggler):
+			outcome = metrics.WindowCancelled
+			ping.success(ctx)
+		default:
+			ping.success(ctx)
+		}
+		a.Metrics.Window(in.Queue, outcome, time.Since(start))
+	}()
+	// A retried attempt, or a plan read just before a switch, must not read a broker that
+	// is no longer active.
+	if st, err := a.State.LoadConfigured(ctx); err != nil {
+		return fmt.Errorf("consume %s: %w", in.Queue, err)
+	} else if st.ActiveIndex != in.BrokerIndex {
+		end(errSwitched)
+		return nil
+	}
+	if err := a.Pool.DeclareTopology(ctx, in.BrokerIndex, a.Topology); err != nil {
+		return fmt.Errorf("consume %s: %w", in.Queue, err)
+	}
+	gone, stopFence, err := a.fence().guard(ctx, lease.What{Queue: in.Queue, Broker: &in.BrokerIndex}, end)
+	if err != nil {
+		return fmt.Errorf("consume %s: %w", in.Queue, err)
+	}
+	defer stopFence()
+	go a.endEarly(windowCtx, end, in)
+	go a.watchSpares(windowCtx, end, in)
+
+	opts := broker.ConsumeOptions{Prefetch: a.Prefetch, ConsumerTag: consumerTag(ctx), Fence: gone, SettleTimeout: a.settle()}
+	if err := a.Pool.Consume(windowCtx, in.BrokerIndex, in.Queue, opts, a.Handlers.ForBroker(in.BrokerIndex)); err != nil {
+		return fmt.Errorf("consume %s on %s: %w", in.Queue, a.endpoint(in.BrokerIndex), err)
+	}
+	if cause := context.Cause(windowCtx); errors.Is(cause, errSwitched) || errors.Is(cause, errStopping) || errors.Is(cause, errStraggler) {
+		a.Logger.InfoContext(ctx, "window ended early", "queue", in.Queue, "broker", a.endpoint(in.BrokerIndex), "why", cause.Error())
+	}
+	// A cancelled activity (the workflow was cancelled, or the worker's stop timeout
+	// passed) reports cancellation; every other end is a success.
+	return ctx.Err()
+}
+
+// fence is the window activities' fence, from their settings.
+func (a *Window) fence() fence {
+	return fence{leases: a.Leases, check: a.FenceCheck, logger: a.Logger}
+}
+
+// endEarly ends the window when its length has passed, when the active broker moves away
+// from the one it reads, or when the worker begins to stop.
+func (a *Window) endEarly(ctx context.Context, end context.CancelCauseFunc, in ConsumeInput) {
+	timer := time.NewTimer(in.Window)
+	defer timer.Stop()
+	moved := make(chan struct{})
+	go func() {
+		if a.activeMoved(ctx, in.BrokerIndex) {
+			close(moved)
+		}
+	}()
+	select {
+	case <-ctx.Done():
+	case <-timer.C:
+		end(context.DeadlineExceeded)
+	case <-moved:
+		end(errSwitched)
+	case <-activity.GetWorkerStopChannel(ctx):
+		end(errStopping)
+	}
+}
+
+// watchSpares ends the window once a spare it watches has something for a Leftover Drain.
+func (a *Window) watchSpares(ctx context.Context, end context.CancelCauseFunc, in ConsumeInput) {
+	if len(in.Spares) == 0 {
+		return
+	}
+	every := a.SpareCheck
+	if every <= 0 {
+		every = DefaultSpareCheck
+	}
+	started := time.Now()
+	tick := time.NewTicker(every)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+		if spare, ok := a.spareCalls(ctx, in, time.Since(started) >= aheadPause); ok {
+			a.Logger.InfoContext(ctx, "a spare has messages for a Leftover Drain: the window ends",
+				"queue", in.Queue, "spare", a.endpoint(spare))
+			end(errStraggler)
+			return
+		}
+	}
+}
+
+// spareCalls tells which spare, if any, has something for a Leftover Drain now: a message
+// on one the drain left behind with nothing to read, or, once the window lasted aheadPause
+// and the active broker's queue and its -retry sibling are empty, a message on a spare
+// ahead of it or held messages whose wait for a notification is over. A spare that cannot
+// be counted is passed over: the next window's drain says why.
+func (a *Window) spareCalls(ctx context.Context, in ConsumeInput, aheadToo bool) (int, bool) {
+	ready := func(index int) bool {
+		counts, err := a.Pool.ReadyCounts(ctx, index, []string{in.Queue})
+		return err == nil && counts[in.Queue] > 0
+	}
+	var ahead []SpareWatch
+	for _, s := range in.Spares {
+		switch {
+		case s.Behind && ready(s.Broker):
+			return s.Broker, true
+		case !s.Behind && aheadToo && (s.ReadAfter.IsZero() || !time.Now().Before(s.ReadAfter)):
+			ahead = append(ahead, s)
+		}
+	}
+	if len(ahead) == 0 {
+		return 0, false
+	}
+	counts, err := a.Pool.ReadyCounts(ctx, in.BrokerIndex, []string{in.Queue, broker.RetryQueue(in.Queue)})
+	if err != nil || counts[in.Queue]+counts[broker.RetryQueue(in.Queue)] > 0 {
+		return 0, false
+	}
+	for _, s := range ahead {
+		if !s.ReadAfter.IsZero() || ready(s.Broker) {
+			return s.Broker, true
+		}
+	}
+	return 0, false
+}
+
+// activeMoved blocks until the active broker is no longer index, and reports whether it
+// saw that before ctx ended. The watcher's reading may lag a switch the caller has already
+// seen, so a reading that says "moved" is confirmed with a read of Postgres.
+func (a *Window) activeMoved(ctx context.Context, index int) bool {
+	var gen uint64
+	for {
+		st, g, ok := a.Watcher.Next(ctx, gen)
+		if !ok {
+			return false
+		}
+		gen = g
+		if st.ActiveIndex == index {
+			continue
+		}
+		if now, err := a.State.LoadConfigured(ctx); err != nil || now.ActiveIndex == index {
+			continue // Postgres away, or a stale reading: keep reading what was planned
+		}
+		return true
+	}
+}
+
+// consumerTag names the consumer after the activity so that the RabbitMQ management
+// page says which workflow run holds a queue.
+func consumerTag(ctx context.Context) string {
+	info := activity.GetInfo(ctx)
+	return fmt.Sprintf("%s/%s/%d", info.WorkflowExecution.ID, info.WorkflowExecution.RunID, info.Attempt)
+}
+
+// pinging is a window's HealthChecks pings: a start, and every pingEvery a success and a
+// new start, so that a check sees a long window as alive.
+type pinging struct {
+	mu   sync.Mutex
+	run  *healthchecks.Run
+	stop chan struct{}
+	done chan struct{}
+}
+
+func newPinging(ctx context.Context, p *healthchecks.Pinger) *pinging {
+	pg := &pinging{run: p.Start(ctx), stop: make(chan struct{}), done: make(chan struct{})}
+	go func() {
+		defer close(pg.done)
+		t := time.NewTicker(pingEvery)
+		defer t.Stop()
+		for {
+			select {
+			case <-pg.stop:
+				return
+			case <-t.C:
+				pg.mu.Lock()
+				pg.run.Success(ctx)
+				pg.run = p.Start(ctx)
+				pg.mu.Unlock()
+			}
+		}
+	}()
+	return pg
+}
+
+func (pg *pinging) end() *healthchecks.Run {
+	close(pg.stop)
+	<-pg.done
+	return pg.run
+}
+
+func (pg *pinging) success(ctx context.Context) { pg.end().Success(ctx) }
+
+func (pg *pinging) fail(ctx context.Context, kind healthchecks.Kind) { pg.end().Fail(ctx, kind) }

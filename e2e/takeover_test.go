@@ -1,0 +1,132 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+// takeoverBound is the longest a killed worker's queues may stand still at the default
+// WORKER_LEASE_TTL: the lease expires, a peer fails the attempts it held, and Temporal
+// retries them at once on the peer.
+const takeoverBound = 15 * time.Second
+
+// A worker killed with SIGKILL in the middle of a backlog holds its windows' attempts in
+// Temporal's eyes; no heartbeat timeout frees them. The survivor sees the dead worker's
+// lease expire, fails those attempts by task token, and Temporal retries them on the
+// survivor: every queue the killed worker held is read again within takeoverBound, with
+// nothing lost, duplicated or reordered. Then the survivor is killed too, and the first
+// worker to start takes every queue over as fast. Windows last two hours here, the
+// default's order, so nothing but the lease moves them.
+func TestAKilledWorkersQueuesAreTakenOverWithinSeconds(t *testing.T) {
+	s := newStack(t, 1, map[string]string{"CONSUMER_WINDOW": "2h"})
+	p, log := s.producer(nil)
+	msgs := s.workload(mixed(150, 93))
+	ctx := context.Background()
+	a := s.startWorkerProcess("a")
+	b := s.startWorkerProcess("b")
+	workers := map[string]*process{a.identity(): a, b.identity(): b}
+	s.waitFor("every queue consumed", time.Minute, func() bool { return len(s.windowsHeld()) == len(s.cfg.Queues) })
+
+	third := len(msgs) / 3
+	require.NoError(t, p.Publish(ctx, msgs[:2*third]...))
+	s.waitFor("part of the backlog applied", time.Minute, func() bool { return s.deliveries() >= int64(third/4) })
+
+	// The worker that holds the most windows dies.
+	held := s.windowsHeld()
+	victim := a
+	if count(held, b.identity()) > count(held, a.identity()) {
+		victim = b
+	}
+	var victimQueues []string
+	for q, w := range held {
+		if w == victim.identity() {
+			victimQueues = append(victimQueues, q)
+		}
+	}
+	require.NotEmpty(t, victimQueues)
+	require.Less(t, s.deliveries(), int64(2*third), "the kill comes in the middle of the backlog")
+	victim.kill()
+	killed := time.Now()
+	var survivor *process
+	for id, w := range workers {
+		if id != victim.identity() {
+			survivor = w
+		}
+	}
+	s.waitFor("the survivor to hold every window", 2*takeoverBound, func() bool {
+		now := s.windowsHeld()
+		for _, q := range s.cfg.Queues {
+			if now[q] != survivor.identity() {
+				return false
+			}
+		}
+		return true
+	})
+	tookOver := time.Since(killed)
+	t.Logf("the survivor took queues %v over %s after the kill", victimQueues, tookOver.Round(100*time.Millisecond))
+	require.Less(t, tookOver, takeoverBound)
+
+	// Every worker dies; the next one to start takes the queues over as fast.
+	survivor.kill()
+	c := s.startWorkerProcess("c")
+	started := time.Now()
+	s.waitFor("the new worker to hold every window", 2*takeoverBound, func() bool {
+		now := s.windowsHeld()
+		for _, q := range s.cfg.Queues {
+			if now[q] != c.identity() {
+				return false
+			}
+		}
+		return true
+	})
+	restarted := time.Since(started)
+	t.Logf("a worker started after every worker died took the queues over %s after its start", restarted.Round(100*time.Millisecond))
+	require.Less(t, restarted, takeoverBound)
+
+	require.NoError(t, p.Publish(ctx, msgs[2*third:]...))
+	s.report(s.verify(log, 2*time.Minute), "-")
+	s.requireWindowsRunning()
+}
+
+// windowsHeld says, per queue, which live worker (its identity) holds the queue's
+// consume attempt, from the workers' leases.
+func (s *stack) windowsHeld() map[string]string {
+	s.t.Helper()
+	var rows []struct{ Queue, Identity string }
+	require.NoError(s.t, s.workerDB.Raw(`SELECT a.queue, l.identity FROM lease_attempts a JOIN worker_leases l USING (lease_id)
+		WHERE a.activity_type = 'Consume' AND l.expires_at > now()`).Scan(&rows).Error)
+	out := map[string]string{}
+	for _, r := range rows {
+		out[r.Queue] = r.Identity
+	}
+	return out
+}
+
+// identity is the worker process's Temporal identity, as its lease shows it (pid@host).
+func (p *process) identity() string {
+	return fmt.Sprintf("%d@", p.cmd.Process.Pid) + hostname()
+}
+
+func count(held map[string]string, identity string) int {
+	n := 0
+	for _, w := range held {
+		if strings.EqualFold(w, identity) {
+			n++
+		}
+	}
+	return n
+}
+
+func hostname() string {
+	h, err := os.Hostname()
+	if err != nil {
+		return "unknown"
+	}
+	return h
+}

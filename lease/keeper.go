@@ -1,0 +1,337 @@
+// Package lease keeps each worker process's liveness in Postgres, outside Temporal's bill.
+//
+// Temporal has no worker-level liveness: an activity heartbeat is its stand-in, and each
+// one that reaches the server is a billable Action. So a worker holds a lease row that it
+// renews every TTL/4 while it reaches both Postgres and Temporal, and registers there the
+// attempts of its long activities (a consumer window, a Leftover Drain, the idle watch).
+// Every worker scans for leases that expired and fails the attempts they held by task
+// token: Temporal retries each at once on a live worker, instead of waiting for a
+// heartbeat timeout.
+//
+// The holder gives up first: once it has not renewed for TTL − TTL/4 it closes Lost, and
+// its activities stop and give back their batch in hand, at least TTL/4 before any peer
+// can see the lease expire. Expiry is decided on Postgres' clock alone, and is final: a
+// holder that finds its lease expired starts a new one.
+package lease
+
+import (
+	"context"
+	"crypto/rand"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"go.temporal.io/api/serviceerror"
+	"go.temporal.io/sdk/activity"
+	"go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/temporal"
+	"gorm.io/gorm"
+
+	"github.com/brokerswitch/brokerswitch/metrics"
+)
+
+// DefaultTTL is WORKER_LEASE_TTL's default: a killed worker's queues are read again about
+// this long after its last renewal.
+const DefaultTTL = 8 * time.Second
+
+// ErrNoLease is returned by Hold while the worker holds no live lease (Postgres or
+// Temporal out of reach): the attempt fails, and Temporal retries it, here or elsewhere.
+var ErrNoLease = errors.New("this worker holds no live lease (Postgres or Temporal out of reach)")
+
+// ReapedErrorType is the application error type of an attempt failed because its
+// worker's lease expired.
+const ReapedErrorType = "WorkerLeaseExpired"
+
+// temporalClient is what a Keeper needs of Temporal: a free check that it answers, and
+// failing an attempt by its task token.
+type temporalClient interface {
+	CheckHealth(ctx context.Context, req *client.CheckHealthRequest) (*client.CheckHealthResponse, error)
+	CompleteActivity(ctx context.Context, taskToken []byte, result any, err error) error
+}
+
+// Keeper holds this process's lease, renews it, and reaps the leases of dead workers.
+type Keeper struct {
+	DB       *gorm.DB
+	Temporal temporalClient
+	// Identity is the worker's Temporal identity, shown beside what it holds.
+	Identity string
+	// TTL is WORKER_LEASE_TTL; 0 means DefaultTTL.
+	TTL     time.Duration
+	Logger *slog.Logger
+	// Metrics counts lost and reaped leases; nil counts nothing.
+	Metrics *metrics.Metrics
+
+	mu      sync.Mutex
+	current *generation
+	// changed is closed and replaced whenever current changes, for Hold's waiters.
+	changed chan struct{}
+}
+
+// generation is one lease row: lost closes when it can no longer be relied on.
+type generation struct {
+	id       string
+	lost     chan struct{}
+	lostOnce sync.Once
+}
+
+func (g *generation) lose() { g.lostOnce.Do(func() { close(g.lost) }) }
+
+func (k *Keeper) ttl() time.Duration {
+	if k.TTL > 0 {
+		return k.TTL
+	}
+	return DefaultTTL
+}
+
+// renewEvery is how often the lease is renewed; the holder gives up after TTL − renewEvery
+// without a renewal, and peers scan twice as often.
+func (k *Keeper) renewEvery() time.Duration { return k.ttl() / 4 }
+
+// Run keeps the lease until ctx ends, then deletes it: a worker that stops cleanly holds
+// nothing. Call it before the worker takes tasks, and end it after the worker stopped.
+func (k *Keeper) Run(ctx context.Context) {
+	renew := time.NewTicker(k.renewEvery())
+	defer renew.Stop()
+	reap := time.NewTicker(k.renewEvery() / 2)
+	defer reap.Stop()
+	// giveUp fires when the lease has gone unrenewed for too long; it is reset at every
+	// renewal, and stopped while no lease is held.
+	giveUp := time.NewTimer(time.Hour)
+	giveUp.Stop()
+	defer giveUp.Stop()
+
+	k.step(ctx, giveUp)
+	k.reap(ctx)
+	for {
+		select {
+		case <-ctx.Done():
+			k.release()
+			return
+		case <-giveUp.C:
+			k.lose("not renewed for longer than the lease allows")
+		case <-renew.C:
+			k.step(ctx, giveUp)
+		case <-reap.C:
+			k.reap(ctx)
+		}
+	}
+}
+
+// step renews the lease, or takes a new one when none is held.
+func (k *Keeper) step(ctx context.Context, giveUp *time.Timer) {
+	started := time.Now()
+	cctx, cancel := context.WithTimeout(ctx, k.renewEvery())
+	defer cancel()
+	if _, err := k.Temporal.CheckHealth(cctx, &client.CheckHealthRequest{}); err != nil {
+		k.Logger.DebugContext(ctx, "lease not renewed: Temporal does not answer", "error", err)
+		return
+	}
+	g := k.held()
+	if g == nil {
+		g = &generation{id: rand.Text(), lost: make(chan struct{})}
+		err := k.DB.WithContext(cctx).Exec(`INSERT INTO worker_leases (lease_id, identity, expires_at)
+			VALUES (?, ?, now() + make_interval(secs => ?))`, g.id, k.Identity, k.ttl().Seconds()).Error
+		if err != nil {
+			k.Logger.DebugContext(ctx, "no lease taken: Postgres does not answer", "error", err)
+			return
+		}
+		k.set(g)
+		k.Logger.InfoContext(ctx, "worker lease taken", "ttl", k.ttl().String())
+	} else {
+		res := k.DB.WithContext(cctx).Exec(`UPDATE worker_leases SET renewed_at = now(), expires_at = now() + make_interval(secs => ?)
+			WHERE lease_id = ? AND expires_at > now()`, k.ttl().Seconds(), g.id)
+		switch {
+		case res.Error != nil:
+			k.Logger.DebugContext(ctx, "lease not renewed: Postgres does not answer", "error", res.Error)
+			return
+		case res.RowsAffected == 0:
+			k.lose("the lease expired before it was renewed")
+			return
+		}
+	}
+	// Measured from before the checks: the row's expiry, on Postgres' clock, is later.
+	giveUp.Reset(k.ttl() - k.renewEvery() - time.Since(started))
+}
+
+// lose gives the current lease up: everything it holds stops.
+func (k *Keeper) lose(why string) {
+	k.mu.Lock()
+	g := k.current
+	k.current = nil
+	k.mu.Unlock()
+	if g == nil {
+		return
+	}
+	g.lose()
+	k.Metrics.LeaseLost()
+	k.Logger.Warn("worker lease lost: its windows stop and give their batch in hand back", "why", why)
+}
+
+func (k *Keeper) held() *generation {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	return k.current
+}
+
+func (k *Keeper) set(g *generation) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	k.current = g
+	if k.changed != nil {
+		close(k.changed)
+		k.changed = nil
+	}
+}
+
+// release deletes the lease of a worker that stops, and what it still lists.
+func (k *Keeper) release() {
+	g := k.held()
+	if g == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), k.renewEvery())
+	defer cancel()
+	if err := k.DB.WithContext(ctx).Exec(`DELETE FROM worker_leases WHERE lease_id = ?`, g.id).Error; err != nil {
+		k.Logger.Warn("worker lease not released; it expires by itself", "error", err)
+	}
+	k.lose("the worker stopped")
+}
+
+// expiredAttempt is an attempt held by a lease that expired; TaskToken is nil for a lease
+// that held none.
+type expiredAttempt struct {
+	LeaseID      string
+	Identity     string
+	WorkflowID   string
+	ActivityID   string
+	ActivityType string
+	Attempt      int
+	TaskToken    []byte
+}
+
+// reap fails the attempts of every expired lease, then deletes the lease. A lease whose
+// attempts could not all be failed (Temporal away) is kept for the next scan.
+func (k *Keeper) reap(ctx context.Context) {
+	cctx, cancel := context.WithTimeout(ctx, k.ttl())
+	defer cancel()
+	var rows []expiredAttempt
+	err := k.DB.WithContext(cctx).Raw(`SELECT l.lease_id, l.identity, a.workflow_id, a.activity_id, a.activity_type, a.attempt, a.task_token
+		FROM worker_leases l LEFT JOIN lease_attempts a USING (lease_id)
+		WHERE l.expires_at < now() ORDER BY l.lease_id`).Scan(&rows).Error
+	if err != nil {
+		k.Logger.DebugContext(ctx, "leases not scanned", "error", err)
+		return
+	}
+	failed := map[string]bool{}
+	for _, r := range rows {
+		if _, ok := failed[r.LeaseID]; !ok {
+			failed[r.LeaseID] = false
+		}
+		if r.TaskToken == nil {
+			continue
+		}
+		reason := temporal.NewApplicationError(fmt.Sprintf("worker %s stopped renewing its lease: retried on a live worker", r.Identity), ReapedErrorType)
+		err := k.Temporal.CompleteActivity(cctx, r.TaskToken, nil, reason)
+		var notFound *serviceerror.NotFound
+		switch {
+		case err == nil:
+			k.Metrics.LeaseReaped(r.ActivityType)
+			k.Logger.WarnContext(ctx, "activity of a dead worker failed, so that Temporal retries it now",
+				"worker", r.Identity, "workflow_id", r.WorkflowID, "activity", r.ActivityType, "attempt", r.Attempt)
+		case errors.As(err, &notFound):
+			// The attempt ended already, or a peer failed it first.
+		default:
+			failed[r.LeaseID] = true
+			k.Logger.WarnContext(ctx, "activity of a dead worker not failed yet", "worker", r.Identity,
+				"workflow_id", r.WorkflowID, "error", err)
+		}
+	}
+	for id, keep := range failed {
+		if keep {
+			continue
+		}
+		if err := k.DB.WithContext(cctx).Exec(`DELETE FROM worker_leases WHERE lease_id = ? AND expires_at < now()`, id).Error; err != nil {
+			k.Logger.DebugContext(ctx, "expired lease not deleted", "error", err)
+		}
+	}
+}
+
+// What a held attempt does, for the status: the queue a window reads and on which broker.
+type What struct {
+	Queue  string
+	Broker *int
+}
+
+// Held is an activity attempt registered under the worker's lease.
+type Held struct {
+	k    *Keeper
+	gen  *generation
+	info activity.Info
+}
+
+// Hold registers the calling activity's attempt under the worker's lease, waiting up to
+// the lease's renewal interval for one to be taken (a worker that just started). Release
+// it when the activity returns.
+func (k *Keeper) Hold(ctx context.Context, what What) (*Held, error) {
+	info := activity.GetInfo(ctx)
+	g, err := k.await(ctx)
+	if err != nil {
+		return nil, err
+	}
+	err = k.DB.WithContext(ctx).Exec(`INSERT INTO lease_attempts (lease_id, workflow_id, activity_id, attempt, activity_type, task_token, queue, broker)
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?)`, g.id, info.WorkflowExecution.ID, info.ActivityID, info.Attempt,
+		info.ActivityType.Name, info.TaskToken, what.Queue, what.Broker).Error
+	if err != nil {
+		return nil, fmt.Errorf("register %s under the worker's lease: %w", info.ActivityType.Name, err)
+	}
+	return &Held{k: k, gen: g, info: info}, nil
+}
+
+// await returns the live lease, waiting up to one renewal interval for one.
+func (k *Keeper) await(ctx context.Context) (*generation, error) {
+	deadline := time.NewTimer(k.renewEvery() + time.Second)
+	defer deadline.Stop()
+	for {
+		k.mu.Lock()
+		g := k.current
+		if g == nil && k.changed == nil {
+			k.changed = make(chan struct{})
+		}
+		changed := k.changed
+		k.mu.Unlock()
+		if g != nil {
+			return g, nil
+		}
+		select {
+		case <-changed:
+		case <-deadline.C:
+			return nil, ErrNoLease
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+}
+
+// Lost closes when the lease this attempt is held under can no longer be relied on: a peer
+// may soon retry the attempt elsewhere, so the activity must stop at once.
+func (h *Held) Lost() <-chan struct{} { return h.gen.lost }
+
+// Release removes the attempt from the lease, once the activity returns. An attempt whose
+// lease was lost stays listed: its end may never have reached Temporal, and the reaper
+// that fails it by task token then makes sure Temporal moves on.
+func (h *Held) Release() {
+	select {
+	case <-h.gen.lost:
+		return
+	default:
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), h.k.renewEvery())
+	defer cancel()
+	err := h.k.DB.WithContext(ctx).Exec(`DELETE FROM lease_attempts WHERE workflow_id = ? AND activity_id = ? AND attempt = ?`,
+		h.info.WorkflowExecution.ID, h.info.ActivityID, h.info.Attempt).Error
+	if err != nil {
+		h.k.Logger.Warn("attempt not released from the worker's lease; it goes with the lease", "error", err)
+	}
+}

@@ -1,0 +1,103 @@
+package lease_test
+
+import (
+	"context"
+	"log/slog"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"go.temporal.io/sdk/activity"
+	"go.temporal.io/sdk/testsuite"
+	"gorm.io/gorm"
+
+	"github.com/brokerswitch/brokerswitch/internal/testenv"
+	"github.com/brokerswitch/brokerswitch/lease"
+	"github.com/brokerswitch/brokerswitch/models/modelstest"
+)
+
+const ttl = 2 * time.Second
+
+// runKeeper runs a keeper with a short TTL until the test ends.
+func runKeeper(t *testing.T, db *gorm.DB, reach *testenv.TemporalReach, identity string) *lease.Keeper {
+	t.Helper()
+	k := &lease.Keeper{DB: db, Temporal: reach, Identity: identity, TTL: ttl, Logger: slog.New(slog.DiscardHandler)}
+	testenv.RunInBackground(t, k.Run)
+	return k
+}
+
+// hold runs an activity that registers itself under k and reports its lease's Lost
+// channel, then returns without releasing it (as a worker killed mid-attempt would).
+func hold(t *testing.T, k *lease.Keeper) (<-chan struct{}, []byte) {
+	t.Helper()
+	var suite testsuite.WorkflowTestSuite
+	env := suite.NewTestActivityEnvironment()
+	var lost <-chan struct{}
+	var token []byte
+	env.RegisterActivityWithOptions(func(ctx context.Context) error {
+		h, err := k.Hold(ctx, lease.What{Queue: "issues"})
+		if err != nil {
+			return err
+		}
+		lost = h.Lost()
+		token = activity.GetInfo(ctx).TaskToken
+		return nil
+	}, activity.RegisterOptions{Name: "Consume"})
+	_, err := env.ExecuteActivity("Consume")
+	require.NoError(t, err)
+	return lost, token
+}
+
+// A worker cut off from Temporal stops renewing; it gives its lease up while Postgres
+// still counts the lease live, so its windows stop before any peer can retry them. A peer
+// then fails the attempt it held, by its task token, and deletes the lease.
+func TestACutOffHolderGivesUpBeforeAPeerReapsIt(t *testing.T) {
+	db, _ := modelstest.NewDB(t)
+	cut := &testenv.TemporalReach{}
+	a := runKeeper(t, db, cut, "a")
+	lost, token := hold(t, a)
+	require.NotEmpty(t, token)
+
+	cut.Down.Store(true)
+	select {
+	case <-lost:
+	case <-time.After(5 * ttl):
+		t.Fatal("the cut-off holder never gave its lease up")
+	}
+	var live bool
+	require.NoError(t, db.Raw(`SELECT expires_at > now() FROM worker_leases WHERE identity = 'a'`).Scan(&live).Error)
+	require.True(t, live, "the holder gave up while Postgres still counted the lease live")
+
+	peer := &testenv.TemporalReach{}
+	runKeeper(t, db, peer, "b")
+	require.Eventually(t, func() bool { return len(peer.Failed()) == 1 }, 5*ttl, 50*time.Millisecond,
+		"the peer fails the dead lease's attempt")
+	require.Equal(t, token, peer.Failed()[0])
+	require.Eventually(t, func() bool {
+		var n int64
+		require.NoError(t, db.Raw(`SELECT count(*) FROM worker_leases WHERE identity = 'a'`).Scan(&n).Error)
+		return n == 0
+	}, 5*ttl, 50*time.Millisecond, "the expired lease is deleted with its attempts")
+}
+
+// An expired lease is final: a holder that comes back takes a new one rather than
+// renewing a lease whose attempts a peer may already have failed.
+func TestAnExpiredLeaseIsNotRenewed(t *testing.T) {
+	db, _ := modelstest.NewDB(t)
+	reach := &testenv.TemporalReach{}
+	k := runKeeper(t, db, reach, "a")
+	lost, _ := hold(t, k)
+	var first string
+	require.NoError(t, db.Raw(`SELECT lease_id FROM worker_leases WHERE identity = 'a'`).Scan(&first).Error)
+	require.NoError(t, db.Exec(`UPDATE worker_leases SET expires_at = now() - interval '1 second'`).Error)
+	select {
+	case <-lost:
+	case <-time.After(5 * ttl):
+		t.Fatal("the holder did not notice its lease expired")
+	}
+	require.Eventually(t, func() bool {
+		var ids []string
+		require.NoError(t, db.Raw(`SELECT lease_id FROM worker_leases WHERE identity = 'a' AND expires_at > now()`).Scan(&ids).Error)
+		return len(ids) == 1 && ids[0] != first
+	}, 5*ttl, 50*time.Millisecond, "a new lease is taken")
+}
