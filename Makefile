@@ -43,7 +43,7 @@ test: temporal-cli services test-alerts
 # so a second and third run would test nothing new (and took 7 of the pass's 12 minutes).
 RABBITMQ4_API      ?= http://127.0.0.1:15673
 RABBITMQ4_PACKAGES := ./broker/
-RABBITMQ4_E2E      := ^(TestScenario02RotationWithABacklog|TestScenario05DoubleRotationHopByHop|TestScenario13TwoWorkerProcesses|TestScenario13bTwoWorkersOnAProducersQuorumQueues|TestScenario14ReversedNotificationsKeepTheMiddleBroker|TestARollingRestartOfTwoWorkersLosesNothing|TestAStartAgainstQueuesOfTheOtherTypeFails)$$
+RABBITMQ4_E2E      := ^(TestScenario02RotationWithABacklog|TestScenario05DoubleRotationHopByHop|TestScenario13TwoWorkerProcesses|TestScenario13bTwoWorkersOnAProducersQuorumQueues|TestScenario14ReversedNotificationsKeepTheMiddleBroker|TestARollingRestartOfTwoWorkersLosesNothing|TestAStartAgainstQueuesOfTheOtherTypeFails|TestAKilledWorkersQueuesAreTakenOverWithinSeconds|TestAStragglerOnASpareIsAppliedWithinAMinute)$$
 
 ## test-rabbitmq4: broker and the switch and order e2e scenarios against RabbitMQ 4.0 (scripts/rabbitmq4.sh), with classic and with quorum queues
 test-rabbitmq4: temporal-cli services rabbitmq4

@@ -69,7 +69,7 @@ func (s *stack) startObservedWorker() *observed {
 	t := s.t
 	o := &observed{reg: prometheus.NewRegistry(), pings: newPingCounter(t)}
 	o.m = metrics.New(o.reg)
-	require.NoError(t, o.m.WatchState(worker.StateReader(s.store)))
+	require.NoError(t, o.m.WatchState(worker.StateReader(s.store, s.cfg.Queues)))
 	handler, err := temporalmetrics.NewHandler(o.reg, func(err error) { t.Errorf("temporal metric refused: %v", err) })
 	require.NoError(t, err)
 	tc, err := client.Dial(client.Options{

@@ -40,7 +40,7 @@ func TestABurstOfScrapesDuringConsumption(t *testing.T) {
 	t.Cleanup(func() { _ = sqlDB.Close() })
 	s.workerDB = db
 	m := metrics.New(prometheus.NewRegistry())
-	require.NoError(t, m.WatchState(worker.StateReader(worker.NewBrokerStore(db, s.cfg.Brokers))))
+	require.NoError(t, m.WatchState(worker.StateReader(worker.NewBrokerStore(db, s.cfg.Brokers), s.cfg.Queues)))
 	scrape := httptest.NewServer(m.Handler())
 	t.Cleanup(scrape.Close)
 

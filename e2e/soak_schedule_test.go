@@ -51,6 +51,7 @@ const (
 	stepPause                           // let the service run while the faults last
 	stepSettle                          // heal nothing, wait until everything published so far is applied
 	stepFinish                          // the end: everything drained, the active broker where the producer is
+	stepKillHolder                      // SIGKILL the worker holding the most windows, and start it again
 )
 
 // step is one entry of a schedule.
@@ -135,6 +136,8 @@ func (s step) String() string {
 		return "start the Temporal dev server again"
 	case stepKillWorker:
 		return fmt.Sprintf("SIGKILL worker %d, start worker %d", s.worker, s.next)
+	case stepKillHolder:
+		return "SIGKILL the worker holding the most windows, start it again"
 	case stepTermWorker:
 		return fmt.Sprintf("SIGTERM worker %d, start worker %d", s.worker, s.next)
 	case stepAddWorker:
@@ -205,6 +208,8 @@ func (s step) faultKind() string {
 		return "Temporal restart"
 	case stepKillWorker:
 		return "worker SIGKILL"
+	case stepKillHolder:
+		return "windows' holder SIGKILL"
 	case stepTermWorker:
 		return "worker SIGTERM"
 	case stepAddWorker:
@@ -255,6 +260,9 @@ type scheduleOptions struct {
 	// worker off from Temporal while its batch is slow to settle, which the window's fence
 	// keeps in order (issue 19).
 	cuts bool
+	// killHolder lets the generator SIGKILL the worker that holds the most windows, so
+	// that a peer takes them over once its lease expires.
+	killHolder bool
 }
 
 // modelWorker is a worker process as the model knows it.
@@ -523,6 +531,11 @@ func (m *model) draw() {
 		m.workers[i] = modelWorker{num: m.nextWorker}
 		m.nextWorker++
 		m.emit(s)
+	})
+	// The holder is found by its lease, which needs Postgres and Temporal; a peer must be
+	// there to take its windows over.
+	add(2, m.opts.killHolder && m.temporal && !m.pgCut && m.healthyWorkers() >= 2, func() {
+		m.emit(step{kind: stepKillHolder})
 	})
 	add(1, len(m.workers) < 3, func() {
 		m.emit(step{kind: stepAddWorker, next: m.nextWorker})

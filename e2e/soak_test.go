@@ -48,7 +48,7 @@ const cutSchedules = true
 
 // soakOptions are the options TestSoak draws its schedules with.
 func soakOptions() scheduleOptions {
-	return scheduleOptions{reversedDoubleRotation: reversedDoubleRotation, unsettled: unsettledSchedules, cuts: cutSchedules}
+	return scheduleOptions{reversedDoubleRotation: reversedDoubleRotation, unsettled: unsettledSchedules, cuts: cutSchedules, killHolder: true}
 }
 
 // soakShortSchedules is how many short schedules `make test` plays: each takes under a
@@ -365,6 +365,8 @@ func (r *soakRun) do(i int, st step) {
 		w.gone = true
 		w.proc.stop()
 		r.startWorker(st.next)
+	case stepKillHolder:
+		r.killHolder()
 	case stepAddWorker:
 		r.startWorker(st.next)
 	case stepIsolateWorker:
@@ -515,6 +517,28 @@ func (r *soakRun) startWorker(num int) {
 	w := &soakWorker{num: num, proxy: proxy, temporals: proxy.Addr()}
 	r.workers[num] = w
 	r.launch(w)
+}
+
+// killHolder SIGKILLs the worker, not isolated, that the leases show holding the most
+// windows, and starts it again: its peers take its windows over once its lease expires.
+func (r *soakRun) killHolder() {
+	held := r.s.windowsHeld()
+	var victim *soakWorker
+	for _, num := range r.workerNums() {
+		w := r.workers[num]
+		if w.gone || w.isolated || w.proc.exited() {
+			continue
+		}
+		if victim == nil || count(held, w.proc.identity()) > count(held, victim.proc.identity()) {
+			victim = w
+		}
+	}
+	if victim == nil {
+		return
+	}
+	victim.proc.kill()
+	victim.restarts++
+	r.launch(victim)
 }
 
 func (r *soakRun) launch(w *soakWorker) {

@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 	enumspb "go.temporal.io/api/enums/v1"
 
+	"github.com/brokerswitch/brokerswitch/brokerstate"
 	"github.com/brokerswitch/brokerswitch/internal/testenv"
 	"github.com/brokerswitch/brokerswitch/workflows"
 )
@@ -120,7 +121,7 @@ func TestAWindowCutOffFromTemporalGivesItsBatchBack(t *testing.T) {
 	msgs := s.workload(mixed(8, 92))
 	ctx := context.Background()
 	toTemporal := testenv.NewProxy(t, temporalServer.Address())
-	s.startWorkerProcessWith("cut-off", map[string]string{"TEMPORAL_ADDRESS": toTemporal.Addr()})
+	cutOff := s.startWorkerProcessWith("cut-off", map[string]string{"TEMPORAL_ADDRESS": toTemporal.Addr()})
 	require.NoError(t, p.Publish(ctx, msgs[:4]...))
 	s.waitFor("the first events applied", time.Minute, func() bool { return s.deliveries() == 4 })
 
@@ -139,6 +140,9 @@ func TestAWindowCutOffFromTemporalGivesItsBatchBack(t *testing.T) {
 	cut := time.Now()
 	s.waitFor("the batches back in their queues", 2*time.Minute, func() bool { return inHand() == 0 })
 	back := time.Since(cut)
+	// The earliest a successor may start is when the lease expires and a peer fails the
+	// attempts: they were given back before that.
+	require.True(t, s.leaseLive(cutOff.identity()), "the batches came back only after the lease had expired")
 	require.Less(t, back, 2*leaseTTL, "the cut-off window gave its batch back after %s", back)
 	for q, tags := range s.consumers(0) {
 		require.Empty(t, tags, "queue %s still has a consumer", q)
@@ -149,4 +153,56 @@ func TestAWindowCutOffFromTemporalGivesItsBatchBack(t *testing.T) {
 	require.NoError(t, p.Publish(ctx, msgs[half:]...))
 	s.report(s.verify(log, 2*time.Minute), "-")
 	t.Logf("the cut-off worker's windows gave their batches back %s after the cut", back.Round(100*time.Millisecond))
+}
+
+// leaseLive tells whether the worker's lease is still live on Postgres' clock: until it
+// expires, no peer may fail the attempts it holds.
+func (s *stack) leaseLive(identity string) bool {
+	s.t.Helper()
+	var live bool
+	require.NoError(s.t, s.workerDB.Raw(`SELECT coalesce(bool_or(expires_at > now()), false) FROM worker_leases WHERE identity = ?`, identity).Scan(&live).Error)
+	return live
+}
+
+// The same for a Leftover Drain: a worker cut off from Temporal while its drain of a spare
+// holds a batch that waits on Postgres. A drain cancels its consumer before it handles a
+// batch, so the successor's busy guard would see nobody; what keeps the successor from
+// reading behind that batch is the fence: the drain gives its batch back to the head of
+// the spare's queue before the lease expires.
+func TestALeftoverDrainCutOffFromTemporalGivesItsBatchBack(t *testing.T) {
+	s := newStack(t, 2, map[string]string{"CONSUMER_WINDOW": "1m", "PREFETCH": "10"})
+	p, log := s.producer(nil)
+	msgs := s.workload(mixed(8, 95))
+	ctx := context.Background()
+	// Broker 0 holds the backlog; an operator's force made 1 active, so that backlog is
+	// left for the Leftover Drain.
+	require.NoError(t, p.Publish(ctx, msgs...))
+	_, err := s.store.Update(ctx, func(st brokerstate.BrokerState) (brokerstate.BrokerState, error) {
+		return st.Force(1, time.Time{}, time.Now()), nil
+	})
+	require.NoError(t, err)
+	ready := func() int {
+		total := 0
+		for _, n := range s.counts(0, s.cfg.Queues...) {
+			total += n
+		}
+		return total
+	}
+	backlog := ready()
+	require.Equal(t, len(msgs), backlog)
+
+	release := s.holdLedger()
+	toTemporal := testenv.NewProxy(t, temporalServer.Address())
+	cutOff := s.startWorkerProcessWith("cut-off", map[string]string{"TEMPORAL_ADDRESS": toTemporal.Addr()})
+	s.waitFor("a drain to hold a batch of the spare", time.Minute, func() bool { return ready() < backlog })
+	toTemporal.Cut()
+	cut := time.Now()
+	s.waitFor("the drained batches back at the spare", 2*time.Minute, func() bool { return ready() == backlog })
+	back := time.Since(cut)
+	require.True(t, s.leaseLive(cutOff.identity()), "the batches came back only after the lease had expired")
+	t.Logf("the cut-off worker's drains gave their batches back %s after the cut", back.Round(100*time.Millisecond))
+
+	release()
+	s.startWorker() // the successor
+	s.report(s.verify(log, 2*time.Minute), "-")
 }

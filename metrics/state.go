@@ -29,6 +29,9 @@ type StateReading struct {
 	PendingHops int
 	// LastCheck is the last drain check of a switch, nil before the first.
 	LastCheck *DrainCheckReading
+	// Consuming counts, per configured queue, the consume attempts that live workers hold
+	// (their leases): 0 while nobody reads the queue.
+	Consuming map[string]int
 }
 
 // DrainCheckReading is the last drain check as recorded.
@@ -68,7 +71,7 @@ type stateCollector struct {
 	cacheErr error
 	readAt   time.Time
 
-	up, active, pendingAge, pendingHops, checkReady, checkReachable, checkTime *prometheus.Desc
+	up, active, pendingAge, pendingHops, checkReady, checkReachable, checkTime, consuming *prometheus.Desc
 }
 
 func newStateCollector(read StateReader, now func() time.Time) *stateCollector {
@@ -91,12 +94,15 @@ func newStateCollector(read StateReader, now func() time.Time) *stateCollector {
 			"1 when the last drain check reached its broker, else 0.", []string{"broker"}, nil),
 		checkTime: prometheus.NewDesc(name("drain_check_timestamp_seconds"),
 			"Unix time of the last drain check.", []string{"broker"}, nil),
+		consuming: prometheus.NewDesc(name("windows_consuming"),
+			"Consume attempts that live workers hold for the queue, from their leases in Postgres: 1 while the queue is read, 0 while nobody reads it.",
+			[]string{"queue"}, nil),
 	}
 }
 
 // Describe sends the descriptors.
 func (c *stateCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{c.up, c.active, c.pendingAge, c.pendingHops, c.checkReady, c.checkReachable, c.checkTime} {
+	for _, d := range []*prometheus.Desc{c.up, c.active, c.pendingAge, c.pendingHops, c.checkReady, c.checkReachable, c.checkTime, c.consuming} {
 		ch <- d
 	}
 }
@@ -116,6 +122,9 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 	ch <- prometheus.MustNewConstMetric(c.pendingAge, prometheus.GaugeValue, age)
 	ch <- prometheus.MustNewConstMetric(c.pendingHops, prometheus.GaugeValue, float64(st.PendingHops))
+	for q, n := range st.Consuming {
+		ch <- prometheus.MustNewConstMetric(c.consuming, prometheus.GaugeValue, float64(n), q)
+	}
 	if lc := st.LastCheck; lc != nil {
 		b := strconv.Itoa(lc.Broker)
 		for q, n := range lc.Counts {

@@ -232,19 +232,32 @@ func CheckQueueTypes(ctx context.Context, pool *broker.Pool, t broker.Topology, 
 	return nil
 }
 
-// StateReader reads the broker state for the metrics' scrape-time gauges.
-func StateReader(store *brokerstate.BrokerStore) metrics.StateReader {
+// StateReader reads the broker state, and which queues live workers consume, for the
+// metrics' scrape-time gauges.
+func StateReader(store *brokerstate.BrokerStore, queues []string) metrics.StateReader {
 	return func(ctx context.Context) (metrics.StateReading, error) {
 		st, err := store.LoadConfigured(ctx)
 		if err != nil {
 			return metrics.StateReading{}, err
 		}
-		r := metrics.StateReading{ActiveIndex: st.ActiveIndex}
+		r := metrics.StateReading{ActiveIndex: st.ActiveIndex, Consuming: map[string]int{}}
 		if p := st.Pending; p != nil {
 			r.PendingSince, r.PendingHops = p.RecordedAt, len(p.Route)
 		}
 		if c := st.LastDrainCheck; c != nil {
 			r.LastCheck = &metrics.DrainCheckReading{Broker: c.BrokerIndex, Counts: c.Counts, Reachable: c.Reachable, At: c.CheckedAt}
+		}
+		held, err := lease.Attempts(ctx, store.DB)
+		if err != nil {
+			return metrics.StateReading{}, err
+		}
+		for _, q := range queues {
+			r.Consuming[q] = 0
+		}
+		for _, a := range held {
+			if a.ActivityType == "Consume" {
+				r.Consuming[a.Queue]++
+			}
 		}
 		return r, nil
 	}

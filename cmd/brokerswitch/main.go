@@ -190,7 +190,7 @@ func withServices(ctx context.Context, cfg config.Config, logger *slog.Logger, f
 	}
 	m := metrics.New(reg)
 	m.StartAtZero(cfg.Queues, len(cfg.Brokers))
-	if err := m.WatchState(worker.StateReader(worker.NewBrokerStore(db, cfg.Brokers))); err != nil {
+	if err := m.WatchState(worker.StateReader(worker.NewBrokerStore(db, cfg.Brokers), cfg.Queues)); err != nil {
 		return err
 	}
 	temporalMetrics, err := temporalmetrics.NewHandler(reg, func(err error) {

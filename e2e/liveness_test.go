@@ -130,3 +130,44 @@ func hostname() string {
 	}
 	return h
 }
+
+// stragglerBound is how soon a straggler on a spare the producer left is applied at the
+// default SPARE_CHECK_INTERVAL, however long the window reading the active broker lasts.
+const stragglerBound = time.Minute
+
+// A straggler lands on the broker the producer left after the switch committed (as a
+// message back from -retry does): the window reading the new broker counts that spare,
+// ends, and its successor's Leftover Drain applies it, within a minute. Windows last two
+// hours here, so nothing else ends them.
+func TestAStragglerOnASpareIsAppliedWithinAMinute(t *testing.T) {
+	t.Parallel()
+	s := newStack(t, 2, map[string]string{"CONSUMER_WINDOW": "2h"})
+	p, log := s.producer(nil)
+	msgs := s.workload(mixed(4, 94))
+	ctx := context.Background()
+	s.startWorker()
+	require.NoError(t, p.Publish(ctx, msgs[:len(msgs)-1]...))
+	n, err := p.Rotate(ctx, 1)
+	require.NoError(t, err)
+	_, err = p.Notify(ctx, n)
+	require.NoError(t, err)
+	s.waitFor("the switch to broker 1", time.Minute, func() bool { return s.state().ActiveIndex == 1 && s.state().Pending == nil })
+	s.waitFor("every window on broker 1", time.Minute, func() bool {
+		for _, q := range s.cfg.Queues {
+			if len(s.consumers(1)[q]) != 1 {
+				return false
+			}
+		}
+		return true
+	})
+	s.waitFor("the backlog applied", time.Minute, func() bool { return s.deliveries() == int64(len(msgs)-1) })
+
+	straggler := msgs[len(msgs)-1]
+	require.NoError(t, p.PublishTo(ctx, 0, straggler))
+	published := time.Now()
+	s.waitFor("the straggler applied", 2*stragglerBound, func() bool { return s.deliveries() == int64(len(msgs)) })
+	took := time.Since(published)
+	t.Logf("the straggler on broker 0 was applied %s after its publish", took.Round(100*time.Millisecond))
+	require.Less(t, took, stragglerBound)
+	s.report(s.verify(log, time.Minute), "-")
+}
