@@ -58,7 +58,7 @@ type Keeper struct {
 	// Identity is the worker's Temporal identity, shown beside what it holds.
 	Identity string
 	// TTL is WORKER_LEASE_TTL; 0 means DefaultTTL.
-	TTL     time.Duration
+	TTL    time.Duration
 	Logger *slog.Logger
 	// Metrics counts lost and reaped leases; nil counts nothing.
 	Metrics *metrics.Metrics
