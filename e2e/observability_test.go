@@ -207,6 +207,15 @@ func TestMetricsAndPingsFollowRealWork(t *testing.T) {
 	s.waitFor("windows ended early by the switch", 30*time.Second, func() bool {
 		return o.value(t, "brokerswitch_consumer_window_seconds", "end", "cancelled") >= 1
 	})
+	// Read from the workers' leases: every queue is read again, by one consume attempt.
+	s.waitFor("every queue consumed, by the leases", 30*time.Second, func() bool {
+		for _, q := range s.cfg.Queues {
+			if o.value(t, "brokerswitch_windows_consuming", "queue", q) != 1 {
+				return false
+			}
+		}
+		return true
+	})
 
 	// A Pending Switch that cannot complete (broker 1 is down) ages; a forced switch ends it.
 	s.proxies[1].Cut()

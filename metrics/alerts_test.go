@@ -53,7 +53,7 @@ func exportedNames(t *testing.T) map[string]bool {
 	m := New(reg)
 	require.NoError(t, m.WatchState(func(context.Context) (StateReading, error) {
 		return StateReading{PendingSince: time.Now(), PendingHops: 1,
-			LastCheck: &DrainCheckReading{Counts: map[string]int{"q": 1}, At: time.Now()}}, nil
+			LastCheck: &DrainCheckReading{Counts: map[string]int{"q": 1}, At: time.Now()}, Consuming: map[string]int{"q": 1}}, nil
 	}))
 	m.Event("q", "e", OutcomeApplied)
 	m.Routed("q", RouteError)
