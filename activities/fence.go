@@ -56,6 +56,12 @@ func (f fence) guard(ctx context.Context, what lease.What, end context.CancelCau
 		return nil, nil, err
 	}
 	info := activity.GetInfo(ctx)
+	// A peer may have failed this attempt already (its worker had no lease when Temporal
+	// handed it over): it must not start.
+	if p, asked := f.describe(ctx, info); asked && (p == nil || p.GetAttempt() > info.Attempt) {
+		held.Release()
+		return nil, nil, fmt.Errorf("%s: %w", info.ActivityType.Name, errFenced)
+	}
 	closed := make(chan struct{})
 	watchCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	done := make(chan struct{})
@@ -91,7 +97,6 @@ func (f fence) watch(ctx, actCtx context.Context, info activity.Info, held *leas
 	}
 	tick := time.NewTicker(every)
 	defer tick.Stop()
-	c := activity.GetClient(actCtx)
 	cancelAsked := false
 	for {
 		select {
@@ -103,13 +108,10 @@ func (f fence) watch(ctx, actCtx context.Context, info activity.Info, held *leas
 			return fmt.Sprintf("its start-to-close deadline is %s away", deadlineMargin)
 		case <-tick.C:
 		}
-		askCtx, cancelAsk := context.WithTimeout(ctx, every)
-		res, err := c.DescribeWorkflowExecution(askCtx, info.WorkflowExecution.ID, info.WorkflowExecution.RunID)
-		cancelAsk()
-		if err != nil {
+		p, asked := f.describe(actCtx, info)
+		if !asked {
 			continue // the lease decides about a Temporal that does not answer
 		}
-		p := pendingAttempt(res.GetPendingActivities(), info)
 		switch {
 		case p == nil || p.GetAttempt() > info.Attempt:
 			return "Temporal no longer runs this attempt"
@@ -118,6 +120,22 @@ func (f fence) watch(ctx, actCtx context.Context, info activity.Info, held *leas
 			activity.RecordHeartbeat(actCtx) // its answer cancels the activity's context
 		}
 	}
+}
+
+// describe asks Temporal for this attempt's activity; asked is false when Temporal did not
+// answer, p nil when the activity is gone.
+func (f fence) describe(ctx context.Context, info activity.Info) (p *workflowpb.PendingActivityInfo, asked bool) {
+	every := f.check
+	if every <= 0 {
+		every = DefaultFenceCheck
+	}
+	askCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), every)
+	defer cancel()
+	res, err := activity.GetClient(ctx).DescribeWorkflowExecution(askCtx, info.WorkflowExecution.ID, info.WorkflowExecution.RunID)
+	if err != nil {
+		return nil, false
+	}
+	return pendingAttempt(res.GetPendingActivities(), info), true
 }
 
 // pendingAttempt finds attempt info among the describe's pending activities; nil when the

@@ -234,13 +234,13 @@ func (w *workerProcess) peakRSSMB() float64 {
 	return float64(kb) / 1024
 }
 
-// identity is the process's Temporal identity, as its lease shows it (pid@host).
+// identity is the process's Temporal identity, as its lease shows it (pid@host@).
 func (w *workerProcess) identity() string {
 	host, err := os.Hostname()
 	if err != nil {
 		host = "unknown"
 	}
-	return fmt.Sprintf("%d@%s", w.cmd.Process.Pid, host)
+	return fmt.Sprintf("%d@%s@", w.cmd.Process.Pid, host)
 }
 
 // kill sends SIGKILL, as an OOM killer or a lost machine would, and waits for the exit.

@@ -108,9 +108,9 @@ func (s *stack) windowsHeld() map[string]string {
 	return out
 }
 
-// identity is the worker process's Temporal identity, as its lease shows it (pid@host).
+// identity is the worker process's Temporal identity, as its lease shows it (pid@host@).
 func (p *process) identity() string {
-	return fmt.Sprintf("%d@", p.cmd.Process.Pid) + hostname()
+	return fmt.Sprintf("%d@%s@", p.cmd.Process.Pid, hostname())
 }
 
 func count(held map[string]string, identity string) int {

@@ -23,7 +23,9 @@ import (
 	"sync"
 	"time"
 
+	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/api/serviceerror"
+	"go.temporal.io/api/workflowservice/v1"
 	"go.temporal.io/sdk/activity"
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/temporal"
@@ -44,24 +46,35 @@ var ErrNoLease = errors.New("this worker holds no live lease (Postgres or Tempor
 // worker's lease expired.
 const ReapedErrorType = "WorkerLeaseExpired"
 
-// temporalClient is what a Keeper needs of Temporal: a free check that it answers, and
-// failing an attempt by its task token.
+// temporalClient is what a Keeper needs of Temporal: a free check that it answers,
+// failing an attempt by its task token or its id, and a describe (free) of a workflow.
 type temporalClient interface {
 	CheckHealth(ctx context.Context, req *client.CheckHealthRequest) (*client.CheckHealthResponse, error)
 	CompleteActivity(ctx context.Context, taskToken []byte, result any, err error) error
+	CompleteActivityByID(ctx context.Context, namespace, workflowID, runID, activityID string, result any, err error) error
+	DescribeWorkflowExecution(ctx context.Context, workflowID, runID string) (*workflowservice.DescribeWorkflowExecutionResponse, error)
 }
 
 // Keeper holds this process's lease, renews it, and reaps the leases of dead workers.
 type Keeper struct {
 	DB       *gorm.DB
 	Temporal temporalClient
-	// Identity is the worker's Temporal identity, shown beside what it holds.
+	// Identity is the worker's Temporal identity, which Temporal records on every attempt
+	// the worker takes (an activity's last worker).
 	Identity string
+	// Namespace and Workflows are where a dead worker's attempts may be that it took but
+	// never listed (it died, or lost Temporal's answer, in between): the long-running
+	// workflows, described when a lease expires.
+	Namespace string
+	Workflows []string
 	// TTL is WORKER_LEASE_TTL; 0 means DefaultTTL.
 	TTL    time.Duration
 	Logger *slog.Logger
 	// Metrics counts lost and reaped leases; nil counts nothing.
 	Metrics *metrics.Metrics
+
+	// hadLease is set once a lease was taken: a later one follows a lost one. Run's alone.
+	hadLease bool
 
 	mu      sync.Mutex
 	current *generation
@@ -130,6 +143,11 @@ func (k *Keeper) step(ctx context.Context, giveUp *time.Timer) {
 	}
 	g := k.held()
 	if g == nil {
+		// Attempts this worker took under a lease it lost, but never listed, hold their
+		// workflows until their timeout: fail them before taking new ones.
+		if k.hadLease {
+			k.sweep(cctx, k.Identity)
+		}
 		g = &generation{id: rand.Text(), lost: make(chan struct{})}
 		err := k.DB.WithContext(cctx).Exec(`INSERT INTO worker_leases (lease_id, identity, expires_at)
 			VALUES (?, ?, now() + make_interval(secs => ?))`, g.id, k.Identity, k.ttl().Seconds()).Error
@@ -138,6 +156,7 @@ func (k *Keeper) step(ctx context.Context, giveUp *time.Timer) {
 			return
 		}
 		k.set(g)
+		k.hadLease = true
 		k.Logger.InfoContext(ctx, "worker lease taken", "ttl", k.ttl().String())
 	} else {
 		res := k.DB.WithContext(cctx).Exec(`UPDATE worker_leases SET renewed_at = now(), expires_at = now() + make_interval(secs => ?)
@@ -225,7 +244,9 @@ func (k *Keeper) reap(ctx context.Context) {
 		return
 	}
 	failed := map[string]bool{}
+	identities := map[string]bool{}
 	for _, r := range rows {
+		identities[r.Identity] = true
 		if _, ok := failed[r.LeaseID]; !ok {
 			failed[r.LeaseID] = false
 		}
@@ -248,6 +269,20 @@ func (k *Keeper) reap(ctx context.Context) {
 				"workflow_id", r.WorkflowID, "error", err)
 		}
 	}
+	if len(identities) > 0 {
+		var live []string
+		if err := k.DB.WithContext(cctx).Raw(`SELECT DISTINCT identity FROM worker_leases WHERE expires_at >= now()`).Scan(&live).Error; err != nil {
+			return
+		}
+		for _, id := range live {
+			delete(identities, id) // alive again: it sweeps its own when it takes its lease
+		}
+		for id := range identities {
+			if !k.sweep(cctx, id) {
+				return // keep the leases for the next scan
+			}
+		}
+	}
 	for id, keep := range failed {
 		if keep {
 			continue
@@ -256,6 +291,41 @@ func (k *Keeper) reap(ctx context.Context) {
 			k.Logger.DebugContext(ctx, "expired lease not deleted", "error", err)
 		}
 	}
+}
+
+// sweep fails, by id, every started attempt of the long-running workflows whose last
+// worker is identity: a dead worker's attempts that it took but never listed. It tells
+// whether Temporal answered for every workflow.
+func (k *Keeper) sweep(ctx context.Context, identity string) bool {
+	ok := true
+	for _, id := range k.Workflows {
+		desc, err := k.Temporal.DescribeWorkflowExecution(ctx, id, "")
+		var notFound *serviceerror.NotFound
+		switch {
+		case errors.As(err, &notFound):
+			continue
+		case err != nil:
+			ok = false
+			continue
+		}
+		runID := desc.GetWorkflowExecutionInfo().GetExecution().GetRunId()
+		for _, p := range desc.GetPendingActivities() {
+			if p.GetLastWorkerIdentity() != identity || p.GetState() == enumspb.PENDING_ACTIVITY_STATE_SCHEDULED {
+				continue
+			}
+			reason := temporal.NewApplicationError(fmt.Sprintf("worker %s lost its lease: retried on a live worker", identity), ReapedErrorType)
+			err := k.Temporal.CompleteActivityByID(ctx, k.Namespace, id, runID, p.GetActivityId(), nil, reason)
+			switch {
+			case err == nil:
+				k.Metrics.LeaseReaped(p.GetActivityType().GetName())
+				k.Logger.WarnContext(ctx, "unlisted activity of a worker without a lease failed, so that Temporal retries it now",
+					"worker", identity, "workflow_id", id, "activity", p.GetActivityType().GetName(), "attempt", p.GetAttempt())
+			case !errors.As(err, &notFound):
+				ok = false
+			}
+		}
+	}
+	return ok
 }
 
 // What a held attempt does, for the status: the queue a window reads and on which broker.

@@ -141,17 +141,25 @@ func ReplayerOptions() sdkworker.WorkflowReplayerOptions {
 
 // NewKeeper builds the worker's lease keeper (see package lease).
 func NewKeeper(d Deps) *lease.Keeper {
-	return &lease.Keeper{DB: d.DB, Temporal: d.Client, Identity: Identity(), TTL: d.Config.WorkerLeaseTTL, Logger: d.Logger, Metrics: d.Metrics}
+	workflowIDs := []string{workflows.BrokerSwitchWorkflowID}
+	for _, q := range d.Config.Queues {
+		workflowIDs = append(workflowIDs, workflows.QueueWindowWorkflowID(q))
+	}
+	return &lease.Keeper{
+		DB: d.DB, Temporal: d.Client, Identity: Identity(), TTL: d.Config.WorkerLeaseTTL, Logger: d.Logger, Metrics: d.Metrics,
+		Namespace: d.Config.TemporalNamespace, Workflows: workflowIDs,
+	}
 }
 
-// Identity is this process's worker identity as the Temporal SDK makes it by default
-// (pid@host), which the Web UI shows as an activity's worker: the lease shows the same.
+// Identity is this process's worker identity as the Temporal SDK's client makes it by
+// default (pid@host@), which Temporal records as an activity's last worker and the Web UI
+// shows: the lease holds the same. The binary sets it on its client explicitly.
 func Identity() string {
 	host, err := os.Hostname()
 	if err != nil {
 		host = "unknown"
 	}
-	return fmt.Sprintf("%d@%s", os.Getpid(), host)
+	return fmt.Sprintf("%d@%s@", os.Getpid(), host)
 }
 
 // Register adds the workflows and their activities, built from d, to a worker; keeper

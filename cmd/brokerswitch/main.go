@@ -202,6 +202,10 @@ func withServices(ctx context.Context, cfg config.Config, logger *slog.Logger, f
 	opts := cfg.Temporal
 	opts.Logger = temporallog.NewStructuredLogger(logger)
 	opts.MetricsHandler = temporalMetrics
+	if opts.Identity == "" {
+		// The worker's lease names the same identity that Temporal records on its attempts.
+		opts.Identity = worker.Identity()
+	}
 	tc, err := client.DialContext(ctx, opts)
 	if err != nil {
 		return fmt.Errorf("temporal at %s namespace %s (TEMPORAL_ADDRESS, TEMPORAL_NAMESPACE, TEMPORAL_TLS_*, TEMPORAL_API_KEY): %w",

@@ -6,12 +6,14 @@ import (
 	"sync"
 	"sync/atomic"
 
+	"go.temporal.io/api/serviceerror"
+	"go.temporal.io/api/workflowservice/v1"
 	"go.temporal.io/sdk/client"
 )
 
-// TemporalReach stands in for the two calls a lease.Keeper makes to Temporal, for the
-// unit tests of leases: whether Temporal answers (Down says no), and which attempts were
-// failed by task token. The end-to-end tests run keepers against the real dev server.
+// TemporalReach stands in for the calls a lease.Keeper makes to Temporal, for the unit
+// tests of leases: whether Temporal answers (Down says no), and which attempts were
+// failed by task token; it knows no workflows. The end-to-end tests run keepers against the real dev server.
 type TemporalReach struct {
 	Down   atomic.Bool
 	mu     sync.Mutex
@@ -35,6 +37,16 @@ func (r *TemporalReach) CompleteActivity(_ context.Context, token []byte, _ any,
 	defer r.mu.Unlock()
 	r.failed = append(r.failed, token)
 	return nil
+}
+
+// CompleteActivityByID fails nothing: TemporalReach knows no workflows.
+func (r *TemporalReach) CompleteActivityByID(context.Context, string, string, string, string, any, error) error {
+	return nil
+}
+
+// DescribeWorkflowExecution answers that there is no such workflow.
+func (r *TemporalReach) DescribeWorkflowExecution(context.Context, string, string) (*workflowservice.DescribeWorkflowExecutionResponse, error) {
+	return nil, serviceerror.NewNotFound("no workflows here")
 }
 
 // Failed lists the task tokens of the attempts failed so far.
