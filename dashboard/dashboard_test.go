@@ -11,7 +11,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/prometheus/prometheus/model/labels"
+	"github.com/prometheus/common/model"
 	"github.com/prometheus/prometheus/promql/parser"
 	"github.com/stretchr/testify/require"
 	yaml "go.yaml.in/yaml/v3"
@@ -75,7 +75,7 @@ func metricNames(e parser.Expr) []string {
 	var names []string
 	for _, sel := range parser.ExtractSelectors(e) {
 		for _, m := range sel {
-			if m.Name == labels.MetricName {
+			if m.Name == model.MetricNameLabel {
 				names = append(names, m.Value)
 			}
 		}

@@ -59,7 +59,7 @@ func targets(qs []query) []*prometheus.DataqueryBuilder {
 	return out
 }
 
-// graph is a time series panel, a third of the row wide.
+// graph is a time series panel a third of the row wide.
 func graph(title, unit, description string, qs ...query) *timeseries.PanelBuilder {
 	p := timeseries.NewPanelBuilder().
 		Title(title).
@@ -78,6 +78,11 @@ func graph(title, unit, description string, qs ...query) *timeseries.PanelBuilde
 		p = p.WithTarget(t)
 	}
 	return p
+}
+
+// wide is a time series panel half the row wide.
+func wide(title, unit, description string, qs ...query) *timeseries.PanelBuilder {
+	return graph(title, unit, description, qs...).Span(12)
 }
 
 // single is a stat panel, a sixth of the row wide.
@@ -145,11 +150,11 @@ func nowPanels() []panel {
 			about("Processes per build (brokerswitch_build_info): two builds side by side mean a rollout is under way.", rbMetrics),
 			query{"count by (version, revision) (brokerswitch_build_info)", "{{version}}"}).
 			TextMode(common.BigValueTextModeValueAndName),
-		alerting(graph("Active broker reachable while a switch is pending", "none",
+		alerting(wide("Active broker reachable while a switch is pending", "none",
 			about("Whether the last drain check reached the broker it checked, beside the hops still pending: a switch cannot complete while the active broker is unreachable.", rbStuck, "BrokerswitchActiveBrokerUnreachable"),
 			query{"min(brokerswitch_drain_check_reachable)", "reachable"},
 			query{"max(brokerswitch_pending_switch_hops)", "pending hops"}), zeroIsBad()),
-		graph("State freshness", "s",
+		wide("State freshness", "s",
 			about("Seconds since the last drain check (it runs only while a switch is pending, so this grows between switches) and since the last ledger retention sweep (every 10 minutes per worker).", rbFirstLook),
 			query{"time() - max(brokerswitch_drain_check_timestamp_seconds)", "since the last drain check"},
 			query{"time() - max(brokerswitch_ledger_retention_last_sweep_timestamp_seconds)", "since the last retention sweep"}),
@@ -158,17 +163,17 @@ func nowPanels() []panel {
 
 func queuePanels() []panel {
 	return []panel{
-		graph("Ready messages at the last drain check", "short",
+		wide("Ready messages at the last drain check", "short",
 			about("What the last drain check counted per queue (the -retry queues included) on the broker it checked. The service counts queues only to decide a switch; RabbitMQ's own Prometheus plugin serves live ready and unacked counts of every queue, -error included.", rbStuck),
 			query{"max by (queue, broker) (brokerswitch_drain_check_ready_messages)", "{{queue}} on broker {{broker}}"}),
-		alerting(graph("Leftover Drain takes (1h)", "short",
+		alerting(wide("Leftover Drain takes (1h)", "short",
 			about("Messages the Leftover Drain took from brokers that are not active, over the last hour: stragglers after a switch are normal, a steady stream is not.", rbDashboard, "BrokerswitchLeftoverDrainBusy"),
 			query{"sum by (broker) (increase(brokerswitch_leftover_drain_messages_total[1h]))", "broker {{broker}}"}), above(100)),
-		alerting(graph("Leftover Drain visits that failed (5m)", "short",
+		alerting(wide("Leftover Drain visits that failed (5m)", "short",
 			about("Visits that failed on a broker that answers (its queue's windows then do not read the active broker) and visits that skipped a broker that is down.", rbSpare, "BrokerswitchLeftoverDrainFailing"),
 			query{"sum by (broker, queue) (increase(brokerswitch_leftover_drain_failures_total[5m]))", "failed: {{queue}} on broker {{broker}}"},
 			query{"sum by (broker, queue) (increase(brokerswitch_leftover_drain_unreachable_total[5m]))", "unreachable: {{queue}} on broker {{broker}}"}), above(0)),
-		alerting(graph("Un-notified brokers: held and read (5m)", "short",
+		alerting(wide("Un-notified brokers: held and read (5m)", "short",
 			about("Visits that left messages the producer never announced on a broker, plus such messages read once UNNOTIFIED_BROKER_GRACE passed; how long the line stays up is how long the broker was held.", rbUnannounced, "BrokerswitchUnannouncedBroker"),
 			query{"sum by (broker) (increase(brokerswitch_unannounced_held_total[5m])) + sum by (broker) (increase(brokerswitch_unannounced_messages_total[5m]))", "broker {{broker}}"}), above(0)),
 	}
@@ -236,21 +241,21 @@ func errorPanels() []panel {
 
 func controlPlanePanels() []panel {
 	ps := []panel{
-		graph("Temporal Actions the processes cause (1h)", "short",
+		wide("Temporal Actions the processes cause (1h)", "short",
 			about("Billable events the processes ask Temporal for, from the SDK's own metrics: activity heartbeats, activities run, continue-as-new, and the API's starts and signals. Timers, markers and memo changes are not counted by the SDK: the server's action counter is the bill (docs/design.md, \"What it costs on Temporal\": about 500 an hour when idle).", rbDashboard),
 			query{`sum(increase(temporal_request_total{operation="RecordActivityTaskHeartbeat"}[1h]))`, "heartbeats"},
 			query{"sum(increase(temporal_activity_execution_latency_seconds_count[1h]))", "activities"},
 			query{"sum(increase(temporal_workflow_continue_as_new_total[1h]))", "continue-as-new"},
 			query{`sum(increase(temporal_request_total{operation=~"StartWorkflowExecution|SignalWorkflowExecution|SignalWithStartWorkflowExecution"}[1h]))`, "starts and signals"}).
 			Stacking(common.NewStackingConfigBuilder().Mode(common.StackingModeNormal)),
-		alerting(graph("Workflow task failures", "ops",
+		alerting(wide("Workflow task failures", "ops",
 			about("Workflow tasks that failed, by workflow type: such a task is retried forever (a panic, or a history the code cannot replay after a deploy).", rbAlerts, "BrokerswitchWorkflowTasksFailing"),
 			query{"sum by (workflow_type) (rate(temporal_workflow_task_execution_failed_total[10m]))", "{{workflow_type}}"}), above(0)),
-		graph("Switches and drain checks (1h)", "short",
+		wide("Switches and drain checks (1h)", "short",
 			about("Switches committed after a drain check found the old broker empty (forced=false) or forced by an operator, and drain checks by result.", rbStuck),
 			query{"sum by (forced) (increase(brokerswitch_switches_total[1h]))", "switches, forced={{forced}}"},
 			query{"sum by (result) (increase(brokerswitch_drain_checks_total[1h]))", "drain checks: {{result}}"}),
-		graph("Switch times", "s",
+		wide("Switch times", "s",
 			about("How long Pending Switches waited from their recording to the commit of a hop (the time the producer's new broker went unread), and from the drain check that found the old broker empty to the commit; quantiles over the last hour.", rbStuck),
 			query{"histogram_quantile(0.5, sum by (le) (rate(brokerswitch_switch_pending_seconds_bucket[1h])))", "pending, median"},
 			query{"histogram_quantile(0.95, sum by (le) (rate(brokerswitch_switch_pending_seconds_bucket[1h])))", "pending, p95"},
