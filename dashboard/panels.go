@@ -59,14 +59,13 @@ func targets(qs []query) []*prometheus.DataqueryBuilder {
 	return out
 }
 
-// graph is a time series panel a third of the row wide.
-func graph(title, unit, description string, qs ...query) *timeseries.PanelBuilder {
+// signed is a time series panel a third of the row wide, its axis free to go below 0.
+func signed(title, unit, description string, qs ...query) *timeseries.PanelBuilder {
 	p := timeseries.NewPanelBuilder().
 		Title(title).
 		Description(description).
 		Datasource(datasource()).
 		Unit(unit).
-		Min(0).
 		Height(8).
 		Span(8).
 		FillOpacity(10).
@@ -78,6 +77,11 @@ func graph(title, unit, description string, qs ...query) *timeseries.PanelBuilde
 		p = p.WithTarget(t)
 	}
 	return p
+}
+
+// graph is a time series panel a third of the row wide, its axis from 0.
+func graph(title, unit, description string, qs ...query) *timeseries.PanelBuilder {
+	return signed(title, unit, description, qs...).Min(0)
 }
 
 // wide is a time series panel half the row wide.
@@ -197,10 +201,9 @@ func flowPanels() []panel {
 		graph("Ledger bytes", "bytes",
 			about("github_deliveries with its indexes and TOAST at the last retention sweep.", rbAlerts),
 			query{"max(brokerswitch_ledger_bytes)", "bytes"}),
-		alerting(graph("Ledger retention behind", "s",
-			about("How far the oldest ledger row is past LEDGER_RETENTION: it stays near or below 0 while the sweeps keep up.", rbAlerts, "BrokerswitchLedgerRetentionBehind"),
-			query{"time() - min(brokerswitch_ledger_oldest_row_timestamp_seconds) - max(brokerswitch_ledger_retention_seconds)", "oldest row past retention"}), above(3600)).
-			Min(-3600),
+		alerting(signed("Ledger retention behind", "s",
+			about("How far the oldest ledger row is past LEDGER_RETENTION after the last sweep: negative (about minus LEDGER_RETENTION on a young ledger) while the sweeps keep up. A worker that has not swept yet reports 0, left out here.", rbAlerts, "BrokerswitchLedgerRetentionBehind"),
+			query{"time() - min(brokerswitch_ledger_oldest_row_timestamp_seconds > 0) - max(brokerswitch_ledger_retention_seconds)", "oldest row past retention"}), above(3600)),
 	}
 }
 
