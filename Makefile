@@ -20,7 +20,7 @@ LDFLAGS  := -X main.version=$(VERSION) -X main.revision=$(REVISION)
 SOAK_DURATION ?= 30m
 SOAK_TIMEOUT  ?= 1h
 
-.PHONY: help dev test test-rabbitmq4 rabbitmq4 test-unit test-stress soak lint tidy-check build image migrate services temporal-cli golangci-lint promtool test-alerts bench clean
+.PHONY: help dev test test-rabbitmq4 rabbitmq4 test-unit test-stress soak lint tidy-check build image migrate services temporal-cli golangci-lint promtool test-alerts dashboard bench clean
 
 ## help: list the targets with what each does
 help:
@@ -62,6 +62,10 @@ rabbitmq4:
 test-alerts: $(PROMTOOL)
 	$(PROMTOOL) check rules docs/alerts.yml
 	$(PROMTOOL) test rules docs/alerts_test.yml
+
+## dashboard: regenerate the Grafana dashboard (deploy/grafana/brokerswitch.json) and its Kubernetes ConfigMap from dashboard/
+dashboard:
+	$(GO) run ./cmd/dashboard
 
 ## test-unit: the tests that need no service: configuration and workflow logic in virtual time
 test-unit:

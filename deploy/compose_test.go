@@ -34,10 +34,27 @@ func loadProject(t *testing.T, env ...string) *types.Project {
 
 func tryLoadProject(t *testing.T, env ...string) (*types.Project, error) {
 	t.Helper()
+	return tryLoadProfiles(t, nil, env...)
+}
+
+// monitoring is the Compose profile that adds Prometheus and Grafana.
+const monitoring = "monitoring"
+
+// loadMonitoring loads the file as loadProject does, with the monitoring profile on.
+func loadMonitoring(t *testing.T) *types.Project {
+	t.Helper()
+	p, err := tryLoadProfiles(t, []string{monitoring}, devProfile(t)...)
+	require.NoError(t, err, "docker compose --profile monitoring would refuse the file")
+	return p
+}
+
+func tryLoadProfiles(t *testing.T, profiles []string, env ...string) (*types.Project, error) {
+	t.Helper()
 	opts, err := cli.NewProjectOptions([]string{filepath.Join(root, "docker-compose.yml")},
 		cli.WithWorkingDirectory(root),
 		cli.WithEnv(env), // not the test's own environment: the file's defaults are checked
 		cli.WithName("brokerswitch"),
+		cli.WithProfiles(profiles),
 	)
 	require.NoError(t, err)
 	return opts.LoadProject(t.Context())
@@ -305,7 +322,7 @@ func TestTokensHaveNoSilentDefaultAndPortsStayLocal(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, "producer-from-the-shell", *p.Services["api"].Environment["PRODUCER_TOKEN"])
 
-	for name, s := range loadProject(t).Services {
+	for name, s := range loadMonitoring(t).Services {
 		for _, port := range s.Ports {
 			require.Equal(t, "127.0.0.1", port.HostIP, "%s publishes %s beyond this machine", name, port.Published)
 		}

@@ -7,6 +7,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -19,6 +20,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
 	policyv1 "k8s.io/api/policy/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/yaml"
 
 	"github.com/brokerswitch/brokerswitch/config"
@@ -44,6 +46,25 @@ type manifests struct {
 	services    map[string]*corev1.Service
 	pdbs        map[string]*policyv1.PodDisruptionBudget
 	policies    map[string]*networkingv1.NetworkPolicy
+	monitors    map[string]*serviceMonitor
+}
+
+// serviceMonitor is what the sample sets of the Prometheus Operator's
+// monitoring.coreos.com/v1 ServiceMonitor, decoded as strictly as the Kubernetes objects:
+// a field it does not list fails the test (the operator's Go types are no dependency here).
+type serviceMonitor struct {
+	APIVersion        string `json:"apiVersion"`
+	Kind              string `json:"kind"`
+	metav1.ObjectMeta `json:"metadata"`
+	Spec              struct {
+		JobLabel  string               `json:"jobLabel"`
+		Selector  metav1.LabelSelector `json:"selector"`
+		Endpoints []struct {
+			Port     string `json:"port"`
+			Path     string `json:"path"`
+			Interval string `json:"interval"`
+		} `json:"endpoints"`
+	} `json:"spec"`
 }
 
 func loadManifests(t *testing.T) manifests {
@@ -81,7 +102,7 @@ func loadManifests(t *testing.T) manifests {
 		deployments: map[string]*appsv1.Deployment{}, jobs: map[string]*batchv1.Job{},
 		configMaps: map[string]*corev1.ConfigMap{}, secrets: map[string]*corev1.Secret{},
 		services: map[string]*corev1.Service{}, pdbs: map[string]*policyv1.PodDisruptionBudget{},
-		policies: map[string]*networkingv1.NetworkPolicy{},
+		policies: map[string]*networkingv1.NetworkPolicy{}, monitors: map[string]*serviceMonitor{},
 	}
 	for _, name := range kust.Resources {
 		b, err := os.ReadFile(filepath.Join(k8sDir, name))
@@ -107,6 +128,8 @@ func loadManifests(t *testing.T) manifests {
 				name2 = decodeNamed(t, name, js, m.pdbs)
 			case "networking.k8s.io/v1 NetworkPolicy":
 				name2 = decodeNamed(t, name, js, m.policies)
+			case "monitoring.coreos.com/v1 ServiceMonitor":
+				name2 = decodeNamed(t, name, js, m.monitors)
 			default:
 				t.Fatalf("%s: unexpected %s %s", name, head.APIVersion, head.Kind)
 			}
@@ -444,4 +467,75 @@ func TestKubernetesWorkerFitsItsMemoryLimit(t *testing.T) {
 	worst, arithmetic := cfg.WorstCaseMemory()
 	require.LessOrEqual(t, worst, limit.Value(), arithmetic)
 	t.Log(arithmetic)
+}
+
+// The sample ships the dashboard for kube-prometheus-stack's Grafana sidecar, the same JSON
+// as deploy/grafana/brokerswitch.json, and a ServiceMonitor that scrapes the metrics port of
+// every Deployment's pods under the job names the alert rules and the dashboard select.
+func TestKubernetesShipsTheDashboardAndAServiceMonitor(t *testing.T) {
+	m := loadManifests(t)
+	cm := m.configMaps["brokerswitch-grafana-dashboard"]
+	require.NotNil(t, cm, "the dashboard's ConfigMap")
+	require.Equal(t, "1", cm.Labels["grafana_dashboard"], "the label the Grafana sidecar watches")
+	want, err := os.ReadFile(filepath.Join(root, "deploy", "grafana", "brokerswitch.json"))
+	require.NoError(t, err)
+	require.Equal(t, string(want), cm.Data["brokerswitch.json"], "the ConfigMap holds the dashboard: run `make dashboard`")
+	require.Len(t, cm.Data, 1)
+
+	require.Len(t, m.monitors, 1)
+	sm := m.monitors["brokerswitch"]
+	require.NotNil(t, sm)
+	require.NotEmpty(t, sm.Labels["release"], "kube-prometheus-stack selects ServiceMonitors by its release label")
+	require.Empty(t, sm.Spec.Selector.MatchExpressions)
+	require.Len(t, sm.Spec.Endpoints, 1)
+	ep := sm.Spec.Endpoints[0]
+	require.Equal(t, "/metrics", ep.Path)
+	_, err = time.ParseDuration(ep.Interval)
+	require.NoError(t, err)
+
+	cfg := m.configMaps["brokerswitch-config"].Data
+	metricsPort := strings.TrimPrefix(cfg["METRICS_ADDR"], ":")
+	jobs := map[string]string{} // Deployment -> job label of the Service that selects its pods
+	for _, svc := range m.services {
+		if !selects(sm.Spec.Selector.MatchLabels, svc.Labels) {
+			continue
+		}
+		require.Equal(t, corev1.ClusterIPNone, svc.Spec.ClusterIP, "%s: headless, one target per pod", svc.Name)
+		var port *corev1.ServicePort
+		for i := range svc.Spec.Ports {
+			if svc.Spec.Ports[i].Name == ep.Port {
+				port = &svc.Spec.Ports[i]
+			}
+		}
+		require.NotNil(t, port, "%s has the port %q the ServiceMonitor scrapes", svc.Name, ep.Port)
+		require.Len(t, svc.Spec.Ports, 1, "%s: the metrics port only", svc.Name)
+		var selected []string
+		for name, d := range m.deployments {
+			if !selects(svc.Spec.Selector, d.Spec.Template.Labels) {
+				continue
+			}
+			selected = append(selected, name)
+			c := d.Spec.Template.Spec.Containers[0]
+			require.True(t, slices.ContainsFunc(c.Ports, func(p corev1.ContainerPort) bool {
+				return p.Name == port.TargetPort.String() && strconv.Itoa(int(p.ContainerPort)) == metricsPort
+			}), "%s: the Service's target port is the container's METRICS_ADDR", svc.Name)
+			jobs[name] = svc.Labels[sm.Spec.JobLabel]
+		}
+		require.Len(t, selected, 1, "%s selects the pods of one Deployment", svc.Name)
+	}
+	require.Equal(t, map[string]string{
+		"brokerswitch-worker": workerJob(t),
+		"brokerswitch-api":    "brokerswitch-api",
+	}, jobs, "every Deployment is scraped, under its job name")
+	require.Len(t, m.deployments, 2)
+}
+
+// workerJob is the job name docs/alerts.yml's BrokerswitchWorkerDown selects.
+func workerJob(t *testing.T) string {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(root, "docs", "alerts.yml"))
+	require.NoError(t, err)
+	m := regexp.MustCompile(`up\{job="([^"]+)"\}`).FindSubmatch(b)
+	require.NotNil(t, m, "BrokerswitchWorkerDown selects up{job=...}")
+	return string(m[1])
 }
