@@ -44,7 +44,7 @@ func servedNames(t *testing.T) map[string]bool {
 	m.Event("q", "push", metrics.OutcomeApplied)
 	require.NoError(t, m.WatchState(func(context.Context) (metrics.StateReading, error) {
 		return metrics.StateReading{PendingSince: time.Now(), PendingHops: 1,
-			LastCheck: &metrics.DrainCheckReading{Counts: map[string]int{"q": 1}, Reachable: true, At: time.Now()}}, nil
+			LastCheck: &metrics.DrainCheckReading{Counts: map[string]int{"q": 1}, Reachable: true, At: time.Now()}, Consuming: map[string]int{"q": 1}}, nil
 	}))
 
 	h, err := temporalmetrics.NewHandler(reg, func(err error) { t.Errorf("the meter refused an SDK metric: %v", err) })
