@@ -11,6 +11,8 @@ import (
 
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
+
+	"github.com/brokerswitch/brokerswitch/broker"
 )
 
 // month is the 30 days the Actions figures are extrapolated to.
@@ -165,11 +167,19 @@ func runActions(s *scope, rate float64, binary, logDir string) actionsResult {
 		"switch: "+byType(diff(count(), before)))
 	res.Switch = diff(count(), before)
 
-	// A straggler on broker 0, which the switch left: one window ends for it.
+	// A straggler on broker 0, which the switch left: a message nacked there comes back
+	// from its -retry queue (here after 100 ms rather than RETRY_TTL), and one window ends
+	// for it.
 	applied, err := st.applied(ctx)
 	s.check(err, "applied")
+	straggler := messages(nil, corpus(1)...)
+	for i := range straggler {
+		straggler[i].RoutingKey, straggler[i].Expiration = broker.RetryQueue(straggler[i].Queue), "100"
+	}
 	before, t0 := count(), time.Now()
-	st.publish(0, corpus(1), nil)
+	sp := st.producer()
+	s.check(sp.PublishTo(ctx, 0, straggler...), "publish the straggler")
+	_ = sp.Close()
 	s.check(st.waitApplied(ctx, applied+1, 2*time.Minute), "the straggler applied")
 	res.StragglerLag = time.Since(t0)
 	s.check(waitUntil(ctx, time.Minute, "the straggler's window counted", windowsEnded(before, 1, 0)), "straggler")
