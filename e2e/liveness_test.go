@@ -61,15 +61,7 @@ func TestAKilledWorkersQueuesAreTakenOverWithinSeconds(t *testing.T) {
 			survivor = w
 		}
 	}
-	s.waitFor("the survivor to hold every window", 2*takeoverBound, func() bool {
-		now := s.windowsHeld()
-		for _, q := range s.cfg.Queues {
-			if now[q] != survivor.identity() {
-				return false
-			}
-		}
-		return true
-	})
+	s.waitAllHeldBy("the survivor", survivor, 2*takeoverBound)
 	tookOver := time.Since(killed)
 	t.Logf("the survivor took queues %v over %s after the kill", victimQueues, tookOver.Round(100*time.Millisecond))
 	require.Less(t, tookOver, takeoverBound)
@@ -78,15 +70,7 @@ func TestAKilledWorkersQueuesAreTakenOverWithinSeconds(t *testing.T) {
 	survivor.kill()
 	c := s.startWorkerProcess("c")
 	started := time.Now()
-	s.waitFor("the new worker to hold every window", 2*takeoverBound, func() bool {
-		now := s.windowsHeld()
-		for _, q := range s.cfg.Queues {
-			if now[q] != c.identity() {
-				return false
-			}
-		}
-		return true
-	})
+	s.waitAllHeldBy("the new worker", c, 2*takeoverBound)
 	restarted := time.Since(started)
 	t.Logf("a worker started after every worker died took the queues over %s after its start", restarted.Round(100*time.Millisecond))
 	require.Less(t, restarted, takeoverBound)
@@ -108,6 +92,20 @@ func (s *stack) windowsHeld() map[string]string {
 		out[r.Queue] = r.Identity
 	}
 	return out
+}
+
+// waitAllHeldBy waits until worker w holds every queue's window.
+func (s *stack) waitAllHeldBy(who string, w *process, within time.Duration) {
+	s.t.Helper()
+	s.waitFor(who+" to hold every window", within, func() bool {
+		now := s.windowsHeld()
+		for _, q := range s.cfg.Queues {
+			if now[q] != w.identity() {
+				return false
+			}
+		}
+		return true
+	})
 }
 
 // identity is the worker process's Temporal identity, as its lease shows it (pid@host@).

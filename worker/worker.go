@@ -62,29 +62,11 @@ func Run(ctx context.Context, d Deps) error {
 	// The sweep stops with the worker: a DELETE cut short rolls back and is done again
 	// by the next worker's first sweep.
 	retention := &ingest.Retention{DB: d.DB, After: d.Config.LedgerRetention, Logger: d.Logger, Metrics: d.Metrics}
-	sweepCtx, stopSweeping := context.WithCancel(ctx)
-	swept := make(chan struct{})
-	go func() {
-		defer close(swept)
-		retention.Run(sweepCtx)
-	}()
-	defer func() {
-		stopSweeping()
-		<-swept
-	}()
+	defer background(ctx, retention.Run)()
 
 	// The lease outlives the worker: it is released only after every activity returned.
 	keeper := NewKeeper(d)
-	leaseCtx, stopLease := context.WithCancel(context.WithoutCancel(ctx))
-	leaseDone := make(chan struct{})
-	go func() {
-		defer close(leaseDone)
-		keeper.Run(leaseCtx)
-	}()
-	defer func() {
-		stopLease()
-		<-leaseDone
-	}()
+	defer background(context.WithoutCancel(ctx), keeper.Run)()
 
 	w := sdkworker.New(d.Client, d.Config.TaskQueue, Options(d.Config))
 	Register(w, d, watcher, keeper)
@@ -115,6 +97,21 @@ func Run(ctx context.Context, d Deps) error {
 				d.Logger.WarnContext(ctx, "workflows not ensured", "error", err)
 			}
 		}
+	}
+}
+
+// background runs run until ctx ends or the returned stop is called, and stop waits for it
+// to return.
+func background(ctx context.Context, run func(context.Context)) (stop func()) {
+	ctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		run(ctx)
+	}()
+	return func() {
+		cancel()
+		<-done
 	}
 }
 
