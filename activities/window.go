@@ -43,6 +43,8 @@ type stateLoader interface {
 type spareMarks interface {
 	SpareMarks(ctx context.Context, queue string) (marks, reached map[int]brokerstate.SpareMark, err error)
 	MarkSpare(ctx context.Context, index int, queue string, m brokerstate.SpareMark) error
+	// Now is Postgres' clock, the one marks and the producer's trail are dated by.
+	Now(ctx context.Context) (time.Time, error)
 }
 
 // stateWatcher hands out the process's latest reading of the broker state as it changes
@@ -186,6 +188,9 @@ type spareVisit struct {
 	index   int
 	reading brokerstate.SpareReading
 	mark    brokerstate.SpareMark
+	// settled is set when the mark already says the queue was seen empty after the
+	// producer left (brokerstate.BrokerState.EmptyMarkSettled).
+	settled bool
 }
 
 // leftoverDrain takes what waits on the queue on the other brokers (see broker.Pool.Drain), and
@@ -302,10 +307,14 @@ func (a *Window) readings(ctx context.Context, in LeftoverDrainInput) (behind, l
 	if err != nil {
 		return nil, nil, err
 	}
-	now := time.Now()
+	now, err := a.Marks.Now(ctx)
+	if err != nil {
+		return nil, nil, err
+	}
 	for _, idx := range in.Brokers {
 		v := spareVisit{index: idx, mark: st.CurrentMark(idx, marks[idx])}
 		v.reading = st.ReadSpare(idx, v.mark, st.CurrentMark(idx, reached[idx]), now, a.grace())
+		v.settled = st.EmptyMarkSettled(idx, v.mark)
 		if v.reading == brokerstate.ReadUnannounced {
 			late = append(late, v)
 		} else {
@@ -319,14 +328,24 @@ func (a *Window) readings(ctx context.Context, in LeftoverDrainInput) (behind, l
 // visiting spares: one that was not seen empty may hold messages older than the next.
 func (a *Window) afterDrain(ctx context.Context, queue string, v spareVisit, got broker.DrainResult, budget int, res *LeftoverDrainResult) (stop bool, err error) {
 	mark := v.mark
-	switch {
-	case got.Empty && got.Taken == 0 && !mark.DrainedAt.IsZero() && mark.HeldSince.IsZero():
+	if got.Empty && got.Taken == 0 && v.settled {
 		return false, nil // as the mark already says: nothing to write
+	}
+	// A mark is dated on Postgres' clock, as the producer's trail is.
+	now := time.Now()
+	if (got.Empty || got.Kept) && a.Marks != nil && a.State != nil {
+		if now, err = a.Marks.Now(ctx); err != nil {
+			return false, fmt.Errorf("leftover drain %s: %w", queue, err)
+		}
+	}
+	switch {
 	case got.Empty:
-		mark.DrainedAt, mark.HeldSince = time.Now(), time.Time{}
+		// Dated again at every empty drain until the producer had left by then: a mark
+		// left at a time it was still there would read its return as stragglers.
+		mark.DrainedAt, mark.HeldSince = now, time.Time{}
 	case got.Kept:
 		if mark.HeldSince.IsZero() {
-			mark.HeldSince = time.Now()
+			mark.HeldSince = now
 		}
 		a.Metrics.UnannouncedHeld(queue, v.index)
 		a.Logger.WarnContext(ctx, "leftover drain: the broker has messages the producer never announced; they wait for its notification",
