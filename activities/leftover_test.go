@@ -163,3 +163,62 @@ func TestASpareAheadWaitsForTheActiveBacklog(t *testing.T) {
 	require.Empty(t, res.Held)
 	require.Equal(t, 1, res.Taken[2], "read once the active broker is empty")
 }
+
+// hold takes one delivery of queue at url on a consumer of its own and never settles it,
+// as the batch of a connection gone half-open: the broker counts it unacknowledged, not
+// ready, until it reaps that connection.
+func hold(t *testing.T, url, queue string) {
+	t.Helper()
+	ch := channel(t, url)
+	require.NoError(t, ch.Qos(1, 0, false))
+	ds, err := ch.Consume(queue, "half-open", false, false, false, false, nil)
+	require.NoError(t, err)
+	select {
+	case <-ds:
+	case <-time.After(10 * time.Second):
+		t.Fatal("no delivery to hold")
+	}
+}
+
+// A failed spare whose only message is held unacknowledged by a consumer (the drain's own
+// connection, half-open) holds nothing ready, and still holds a message older than the
+// active broker's: the attempt fails rather than read past it.
+func TestAFailedSpareWhoseMessageIsUnacknowledgedIsNotReadAround(t *testing.T) {
+	active, spare := testenv.NewVhost(t), testenv.NewVhost(t)
+	ch := channel(t, spare)
+	_, err := ch.QueueDeclare("issues", true, false, false, false, amqp.Table{
+		"x-dead-letter-exchange": "", "x-dead-letter-routing-key": "issues-retry",
+	})
+	require.NoError(t, err)
+	require.NoError(t, ch.Publish("", "issues", false, false, amqp.Publishing{Body: []byte("{}")}))
+	hold(t, spare, "issues")
+	vhost := spare[strings.LastIndex(spare, "/")+1:]
+	out, err := exec.Command("rabbitmqctl", "--quiet", "set_permissions", "-p", vhost, "guest", ".*", ".*", "^$").CombinedOutput()
+	require.NoError(t, err, string(out))
+
+	res, err := leftoverDrain(t, active, spare)
+	require.ErrorContains(t, err, "which the active broker must not overtake")
+	require.ErrorContains(t, err, "1 consumers")
+	require.Empty(t, res.Skipped)
+}
+
+// The active broker's queue counts as empty only with no consumer on it: deliveries a
+// consumer holds unsettled come back to its head, older than what a spare ahead holds.
+func TestASpareAheadWaitsForTheActiveBrokersUnacknowledgedBacklog(t *testing.T) {
+	active, ahead := testenv.NewVhost(t), testenv.NewVhost(t)
+	eps, err := broker.ParseEndpoints(strings.Join([]string{active, ahead}, ","))
+	require.NoError(t, err)
+	pool := broker.NewPool(eps, nil)
+	t.Cleanup(func() { _ = pool.Close() })
+	for i := range eps {
+		require.NoError(t, pool.DeclareTopology(context.Background(), i, broker.Topology{Queues: []string{"issues"}, RetryTTL: time.Minute}))
+	}
+	require.NoError(t, channel(t, active).Publish("", "issues", false, false, amqp.Publishing{Body: []byte("{}")}))
+	require.NoError(t, channel(t, ahead).Publish("", "issues", false, false, amqp.Publishing{Body: []byte("{}")}))
+	hold(t, active, "issues")
+
+	res, err := leftoverDrainOf(t, LeftoverDrainInput{Queue: "issues", Ahead: []int{1}, Active: 0, Cap: 10}, active, ahead)
+	require.NoError(t, err)
+	require.Equal(t, []int{1}, res.Held, "the spare ahead waits for the delivery held on the active broker")
+	require.Zero(t, res.Taken[1])
+}

@@ -26,7 +26,7 @@ type consumerPool interface {
 	DeclareTopology(ctx context.Context, index int, t broker.Topology) error
 	Consume(ctx context.Context, index int, queue string, opts broker.ConsumeOptions, h broker.BatchHandler) error
 	DrainWith(ctx context.Context, index int, queue string, opts broker.DrainOptions, h broker.BatchHandler) (broker.DrainResult, error)
-	ReadyCounts(ctx context.Context, index int, queues []string) (map[string]int, error)
+	QueueCounts(ctx context.Context, index int, queues []string) (map[string]broker.QueueCount, error)
 }
 
 // handlers gives the batch handler that applies a broker's deliveries.
@@ -383,17 +383,20 @@ func (a *Window) unverified(ctx context.Context, queue string, index int, cause 
 		return fmt.Errorf("leftover drain %s on %s: another consumer may hold messages that come back to its head: %w",
 			queue, a.endpoint(index), cause)
 	}
-	counts, err := a.Pool.ReadyCounts(ctx, index, []string{queue})
-	if err == nil && counts[queue] == 0 {
-		a.Logger.WarnContext(ctx, "leftover drain: broker failed, and holds nothing ready",
+	// A consumer counts as holding messages: the drain's own, on a connection gone
+	// half-open, holds its batch unacknowledged until the broker reaps it, and the batch
+	// then comes back to the head.
+	counts, err := a.Pool.QueueCounts(ctx, index, []string{queue})
+	if err == nil && counts[queue].Idle() {
+		a.Logger.WarnContext(ctx, "leftover drain: broker failed, and holds nothing ready or unacknowledged",
 			"queue", queue, "broker", a.endpoint(index), "error", cause)
 		return nil
 	}
-	held := "an unknown number of"
-	if err == nil {
-		held = fmt.Sprint(counts[queue])
+	held := "an unknown number of messages ready"
+	if c := counts[queue]; err == nil {
+		held = fmt.Sprintf("%d messages ready and %d consumers that may hold more unacknowledged", c.Ready, c.Consumers)
 	}
-	return fmt.Errorf("leftover drain %s on %s: failed with %s messages ready, which the active broker must not overtake: %w",
+	return fmt.Errorf("leftover drain %s on %s: failed with %s, which the active broker must not overtake: %w",
 		queue, a.endpoint(index), held, cause)
 }
 
@@ -410,16 +413,18 @@ func (a *Window) grace() time.Duration {
 }
 
 // activeEmpty tells whether queue and its -retry sibling were seen empty on the active
-// broker. Anything else, an unreachable broker included, holds the spares ahead of it.
+// broker, with no consumer that may hold deliveries unacknowledged (a window that has not
+// stopped yet, a connection gone half-open): those come back to the head. Anything else,
+// an unreachable broker included, holds the spares ahead of it.
 func (a *Window) activeEmpty(ctx context.Context, queue string, active int) bool {
-	counts, err := a.Pool.ReadyCounts(ctx, active, []string{queue, broker.RetryQueue(queue)})
+	counts, err := a.Pool.QueueCounts(ctx, active, []string{queue, broker.RetryQueue(queue)})
 	if err != nil {
 		a.Logger.WarnContext(ctx, "leftover drain: the active broker's backlog is unknown; spares ahead of it wait",
 			"queue", queue, "broker", a.endpoint(active), "error", err)
 		return false
 	}
-	for _, n := range counts {
-		if n > 0 {
+	for _, c := range counts {
+		if !c.Idle() {
 			return false
 		}
 	}
