@@ -43,7 +43,7 @@ func newMarked(t *testing.T, brokers int) *marked {
 	}
 	m.w = &Window{
 		Pool: pool, Handlers: ackAll{}, Prefetch: 10, Logger: slog.New(slog.DiscardHandler),
-		Topology: broker.Topology{Queues: []string{"issues"}, RetryTTL: time.Minute},
+		Topology: testTopology(),
 		State:    m.store, Marks: m.store, LeftoverDrainCap: 10, UnnotifiedGrace: time.Hour,
 	}
 	for i := range eps {
