@@ -26,6 +26,7 @@ type consumerPool interface {
 	DeclareTopology(ctx context.Context, index int, t broker.Topology) error
 	Consume(ctx context.Context, index int, queue string, opts broker.ConsumeOptions, h broker.BatchHandler) error
 	DrainWith(ctx context.Context, index int, queue string, opts broker.DrainOptions, h broker.BatchHandler) (broker.DrainResult, error)
+	ReadyCounts(ctx context.Context, index int, queues []string) (map[string]int, error)
 	QueueCounts(ctx context.Context, index int, queues []string) (map[string]broker.QueueCount, error)
 }
 
