@@ -45,9 +45,10 @@ RABBITMQ4_API      ?= http://127.0.0.1:15673
 RABBITMQ4_PACKAGES := ./broker/
 RABBITMQ4_E2E      := ^(TestScenario02RotationWithABacklog|TestScenario05DoubleRotationHopByHop|TestScenario13TwoWorkerProcesses|TestScenario13bTwoWorkersOnAProducersQuorumQueues|TestScenario14ReversedNotificationsKeepTheMiddleBroker|TestARollingRestartOfTwoWorkersLosesNothing|TestAStartAgainstQueuesOfTheOtherTypeFails)$$
 # On quorum queues only, where deliveries come back and consumers go in the queue's own
-# time: the forced switch with a backlog, the un-notified hold, the window cut off from
-# Temporal, and the Leftover Drain's tests against real marks.
-RABBITMQ4_QUORUM_E2E := ^(TestScenario07ForcedSwitchMidDrainAndCancel|TestScenario18aPublishBeforeANotificationLateBySeconds|TestScenario18cPublishWithoutANotification|TestAWindowCutOffFromTemporalGivesItsBatchBack)$$
+# time: the forced switch with a backlog, a force with a hop out and a return, the
+# un-notified hold, the window cut off from Temporal, and the Leftover Drain's tests
+# against real marks.
+RABBITMQ4_QUORUM_E2E := ^(TestScenario07ForcedSwitchMidDrainAndCancel|TestScenario20AForceAHopOutAndAReturn|TestScenario18aPublishBeforeANotificationLateBySeconds|TestScenario18cPublishWithoutANotification|TestAWindowCutOffFromTemporalGivesItsBatchBack)$$
 RABBITMQ4_QUORUM_ACTIVITIES := ^(TestASpareAheadWaitsForTheActiveBacklog|TestASpareAheadWaitsForTheActiveBrokersUnacknowledgedBacklog|TestAReturnToASpareSeenEmptyAfterTheProducerLeftWaits|TestWhatAForcedBrokerHoldsWhenWeLeaveItIsAStraggler)$$
 
 ## test-rabbitmq4: broker and the switch and order e2e scenarios against RabbitMQ 4.0 (scripts/rabbitmq4.sh), with classic and with quorum queues
