@@ -86,6 +86,7 @@ type Metrics struct {
 	idReused      *prometheus.CounterVec
 	clockFallback *prometheus.CounterVec
 	quorumRisk    *prometheus.GaugeVec
+	delivLimited  *prometheus.CounterVec
 	ledger        ledgerGauges
 	registerer    prometheus.Registerer
 	stateWatching bool
@@ -168,6 +169,10 @@ func New(reg *prometheus.Registry) *Metrics {
 			Namespace: namespace, Name: "quorum_queue_risk",
 			Help: "1 while the last declaration of a producer's quorum queue found it can lose order (risk=delivery_limit: it dead-letters a message redelivered too often, behind the ones after it) or messages (risk=at_most_once: at-most-once dead-lettering); else 0.",
 		}, []string{"broker", "queue", "risk"}),
+		delivLimited: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: namespace, Name: "delivery_limit_returns_total",
+			Help: "Deliveries handled that a quorum queue had dead-lettered for its x-delivery-limit: they came back through {q}-retry behind messages published after them.",
+		}, []string{"queue"}),
 		pingFailures: prometheus.NewCounter(prometheus.CounterOpts{
 			Namespace: namespace, Name: "healthchecks_ping_failures_total",
 			Help: "HealthChecks pings that could not be delivered (the check then reports late, not failed).",
@@ -185,7 +190,7 @@ func New(reg *prometheus.Registry) *Metrics {
 	reg.MustRegister(m.ledger.collectors()...)
 	reg.MustRegister(m.events, m.routed, m.leftover, m.leftoverDown, m.leftoverFail, m.unannHeld, m.unannRead, m.drainChecks, m.switches,
 		m.commitLag, m.pendingFor, m.windows, m.reconnects, m.dialFailures, m.connsLost, m.blocked, m.pingFailures,
-		m.idReused, m.clockFallback, m.quorumRisk)
+		m.idReused, m.clockFallback, m.quorumRisk, m.delivLimited)
 	return m
 }
 
@@ -423,4 +428,13 @@ func (m *Metrics) QuorumQueueRisk(broker int, queue, risk string, risky bool) {
 		v = 1
 	}
 	m.quorumRisk.WithLabelValues(strconv.Itoa(broker), queue, risk).Set(v)
+}
+
+// DeliveryLimited counts a delivery of queue that its quorum queue had dead-lettered for
+// its delivery limit.
+func (m *Metrics) DeliveryLimited(queue string) {
+	if m == nil {
+		return
+	}
+	m.delivLimited.WithLabelValues(queue).Inc()
 }
