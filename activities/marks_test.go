@@ -52,17 +52,26 @@ func newMarked(t *testing.T, brokers int) *marked {
 	return m
 }
 
-// prepare runs PrepareWindow, the activity that plans a window and drains its spares.
+// prepare plans a window and drains its spares as PrepareWindow does, without the
+// attempt's fence (which needs a worker's lease and a Temporal server).
 func (m *marked) prepare(t *testing.T) LeftoverDrainResult {
 	t.Helper()
 	var suite testsuite.WorkflowTestSuite
 	env := suite.NewTestActivityEnvironment()
-	env.RegisterActivityWithOptions(m.w.PrepareWindow, activity.RegisterOptions{Name: "PrepareWindow"})
+	env.RegisterActivityWithOptions(func(ctx context.Context, queue string) (LeftoverDrainResult, error) {
+		plan, err := m.w.planWindow(ctx)
+		if err != nil {
+			return LeftoverDrainResult{}, err
+		}
+		return m.w.leftoverDrain(ctx, LeftoverDrainInput{
+			Queue: queue, Brokers: plan.Leftover, Ahead: plan.Ahead, Active: plan.ActiveIndex, Cap: plan.LeftoverDrainCap,
+		})
+	}, activity.RegisterOptions{Name: "PrepareWindow"})
 	v, err := env.ExecuteActivity("PrepareWindow", "issues")
 	require.NoError(t, err)
-	var out PreparedWindow
+	var out LeftoverDrainResult
 	require.NoError(t, v.Get(&out))
-	return out.Drained
+	return out
 }
 
 func (m *marked) update(t *testing.T, fn func(brokerstate.BrokerState) brokerstate.BrokerState) {
