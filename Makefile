@@ -44,15 +44,25 @@ test: temporal-cli services test-alerts
 RABBITMQ4_API      ?= http://127.0.0.1:15673
 RABBITMQ4_PACKAGES := ./broker/
 RABBITMQ4_E2E      := ^(TestScenario02RotationWithABacklog|TestScenario05DoubleRotationHopByHop|TestScenario13TwoWorkerProcesses|TestScenario13bTwoWorkersOnAProducersQuorumQueues|TestScenario14ReversedNotificationsKeepTheMiddleBroker|TestARollingRestartOfTwoWorkersLosesNothing|TestAStartAgainstQueuesOfTheOtherTypeFails|TestAKilledWorkersQueuesAreTakenOverWithinSeconds|TestAStragglerOnASpareIsAppliedWithinAMinute)$$
+# On quorum queues only, where deliveries come back and consumers go in the queue's own
+# time: the forced switch with a backlog, a force with a hop out and a return, the
+# un-notified hold, the window cut off from Temporal, and the Leftover Drain's tests
+# against real marks.
+RABBITMQ4_QUORUM_E2E := ^(TestScenario07ForcedSwitchMidDrainAndCancel|TestScenario20AForceAHopOutAndAReturn|TestScenario18aPublishBeforeANotificationLateBySeconds|TestScenario18cPublishWithoutANotification|TestAWindowCutOffFromTemporalGivesItsBatchBack)$$
+RABBITMQ4_QUORUM_ACTIVITIES := ^(TestASpareAheadWaitsForTheActiveBacklog|TestASpareAheadWaitsForTheActiveBrokersUnacknowledgedBacklog|TestAReturnToASpareSeenEmptyAfterTheProducerLeftWaits|TestWhatAForcedBrokerHoldsWhenWeLeaveItIsAStraggler)$$
 
 ## test-rabbitmq4: broker and the switch and order e2e scenarios against RabbitMQ 4.0 (scripts/rabbitmq4.sh), with classic and with quorum queues
 test-rabbitmq4: temporal-cli services rabbitmq4
 	for type in classic quorum; do \
+	  e2e='$(RABBITMQ4_E2E)'; \
+	  if [ $$type = quorum ]; then e2e="$$e2e|"'$(RABBITMQ4_QUORUM_E2E)'; fi; \
 	  BROKERSWITCH_TEST_RABBITMQ=$(RABBITMQ4_API) BROKERSWITCH_TEST_QUEUE_TYPE=$$type \
 	    $(GO) test -race -count=1 -timeout 20m $(RABBITMQ4_PACKAGES) || exit 1; \
 	  BROKERSWITCH_TEST_RABBITMQ=$(RABBITMQ4_API) BROKERSWITCH_TEST_QUEUE_TYPE=$$type \
-	    $(GO) test -race -count=1 -timeout 20m -run '$(RABBITMQ4_E2E)' ./e2e/ || exit 1; \
+	    $(GO) test -race -count=1 -timeout 20m -run "$$e2e" ./e2e/ || exit 1; \
 	done
+	BROKERSWITCH_TEST_RABBITMQ=$(RABBITMQ4_API) BROKERSWITCH_TEST_QUEUE_TYPE=quorum \
+	  $(GO) test -race -count=1 -timeout 10m -run '$(RABBITMQ4_QUORUM_ACTIVITIES)' ./activities/
 
 ## rabbitmq4: install (first time only, about 2 minutes) and start RabbitMQ 4.0 beside 3.10: node rabbit4@localhost, AMQP 5673, management 15673
 rabbitmq4:

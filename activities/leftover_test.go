@@ -26,6 +26,12 @@ func (ackAll) ForBroker(int) broker.BatchHandler {
 	})
 }
 
+// testTopology is the issues queue as the tests' RabbitMQ pass declares it (classic unless
+// BROKERSWITCH_TEST_QUEUE_TYPE says quorum).
+func testTopology() broker.Topology {
+	return broker.Topology{Queues: []string{"issues"}, RetryTTL: time.Minute, Type: broker.QueueType(testenv.QueueType())}
+}
+
 // leftoverDrain runs the activity on the brokers at urls with spare 1.
 func leftoverDrain(t *testing.T, urls ...string) (LeftoverDrainResult, error) {
 	t.Helper()
@@ -41,7 +47,7 @@ func leftoverDrainOf(t *testing.T, in LeftoverDrainInput, urls ...string) (Lefto
 	t.Cleanup(func() { _ = pool.Close() })
 	w := &Window{
 		Pool: pool, Handlers: ackAll{}, Prefetch: 10, Logger: slog.New(slog.DiscardHandler),
-		Topology: broker.Topology{Queues: []string{"issues"}, RetryTTL: time.Minute},
+		Topology: testTopology(),
 	}
 	var suite testsuite.WorkflowTestSuite
 	env := suite.NewTestActivityEnvironment()
@@ -63,6 +69,27 @@ func channel(t *testing.T, url string) *amqp.Channel {
 	ch, err := conn.Channel()
 	require.NoError(t, err)
 	return ch
+}
+
+// publishOnPlainQueue declares issues on the broker at url with its dead-letter arguments
+// only, as a producer might, and leaves one message on it.
+func publishOnPlainQueue(t *testing.T, url string) {
+	t.Helper()
+	ch := channel(t, url)
+	_, err := ch.QueueDeclare("issues", true, false, false, false, amqp.Table{
+		"x-dead-letter-exchange": "", "x-dead-letter-routing-key": "issues-retry",
+	})
+	require.NoError(t, err)
+	require.NoError(t, ch.Publish("", "issues", false, false, amqp.Publishing{Body: []byte("{}")}))
+}
+
+// setReads sets guest's read permission on the vhost of url (3.10's rabbitmqctl): "^$"
+// refuses consume and basic.get with 403 ACCESS_REFUSED.
+func setReads(t *testing.T, url, read string) {
+	t.Helper()
+	vhost := url[strings.LastIndex(url, "/")+1:]
+	out, err := exec.Command("rabbitmqctl", "--quiet", "set_permissions", "-p", vhost, "guest", ".*", ".*", read).CombinedOutput()
+	require.NoError(t, err, string(out))
 }
 
 // A spare's topology is declared before anything on it can be rejected to its -retry
@@ -103,27 +130,18 @@ func TestTheLeftoverDrainDeclaresTheSparesTopologyFirst(t *testing.T) {
 // that holds nothing ready is only a warning (issue 19; issue 11, point 15).
 func TestASpareThatFailsWhileItHoldsMessagesIsNotReadAround(t *testing.T) {
 	active, spare := testenv.NewVhost(t), testenv.NewVhost(t)
-	ch := channel(t, spare)
-	_, err := ch.QueueDeclare("issues", true, false, false, false, amqp.Table{
-		"x-dead-letter-exchange": "", "x-dead-letter-routing-key": "issues-retry",
-	})
-	require.NoError(t, err)
-	require.NoError(t, ch.Publish("", "issues", false, false, amqp.Publishing{Body: []byte("{}")}))
+	publishOnPlainQueue(t, spare)
 	// The spare refuses us reads: consume and basic.get answer 403 ACCESS_REFUSED.
-	vhost := spare[strings.LastIndex(spare, "/")+1:]
-	out, err := exec.Command("rabbitmqctl", "--quiet", "set_permissions", "-p", vhost, "guest", ".*", ".*", "^$").CombinedOutput()
-	require.NoError(t, err, string(out))
+	setReads(t, spare, "^$")
 
 	res, err := leftoverDrain(t, active, spare)
 	require.ErrorContains(t, err, "which the active broker must not overtake")
 	require.Zero(t, res.Taken[1])
 
-	out, err = exec.Command("rabbitmqctl", "--quiet", "set_permissions", "-p", vhost, "guest", ".*", ".*", ".*").CombinedOutput()
-	require.NoError(t, err, string(out))
+	setReads(t, spare, ".*")
 	_, err = channel(t, spare).QueuePurge("issues", false)
 	require.NoError(t, err)
-	out, err = exec.Command("rabbitmqctl", "--quiet", "set_permissions", "-p", vhost, "guest", ".*", ".*", "^$").CombinedOutput()
-	require.NoError(t, err, string(out))
+	setReads(t, spare, "^$")
 	res, err = leftoverDrain(t, active, spare)
 	require.NoError(t, err, "a failed spare that holds nothing ready does not hold the window")
 	require.Equal(t, []int{1}, res.Skipped)
@@ -139,7 +157,7 @@ func TestASpareAheadWaitsForTheActiveBacklog(t *testing.T) {
 	pool := broker.NewPool(eps, nil)
 	t.Cleanup(func() { _ = pool.Close() })
 	for i := range eps {
-		require.NoError(t, pool.DeclareTopology(context.Background(), i, broker.Topology{Queues: []string{"issues"}, RetryTTL: time.Minute}))
+		require.NoError(t, pool.DeclareTopology(context.Background(), i, testTopology()))
 	}
 	publish := func(url, queue string) {
 		t.Helper()
@@ -162,4 +180,56 @@ func TestASpareAheadWaitsForTheActiveBacklog(t *testing.T) {
 	require.NoError(t, err)
 	require.Empty(t, res.Held)
 	require.Equal(t, 1, res.Taken[2], "read once the active broker is empty")
+}
+
+// hold takes one delivery of queue at url on a consumer of its own and never settles it,
+// as the batch of a connection gone half-open: the broker counts it unacknowledged, not
+// ready, until it reaps that connection.
+func hold(t *testing.T, url, queue string) {
+	t.Helper()
+	ch := channel(t, url)
+	require.NoError(t, ch.Qos(1, 0, false))
+	ds, err := ch.Consume(queue, "half-open", false, false, false, false, nil)
+	require.NoError(t, err)
+	select {
+	case <-ds:
+	case <-time.After(10 * time.Second):
+		t.Fatal("no delivery to hold")
+	}
+}
+
+// A failed spare whose only message is held unacknowledged by a consumer (the drain's own
+// connection, half-open) holds nothing ready, and still holds a message older than the
+// active broker's: the attempt fails rather than read past it.
+func TestAFailedSpareWhoseMessageIsUnacknowledgedIsNotReadAround(t *testing.T) {
+	active, spare := testenv.NewVhost(t), testenv.NewVhost(t)
+	publishOnPlainQueue(t, spare)
+	hold(t, spare, "issues")
+	setReads(t, spare, "^$")
+
+	res, err := leftoverDrain(t, active, spare)
+	require.ErrorContains(t, err, "which the active broker must not overtake")
+	require.ErrorContains(t, err, "1 consumers")
+	require.Empty(t, res.Skipped)
+}
+
+// The active broker's queue counts as empty only with no consumer on it: deliveries a
+// consumer holds unsettled come back to its head, older than what a spare ahead holds.
+func TestASpareAheadWaitsForTheActiveBrokersUnacknowledgedBacklog(t *testing.T) {
+	active, ahead := testenv.NewVhost(t), testenv.NewVhost(t)
+	eps, err := broker.ParseEndpoints(strings.Join([]string{active, ahead}, ","))
+	require.NoError(t, err)
+	pool := broker.NewPool(eps, nil)
+	t.Cleanup(func() { _ = pool.Close() })
+	for i := range eps {
+		require.NoError(t, pool.DeclareTopology(context.Background(), i, testTopology()))
+	}
+	require.NoError(t, channel(t, active).Publish("", "issues", false, false, amqp.Publishing{Body: []byte("{}")}))
+	require.NoError(t, channel(t, ahead).Publish("", "issues", false, false, amqp.Publishing{Body: []byte("{}")}))
+	hold(t, active, "issues")
+
+	res, err := leftoverDrainOf(t, LeftoverDrainInput{Queue: "issues", Ahead: []int{1}, Active: 0, Cap: 10}, active, ahead)
+	require.NoError(t, err)
+	require.Equal(t, []int{1}, res.Held, "the spare ahead waits for the delivery held on the active broker")
+	require.Zero(t, res.Taken[1])
 }

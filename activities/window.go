@@ -26,6 +26,7 @@ type consumerPool interface {
 	Consume(ctx context.Context, index int, queue string, opts broker.ConsumeOptions, h broker.BatchHandler) error
 	DrainWith(ctx context.Context, index int, queue string, opts broker.DrainOptions, h broker.BatchHandler) (broker.DrainResult, error)
 	ReadyCounts(ctx context.Context, index int, queues []string) (map[string]int, error)
+	QueueCounts(ctx context.Context, index int, queues []string) (map[string]broker.QueueCount, error)
 }
 
 // handlers gives the batch handler that applies a broker's deliveries.
@@ -42,6 +43,8 @@ type stateLoader interface {
 type spareMarks interface {
 	SpareMarks(ctx context.Context, queue string) (marks, reached map[int]brokerstate.SpareMark, err error)
 	MarkSpare(ctx context.Context, index int, queue string, m brokerstate.SpareMark) error
+	// Now is Postgres' clock, the one marks and the producer's trail are dated by.
+	Now(ctx context.Context) (time.Time, error)
 }
 
 // stateWatcher hands out the process's latest reading of the broker state as it changes
@@ -244,6 +247,9 @@ type spareVisit struct {
 	index   int
 	reading brokerstate.SpareReading
 	mark    brokerstate.SpareMark
+	// settled is set when the mark already says the queue was seen empty after the
+	// producer left (brokerstate.BrokerState.EmptyMarkSettled).
+	settled bool
 }
 
 // leftoverDrain takes what waits on the queue on the other brokers (see broker.Pool.Drain), and
@@ -364,10 +370,14 @@ func (a *Window) readings(ctx context.Context, in LeftoverDrainInput) (behind, l
 	if err != nil {
 		return nil, nil, err
 	}
-	now := time.Now()
+	now, err := a.Marks.Now(ctx)
+	if err != nil {
+		return nil, nil, err
+	}
 	for _, idx := range in.Brokers {
 		v := spareVisit{index: idx, mark: st.CurrentMark(idx, marks[idx])}
 		v.reading = st.ReadSpare(idx, v.mark, st.CurrentMark(idx, reached[idx]), now, a.grace())
+		v.settled = st.EmptyMarkSettled(idx, v.mark)
 		if v.reading == brokerstate.ReadUnannounced {
 			late = append(late, v)
 		} else {
@@ -381,14 +391,24 @@ func (a *Window) readings(ctx context.Context, in LeftoverDrainInput) (behind, l
 // visiting spares: one that was not seen empty may hold messages older than the next.
 func (a *Window) afterDrain(ctx context.Context, queue string, v spareVisit, got broker.DrainResult, budget int, res *LeftoverDrainResult) (stop bool, err error) {
 	mark := v.mark
-	switch {
-	case got.Empty && got.Taken == 0 && !mark.DrainedAt.IsZero() && mark.HeldSince.IsZero():
+	if got.Empty && got.Taken == 0 && v.settled {
 		return false, nil // as the mark already says: nothing to write
+	}
+	// A mark is dated on Postgres' clock, as the producer's trail is.
+	now := time.Now()
+	if (got.Empty || got.Kept) && a.Marks != nil && a.State != nil {
+		if now, err = a.Marks.Now(ctx); err != nil {
+			return false, fmt.Errorf("leftover drain %s: %w", queue, err)
+		}
+	}
+	switch {
 	case got.Empty:
-		mark.DrainedAt, mark.HeldSince = time.Now(), time.Time{}
+		// Dated again at every empty drain until the producer had left by then: a mark
+		// left at a time it was still there would read its return as stragglers.
+		mark.DrainedAt, mark.HeldSince = now, time.Time{}
 	case got.Kept:
 		if mark.HeldSince.IsZero() {
-			mark.HeldSince = time.Now()
+			mark.HeldSince = now
 		}
 		a.Metrics.UnannouncedHeld(queue, v.index)
 		a.Logger.WarnContext(ctx, "leftover drain: the broker has messages the producer never announced; they wait for its notification",
@@ -426,17 +446,20 @@ func (a *Window) unverified(ctx context.Context, queue string, index int, cause 
 		return fmt.Errorf("leftover drain %s on %s: another consumer may hold messages that come back to its head: %w",
 			queue, a.endpoint(index), cause)
 	}
-	counts, err := a.Pool.ReadyCounts(ctx, index, []string{queue})
-	if err == nil && counts[queue] == 0 {
-		a.Logger.WarnContext(ctx, "leftover drain: broker failed, and holds nothing ready",
+	// A consumer counts as holding messages: the drain's own, on a connection gone
+	// half-open, holds its batch unacknowledged until the broker reaps it, and the batch
+	// then comes back to the head.
+	counts, err := a.Pool.QueueCounts(ctx, index, []string{queue})
+	if err == nil && counts[queue].Idle() {
+		a.Logger.WarnContext(ctx, "leftover drain: broker failed, and holds nothing ready or unacknowledged",
 			"queue", queue, "broker", a.endpoint(index), "error", cause)
 		return nil
 	}
-	held := "an unknown number of"
-	if err == nil {
-		held = fmt.Sprint(counts[queue])
+	held := "an unknown number of messages ready"
+	if c := counts[queue]; err == nil {
+		held = fmt.Sprintf("%d messages ready and %d consumers that may hold more unacknowledged", c.Ready, c.Consumers)
 	}
-	return fmt.Errorf("leftover drain %s on %s: failed with %s messages ready, which the active broker must not overtake: %w",
+	return fmt.Errorf("leftover drain %s on %s: failed with %s, which the active broker must not overtake: %w",
 		queue, a.endpoint(index), held, cause)
 }
 
@@ -453,16 +476,18 @@ func (a *Window) grace() time.Duration {
 }
 
 // activeEmpty tells whether queue and its -retry sibling were seen empty on the active
-// broker. Anything else, an unreachable broker included, holds the spares ahead of it.
+// broker, with no consumer that may hold deliveries unacknowledged (a window that has not
+// stopped yet, a connection gone half-open): those come back to the head. Anything else,
+// an unreachable broker included, holds the spares ahead of it.
 func (a *Window) activeEmpty(ctx context.Context, queue string, active int) bool {
-	counts, err := a.Pool.ReadyCounts(ctx, active, []string{queue, broker.RetryQueue(queue)})
+	counts, err := a.Pool.QueueCounts(ctx, active, []string{queue, broker.RetryQueue(queue)})
 	if err != nil {
 		a.Logger.WarnContext(ctx, "leftover drain: the active broker's backlog is unknown; spares ahead of it wait",
 			"queue", queue, "broker", a.endpoint(active), "error", err)
 		return false
 	}
-	for _, n := range counts {
-		if n > 0 {
+	for _, c := range counts {
+		if !c.Idle() {
 			return false
 		}
 	}

@@ -99,3 +99,37 @@ func TestPoolMetricsCountReconnectsAndRoutes(t *testing.T) {
 	}, waitFor, 20*time.Millisecond)
 	require.InDelta(t, 1, metricstest.Value(t, reg, "brokerswitch_amqp_reconnects_total", "broker", "0"), 0)
 }
+
+// A producer's quorum queue declared with only the arguments a producer must declare is
+// used as it is, and what in it can lose order or messages is said: at-most-once
+// dead-lettering on every version, and on 4.x the default delivery limit of 20. One
+// declared as brokerswitch declares it is not.
+func TestAProducersRiskyQuorumQueueIsCounted(t *testing.T) {
+	t.Parallel()
+	r := newRabbit(t)
+	m, reg := metricstest.New()
+	r.pool.Metrics = m
+	conn, err := amqp.Dial(r.url)
+	require.NoError(t, err)
+	version, _ := conn.Properties["version"].(string)
+	require.NoError(t, conn.Close())
+	_, err = r.channel().QueueDeclare("issues", true, false, false, false, amqp.Table{
+		"x-queue-type": "quorum", "x-dead-letter-exchange": "", "x-dead-letter-routing-key": "issues-retry",
+	})
+	require.NoError(t, err)
+	topo := Topology{Queues: []string{"issues", "pushes"}, RetryTTL: time.Minute, Type: Quorum}
+	require.NoError(t, r.pool.DeclareTopology(context.Background(), 0, topo))
+
+	risk := func(queue, risk string) float64 {
+		return metricstest.Value(t, reg, "brokerswitch_quorum_queue_risk", "broker", "0", "queue", queue, "risk", risk)
+	}
+	require.InDelta(t, 1, risk("issues", RiskAtMostOnce), 0)
+	limit := 0.0
+	if version >= "4" {
+		limit = 1
+	}
+	require.InDelta(t, limit, risk("issues", RiskDeliveryLimit), 0, "RabbitMQ %s", version)
+	require.InDelta(t, 0, risk("issues-retry", RiskAtMostOnce), 0, "declared by brokerswitch")
+	require.InDelta(t, 0, risk("pushes", RiskDeliveryLimit), 0)
+	require.InDelta(t, 0, risk("pushes", RiskAtMostOnce), 0)
+}

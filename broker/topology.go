@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"regexp"
+	"strings"
 	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
@@ -193,21 +194,92 @@ func (p *Pool) DeclareTopology(ctx context.Context, index int, t Topology) error
 		if err := ctx.Err(); err != nil {
 			return fmt.Errorf("declare topology on %s: %w", ep, err)
 		}
-		if err := declareQueue(ctx, &chans, d, t.queueType()); err != nil {
+		producers, err := declareQueue(ctx, &chans, d, t.queueType())
+		if err != nil {
 			return fmt.Errorf("declare queue %s on %s: %w", d.name, ep, err)
+		}
+		if d.minimal != nil {
+			if err := p.weighQuorumQueue(ctx, &chans, conn, index, d, producers); err != nil {
+				return fmt.Errorf("declare queue %s on %s: %w", d.name, ep, err)
+			}
 		}
 	}
 	b.setDeclared(key, conn)
 	return nil
 }
 
-func declareQueue(ctx context.Context, chans *reopener, d queueDecl, want QueueType) error {
-	err := chans.declare(ctx, d.name, d.args)
+// Why a producer's quorum queue may lose order or messages, the reason label of
+// brokerswitch_quorum_queue_risk.
+const (
+	// RiskDeliveryLimit: its x-delivery-limit is not brokerswitch's. Every channel closed
+	// with a message unsettled counts a delivery (a window that ends during a Postgres
+	// outage, a Leftover Drain that peeks at a kept message at the head); at the limit
+	// the message is dead-lettered to -retry and comes back behind the ones after it.
+	RiskDeliveryLimit = "delivery_limit"
+	// RiskAtMostOnce: it dead-letters at most once, so a message dead-lettered to -retry
+	// (or back) while its target is unavailable is dropped.
+	RiskAtMostOnce = "at_most_once"
+)
+
+// weighQuorumQueue tells, in a warning and brokerswitch_quorum_queue_risk, whether the
+// quorum queue d, declared by the producer with fewer arguments than brokerswitch's
+// (producers), has a delivery limit or a dead-letter strategy that loses order or
+// messages. It is not refused: the producer's queues are what there is, and a policy can
+// fix them without a redeclaration. Each refused probe costs a channel.
+func (p *Pool) weighQuorumQueue(ctx context.Context, chans *reopener, conn *amqp.Connection, index int, d queueDecl, producers bool) error {
+	probes := []struct {
+		risk, key string
+		args      amqp.Table
+	}{
+		{RiskDeliveryLimit, "x-delivery-limit", amqp.Table{"x-delivery-limit": d.args["x-delivery-limit"]}},
+		{RiskAtMostOnce, "x-dead-letter-strategy", amqp.Table{"x-dead-letter-strategy": d.args["x-dead-letter-strategy"], "x-overflow": d.args["x-overflow"]}},
+	}
+	for _, probe := range probes {
+		if _, ok := d.args[probe.key]; !ok {
+			continue // not an argument of this queue (-retry has no consumer to count)
+		}
+		risky := false
+		if producers {
+			err := chans.declare(ctx, d.name, withArgs(d.minimal, probe.args))
+			switch {
+			case err == nil:
+			case !isCode(err, amqp.PreconditionFailed):
+				return err
+			case probe.risk == RiskDeliveryLimit && noLimitIsNone(conn, err):
+			default:
+				risky = true
+			}
+		}
+		p.Metrics.QuorumQueueRisk(index, d.name, probe.risk, risky)
+		if risky {
+			p.logger.WarnContext(ctx, "the producer's quorum queue may lose order or messages: declare it as docs/design.md says, or set a policy",
+				"broker", index, "queue", d.name, "risk", probe.risk)
+		}
+	}
+	return nil
+}
+
+// noLimitIsNone tells whether a refused delivery-limit probe found no limit on a broker
+// older than 4.0, where a quorum queue without one redelivers without end; 4.0 made 20
+// the default.
+func noLimitIsNone(conn *amqp.Connection, err error) bool {
+	var ae *amqp.Error
+	if !errors.As(err, &ae) || !strings.Contains(ae.Reason, "current is none") {
+		return false
+	}
+	v, _ := conn.Properties["version"].(string)
+	return v != "" && v < "4"
+}
+
+// declareQueue declares d, and tells whether the queue is a producer's quorum queue,
+// taken with its minimal arguments.
+func declareQueue(ctx context.Context, chans *reopener, d queueDecl, want QueueType) (producers bool, err error) {
+	err = chans.declare(ctx, d.name, d.args)
 	if err == nil || !isCode(err, amqp.PreconditionFailed) {
-		return err
+		return false, err
 	}
 	if found, ok := typeFound(err); ok {
-		return typeError(d.name, found, want, err)
+		return false, typeError(d.name, found, want, err)
 	}
 	// RabbitMQ names the first argument that differs, and compares x-queue-type after the
 	// others: one more declaration tells the type.
@@ -216,26 +288,26 @@ func declareQueue(ctx context.Context, chans *reopener, d queueDecl, want QueueT
 		// A producer's quorum queue, without brokerswitch's extras?
 		err2 := chans.declare(ctx, d.name, d.minimal)
 		if found, ok := typeFound(err2); ok {
-			return typeError(d.name, found, want, err2)
+			return false, typeError(d.name, found, want, err2)
 		}
 		if isCode(err2, amqp.PreconditionFailed) {
-			return fmt.Errorf("%w: %w", ErrTopologyMismatch, err2)
+			return false, fmt.Errorf("%w: %w", ErrTopologyMismatch, err2)
 		}
-		return err2
+		return err2 == nil, err2
 	case d.other != nil:
 		// The queue brokerswitch would have declared as the other type?
 		err2 := chans.declare(ctx, d.name, d.other)
 		found, ok := typeFound(err2)
 		switch {
 		case err2 == nil:
-			return typeError(d.name, QueueType(fmt.Sprint(d.other["x-queue-type"])), want, err)
+			return false, typeError(d.name, QueueType(fmt.Sprint(d.other["x-queue-type"])), want, err)
 		case ok && found != want:
-			return typeError(d.name, found, want, err2)
+			return false, typeError(d.name, found, want, err2)
 		case !isCode(err2, amqp.PreconditionFailed):
-			return err2
+			return false, err2
 		}
 	}
-	return fmt.Errorf("%w: %w", ErrTopologyMismatch, err)
+	return false, fmt.Errorf("%w: %w", ErrTopologyMismatch, err)
 }
 
 // typeArg matches the x-queue-type in RabbitMQ's 406 text, 3.10's "received 'quorum' but

@@ -84,6 +84,34 @@ func TestReadyCounts(t *testing.T) {
 	assert.Equal(t, map[string]int{"issues": 3, "missing": 0, "issues-retry": 2, "issues-error": 0}, counts)
 }
 
+// A delivery a consumer holds unsettled is not ready, and RabbitMQ does not count it in a
+// passive declare: its consumer is what says the queue may not be empty. It comes back
+// when the consumer's connection goes.
+func TestQueueCountsSeeTheConsumerThatHoldsADelivery(t *testing.T) {
+	t.Parallel()
+	r := newRabbit(t)
+	r.declare(Topology{Queues: []string{"issues"}, RetryTTL: time.Minute})
+	r.publish("issues", "a")
+	conn, err := amqp.Dial(r.url)
+	require.NoError(t, err)
+	ch, err := conn.Channel()
+	require.NoError(t, err)
+	require.NoError(t, ch.Qos(1, 0, false))
+	ds, err := ch.Consume("issues", "holder", false, false, false, false, nil)
+	require.NoError(t, err)
+	<-ds
+
+	counts, err := r.pool.QueueCounts(context.Background(), 0, []string{"issues", "missing"})
+	require.NoError(t, err)
+	assert.Equal(t, map[string]QueueCount{"issues": {Ready: 0, Consumers: 1}, "missing": {}}, counts)
+	assert.False(t, counts["issues"].Idle())
+	require.NoError(t, conn.Close())
+	require.Eventually(t, func() bool {
+		counts, err := r.pool.QueueCounts(context.Background(), 0, []string{"issues"})
+		return err == nil && counts["issues"] == QueueCount{Ready: 1}
+	}, 10*time.Second, 50*time.Millisecond)
+}
+
 func TestReadyCountsFailsWithoutBroker(t *testing.T) {
 	t.Parallel()
 	eps, err := ParseEndpoints("amqp://u:p@127.0.0.1:1/")

@@ -86,6 +86,12 @@ func (s *BrokerStore) Update(ctx context.Context, fn func(BrokerState) (BrokerSt
 		if next, err = fn(cur); err != nil {
 			return err
 		}
+		// New visits are dated on Postgres' clock, the one the spares' marks are dated by.
+		var at time.Time
+		if err := tx.Raw("SELECT clock_timestamp()").Scan(&at).Error; err != nil {
+			return fmt.Errorf("read the database's clock: %w", err)
+		}
+		next.Trail = next.Trail.seen(at.UTC().Truncate(time.Microsecond), cur.Trail)
 		if err := s.save(tx, next); err != nil {
 			return err
 		}
@@ -341,14 +347,34 @@ func (s *BrokerStore) markSpare(db *gorm.DB, index int, queue string, m SpareMar
 
 // markLeft records, in the transaction that moves the active broker away from cur, that
 // we were active there: what it holds from now on is older than the next one's backlog,
-// whether or not the producer's trail has a visit to it.
+// whether or not the producer's trail has a visit to it. What its queues' marks said of
+// them from before (seen empty, holding messages never announced) is over: we read them
+// since, and what our windows gave back comes without x-death. A force adds no visit to
+// the trail, so without this a broker forced and left again would be read by a mark
+// made before the force.
 func (s *BrokerStore) markLeft(db *gorm.DB, cur, next BrokerState) error {
 	from := cur.ActiveIndex
 	if from == next.ActiveIndex || from < 0 || from >= len(s.Brokers) {
 		return nil
 	}
+	b := s.Brokers[from]
+	if err := db.Exec(`UPDATE spare_marks SET drained_at = NULL, held_since = NULL, updated_at = now()
+		WHERE host = ? AND vhost = ? AND queue <> ''`, strings.ToLower(b.Host), b.Vhost).Error; err != nil {
+		return fmt.Errorf("clear the marks of broker %d: %w", from, err)
+	}
 	at, _ := next.lastVisitAt(from)
 	return s.markSpare(db, from, "", SpareMark{LastVisit: at, Reached: true})
+}
+
+// Now is the time on Postgres' clock, the one the spares' marks and the trail's visits
+// are dated by: the workers' and the producer's clocks may differ from it and from each
+// other.
+func (s *BrokerStore) Now(ctx context.Context) (time.Time, error) {
+	var at time.Time
+	if err := s.DB.WithContext(ctx).Raw("SELECT clock_timestamp()").Scan(&at).Error; err != nil {
+		return time.Time{}, fmt.Errorf("read the database's clock: %w", err)
+	}
+	return at.UTC(), nil
 }
 
 func deref(t *time.Time) time.Time {

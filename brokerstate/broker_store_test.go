@@ -159,3 +159,54 @@ func TestSpareMarksFollowTheirEndpoint(t *testing.T) {
 	require.NoError(t, err)
 	require.Empty(t, other)
 }
+
+// Update dates each new visit of the trail on Postgres' clock, once; a visit already on
+// the trail keeps its date.
+func TestVisitsAreDatedWhenRecorded(t *testing.T) {
+	ctx := context.Background()
+	store := &brokerstate.BrokerStore{DB: openMigrated(t), Brokers: []brokerstate.BrokerRef{brokerA, brokerB, brokerC}}
+	note := func(index int, ref brokerstate.BrokerRef, at time.Time) brokerstate.BrokerState {
+		st, err := store.Update(ctx, func(cur brokerstate.BrokerState) (brokerstate.BrokerState, error) {
+			next, _ := cur.ApplyNotification(brokerstate.Notification{Index: index, Host: ref.Host, Vhost: ref.Vhost, SwitchedAt: at}, at)
+			return next, nil
+		})
+		require.NoError(t, err)
+		return st
+	}
+	before, err := store.Now(ctx)
+	require.NoError(t, err)
+	producer := time.Date(2000, 1, 1, 0, 0, 0, 0, time.UTC) // a producer's clock far behind
+	first := note(1, brokerB, producer).Trail.Visits[0]
+	after, err := store.Now(ctx)
+	require.NoError(t, err)
+	require.WithinRange(t, first.SeenAt, before.Truncate(time.Microsecond), after)
+	require.Empty(t, note(1, brokerB, producer).Pending.Route[0].SeenAt, "a route does not show it")
+
+	st := note(2, brokerC, producer.Add(time.Minute))
+	require.Equal(t, first.SeenAt, st.Trail.Visits[0].SeenAt, "kept")
+	require.True(t, st.Trail.Visits[1].SeenAt.After(first.SeenAt))
+	loaded, err := store.LoadStored(ctx)
+	require.NoError(t, err)
+	require.Equal(t, st.Trail, loaded.Trail)
+}
+
+// Leaving a broker we were active on clears what its queues' marks said: we read it since.
+func TestLeavingABrokerClearsItsQueuesMarks(t *testing.T) {
+	ctx := context.Background()
+	store := &brokerstate.BrokerStore{DB: openMigrated(t), Brokers: []brokerstate.BrokerRef{brokerA, brokerB}}
+	at := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
+	require.NoError(t, store.MarkSpare(ctx, 1, "issues", brokerstate.SpareMark{DrainedAt: at, HeldSince: at}))
+	force := func(index int) {
+		_, err := store.Update(ctx, func(st brokerstate.BrokerState) (brokerstate.BrokerState, error) { return st.Force(index, at, at), nil })
+		require.NoError(t, err)
+	}
+	force(1)
+	marks, _, err := store.SpareMarks(ctx, "issues")
+	require.NoError(t, err)
+	require.Equal(t, at, marks[1].DrainedAt, "kept while B is active")
+	force(0)
+	marks, reached, err := store.SpareMarks(ctx, "issues")
+	require.NoError(t, err)
+	require.Equal(t, brokerstate.SpareMark{}, marks[1])
+	require.True(t, reached[1].Reached)
+}

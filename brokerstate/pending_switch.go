@@ -9,6 +9,12 @@ type Hop struct {
 	Host       string    `json:"host"`
 	Vhost      string    `json:"vhost"`
 	SwitchedAt time.Time `json:"switchedAt"`
+	// SeenAt is when the notification was placed on the trail, on Postgres' clock
+	// (BrokerStore.Update stamps it): the Leftover Drain's marks are dated by that clock,
+	// so that whether the producer had left a broker when it was seen empty compares two
+	// times of one clock, never the producer's with ours. Zero on a visit recorded before
+	// it existed, and on a Pending Switch's hops.
+	SeenAt time.Time `json:"seenAt,omitzero"`
 }
 
 // PendingSwitch is where the producer went and we have not yet followed: the route is

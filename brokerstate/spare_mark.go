@@ -18,12 +18,13 @@ type SpareMark struct {
 	// Reached is true when the broker was active under that visit (kept for every queue
 	// at once): what it holds after we left it is a straggler.
 	Reached bool
-	// DrainedAt is when the queue was seen empty: if the producer had left the broker by
-	// then, anything that arrives after it, but what comes back from -retry or -error,
-	// may be the producer's future.
+	// DrainedAt is when the queue was last seen empty, on Postgres' clock: if the producer
+	// had left the broker by then, anything that arrives after it, but what comes back
+	// from -retry or -error, may be the producer's future. It is cleared when we leave
+	// the broker after we were active there (BrokerStore.Update).
 	DrainedAt time.Time
 	// HeldSince is when the queue was first seen holding messages the producer never
-	// announced, left for its notification.
+	// announced, left for its notification, on Postgres' clock.
 	HeldSince time.Time
 }
 
@@ -57,13 +58,25 @@ func (s BrokerState) lastVisitAt(index int) (time.Time, bool) {
 }
 
 // leftBefore tells whether, as the trail tells, the producer had left broker index by
-// at: the visit after its last one there (the trail's first visit, for a broker it used
-// before its first notification) was made at or before at. A broker whose visit is the
-// newest on the trail is the producer's current broker: it has not left it.
+// at (Postgres' clock): the visit after its last one there (the trail's first visit, for
+// a broker it used before its first notification) was recorded at or before at. A broker
+// whose visit is the newest on the trail is the producer's current broker: it has not
+// left it. A notification is recorded after the producer moved, so a broker seen empty
+// between its move and our recording of it reads as not left yet: what comes there next
+// is taken for its present, until an empty drain after the recording says otherwise.
 func (s BrokerState) leftBefore(index int, at time.Time) bool {
 	t := s.Trail
 	next := lastVisit(t, index) + 1
-	return next < len(t.Visits) && !t.Visits[next].SwitchedAt.After(at)
+	return next < len(t.Visits) && !seenAt(t.Visits[next]).After(at)
+}
+
+// EmptyMarkSettled tells whether mark m of spare index already says that its queue was
+// seen empty after the producer left the broker, so that an empty drain that takes
+// nothing need not date it again: a later time reads the same. Otherwise the mark is
+// written at every empty drain, so that once the producer leaves, "seen empty" moves past
+// its departure, and a return it has not announced yet is read as the future it is.
+func (s BrokerState) EmptyMarkSettled(index int, m SpareMark) bool {
+	return !m.DrainedAt.IsZero() && m.HeldSince.IsZero() && s.leftBefore(index, m.DrainedAt)
 }
 
 // CurrentMark is the mark m, or nothing when it was made under an earlier visit of the
@@ -78,11 +91,15 @@ func (s BrokerState) CurrentMark(index int, m SpareMark) SpareMark {
 }
 
 // ReadSpare decides how the Leftover Drain reads a queue on spare index, from its mark
-// (queue) and whether we were active there (reached), both as CurrentMark gives them.
+// (queue) and whether we were active there (reached), both as CurrentMark gives them;
+// now is on Postgres' clock, as the marks are.
 func (s BrokerState) ReadSpare(index int, queue, reached SpareMark, now time.Time, grace time.Duration) SpareReading {
 	_, visited := s.lastVisitAt(index)
 	left := visited || reached.Reached || (s.LastSwitch != nil && s.LastSwitch.From == index)
-	activeAt, activeVisited := s.lastVisitAt(s.ActiveIndex)
+	activeAt, activeVisited := time.Time{}, false
+	if p := lastVisit(s.Trail, s.ActiveIndex); p >= 0 {
+		activeAt, activeVisited = seenAt(s.Trail.Visits[p]), true
+	}
 	switch {
 	case left && queue.DrainedAt.IsZero():
 		return ReadStragglers
@@ -93,8 +110,9 @@ func (s BrokerState) ReadSpare(index int, queue, reached SpareMark, now time.Tim
 		// not the producer, which goes on publishing there.
 		return ReadStragglers
 	case activeVisited && !queue.HeldSince.IsZero() && queue.HeldSince.Before(activeAt):
-		// Seen waiting before the producer moved to the active broker: it never announced
-		// this one, and left it before its word for the active broker.
+		// Seen waiting before the producer's word for the active broker was recorded: it
+		// never announced this one, and left it for the active broker (unless it moved
+		// twice within that word's delay, which no clock can tell).
 		return ReadStragglers
 	case !queue.HeldSince.IsZero() && now.Sub(queue.HeldSince) >= grace:
 		return ReadUnannounced

@@ -111,3 +111,32 @@ func TestAForceDoesNotMakeTheProducersCurrentBrokerItsFuture(t *testing.T) {
 	require.Equal(t, []int{1}, behind)
 	require.Equal(t, []int{0}, ahead, "the canceled hop's broker waits for the active one")
 }
+
+// Whether the producer had left a broker when it was seen empty compares the visit's
+// recording with the drain, both on Postgres' clock, never the producer's switchedAt:
+// with the producer's clock an hour behind, a broker seen empty before the producer
+// moved on (as its recording tells) holds what it published there before the move.
+func TestLeavingIsReadOnOneClock(t *testing.T) {
+	st := BrokerState{}.Force(2, time.Time{}, t0) // the producer on A; we read C
+	// It moves to B at t0+30m; its clock says t0-30m; we record the word at t0+30m.
+	st = apply(t, st, hostNote(1, t0.Add(-30*time.Minute)), NotificationRecorded)
+	st.Trail.Visits[len(st.Trail.Visits)-1].SeenAt = t0.Add(30 * time.Minute)
+	seenEmpty := SpareMark{DrainedAt: t0}
+	require.Equal(t, ReadStragglers, readSpare(st, 0, seenEmpty, SpareMark{}, t0.Add(time.Hour)),
+		"seen empty before the producer's word for B was recorded: what came since is its present")
+	require.False(t, st.EmptyMarkSettled(0, st.CurrentMark(0, seenEmpty)), "the next empty drain dates it again")
+	after := SpareMark{DrainedAt: t0.Add(31 * time.Minute)}
+	require.Equal(t, ReadReturned, readSpare(st, 0, after, SpareMark{}, t0.Add(time.Hour)))
+	require.True(t, st.EmptyMarkSettled(0, st.CurrentMark(0, after)))
+
+	// And the other way: the producer's clock an hour ahead. Held messages seen on X
+	// before the word for the active broker was recorded are older than its events.
+	st = BrokerState{}
+	st = apply(t, st, hostNote(2, t0.Add(time.Hour)), NotificationRecorded)
+	st.Trail.Visits[0].SeenAt = t0
+	st, ok := st.CompleteHop(0, st.Pending.Next(), 1, t0)
+	require.True(t, ok)
+	require.Equal(t, ReadStragglers, readSpare(st, 1, SpareMark{HeldSince: t0.Add(-time.Minute)}, SpareMark{}, t0))
+	require.Equal(t, ReadReturned, readSpare(st, 1, SpareMark{HeldSince: t0.Add(time.Minute)}, SpareMark{}, t0.Add(time.Minute)),
+		"seen after the word was recorded: it may be the producer's future")
+}

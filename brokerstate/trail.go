@@ -88,9 +88,33 @@ func (t Trail) route(active int) []int {
 func (t Trail) hops(route []int) []Hop {
 	out := make([]Hop, 0, len(route))
 	for _, p := range route {
-		out = append(out, t.Visits[p])
+		h := t.Visits[p]
+		h.SeenAt = time.Time{} // the trail's own: a route is what the API and the workflows see
+		out = append(out, h)
 	}
 	return out
+}
+
+// seen stamps with at, the time it was recorded, every visit that is not on the trail
+// before: a visit recorded before visits were stamped keeps its switchedAt (seenAt).
+func (t Trail) seen(at time.Time, before Trail) Trail {
+	visits := slices.Clone(t.Visits)
+	for i := range visits {
+		if visits[i].SeenAt.IsZero() && !before.has(visits[i]) {
+			visits[i].SeenAt = at
+		}
+	}
+	t.Visits = visits
+	return t
+}
+
+// seenAt is when we learned of visit h, on Postgres' clock; for a visit recorded before
+// visits were stamped, the producer's switchedAt, which is the best there is.
+func seenAt(h Hop) time.Time {
+	if h.SeenAt.IsZero() {
+		return h.SwitchedAt
+	}
+	return h.SeenAt
 }
 
 // withRoute sets the trail and reads the Pending Switch from it; recordedAt is the

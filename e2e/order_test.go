@@ -251,3 +251,50 @@ func TestScenario18cPublishWithoutANotification(t *testing.T) {
 	t.Parallel() // it mostly waits for the grace
 	publishBeforeNotify(t, -1, 20*time.Second)
 }
+
+// Scenario 20. The operator forces broker 1 while the producer stays on 0, whose events
+// the Leftover Drain reads as they come; the producer moves to 2 (a hop out of the
+// forced broker), and later returns to 0, publishing there before its notification while
+// 2 still has a backlog. Windows found 0 empty after the producer left it, so what it
+// publishes there on its return is its future: it waits for the notification, and is
+// applied after 2's events, not before them as stragglers of its earlier stay.
+func TestScenario20AForceAHopOutAndAReturn(t *testing.T) {
+	t.Parallel()
+	s := newStack(t, 3, map[string]string{"CONSUMER_WINDOW": "2s", "PREFETCH": "10"})
+	p, log := s.producer(nil) // notifications by hand
+	ctx := context.Background()
+	stop := s.startWorker()
+	status, body := s.call(http.MethodPost, "/api/v1/broker/switch/1", operatorToken, "")
+	require.Equal(t, http.StatusOK, status, body)
+	require.NoError(t, p.Publish(ctx, s.workload(mixed(8, 201))...))
+	s.waitFor("the producer's events on 0 read by the Leftover Drain", time.Minute, func() bool {
+		return s.appliedFrom(0) > 0 && s.drained(0)
+	})
+
+	toC, err := p.Rotate(ctx, 2)
+	require.NoError(t, err)
+	require.Equal(t, []string{brokerstate.NotificationRecorded}, s.notifyAll(p, toC))
+	require.NoError(t, p.Publish(ctx, s.workload(mixed(8, 202))...))
+	s.waitFor("the switch to 2", time.Minute, func() bool { st := s.state(); return st.ActiveIndex == 2 && st.Pending == nil })
+	// A window after the switch finds 0 empty and takes nothing; that is what its mark
+	// must say from now on.
+	s.waitFor("0 seen empty after the producer left it", time.Minute, func() bool {
+		var n int64
+		require.NoError(t, s.db.Raw(`SELECT count(*) FROM spare_marks WHERE vhost = ? AND queue <> ''
+			AND drained_at > (SELECT updated_at FROM settings WHERE key = ?)`,
+			s.cfg.Brokers[0].Vhost, brokerstate.KeyLastSwitch).Scan(&n).Error)
+		return n > 0
+	})
+	stop() // nothing reads while 2 fills and the producer returns to 0
+
+	require.NoError(t, p.Publish(ctx, s.workload(mixed(8, 203))...))
+	toA, err := p.Rotate(ctx, 0)
+	require.NoError(t, err)
+	require.NoError(t, p.Publish(ctx, s.workload(mixed(8, 204))...)) // before its notification
+	s.startWorker()
+	s.waitFor("2's backlog applied", time.Minute, func() bool { return s.drained(2) && s.appliedFrom(2) > 0 })
+	require.Equal(t, []string{brokerstate.NotificationRecorded}, s.notifyAll(p, toA))
+	s.waitFor("the switch back to 0", time.Minute, func() bool { st := s.state(); return st.ActiveIndex == 0 && st.Pending == nil })
+	v := s.verify(log, 2*time.Minute)
+	s.report(v, s.lagOf())
+}

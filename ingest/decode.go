@@ -32,8 +32,11 @@ const (
 const (
 	headerDeath         = "x-death"
 	deathReasonRejected = "rejected"
-	maxDeliveryIDLength = 255
-	maxEventTypeLength  = 100
+	// deathReasonDeliveryLimit is a quorum queue's dead-lettering of a message delivered
+	// x-delivery-limit times.
+	deathReasonDeliveryLimit = "delivery_limit"
+	maxDeliveryIDLength      = 255
+	maxEventTypeLength       = 100
 )
 
 // ErrMalformed marks a delivery that can never be applied, whatever the database does:
@@ -94,6 +97,17 @@ func (e Event) RetryCycles(queue string) int {
 		}
 	}
 	return n
+}
+
+// DeliveryLimited tells whether RabbitMQ dead-lettered the message for its quorum queue's
+// delivery limit: it came back through -retry behind messages published after it.
+func (e Event) DeliveryLimited() bool {
+	for _, d := range e.Deaths {
+		if d.Reason == deathReasonDeliveryLimit {
+			return true
+		}
+	}
+	return false
 }
 
 // sane reads a count from a header: one the broker cannot have written counts as used up.

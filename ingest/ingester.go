@@ -265,6 +265,11 @@ func (h *batchHandler) applyInTx(ctx context.Context, queue string, msgs []messa
 				h.ingester.Metrics.ClockFallback(c.table, c.fallback)
 			}
 		}
+		if m.event.DeliveryLimited() {
+			h.ingester.Metrics.DeliveryLimited(queue)
+			h.logger().WarnContext(ctx, "applied a delivery its quorum queue dead-lettered for its delivery limit: it came back behind later ones",
+				"queue", queue, "broker", h.broker, "delivery_id", m.event.DeliveryID, "event", m.event.Type)
+		}
 		if reused[i] != nil {
 			h.ingester.Metrics.DeliveryIDReused(queue)
 			h.logger().WarnContext(ctx, "delivery id reused with another payload, rejected",

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	amqp "github.com/rabbitmq/amqp091-go"
 	"github.com/stretchr/testify/require"
 
 	"github.com/brokerswitch/brokerswitch/metrics/metricstest"
@@ -67,4 +68,19 @@ func TestAFailedDeliveryIsLoggedWithItsDeliveryID(t *testing.T) {
 	require.Equal(t, "bad-3", rec["delivery_id"])
 	require.Equal(t, queue, rec["queue"])
 	require.InDelta(t, 0, rec["broker"], 0)
+}
+
+// A delivery that a quorum queue dead-lettered for its delivery limit came back behind
+// later ones: it is applied, and counted.
+func TestADeliveryBackFromItsDeliveryLimitIsCounted(t *testing.T) {
+	e := newEnv(t)
+	m, reg := metricstest.New()
+	e.ing.Metrics = m
+	d := delivery("pull_request", "pr-1", example(t, "pull_request.opened.0"))
+	d.Headers["x-death"] = []any{
+		amqp.Table{"queue": queue + "-retry", "reason": "expired", "count": int64(1)},
+		amqp.Table{"queue": queue, "reason": "delivery_limit", "count": int64(1)},
+	}
+	e.handle(t, d, delivery("pull_request", "pr-2", example(t, "pull_request.closed.0")))
+	require.InDelta(t, 1, metricstest.Value(t, reg, "brokerswitch_delivery_limit_returns_total", "queue", queue), 0)
 }

@@ -180,8 +180,8 @@ func (s *rowSet[K, R]) flush(ctx context.Context, tx *gorm.DB) error {
 	return nil
 }
 
-// flushClocked writes the candidates of a table with a clock, maxRowsPerStatement at a
-// time, with one statement each:
+// flushClocked writes the candidates of a table with a clock, about maxRowsPerStatement at
+// a time (never cutting one key's candidates apart), with one statement each:
 //
 //	INSERT INTO t SELECT r.* FROM jsonb_array_elements(candidates) e
 //	 CROSS JOIN LATERAL jsonb_populate_record(NULL::t, e.value->'row') r
@@ -233,8 +233,17 @@ func (s *rowSet[K, R]) flushClocked(ctx context.Context, tx *gorm.DB, candidates
 ON CONFLICT (%[4]s) DO UPDATE SET %[5]s
  WHERE %[1]s.%[3]s IS NULL OR excluded.%[3]s IS NULL OR excluded.%[3]s >= %[1]s.%[3]s`,
 		s.name, strings.Join(keyJoin, " AND "), s.clock, strings.Join(conflict, ", "), strings.Join(sets, ", "))
-	for start := 0; start < len(candidates); start += maxRowsPerStatement {
-		batch := candidates[start:min(start+maxRowsPerStatement, len(candidates))]
+	for start := 0; start < len(candidates); {
+		end := min(start+maxRowsPerStatement, len(candidates))
+		// A key's candidates stay in one statement: a later statement sees what an
+		// earlier one wrote, so a second candidate of the row would find its assumption
+		// true of that write and overwrite it with a fold that skipped earlier events.
+		// fold keeps a key's candidates together, and they are a handful at most.
+		for end < len(candidates) && s.key(&candidates[end].row) == s.key(&candidates[end-1].row) {
+			end++
+		}
+		batch := candidates[start:end]
+		start = end
 		body, err := candidatesJSON(ctx, sch, batch)
 		if err != nil {
 			return fmt.Errorf("encode %d rows of %s: %w", len(batch), s.name, err)

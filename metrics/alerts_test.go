@@ -69,6 +69,8 @@ func exportedNames(t *testing.T) map[string]bool {
 	m.DialFailed(0)
 	m.ConnectionLost(0)
 	m.Blocked(0, true)
+	m.QuorumQueueRisk(0, "q", "delivery_limit", true)
+	m.DeliveryLimited("q")
 	families, err := reg.Gather()
 	require.NoError(t, err)
 	names := map[string]bool{}

@@ -87,6 +87,8 @@ type Metrics struct {
 	pingFailures  prometheus.Counter
 	idReused      *prometheus.CounterVec
 	clockFallback *prometheus.CounterVec
+	quorumRisk    *prometheus.GaugeVec
+	delivLimited  *prometheus.CounterVec
 	ledger        ledgerGauges
 	registerer    prometheus.Registerer
 	stateWatching bool
@@ -165,6 +167,14 @@ func New(reg *prometheus.Registry) *Metrics {
 			Namespace: namespace, Name: "amqp_blocked",
 			Help: "1 while a broker has blocked this process's connection (connection.blocked: a memory or disk alarm), so publishes wait; else 0.",
 		}, []string{"broker"}),
+		quorumRisk: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Namespace: namespace, Name: "quorum_queue_risk",
+			Help: "1 while the last declaration of a producer's quorum queue found it can lose order (risk=delivery_limit: it dead-letters a message redelivered too often, behind the ones after it) or messages (risk=at_most_once: at-most-once dead-lettering); else 0.",
+		}, []string{"broker", "queue", "risk"}),
+		delivLimited: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: namespace, Name: "delivery_limit_returns_total",
+			Help: "Deliveries handled that a quorum queue had dead-lettered for its x-delivery-limit: they came back through {q}-retry behind messages published after them.",
+		}, []string{"queue"}),
 		pingFailures: prometheus.NewCounter(prometheus.CounterOpts{
 			Namespace: namespace, Name: "healthchecks_ping_failures_total",
 			Help: "HealthChecks pings that could not be delivered (the check then reports late, not failed).",
@@ -190,7 +200,7 @@ func New(reg *prometheus.Registry) *Metrics {
 	reg.MustRegister(m.ledger.collectors()...)
 	reg.MustRegister(m.events, m.routed, m.leftover, m.leftoverDown, m.leftoverFail, m.unannHeld, m.unannRead, m.drainChecks, m.switches,
 		m.commitLag, m.pendingFor, m.windows, m.reconnects, m.dialFailures, m.connsLost, m.blocked, m.pingFailures,
-		m.idReused, m.clockFallback, m.leaseLost, m.leaseReaped)
+		m.idReused, m.clockFallback, m.leaseLost, m.leaseReaped, m.quorumRisk, m.delivLimited)
 	return m
 }
 
@@ -433,4 +443,27 @@ func (m *Metrics) PingFailed() {
 		return
 	}
 	m.pingFailures.Inc()
+}
+
+// QuorumQueueRisk records whether the last declaration of queue on broker found a
+// producer's quorum queue that can lose order or messages for risk (broker.RiskDeliveryLimit,
+// broker.RiskAtMostOnce).
+func (m *Metrics) QuorumQueueRisk(broker int, queue, risk string, risky bool) {
+	if m == nil {
+		return
+	}
+	v := 0.0
+	if risky {
+		v = 1
+	}
+	m.quorumRisk.WithLabelValues(strconv.Itoa(broker), queue, risk).Set(v)
+}
+
+// DeliveryLimited counts a delivery of queue that its quorum queue had dead-lettered for
+// its delivery limit.
+func (m *Metrics) DeliveryLimited(queue string) {
+	if m == nil {
+		return
+	}
+	m.delivLimited.WithLabelValues(queue).Inc()
 }

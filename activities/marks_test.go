@@ -1,0 +1,157 @@
+package activities
+
+import (
+	"context"
+	"log/slog"
+	"strings"
+	"testing"
+	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+	"github.com/stretchr/testify/require"
+	"go.temporal.io/sdk/activity"
+	"go.temporal.io/sdk/testsuite"
+
+	"github.com/brokerswitch/brokerswitch/broker"
+	"github.com/brokerswitch/brokerswitch/brokerstate"
+	"github.com/brokerswitch/brokerswitch/internal/testenv"
+	"github.com/brokerswitch/brokerswitch/models/modelstest"
+)
+
+// marked is a window on real brokers whose Leftover Drain keeps its marks in a real
+// Postgres, as the worker has it: the marks the rule reads are those the activity wrote.
+type marked struct {
+	urls  []string
+	store *brokerstate.BrokerStore
+	w     *Window
+}
+
+func newMarked(t *testing.T, brokers int) *marked {
+	t.Helper()
+	m := &marked{}
+	for range brokers {
+		m.urls = append(m.urls, testenv.NewVhost(t))
+	}
+	eps, err := broker.ParseEndpoints(strings.Join(m.urls, ","))
+	require.NoError(t, err)
+	pool := broker.NewPool(eps, nil)
+	t.Cleanup(func() { _ = pool.Close() })
+	db, _ := modelstest.NewDB(t)
+	m.store = &brokerstate.BrokerStore{DB: db}
+	for _, ep := range eps {
+		m.store.Brokers = append(m.store.Brokers, brokerstate.BrokerRef{Host: ep.Host, Vhost: ep.Vhost})
+	}
+	m.w = &Window{
+		Pool: pool, Handlers: ackAll{}, Prefetch: 10, Logger: slog.New(slog.DiscardHandler),
+		Topology: testTopology(),
+		State:    m.store, Marks: m.store, LeftoverDrainCap: 10, UnnotifiedGrace: time.Hour,
+	}
+	for i := range eps {
+		require.NoError(t, pool.DeclareTopology(context.Background(), i, m.w.Topology))
+	}
+	return m
+}
+
+// prepare plans a window and drains its spares as PrepareWindow does, without the
+// attempt's fence (which needs a worker's lease and a Temporal server).
+func (m *marked) prepare(t *testing.T) LeftoverDrainResult {
+	t.Helper()
+	var suite testsuite.WorkflowTestSuite
+	env := suite.NewTestActivityEnvironment()
+	env.RegisterActivityWithOptions(func(ctx context.Context, queue string) (LeftoverDrainResult, error) {
+		plan, err := m.w.planWindow(ctx)
+		if err != nil {
+			return LeftoverDrainResult{}, err
+		}
+		return m.w.leftoverDrain(ctx, LeftoverDrainInput{
+			Queue: queue, Brokers: plan.Leftover, Ahead: plan.Ahead, Active: plan.ActiveIndex, Cap: plan.LeftoverDrainCap,
+		})
+	}, activity.RegisterOptions{Name: "PrepareWindow"})
+	v, err := env.ExecuteActivity("PrepareWindow", "issues")
+	require.NoError(t, err)
+	var out LeftoverDrainResult
+	require.NoError(t, v.Get(&out))
+	return out
+}
+
+func (m *marked) update(t *testing.T, fn func(brokerstate.BrokerState) brokerstate.BrokerState) {
+	t.Helper()
+	_, err := m.store.Update(context.Background(), func(s brokerstate.BrokerState) (brokerstate.BrokerState, error) { return fn(s), nil })
+	require.NoError(t, err)
+}
+
+// notify records the producer's notification that it moved to broker index now.
+func (m *marked) notify(t *testing.T, index int) {
+	t.Helper()
+	ref := m.store.Brokers[index]
+	m.update(t, func(s brokerstate.BrokerState) brokerstate.BrokerState {
+		next, _ := s.ApplyNotification(brokerstate.Notification{Index: index, Host: ref.Host, Vhost: ref.Vhost, SwitchedAt: time.Now()}, time.Now())
+		return next
+	})
+}
+
+// commit completes the pending hop, as the BrokerSwitch workflow does after a drain check.
+func (m *marked) commit(t *testing.T) {
+	t.Helper()
+	m.update(t, func(s brokerstate.BrokerState) brokerstate.BrokerState {
+		require.NotNil(t, s.Pending)
+		next, ok := s.CompleteHop(s.ActiveIndex, s.Pending.Next(), 1, time.Now())
+		require.True(t, ok)
+		return next
+	})
+}
+
+func (m *marked) force(t *testing.T, index int) {
+	t.Helper()
+	m.update(t, func(s brokerstate.BrokerState) brokerstate.BrokerState { return s.Force(index, time.Now(), time.Now()) })
+}
+
+func (m *marked) publish(t *testing.T, index int) {
+	t.Helper()
+	require.NoError(t, channel(t, m.urls[index]).Publish("", "issues", false, false, amqp.Publishing{Body: []byte("{}")}))
+}
+
+// On B the operator forces A; a drain takes what the producer left on B and sees it
+// empty; the producer moves to C, and we follow; later drains find B empty and take
+// nothing. When the producer comes back to B and publishes before its notification, what
+// it publishes there is its future, newer than C's backlog: it waits for the
+// notification, and is not read as a straggler of B's old visit.
+func TestAReturnToASpareSeenEmptyAfterTheProducerLeftWaits(t *testing.T) {
+	const a, b, c = 0, 1, 2
+	m := newMarked(t, 3)
+	m.notify(t, b)
+	m.commit(t)
+	m.force(t, a)
+	m.publish(t, b)
+	require.Equal(t, 1, m.prepare(t).Taken[b], "B is the producer's broker: what it holds is its present")
+
+	m.notify(t, c)
+	m.commit(t)
+	require.Zero(t, m.prepare(t).Taken[b], "B is empty")
+
+	m.publish(t, b) // the producer is back on B, and its word for B is late
+	res := m.prepare(t)
+	require.Zero(t, res.Taken[b], "B was seen empty after the producer left it: this is its future")
+	require.Len(t, res.Unannounced, 1)
+	require.Equal(t, b, res.Unannounced[0].Broker)
+}
+
+// A → B; A is drained as a spare and seen empty; the operator forces A, and A's window
+// reads it; the producer moves on to C and the switch commits while deliveries of A's
+// window go back to A's queue, without x-death. They are older than C's backlog: the
+// next window reads them first, rather than hold them as messages never announced.
+func TestWhatAForcedBrokerHoldsWhenWeLeaveItIsAStraggler(t *testing.T) {
+	const a, b, c = 0, 1, 2
+	m := newMarked(t, 3)
+	m.notify(t, b)
+	m.commit(t)
+	require.Zero(t, m.prepare(t).Taken[a], "A is seen empty as a spare")
+
+	m.force(t, a)
+	m.notify(t, c)
+	m.publish(t, a) // a delivery of A's window, given back when the switch commits
+	m.commit(t)
+	res := m.prepare(t)
+	require.Equal(t, 1, res.Taken[a], "we were reading A until the switch: what it holds is older than C's")
+	require.Empty(t, res.Unannounced)
+}
