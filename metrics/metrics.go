@@ -34,6 +34,13 @@ const (
 	RouteError = "error" // copied to {q}-error with its reason, then acknowledged
 )
 
+// What became of a message whose headers the AMQP client cannot read, the outcome label
+// of brokerswitch_unreadable_messages_total.
+const (
+	UnreadableMoved    = "moved"     // copied to {q}-error without decoding its headers
+	UnreadableNotFound = "not_found" // a connection was cut by an unreadable frame, but no such message was found at the head
+)
+
 // Why an event's entity clock could not be used, the reason label of
 // brokerswitch_clock_fallbacks_total.
 const (
@@ -85,6 +92,7 @@ type Metrics struct {
 	pingFailures  prometheus.Counter
 	idReused      *prometheus.CounterVec
 	clockFallback *prometheus.CounterVec
+	unreadable    *prometheus.CounterVec
 	ledger        ledgerGauges
 	registerer    prometheus.Registerer
 	stateWatching bool
@@ -175,12 +183,16 @@ func New(reg *prometheus.Registry) *Metrics {
 			Namespace: namespace, Name: "clock_fallbacks_total",
 			Help: "Applied events whose entity clock was missing or unparseable, by typed table and reason: their row followed queue order.",
 		}, []string{"table", "reason"}),
+		unreadable: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: namespace, Name: "unreadable_messages_total",
+			Help: "Consumer connections cut by a message whose headers the AMQP client refuses, by queue and outcome: moved (the message was copied to {q}-error unread) or not_found (no such message was found at the head; the queue may be stuck).",
+		}, []string{"queue", "outcome"}),
 	}
 	m.ledger = newLedgerGauges()
 	reg.MustRegister(m.ledger.collectors()...)
 	reg.MustRegister(m.events, m.routed, m.leftover, m.leftoverDown, m.leftoverFail, m.unannHeld, m.unannRead, m.drainChecks, m.switches,
 		m.commitLag, m.pendingFor, m.windows, m.reconnects, m.dialFailures, m.connsLost, m.blocked, m.pingFailures,
-		m.idReused, m.clockFallback)
+		m.idReused, m.clockFallback, m.unreadable)
 	return m
 }
 
@@ -202,6 +214,8 @@ func (m *Metrics) StartAtZero(queues []string, brokers int) {
 			m.windows.WithLabelValues(q, e)
 		}
 		m.idReused.WithLabelValues(q)
+		m.unreadable.WithLabelValues(q, UnreadableMoved)
+		m.unreadable.WithLabelValues(q, UnreadableNotFound)
 	}
 	for _, f := range []string{"false", "true"} {
 		m.switches.WithLabelValues(f)
@@ -396,6 +410,15 @@ func (m *Metrics) ClockFallback(table, reason string) {
 		return
 	}
 	m.clockFallback.WithLabelValues(table, reason).Inc()
+}
+
+// Unreadable counts a consumer connection of queue cut by a message whose headers the AMQP
+// client refuses, and what became of the message (UnreadableMoved or UnreadableNotFound).
+func (m *Metrics) Unreadable(queue, outcome string) {
+	if m == nil {
+		return
+	}
+	m.unreadable.WithLabelValues(queue, outcome).Inc()
 }
 
 // PingFailed counts a HealthChecks ping that could not be delivered.
