@@ -46,6 +46,10 @@ type Ingester struct {
 	// for a transient reason (see isTransient) before HandleBatch gives up and returns the
 	// error, leaving the batch unsettled; 0 means DefaultTransientAttempts.
 	TransientAttempts int
+	// MaxClockSkew is how far past Now an event's entity clock may be; a later one is
+	// taken as unreadable (applied in queue order, counted and logged); 0 means
+	// DefaultMaxClockSkew. The worker sets NOTIFICATION_MAX_CLOCK_SKEW.
+	MaxClockSkew time.Duration
 	// TransientBackoff is the pause before the second attempt, doubled before each next
 	// one up to maxTransientBackoff; 0 means DefaultTransientBackoff.
 	TransientBackoff time.Duration
@@ -85,6 +89,8 @@ type message struct {
 	// hash is the SHA-256 of the body, kept in the ledger to tell a redelivery from a
 	// delivery id reused with another payload.
 	hash [sha256.Size]byte
+	// ahead is the entity clock refused for being in the future (distrustFuture), or zero.
+	ahead time.Time
 }
 
 // HandleBatch applies deliveries in order and returns one verdict per delivery; see
@@ -100,6 +106,12 @@ func (h *batchHandler) HandleBatch(ctx context.Context, queue string, deliveries
 	}
 	now := h.now()
 	msgs := decodeAll(queue, deliveries, h.ingester.MaxMessageBytes)
+	limit := now.Add(cmp.Or(h.ingester.MaxClockSkew, DefaultMaxClockSkew))
+	for i := range msgs {
+		if msgs[i].malformed == nil {
+			msgs[i].ahead = distrustFuture(msgs[i].event, limit)
+		}
+	}
 
 	verdicts, err := h.apply(ctx, queue, msgs, now)
 	if err == nil {
@@ -263,6 +275,11 @@ func (h *batchHandler) applyInTx(ctx context.Context, queue string, msgs []messa
 		if outcomes[i] == metrics.OutcomeApplied {
 			if c := clockOf(m.event); c.fallback != "" {
 				h.ingester.Metrics.ClockFallback(c.table, c.fallback)
+			}
+			if !m.ahead.IsZero() {
+				h.logger().WarnContext(ctx, "entity clock in the future, applied in queue order as an event without one",
+					"queue", queue, "broker", h.broker, "delivery_id", m.event.DeliveryID, "event", m.event.Type,
+					"clock", m.ahead.Format(time.RFC3339))
 			}
 		}
 		if reused[i] != nil {

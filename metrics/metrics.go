@@ -46,6 +46,7 @@ const (
 const (
 	ClockMissing     = "missing"     // the payload has no clock field, or it is null
 	ClockUnparseable = "unparseable" // the field holds something that is not a timestamp
+	ClockFuture      = "future"      // the timestamp is past now + the allowed skew: not a real clock
 )
 
 // clockTables are the typed tables whose rows follow GitHub's clock (ingest's clockOf),
@@ -181,7 +182,7 @@ func New(reg *prometheus.Registry) *Metrics {
 		}, []string{"queue"}),
 		clockFallback: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: namespace, Name: "clock_fallbacks_total",
-			Help: "Applied events whose entity clock was missing or unparseable, by typed table and reason: their row followed queue order.",
+			Help: "Applied events whose entity clock was missing, unparseable or in the future (past now + NOTIFICATION_MAX_CLOCK_SKEW), by typed table and reason: their row followed queue order.",
 		}, []string{"table", "reason"}),
 		unreadable: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: namespace, Name: "unreadable_messages_total",
@@ -223,6 +224,7 @@ func (m *Metrics) StartAtZero(queues []string, brokers int) {
 	for _, t := range clockTables() {
 		m.clockFallback.WithLabelValues(t, ClockMissing)
 		m.clockFallback.WithLabelValues(t, ClockUnparseable)
+		m.clockFallback.WithLabelValues(t, ClockFuture)
 	}
 	for b := range brokers {
 		idx := strconv.Itoa(b)
@@ -404,7 +406,7 @@ func (m *Metrics) DeliveryIDReused(queue string) {
 }
 
 // ClockFallback counts an applied event for table whose entity clock could not be used
-// (reason ClockMissing or ClockUnparseable), so its row followed queue order.
+// (reason ClockMissing, ClockUnparseable or ClockFuture), so its row followed queue order.
 func (m *Metrics) ClockFallback(table, reason string) {
 	if m == nil {
 		return

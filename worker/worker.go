@@ -133,7 +133,7 @@ func Register(w sdkworker.Registry, d Deps, watcher *brokerstate.StateWatcher) {
 		Pool: d.Pool,
 		Handlers: &ingest.Ingester{
 			DB: d.DB, MaxRetryCycles: d.Config.MaxRetryCycles, Logger: d.Logger, Now: time.Now, Metrics: d.Metrics,
-			MaxMessageBytes: d.Config.MaxMessageBytes,
+			MaxMessageBytes: d.Config.MaxMessageBytes, MaxClockSkew: d.Config.NotificationMaxClockSkew,
 		},
 		State:            store,
 		Marks:            store,
