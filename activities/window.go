@@ -237,7 +237,7 @@ func (a *Window) leftoverDrain(ctx context.Context, in LeftoverDrainInput) (Left
 		if err == nil {
 			opts := broker.DrainOptions{Max: budget, Batch: a.Prefetch}
 			if v.reading == brokerstate.ReadReturned {
-				opts.Keep = func(d amqp.Delivery) bool { return !broker.Returned(d) }
+				opts.Keep = func(d amqp.Delivery) bool { return !broker.Returned(d, in.Queue) }
 			}
 			got, err = a.Pool.DrainWith(ctx, idx, in.Queue, opts, a.Handlers.ForBroker(idx))
 		}
