@@ -5,10 +5,12 @@ package config
 import (
 	"errors"
 	"fmt"
+	"io/fs"
 	"math"
 	"net"
 	"net/url"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -138,7 +140,12 @@ type Getenv func(string) string
 // FileVariables are the secrets that may instead be read from a file named by the same
 // variable with _FILE appended (DATABASE_URL_FILE=/run/secrets/database-url), as a
 // mounted Kubernetes or Docker secret gives them.
-var FileVariables = []string{"DATABASE_URL", "RABBITMQ_CONNECTION_STRINGS", "OPERATOR_TOKEN", "PRODUCER_TOKEN", "TEMPORAL_API_KEY"}
+var FileVariables = []string{"DATABASE_URL", "RABBITMQ_CONNECTION_STRINGS", "OPERATOR_TOKEN", "PRODUCER_TOKEN", "TEMPORAL_API_KEY",
+	"HEALTHCHECKS_PING_URL"}
+
+// optionalFiles are the FileVariables that may be left unset: a _FILE naming a file that
+// does not exist leaves them unset, as a key missing from an optional Secret volume does.
+var optionalFiles = []string{"TEMPORAL_API_KEY", "HEALTHCHECKS_PING_URL"}
 
 // FromEnv reads and validates the configuration.
 func FromEnv(getenv Getenv) (Config, error) {
@@ -297,6 +304,9 @@ func (r *reader) withFiles(getenv Getenv) Getenv {
 			continue
 		}
 		b, err := os.ReadFile(path)
+		if errors.Is(err, fs.ErrNotExist) && slices.Contains(optionalFiles, name) {
+			continue
+		}
 		if err != nil {
 			// A *PathError names the path and the cause, never the contents.
 			r.fail(name+"_FILE", fmt.Sprintf("cannot read the file with %s: %v", name, err))
