@@ -132,6 +132,11 @@ type Config struct {
 	// healthchecks.io-style check pinged at the start, success and failure of every
 	// consumer window.
 	HealthchecksPingURL string
+	// WebhookSecret from WEBHOOK_SECRET (default empty: payloads are not verified): the
+	// secret of the GitHub webhook; when set, every message must carry GitHub's
+	// X-Hub-Signature-256 of its body, forwarded as x-hub-signature-256, or it goes to
+	// {q}-error. Never logged.
+	WebhookSecret string
 }
 
 // Getenv looks a variable up; os.Getenv fits, and tests pass a map's lookup.
@@ -141,11 +146,11 @@ type Getenv func(string) string
 // variable with _FILE appended (DATABASE_URL_FILE=/run/secrets/database-url), as a
 // mounted Kubernetes or Docker secret gives them.
 var FileVariables = []string{"DATABASE_URL", "RABBITMQ_CONNECTION_STRINGS", "OPERATOR_TOKEN", "PRODUCER_TOKEN", "TEMPORAL_API_KEY",
-	"HEALTHCHECKS_PING_URL"}
+	"HEALTHCHECKS_PING_URL", "WEBHOOK_SECRET"}
 
 // optionalFiles are the FileVariables that may be left unset: a _FILE naming a file that
 // does not exist leaves them unset, as a key missing from an optional Secret volume does.
-var optionalFiles = []string{"TEMPORAL_API_KEY", "HEALTHCHECKS_PING_URL"}
+var optionalFiles = []string{"TEMPORAL_API_KEY", "HEALTHCHECKS_PING_URL", "WEBHOOK_SECRET"}
 
 // FromEnv reads and validates the configuration.
 func FromEnv(getenv Getenv) (Config, error) {
@@ -178,6 +183,7 @@ func FromEnv(getenv Getenv) (Config, error) {
 		LogLevel:                 r.str("LOG_LEVEL", "info"),
 		MetricsAddr:              r.str("METRICS_ADDR", ":9090"),
 		HealthchecksPingURL:      r.str("HEALTHCHECKS_PING_URL", ""),
+		WebhookSecret:            r.str("WEBHOOK_SECRET", ""),
 		NotificationMaxClockSkew: r.duration("NOTIFICATION_MAX_CLOCK_SKEW", "5m"),
 		NotificationRate:         r.positiveFloat("NOTIFICATION_RATE", "1"),
 		NotificationBurst:        r.positiveInt("NOTIFICATION_BURST", "10"),

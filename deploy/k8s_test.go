@@ -254,7 +254,7 @@ func TestKubernetesEnvironmentIsWhatConfigReads(t *testing.T) {
 		known[k] = true
 	}
 	secretVars := []string{"RABBITMQ_CONNECTION_STRINGS", "DATABASE_URL", "OPERATOR_TOKEN", "PRODUCER_TOKEN",
-		"TEMPORAL_API_KEY", "HEALTHCHECKS_PING_URL"}
+		"TEMPORAL_API_KEY", "HEALTHCHECKS_PING_URL", "WEBHOOK_SECRET"}
 	for k := range m.configMaps["brokerswitch-config"].Data {
 		require.True(t, known[k], "ConfigMap: %s is not a variable the config package reads", k)
 		require.NotContains(t, secretVars, k, "ConfigMap: %s is a secret", k)
@@ -350,7 +350,7 @@ func TestKubernetesEnvironmentIsWhatConfigReads(t *testing.T) {
 
 // optionalSecrets may be missing from the Secret: their files are left out, and config
 // leaves them unset.
-var optionalSecrets = []string{"TEMPORAL_API_KEY", "HEALTHCHECKS_PING_URL"}
+var optionalSecrets = []string{"TEMPORAL_API_KEY", "HEALTHCHECKS_PING_URL", "WEBHOOK_SECRET"}
 
 // requireMountedSecretFile checks that path, the value of secret's _FILE variable, is a
 // file of a Secret volume the container mounts, holding that secret's key.

@@ -50,6 +50,9 @@ type Ingester struct {
 	// taken as unreadable (applied in queue order, counted and logged); 0 means
 	// DefaultMaxClockSkew. The worker sets NOTIFICATION_MAX_CLOCK_SKEW.
 	MaxClockSkew time.Duration
+	// WebhookSecret, when set, is the GitHub webhook's secret: every message must carry
+	// the HMAC of its body in HeaderSignature, or it is malformed. Empty verifies nothing.
+	WebhookSecret []byte
 	// decode decodes one delivery, refusing a body over its second argument's bytes; nil
 	// means decodeWithin. Tests set it to a decoder that panics.
 	decode func(amqp.Delivery, int) (Event, error)
@@ -111,6 +114,16 @@ func (h *batchHandler) HandleBatch(ctx context.Context, queue string, deliveries
 	decode := h.ingester.decode
 	if decode == nil {
 		decode = decodeWithin
+	}
+	if secret := h.ingester.WebhookSecret; len(secret) > 0 {
+		unsigned := decode
+		decode = func(d amqp.Delivery, maxBody int) (Event, error) {
+			ev, err := unsigned(d, maxBody)
+			if err == nil {
+				err = verifySignature(d, secret)
+			}
+			return ev, err
+		}
 	}
 	msgs := decodeAll(queue, deliveries, h.ingester.MaxMessageBytes, decode)
 	limit := now.Add(cmp.Or(h.ingester.MaxClockSkew, DefaultMaxClockSkew))

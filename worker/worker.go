@@ -134,6 +134,7 @@ func Register(w sdkworker.Registry, d Deps, watcher *brokerstate.StateWatcher) {
 		Handlers: &ingest.Ingester{
 			DB: d.DB, MaxRetryCycles: d.Config.MaxRetryCycles, Logger: d.Logger, Now: time.Now, Metrics: d.Metrics,
 			MaxMessageBytes: d.Config.MaxMessageBytes, MaxClockSkew: d.Config.NotificationMaxClockSkew,
+			WebhookSecret: []byte(d.Config.WebhookSecret),
 		},
 		State:            store,
 		Marks:            store,
