@@ -19,15 +19,7 @@ import (
 // msg returns to the head and the wait fails.
 func publishAndReject(t *testing.T, r *rabbit, msg amqp.Publishing, reason string) amqp.Delivery {
 	t.Helper()
-	ch := r.channel()
-	require.NoError(t, ch.Confirm(false))
-	for _, m := range []amqp.Publishing{msg, {DeliveryMode: amqp.Persistent, MessageId: "d-next", Body: []byte("next")}} {
-		conf, err := ch.PublishWithDeferredConfirmWithContext(context.Background(), "", "issues", false, false, m)
-		require.NoError(t, err)
-		ok, err := conf.WaitContext(context.Background())
-		require.NoError(t, err)
-		require.True(t, ok, "the broker takes the producer's message")
-	}
+	r.publishMessages("issues", msg, amqp.Publishing{DeliveryMode: amqp.Persistent, MessageId: "d-next", Body: []byte("next")})
 	h := &recorder{verdict: func(d amqp.Delivery) Verdict {
 		if string(d.Body) == "poison" {
 			return Verdict{Outcome: Reject, Reason: reason}

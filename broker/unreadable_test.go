@@ -101,15 +101,9 @@ func TestAnUnreadableMessageIsMovedToErrorAndCutsNoOtherQueue(t *testing.T) {
 			for k, v := range c.headers {
 				headers[k] = v
 			}
-			ch := r.channel()
-			require.NoError(t, ch.Confirm(false))
-			conf, err := ch.PublishWithDeferredConfirmWithContext(context.Background(), "", "issues", false, false, amqp.Publishing{
+			r.publishMessages("issues", amqp.Publishing{
 				Headers: headers, ContentType: "application/json", DeliveryMode: amqp.Persistent, MessageId: "d-poison", Body: []byte("poison"),
 			})
-			require.NoError(t, err)
-			ok, err := conf.WaitContext(context.Background())
-			require.NoError(t, err)
-			require.True(t, ok, "the broker takes the message")
 			r.publish("issues", "good-3", "good-4")
 			r.publish("pushes", "push-1", "push-2")
 
@@ -178,15 +172,8 @@ func TestCheckContentHeaderFollowsTheClientsLimits(t *testing.T) {
 	}{many, 0, "a table of more than 8192 entries"})
 	r := newRabbit(t)
 	r.declare(Topology{Queues: []string{"issues"}, RetryTTL: time.Minute})
-	ch := r.channel()
-	require.NoError(t, ch.Confirm(false))
 	for _, c := range cases {
-		conf, err := ch.PublishWithDeferredConfirmWithContext(context.Background(), "", "issues", false, false,
-			amqp.Publishing{Headers: c.headers, MessageId: "m", Body: []byte("b")})
-		require.NoError(t, err)
-		ok, err := conf.WaitContext(context.Background())
-		require.NoError(t, err)
-		require.True(t, ok)
+		r.publishMessages("issues", amqp.Publishing{Headers: c.headers, MessageId: "m", Body: []byte("b")})
 	}
 	for i, d := range readRaw(t, r, "issues", len(cases)) {
 		got := checkContentHeader(d.header, cases[i].frameMax)
