@@ -305,7 +305,7 @@ func (a *Window) leftoverDrainFenced(ctx context.Context, in LeftoverDrainInput,
 		if err == nil {
 			opts := broker.DrainOptions{Max: budget, Batch: a.Prefetch, Fence: gone}
 			if v.reading == brokerstate.ReadReturned {
-				opts.Keep = func(d amqp.Delivery) bool { return !broker.Returned(d) }
+				opts.Keep = func(d amqp.Delivery) bool { return !broker.Returned(d, in.Queue) }
 			}
 			got, err = a.Pool.DrainWith(ctx, idx, in.Queue, opts, a.Handlers.ForBroker(idx))
 		}

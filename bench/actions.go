@@ -11,6 +11,7 @@ import (
 
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
+	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/brokerswitch/brokerswitch/broker"
 )
@@ -167,19 +168,15 @@ func runActions(s *scope, rate float64, binary, logDir string) actionsResult {
 		"switch: "+byType(diff(count(), before)))
 	res.Switch = diff(count(), before)
 
-	// A straggler on broker 0, which the switch left: a message nacked there comes back
-	// from its -retry queue (here after 100 ms rather than RETRY_TTL), and one window ends
-	// for it.
+	// A straggler on broker 0, which the switch left: a message an operator moved back from
+	// -error there, with its stamps (a message back from -retry is read alike), and one
+	// window ends for it.
 	applied, err := st.applied(ctx)
 	s.check(err, "applied")
-	straggler := messages(nil, corpus(1)...)
-	for i := range straggler {
-		straggler[i].RoutingKey, straggler[i].Expiration = broker.RetryQueue(straggler[i].Queue), "100"
-	}
+	ev := corpus(1)
 	before, t0 := count(), time.Now()
-	sp := st.producer()
-	s.check(sp.PublishTo(ctx, 0, straggler...), "publish the straggler")
-	_ = sp.Close()
+	st.publish(0, ev, amqp.Table{broker.HeaderRetryCycles: int64(1), broker.HeaderErrorQueue: ev[0].Queue,
+		broker.HeaderErrorAt: time.Now().UTC().Format(time.RFC3339), broker.HeaderErrorReason: "moved back by an operator"})
 	s.check(st.waitApplied(ctx, applied+1, 2*time.Minute), "the straggler applied")
 	res.StragglerLag = time.Since(t0)
 	s.check(waitUntil(ctx, time.Minute, "the straggler's window counted", windowsEnded(before, 1, 0)), "straggler")
@@ -232,7 +229,7 @@ func runTakeover(s *scope, st *stack, binary, logDir string) time.Duration {
 			}
 		}
 		return true, nil
-	}), "take-over")
+	}), fmt.Sprintf("take-over: the leases show %v, the survivor is %s (log %s)", held(), survivor.identity(), survivor.logPath))
 	took := time.Since(killed)
 	s.check(st.waitApplied(ctx, applied+int64(len(backlog)), 2*time.Minute), "the backlog applied after the kill")
 	return took

@@ -431,9 +431,10 @@ func runCap(s *scope, leftover int, window time.Duration) capResult {
 		evs[i].Queue = queue
 	}
 	// The producer never announced broker 1, so before UNNOTIFIED_BROKER_GRACE only what
-	// came back is read there: these leftovers are messages moved back from -retry, as
-	// their header says, as in TestLeftoverDrainStopsAtItsCap.
-	st.publish(1, evs, amqp.Table{broker.HeaderRetryCycles: int64(1)})
+	// came back is read there: these leftovers are messages moved back from -error, as
+	// their headers say, as in TestLeftoverDrainStopsAtItsCap.
+	st.publish(1, evs, amqp.Table{broker.HeaderRetryCycles: int64(1), broker.HeaderErrorQueue: queue,
+		broker.HeaderErrorAt: time.Now().UTC().Format(time.RFC3339), broker.HeaderErrorReason: "moved back by an operator"})
 	began := time.Now()
 	stop := st.startWorker()
 	s.check(st.waitApplied(ctx, int64(leftover), 5*time.Minute), "leftovers applied")

@@ -99,7 +99,7 @@ func (p *Pool) Consume(ctx context.Context, index int, queue string, opts Consum
 	if err != nil {
 		return fmt.Errorf("consume %s on %s: %w", queue, ep, err)
 	}
-	ch, frameMax, err := p.channel(ctx, index)
+	ch, frameMax, err := p.consumerChannel(ctx, index, queue)
 	if err != nil {
 		if ctx.Err() != nil {
 			return nil
@@ -124,6 +124,10 @@ func (p *Pool) Consume(ctx context.Context, index int, queue string, opts Consum
 
 	s, err := newSettler(p, ep, ch, frameMax, queue, opts.OnSettled)
 	if err != nil {
+		// The first delivery may cut the connection before the channel is transactional.
+		if e := closedBy(closed, err); unreadableClose(e) {
+			return p.afterUnreadable(ctx, ep, queue, frameMax, opts.Prefetch, fmt.Errorf("%w (channel closed: %w)", err, e))
+		}
 		return err
 	}
 	s.fence, s.settleTimeout = opts.Fence, opts.SettleTimeout
@@ -133,7 +137,11 @@ func (p *Pool) Consume(ctx context.Context, index int, queue string, opts Consum
 			return fmt.Errorf("consume %s on %s: %w", queue, ep, ErrFenced)
 		}
 		if !open {
-			return fmt.Errorf("consume %s on %s: %w", queue, ep, endReason(closed, cancelled))
+			err := endReason(closed, cancelled)
+			if e := (*amqp.Error)(nil); errors.As(err, &e) && unreadableClose(e) {
+				return p.afterUnreadable(ctx, ep, queue, frameMax, opts.Prefetch, err)
+			}
+			return fmt.Errorf("consume %s on %s: %w", queue, ep, err)
 		}
 		if ctx.Err() != nil {
 			// Unhandled deliveries go back to the queue, in order, when the channel closes.
@@ -143,6 +151,9 @@ func (p *Pool) Consume(ctx context.Context, index int, queue string, opts Consum
 			return nil
 		}
 		if _, err := s.handle(ctx, h, batch); err != nil {
+			if e := closedBy(closed, err); unreadableClose(e) {
+				return p.afterUnreadable(ctx, ep, queue, frameMax, opts.Prefetch, fmt.Errorf("%w (channel closed: %w)", err, e))
+			}
 			if ctx.Err() != nil && !errors.Is(err, ErrFenced) {
 				return nil
 			}
@@ -219,6 +230,24 @@ func isClosed(c <-chan struct{}) bool {
 		return true
 	default:
 		return false
+	}
+}
+
+// closedBy is the reason the channel closed under a call that failed with err because
+// of it, or nil. The library notifies close listeners before a call on the closed channel
+// fails, so the reason is there already.
+func closedBy(closed <-chan *amqp.Error, err error) *amqp.Error {
+	if e := (*amqp.Error)(nil); errors.As(err, &e) && e.Code != amqp.ChannelError {
+		return e
+	}
+	if !errors.Is(err, amqp.ErrClosed) {
+		return nil
+	}
+	select {
+	case e := <-closed:
+		return e
+	default:
+		return nil
 	}
 }
 

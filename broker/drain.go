@@ -77,7 +77,7 @@ func (p *Pool) DrainWith(ctx context.Context, index int, queue string, opts Drai
 		return DrainResult{}, fmt.Errorf("drain %s on %s: max %d and batch %d must be positive", queue, ep, opts.Max, opts.Batch)
 	}
 	opts.Batch = min(opts.Batch, MaxPrefetch)
-	ch, frameMax, err := p.channel(ctx, index)
+	ch, frameMax, err := p.consumerChannel(ctx, index, queue)
 	if err != nil {
 		return DrainResult{}, fmt.Errorf("drain %s: %w", queue, err)
 	}

@@ -94,6 +94,21 @@ func (r *rabbit) publish(queue string, bodies ...string) {
 	}
 }
 
+// publishMessages sends msgs to queue as they are, and waits for the broker's confirm of
+// each.
+func (r *rabbit) publishMessages(queue string, msgs ...amqp.Publishing) {
+	r.t.Helper()
+	ch := r.channel()
+	require.NoError(r.t, ch.Confirm(false))
+	for _, m := range msgs {
+		conf, err := ch.PublishWithDeferredConfirmWithContext(context.Background(), "", queue, false, false, m)
+		require.NoError(r.t, err)
+		ok, err := conf.WaitContext(context.Background())
+		require.NoError(r.t, err)
+		require.True(r.t, ok, "the broker takes message %q", m.MessageId)
+	}
+}
+
 // getAll takes every ready message of queue and returns them in order. It consumes with
 // automatic acks rather than basic.get, which quorum queues with single active consumer
 // refuse.

@@ -86,8 +86,9 @@ func TestPoolMetricsCountReconnectsAndRoutes(t *testing.T) {
 	require.InDelta(t, 1, metricstest.Value(t, reg, "brokerswitch_routed_messages_total", "queue", "issues", "route", "error"), 0)
 
 	testenv.CloseConnections(t, r.url)
+	// The shared connection and the one of the queue's consumer.
 	require.Eventually(t, func() bool {
-		return metricstest.Value(t, reg, "brokerswitch_amqp_connections_lost_total", "broker", "0") == 1
+		return metricstest.Value(t, reg, "brokerswitch_amqp_connections_lost_total", "broker", "0") == 2
 	}, waitFor, 20*time.Millisecond)
 	require.Eventually(t, func() bool {
 		ch, err := r.pool.Channel(ctx, 0)

@@ -34,9 +34,11 @@ var ErrUnreachable = errors.New("broker unreachable")
 // ErrPoolClosed is returned by Pool methods called after Close.
 var ErrPoolClosed = errors.New("broker pool closed")
 
-// Pool holds exactly one AMQP connection per broker, dialed on first use and
-// redialed when the broker has closed it. Channels are opened per use and
-// closed by their user. A Pool is safe for concurrent use.
+// Pool holds one AMQP connection per broker, dialed on first use and redialed when the
+// broker has closed it, and one more per queue that Consume reads on that broker: a
+// message whose headers the client library refuses makes it close the whole connection,
+// which then cuts that queue's consumer alone. Channels are opened per use and closed by
+// their user. A Pool is safe for concurrent use.
 //
 // We redial by hand instead of using amqp091-go's experimental Config.Recovery:
 // recovery would silently reopen channels and consumers underneath a consumer
@@ -87,6 +89,14 @@ type brokerConn struct {
 	// declared on, so that it is declared once per connection, not at every window start.
 	declaredMu sync.Mutex
 	declared   map[string]*amqp.Connection // guarded by declaredMu
+
+	// queue names the queue whose consumers this connection serves; "" for the shared one.
+	queue string
+	// consumers are the connections of each queue's consumers, by queue.
+	consumersMu sync.Mutex
+	consumers   map[string]*brokerConn // guarded by consumersMu
+	// consumersClosed is set by Pool.Close: no more consumer connections.
+	consumersClosed bool // guarded by consumersMu
 }
 
 // NewPool returns a pool for endpoints; nothing is dialed yet. Brokers are
@@ -135,6 +145,33 @@ func (p *Pool) channel(ctx context.Context, index int) (*amqp.Channel, int, erro
 	if err != nil {
 		return nil, 0, err
 	}
+	return p.channelOn(ctx, b)
+}
+
+// consumerChannel is channel on the connection of queue's consumers on broker index.
+func (p *Pool) consumerChannel(ctx context.Context, index int, queue string) (*amqp.Channel, int, error) {
+	b, err := p.broker(index)
+	if err != nil {
+		return nil, 0, err
+	}
+	b.consumersMu.Lock()
+	if b.consumersClosed {
+		b.consumersMu.Unlock()
+		return nil, 0, fmt.Errorf("connect to %s: %w", b.ep, ErrPoolClosed)
+	}
+	qb, ok := b.consumers[queue]
+	if !ok {
+		qb = &brokerConn{ep: b.ep, lock: make(chan struct{}, 1), queue: queue}
+		if b.consumers == nil {
+			b.consumers = map[string]*brokerConn{}
+		}
+		b.consumers[queue] = qb
+	}
+	b.consumersMu.Unlock()
+	return p.channelOn(ctx, qb)
+}
+
+func (p *Pool) channelOn(ctx context.Context, b *brokerConn) (*amqp.Channel, int, error) {
 	for attempt := 0; ; attempt++ {
 		conn, err := p.connection(ctx, b)
 		if err != nil {
@@ -155,8 +192,19 @@ func (p *Pool) channel(ctx context.Context, index int) (*amqp.Channel, int, erro
 // Close closes all connections. Channels opened from them end too.
 func (p *Pool) Close() error {
 	var errs []error
+	var conns []*brokerConn
 	for _, ep := range p.endpoints {
 		b := p.brokers[ep.Index]
+		conns = append(conns, b)
+		b.consumersMu.Lock()
+		b.consumersClosed = true
+		for _, qb := range b.consumers {
+			conns = append(conns, qb)
+		}
+		b.consumersMu.Unlock()
+	}
+	for _, b := range conns {
+		ep := b.ep
 		b.lock <- struct{}{}
 		conn := b.conn
 		b.conn, b.closed = nil, true
@@ -216,8 +264,12 @@ func (p *Pool) connection(ctx context.Context, b *brokerConn) (*amqp.Connection,
 		p.Metrics.Reconnected(b.ep.Index)
 	}
 	b.conn, b.connected = conn, true
-	p.logger.InfoContext(ctx, "broker connected", "broker", b.ep)
-	p.watch(b.ep, conn)
+	logger := p.logger
+	if b.queue != "" {
+		logger = logger.With("consumers_of", b.queue)
+	}
+	logger.InfoContext(ctx, "broker connected", "broker", b.ep)
+	watch(logger, p.Metrics, b.ep, conn)
 	return conn, nil
 }
 
@@ -225,25 +277,25 @@ func (p *Pool) connection(ctx context.Context, b *brokerConn) (*amqp.Connection,
 // disk alarm: connection.blocked) or unblocks it, setting brokerswitch_amqp_blocked. The
 // library closes the notify channels on any shutdown, so the goroutines always end; the
 // buffers keep the library from blocking on us.
-func (p *Pool) watch(ep Endpoint, conn *amqp.Connection) {
+func watch(logger *slog.Logger, m *metrics.Metrics, ep Endpoint, conn *amqp.Connection) {
 	closed := conn.NotifyClose(make(chan *amqp.Error, 1))
 	go func() {
 		for err := range closed {
-			p.Metrics.ConnectionLost(ep.Index)
-			p.logger.Warn("broker connection lost", "broker", ep, "reason", err.Error())
+			m.ConnectionLost(ep.Index)
+			logger.Warn("broker connection lost", "broker", ep, "reason", err.Error())
 		}
 	}()
 	blocked := conn.NotifyBlocked(make(chan amqp.Blocking, 1))
 	go func() {
 		for b := range blocked {
-			p.Metrics.Blocked(ep.Index, b.Active)
+			m.Blocked(ep.Index, b.Active)
 			if b.Active {
-				p.logger.Warn("broker blocked the connection", "broker", ep, "reason", b.Reason)
+				logger.Warn("broker blocked the connection", "broker", ep, "reason", b.Reason)
 			} else {
-				p.logger.Info("broker unblocked the connection", "broker", ep)
+				logger.Info("broker unblocked the connection", "broker", ep)
 			}
 		}
-		p.Metrics.Blocked(ep.Index, false) // a closed connection blocks nothing
+		m.Blocked(ep.Index, false) // a closed connection blocks nothing
 	}()
 }
 

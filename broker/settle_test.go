@@ -189,15 +189,7 @@ func TestRejectCopyIsCutToFitFrameMax(t *testing.T) {
 	near := amqp.Publishing{Headers: headers, ContentType: "application/json", DeliveryMode: amqp.Persistent, MessageId: "d-big", Body: []byte("poison")}
 	headers["x-padding"] = strings.Repeat("p", frameMax-40-headerFrameSize(near))
 	require.Equal(t, frameMax-40, headerFrameSize(near), "the producer's message fits, 40 bytes short of frame_max")
-	ch := r.channel()
-	require.NoError(t, ch.Confirm(false))
-	for _, msg := range []amqp.Publishing{near, {DeliveryMode: amqp.Persistent, MessageId: "d-next", Body: []byte("next")}} {
-		conf, err := ch.PublishWithDeferredConfirmWithContext(context.Background(), "", "issues", false, false, msg)
-		require.NoError(t, err)
-		ok, err := conf.WaitContext(context.Background())
-		require.NoError(t, err)
-		require.True(t, ok)
-	}
+	r.publishMessages("issues", near, amqp.Publishing{DeliveryMode: amqp.Persistent, MessageId: "d-next", Body: []byte("next")})
 
 	h := &recorder{verdict: func(d amqp.Delivery) Verdict {
 		if string(d.Body) == "poison" {

@@ -2,6 +2,7 @@ package broker
 
 import (
 	"context"
+	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
 )
@@ -42,15 +43,57 @@ type BatchHandler interface {
 	HandleBatch(ctx context.Context, queue string, deliveries []amqp.Delivery) ([]Verdict, error)
 }
 
-// Returned tells a message that came back to its queue from {q}-retry (the broker's
-// x-death) or that an operator moved back from {q}-error (the headers a Reject stamps):
-// such a message was published before it failed here, so it is never the producer's
-// future.
-func Returned(d amqp.Delivery) bool {
-	for _, h := range []string{"x-death", HeaderRetryCycles, HeaderErrorReason} {
-		if _, ok := d.Headers[h]; ok {
+// Returned tells a message of queue that came back from {q}-retry or that an operator
+// moved back from {q}-error: such a message was published before it failed here, so it is
+// never the producer's future. It trusts only what the broker writes when it dead-letters
+// a message rejected from queue (an x-death entry {queue: queue, reason: rejected}, which
+// RabbitMQ 4.x never takes from a client), or the whole set of stamps a copy to {q}-error
+// carries, for this queue: HeaderErrorQueue naming it, HeaderErrorAt a time in the past,
+// HeaderErrorReason and HeaderRetryCycles. A producer's header alone (a retry count of its
+// own, say) does not make a new message returned. On RabbitMQ 3.x a client can still
+// publish a forged x-death.
+func Returned(d amqp.Delivery, queue string) bool {
+	return deadLetteredFrom(d.Headers, queue) || stampedFor(d.Headers, queue, time.Now())
+}
+
+// deadLetteredFrom tells whether headers hold the x-death entry of a rejection from queue.
+func deadLetteredFrom(h amqp.Table, queue string) bool {
+	var entries []amqp.Table
+	switch v := h["x-death"].(type) {
+	case []any:
+		for _, e := range v {
+			if t, ok := e.(amqp.Table); ok {
+				entries = append(entries, t)
+			}
+		}
+	case []amqp.Table:
+		entries = v
+	}
+	for _, e := range entries {
+		if e["queue"] == queue && e["reason"] == "rejected" {
 			return true
 		}
+	}
+	return false
+}
+
+// stampedFor tells whether headers hold the stamps of a copy rejected from queue to
+// {q}-error before now.
+func stampedFor(h amqp.Table, queue string, now time.Time) bool {
+	if q, _ := h[HeaderErrorQueue].(string); q != queue {
+		return false
+	}
+	if r, _ := h[HeaderErrorReason].(string); r == "" {
+		return false
+	}
+	at, _ := h[HeaderErrorAt].(string)
+	t, err := time.Parse(time.RFC3339, at)
+	if err != nil || t.After(now) {
+		return false
+	}
+	switch h[HeaderRetryCycles].(type) {
+	case int64, int32, int16, int8, int:
+		return true
 	}
 	return false
 }

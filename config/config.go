@@ -5,10 +5,12 @@ package config
 import (
 	"errors"
 	"fmt"
+	"io/fs"
 	"math"
 	"net"
 	"net/url"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -141,6 +143,11 @@ type Config struct {
 	// healthchecks.io-style check pinged at the start, success and failure of every
 	// consumer window.
 	HealthchecksPingURL string
+	// WebhookSecret from WEBHOOK_SECRET (default empty: payloads are not verified): the
+	// secret of the GitHub webhook; when set, every message must carry GitHub's
+	// X-Hub-Signature-256 of its body, forwarded as x-hub-signature-256, or it goes to
+	// {q}-error. Never logged.
+	WebhookSecret string
 }
 
 // Getenv looks a variable up; os.Getenv fits, and tests pass a map's lookup.
@@ -149,7 +156,12 @@ type Getenv func(string) string
 // FileVariables are the secrets that may instead be read from a file named by the same
 // variable with _FILE appended (DATABASE_URL_FILE=/run/secrets/database-url), as a
 // mounted Kubernetes or Docker secret gives them.
-var FileVariables = []string{"DATABASE_URL", "RABBITMQ_CONNECTION_STRINGS", "OPERATOR_TOKEN", "PRODUCER_TOKEN", "TEMPORAL_API_KEY"}
+var FileVariables = []string{"DATABASE_URL", "RABBITMQ_CONNECTION_STRINGS", "OPERATOR_TOKEN", "PRODUCER_TOKEN", "TEMPORAL_API_KEY",
+	"HEALTHCHECKS_PING_URL", "WEBHOOK_SECRET"}
+
+// optionalFiles are the FileVariables that may be left unset: a _FILE naming a file that
+// does not exist leaves them unset, as a key missing from an optional Secret volume does.
+var optionalFiles = []string{"TEMPORAL_API_KEY", "HEALTHCHECKS_PING_URL", "WEBHOOK_SECRET"}
 
 // FromEnv reads and validates the configuration.
 func FromEnv(getenv Getenv) (Config, error) {
@@ -184,6 +196,7 @@ func FromEnv(getenv Getenv) (Config, error) {
 		LogLevel:                 r.str("LOG_LEVEL", "info"),
 		MetricsAddr:              r.str("METRICS_ADDR", ":9090"),
 		HealthchecksPingURL:      r.str("HEALTHCHECKS_PING_URL", ""),
+		WebhookSecret:            r.str("WEBHOOK_SECRET", ""),
 		NotificationMaxClockSkew: r.duration("NOTIFICATION_MAX_CLOCK_SKEW", "5m"),
 		NotificationRate:         r.positiveFloat("NOTIFICATION_RATE", "1"),
 		NotificationBurst:        r.positiveInt("NOTIFICATION_BURST", "10"),
@@ -316,6 +329,9 @@ func (r *reader) withFiles(getenv Getenv) Getenv {
 			continue
 		}
 		b, err := os.ReadFile(path)
+		if errors.Is(err, fs.ErrNotExist) && slices.Contains(optionalFiles, name) {
+			continue
+		}
 		if err != nil {
 			// A *PathError names the path and the cause, never the contents.
 			r.fail(name+"_FILE", fmt.Sprintf("cannot read the file with %s: %v", name, err))

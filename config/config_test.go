@@ -186,6 +186,26 @@ func TestSecretsFromFiles(t *testing.T) {
 		_, err := FromEnv(env(map[string]string{"DATABASE_URL_FILE": filepath.Join(dir, "missing")}))
 		require.ErrorContains(t, err, "DATABASE_URL_FILE: cannot read the file with DATABASE_URL")
 	})
+	t.Run("the ping URL from a file", func(t *testing.T) {
+		c, err := FromEnv(env(map[string]string{"HEALTHCHECKS_PING_URL_FILE": write("ping", "https://hc-ping.com/uuid-from-a-file\n")}))
+		require.NoError(t, err)
+		require.Equal(t, "https://hc-ping.com/uuid-from-a-file", c.HealthchecksPingURL)
+		c, err = FromEnv(env(map[string]string{"WEBHOOK_SECRET_FILE": write("hook", "the-webhook-secret\n")}))
+		require.NoError(t, err)
+		require.Equal(t, "the-webhook-secret", c.WebhookSecret)
+	})
+	// An optional Secret volume leaves out the keys the Secret lacks.
+	t.Run("an optional secret's missing file leaves it unset", func(t *testing.T) {
+		c, err := FromEnv(env(map[string]string{
+			"HEALTHCHECKS_PING_URL_FILE": filepath.Join(dir, "missing"),
+			"TEMPORAL_API_KEY_FILE":      filepath.Join(dir, "missing"),
+			"WEBHOOK_SECRET_FILE":        filepath.Join(dir, "missing"),
+		}))
+		require.NoError(t, err)
+		require.Empty(t, c.HealthchecksPingURL)
+		require.Empty(t, c.WebhookSecret)
+		require.Nil(t, c.Temporal.Credentials)
+	})
 	t.Run("a token from a file is checked like one from the environment", func(t *testing.T) {
 		_, err := FromEnv(env(map[string]string{"PRODUCER_TOKEN_FILE": write("short", "short-secret\n")}))
 		require.ErrorContains(t, err, "PRODUCER_TOKEN: is 12 characters long")

@@ -8,8 +8,10 @@ import (
 	"testing"
 	"time"
 
+	amqp "github.com/rabbitmq/amqp091-go"
 	"github.com/stretchr/testify/require"
 
+	"github.com/brokerswitch/brokerswitch/broker"
 	"github.com/brokerswitch/brokerswitch/simulate"
 )
 
@@ -135,8 +137,8 @@ func hostname() string {
 // default SPARE_CHECK_INTERVAL, however long the window reading the active broker lasts.
 const stragglerBound = time.Minute
 
-// A straggler lands on the broker the producer left after the switch committed (as a
-// message back from -retry does): the window reading the new broker counts that spare,
+// A straggler lands on the broker the producer left after the switch committed (a message
+// an operator moved back from -error, or one back from -retry): the window reading the new broker counts that spare,
 // ends, and its successor's Leftover Drain applies it, within a minute. Windows last two
 // hours here, so nothing else ends them.
 func TestAStragglerOnASpareIsAppliedWithinAMinute(t *testing.T) {
@@ -162,15 +164,22 @@ func TestAStragglerOnASpareIsAppliedWithinAMinute(t *testing.T) {
 	})
 	s.waitFor("the backlog applied", time.Minute, func() bool { return s.deliveries() == int64(len(msgs)) })
 
-	// A consumer's nack put it in broker 0's issues-retry; RETRY_TTL later the broker
-	// dead-letters it back to issues, with x-death: a straggler.
+	// An operator moves a message back from broker 0's issues-error, with the stamps its
+	// copy there carries: a straggler, older than anything on broker 1.
 	straggler := s.workload(simulate.Workload{Issues: 1, RunID: "straggler"})[0]
-	straggler.RoutingKey = "issues-retry"
+	straggler.Extra = movedBackStamps(straggler.Queue)
 	require.NoError(t, p.PublishTo(ctx, 0, straggler))
 	published := time.Now()
 	s.waitFor("the straggler applied", 2*stragglerBound, func() bool { return s.deliveries() == int64(len(msgs)+1) })
 	took := time.Since(published)
-	t.Logf("the straggler on broker 0 was applied %s after its publish to issues-retry (RETRY_TTL %s)", took.Round(100*time.Millisecond), s.cfg.RetryTTL)
+	t.Logf("the straggler on broker 0 was applied %s after it was moved back", took.Round(100*time.Millisecond))
 	require.Less(t, took, stragglerBound)
 	s.report(s.verify(log, time.Minute), "-")
+}
+
+// movedBackStamps are the headers of a message copied to {queue}-error and moved back by
+// an operator, as the -error copy stamps them.
+func movedBackStamps(queue string) amqp.Table {
+	return amqp.Table{broker.HeaderRetryCycles: int64(1), broker.HeaderErrorQueue: queue,
+		broker.HeaderErrorAt: time.Now().UTC().Format(time.RFC3339), broker.HeaderErrorReason: "moved back by an operator"}
 }

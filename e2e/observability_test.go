@@ -180,7 +180,9 @@ func TestMetricsAndPingsFollowRealWork(t *testing.T) {
 	require.NoError(t, err)
 	for _, ev := range leftovers {
 		s.publishRaw(1, ev.Queue, amqp.Table{"x-github-event": ev.Event, "x-github-delivery": ev.DeliveryID,
-			broker.HeaderRetryCycles: int64(1)}, ev.Body)
+			broker.HeaderRetryCycles: int64(1),
+			broker.HeaderErrorQueue:  ev.Queue, broker.HeaderErrorAt: time.Now().UTC().Format(time.RFC3339),
+			broker.HeaderErrorReason: "moved back by an operator"}, ev.Body)
 	}
 	s.waitFor("the leftovers applied", time.Minute, func() bool { return s.deliveries() == int64(len(events)+len(leftovers))+1 })
 	// Counted once Pool.Drain returned, after the rows committed.

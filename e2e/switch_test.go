@@ -37,7 +37,9 @@ func TestLeftoverDrainStopsAtItsCap(t *testing.T) {
 	// grace: these an operator moved back from -error, as their header says (issue 19).
 	for _, ev := range leftovers {
 		s.publishRaw(1, ev.Queue, amqp.Table{"x-github-event": ev.Event, "x-github-delivery": ev.DeliveryID,
-			broker.HeaderRetryCycles: int64(1)}, ev.Body)
+			broker.HeaderRetryCycles: int64(1),
+			broker.HeaderErrorQueue:  ev.Queue, broker.HeaderErrorAt: time.Now().UTC().Format(time.RFC3339),
+			broker.HeaderErrorReason: "moved back by an operator"}, ev.Body)
 	}
 	s.startWorker()
 	s.waitFor("the leftovers applied over two windows", time.Minute, func() bool { return s.deliveries() == 700 })

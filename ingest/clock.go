@@ -16,8 +16,10 @@ import (
 type stamp struct {
 	// at is the instant in whole seconds, UTC; zero when absent or unreadable.
 	at time.Time
-	// unreadable is set when the key held something that is not a timestamp.
+	// unreadable is set when the key held something that is not a timestamp, or one too
+	// far in the future to be a real clock (then ahead holds it).
 	unreadable bool
+	ahead      time.Time
 }
 
 // UnmarshalJSON reads a string or a number; null leaves the stamp absent, anything else
@@ -62,7 +64,7 @@ type eventClock struct {
 	table string
 	// at is the clock, nil when the payload has none that can be read.
 	at *time.Time
-	// fallback says why at is nil: metrics.ClockMissing or metrics.ClockUnparseable.
+	// fallback says why at is nil: metrics.ClockMissing, ClockUnparseable or ClockFuture.
 	fallback string
 }
 
@@ -78,8 +80,46 @@ type eventClock struct {
 // Pushes have no clock because each is its own row; branches and users have none in
 // their payloads (a sender carries no timestamp), so they keep queue order.
 func clockOf(ev Event) eventClock {
-	if ev.Payload == nil {
+	table, s := clockField(ev)
+	if s == nil {
 		return eventClock{}
+	}
+	c := eventClock{table: table, at: s.time()}
+	switch {
+	case c.at != nil:
+	case !s.ahead.IsZero():
+		c.fallback = metrics.ClockFuture
+	case s.unreadable:
+		c.fallback = metrics.ClockUnparseable
+	default:
+		c.fallback = metrics.ClockMissing
+	}
+	return c
+}
+
+// DefaultMaxClockSkew is how far past now an entity clock may be when
+// Ingester.MaxClockSkew is 0.
+const DefaultMaxClockSkew = 5 * time.Minute
+
+// distrustFuture makes ev's entity clock unreadable when it is after limit: one event
+// stamped in the far future (a broken clock, or a forged payload) would otherwise make
+// every later real event of its row older than it, and change nothing but the ledger, for
+// good. Such an event is applied in queue order, as one without a clock. It returns the
+// clock it refused, zero when it refused none.
+func distrustFuture(ev Event, limit time.Time) time.Time {
+	_, s := clockField(ev)
+	if s == nil || s.at.IsZero() || !s.at.After(limit) {
+		return time.Time{}
+	}
+	s.ahead, s.at, s.unreadable = s.at, time.Time{}, true
+	return s.ahead
+}
+
+// clockField is the typed table whose rows follow ev's clock and the payload's field that
+// holds it (see clockOf); nil when ev's table keeps queue order.
+func clockField(ev Event) (string, *stamp) {
+	if ev.Payload == nil {
+		return "", nil
 	}
 	p := ev.Payload
 	var s *stamp
@@ -98,17 +138,9 @@ func clockOf(ev Event) eventClock {
 	case "repository":
 		table, s = "github_repositories", &p.Repository.UpdatedAt
 	default:
-		return eventClock{}
+		return "", nil
 	}
-	c := eventClock{table: table, at: s.time()}
-	switch {
-	case c.at != nil:
-	case s.unreadable:
-		c.fallback = metrics.ClockUnparseable
-	default:
-		c.fallback = metrics.ClockMissing
-	}
-	return c
+	return table, s
 }
 
 // Order is how an event's clock compares with the clock of the row it changes.

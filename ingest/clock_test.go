@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"log/slog"
 	"math/rand/v2"
 	"slices"
 	"testing"
@@ -14,6 +15,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"gorm.io/gorm"
 
+	"github.com/brokerswitch/brokerswitch/internal/testenv"
 	"github.com/brokerswitch/brokerswitch/metrics"
 	"github.com/brokerswitch/brokerswitch/metrics/metricstest"
 	"github.com/brokerswitch/brokerswitch/models"
@@ -424,4 +426,47 @@ func TestAssumptionsPartitionTheStoredClock(t *testing.T) {
 	assert.False(t, holds(joined, at(5)))
 	assert.False(t, holds(joined, at(1)))
 	assert.Equal(t, []storedClock{{}}, assumptions([]*time.Time{nil, nil}))
+}
+
+// One event stamped in the far future (updated_at 9999-12-31) became the row's clock, and
+// every later real event was older than it: it changed only the ledger, for good. A clock
+// past now + the allowed skew is now unreadable: that event is applied in queue order as
+// one without a clock, counted and logged, and the real events after it apply.
+func TestAClockFromTheFutureIsUnreadable(t *testing.T) {
+	e := newEnv(t)
+	m, reg := metricstest.New()
+	e.ing.Metrics = m
+	logs := &testenv.Buffer{}
+	e.ing.Logger = slog.New(slog.NewTextHandler(logs, nil))
+	now := e.clock.Now()
+	pr := func(name, clock, title string) []byte {
+		return edit(t, example(t, "pull_request."+name+".0"), func(p map[string]any) {
+			object(p, "pull_request")["updated_at"] = clock
+			object(p, "pull_request")["title"] = title
+		})
+	}
+	rfc := func(t time.Time) string { return t.UTC().Format(time.RFC3339) }
+
+	e.handle(t, delivery("pull_request", "o", pr("opened", rfc(now.Add(-time.Hour)), "opened")))
+	e.handle(t, delivery("pull_request", "f", pr("closed", "9999-12-31T23:59:59Z", "forged")))
+	got := e.pullRequest(t)
+	assert.Equal(t, "f", got.LastDeliveryID, "applied in queue order")
+	assert.Equal(t, "closed", got.State)
+	require.NotNil(t, got.EntityClock)
+	assert.Equal(t, now.Add(-time.Hour).Truncate(time.Second), got.EntityClock.UTC(), "the row keeps its clock")
+	assert.InDelta(t, 1, metricstest.Value(t, reg, "brokerswitch_clock_fallbacks_total", "table", "github_pull_requests", "reason", metrics.ClockFuture), 0)
+	assert.Contains(t, logs.String(), "entity clock in the future")
+	assert.Contains(t, logs.String(), "delivery_id=f")
+
+	e.handle(t, delivery("pull_request", "r", pr("reopened", rfc(now.Add(-time.Minute)), "reopened")))
+	got = e.pullRequest(t)
+	assert.Equal(t, "r", got.LastDeliveryID, "a real event after the forged one applies")
+	assert.Equal(t, "open", got.State)
+
+	// Within the skew, a clock ahead of ours is a clock.
+	ahead := e.clock.Now().Add(3 * time.Minute)
+	e.handle(t, delivery("pull_request", "s", pr("synchronize", rfc(ahead), "ahead")))
+	got = e.pullRequest(t)
+	assert.Equal(t, ahead.Truncate(time.Second), got.EntityClock.UTC())
+	assert.InDelta(t, 1, metricstest.Value(t, reg, "brokerswitch_clock_fallbacks_total", "table", "github_pull_requests", "reason", metrics.ClockFuture), 0)
 }

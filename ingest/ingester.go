@@ -46,6 +46,16 @@ type Ingester struct {
 	// for a transient reason (see isTransient) before HandleBatch gives up and returns the
 	// error, leaving the batch unsettled; 0 means DefaultTransientAttempts.
 	TransientAttempts int
+	// MaxClockSkew is how far past Now an event's entity clock may be; a later one is
+	// taken as unreadable (applied in queue order, counted and logged); 0 means
+	// DefaultMaxClockSkew. The worker sets NOTIFICATION_MAX_CLOCK_SKEW.
+	MaxClockSkew time.Duration
+	// WebhookSecret, when set, is the GitHub webhook's secret: every message must carry
+	// the HMAC of its body in HeaderSignature, or it is malformed. Empty verifies nothing.
+	WebhookSecret []byte
+	// decode decodes one delivery, refusing a body over its second argument's bytes; nil
+	// means decodeWithin. Tests set it to a decoder that panics.
+	decode func(amqp.Delivery, int) (Event, error)
 	// TransientBackoff is the pause before the second attempt, doubled before each next
 	// one up to maxTransientBackoff; 0 means DefaultTransientBackoff.
 	TransientBackoff time.Duration
@@ -85,6 +95,8 @@ type message struct {
 	// hash is the SHA-256 of the body, kept in the ledger to tell a redelivery from a
 	// delivery id reused with another payload.
 	hash [sha256.Size]byte
+	// ahead is the entity clock refused for being in the future (distrustFuture), or zero.
+	ahead time.Time
 }
 
 // HandleBatch applies deliveries in order and returns one verdict per delivery; see
@@ -99,7 +111,27 @@ func (h *batchHandler) HandleBatch(ctx context.Context, queue string, deliveries
 		return nil, errors.New("ingest: Ingester.DB is nil")
 	}
 	now := h.now()
-	msgs := decodeAll(queue, deliveries, h.ingester.MaxMessageBytes)
+	decode := h.ingester.decode
+	if decode == nil {
+		decode = decodeWithin
+	}
+	if secret := h.ingester.WebhookSecret; len(secret) > 0 {
+		unsigned := decode
+		decode = func(d amqp.Delivery, maxBody int) (Event, error) {
+			ev, err := unsigned(d, maxBody)
+			if err == nil {
+				err = verifySignature(d, secret)
+			}
+			return ev, err
+		}
+	}
+	msgs := decodeAll(queue, deliveries, h.ingester.MaxMessageBytes, decode)
+	limit := now.Add(cmp.Or(h.ingester.MaxClockSkew, DefaultMaxClockSkew))
+	for i := range msgs {
+		if msgs[i].malformed == nil {
+			msgs[i].ahead = distrustFuture(msgs[i].event, limit)
+		}
+	}
 
 	verdicts, err := h.apply(ctx, queue, msgs, now)
 	if err == nil {
@@ -164,14 +196,14 @@ var errTimedOutAlone = errors.New("statement timeout each time the message was a
 // decodeAll decodes a batch on every core: decoding is most of a message's CPU, and one
 // queue's ordered consumer would otherwise use one core while the others idle. Only the
 // decoding runs in parallel; the batch is applied in order.
-func decodeAll(queue string, deliveries []amqp.Delivery, maxBody int) []message {
+func decodeAll(queue string, deliveries []amqp.Delivery, maxBody int, decode func(amqp.Delivery, int) (Event, error)) []message {
 	msgs := make([]message, len(deliveries))
 	workers := min(runtime.GOMAXPROCS(0), len(deliveries))
 	var wg sync.WaitGroup
 	for w := range workers {
 		wg.Go(func() {
 			for i := w; i < len(deliveries); i += workers {
-				msgs[i] = decodeMessage(queue, deliveries[i], maxBody)
+				msgs[i] = decodeSafely(queue, deliveries[i], maxBody, decode)
 			}
 		})
 	}
@@ -181,7 +213,24 @@ func decodeAll(queue string, deliveries []amqp.Delivery, maxBody int) []message 
 
 // decodeMessage decodes one delivery of queue, refusing a body over maxBody bytes.
 func decodeMessage(queue string, d amqp.Delivery, maxBody int) message {
-	ev, err := decodeWithin(d, maxBody)
+	return decodeSafely(queue, d, maxBody, decodeWithin)
+}
+
+// decodeSafely is decodeMessage with decode. A panic inside it (a decoder bug that a
+// payload finds) would kill the process with the message at the head of its queue, to do
+// it again at every start: it makes the message malformed instead, under the delivery id
+// of its header when that one is valid.
+func decodeSafely(queue string, d amqp.Delivery, maxBody int, decode func(amqp.Delivery, int) (Event, error)) (m message) {
+	defer func() {
+		if r := recover(); r != nil {
+			ev := Event{}
+			if id, err := requiredHeader(d.Headers, HeaderDelivery); err == nil && checkDeliveryID(id) == nil {
+				ev.DeliveryID = id
+			}
+			m = message{event: ev, malformed: fmt.Errorf("%w: the decoder failed on it (panic: %v)", ErrMalformed, r), hash: sha256.Sum256(d.Body)}
+		}
+	}()
+	ev, err := decode(d, maxBody)
 	return message{event: ev, malformed: err, retryCycles: ev.RetryCycles(queue), hash: sha256.Sum256(d.Body)}
 }
 
@@ -263,6 +312,11 @@ func (h *batchHandler) applyInTx(ctx context.Context, queue string, msgs []messa
 		if outcomes[i] == metrics.OutcomeApplied {
 			if c := clockOf(m.event); c.fallback != "" {
 				h.ingester.Metrics.ClockFallback(c.table, c.fallback)
+			}
+			if !m.ahead.IsZero() {
+				h.logger().WarnContext(ctx, "entity clock in the future, applied in queue order as an event without one",
+					"queue", queue, "broker", h.broker, "delivery_id", m.event.DeliveryID, "event", m.event.Type,
+					"clock", m.ahead.Format(time.RFC3339))
 			}
 		}
 		if m.event.DeliveryLimited() {

@@ -34,11 +34,19 @@ const (
 	RouteError = "error" // copied to {q}-error with its reason, then acknowledged
 )
 
+// What became of a message whose headers the AMQP client cannot read, the outcome label
+// of brokerswitch_unreadable_messages_total.
+const (
+	UnreadableMoved    = "moved"     // copied to {q}-error without decoding its headers
+	UnreadableNotFound = "not_found" // a connection was cut by an unreadable frame, but no such message was found at the head
+)
+
 // Why an event's entity clock could not be used, the reason label of
 // brokerswitch_clock_fallbacks_total.
 const (
 	ClockMissing     = "missing"     // the payload has no clock field, or it is null
 	ClockUnparseable = "unparseable" // the field holds something that is not a timestamp
+	ClockFuture      = "future"      // the timestamp is past now + the allowed skew: not a real clock
 )
 
 // clockTables are the typed tables whose rows follow GitHub's clock (ingest's clockOf),
@@ -89,6 +97,7 @@ type Metrics struct {
 	clockFallback *prometheus.CounterVec
 	quorumRisk    *prometheus.GaugeVec
 	delivLimited  *prometheus.CounterVec
+	unreadable    *prometheus.CounterVec
 	ledger        ledgerGauges
 	registerer    prometheus.Registerer
 	stateWatching bool
@@ -185,7 +194,7 @@ func New(reg *prometheus.Registry) *Metrics {
 		}, []string{"queue"}),
 		clockFallback: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: namespace, Name: "clock_fallbacks_total",
-			Help: "Applied events whose entity clock was missing or unparseable, by typed table and reason: their row followed queue order.",
+			Help: "Applied events whose entity clock was missing, unparseable or in the future (past now + NOTIFICATION_MAX_CLOCK_SKEW), by typed table and reason: their row followed queue order.",
 		}, []string{"table", "reason"}),
 		leaseLost: prometheus.NewCounter(prometheus.CounterOpts{
 			Namespace: namespace, Name: "worker_lease_lost_total",
@@ -195,12 +204,16 @@ func New(reg *prometheus.Registry) *Metrics {
 			Namespace: namespace, Name: "worker_lease_reaped_total",
 			Help: "Activity attempts of a worker whose lease expired that this worker failed, so that Temporal retried them on a live worker, by activity.",
 		}, []string{"activity"}),
+		unreadable: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: namespace, Name: "unreadable_messages_total",
+			Help: "Consumer connections cut by a message whose headers the AMQP client refuses, by queue and outcome: moved (the message was copied to {q}-error unread) or not_found (no such message was found at the head; the queue may be stuck).",
+		}, []string{"queue", "outcome"}),
 	}
 	m.ledger = newLedgerGauges()
 	reg.MustRegister(m.ledger.collectors()...)
 	reg.MustRegister(m.events, m.routed, m.leftover, m.leftoverDown, m.leftoverFail, m.unannHeld, m.unannRead, m.drainChecks, m.switches,
 		m.commitLag, m.pendingFor, m.windows, m.reconnects, m.dialFailures, m.connsLost, m.blocked, m.pingFailures,
-		m.idReused, m.clockFallback, m.leaseLost, m.leaseReaped, m.quorumRisk, m.delivLimited)
+		m.idReused, m.clockFallback, m.leaseLost, m.leaseReaped, m.quorumRisk, m.delivLimited, m.unreadable)
 	return m
 }
 
@@ -241,6 +254,8 @@ func (m *Metrics) StartAtZero(queues []string, brokers int) {
 			m.windows.WithLabelValues(q, e)
 		}
 		m.idReused.WithLabelValues(q)
+		m.unreadable.WithLabelValues(q, UnreadableMoved)
+		m.unreadable.WithLabelValues(q, UnreadableNotFound)
 	}
 	for _, f := range []string{"false", "true"} {
 		m.switches.WithLabelValues(f)
@@ -248,6 +263,7 @@ func (m *Metrics) StartAtZero(queues []string, brokers int) {
 	for _, t := range clockTables() {
 		m.clockFallback.WithLabelValues(t, ClockMissing)
 		m.clockFallback.WithLabelValues(t, ClockUnparseable)
+		m.clockFallback.WithLabelValues(t, ClockFuture)
 	}
 	for b := range brokers {
 		idx := strconv.Itoa(b)
@@ -429,12 +445,21 @@ func (m *Metrics) DeliveryIDReused(queue string) {
 }
 
 // ClockFallback counts an applied event for table whose entity clock could not be used
-// (reason ClockMissing or ClockUnparseable), so its row followed queue order.
+// (reason ClockMissing, ClockUnparseable or ClockFuture), so its row followed queue order.
 func (m *Metrics) ClockFallback(table, reason string) {
 	if m == nil {
 		return
 	}
 	m.clockFallback.WithLabelValues(table, reason).Inc()
+}
+
+// Unreadable counts a consumer connection of queue cut by a message whose headers the AMQP
+// client refuses, and what became of the message (UnreadableMoved or UnreadableNotFound).
+func (m *Metrics) Unreadable(queue, outcome string) {
+	if m == nil {
+		return
+	}
+	m.unreadable.WithLabelValues(queue, outcome).Inc()
 }
 
 // PingFailed counts a HealthChecks ping that could not be delivered.

@@ -279,7 +279,6 @@ func (p *Producer) publishWindow(ctx context.Context, index int, msgs []Message)
 			DeliveryMode: amqp.Persistent,
 			MessageId:    m.DeliveryID,
 			Timestamp:    p.cfg.Now(),
-			Expiration:   m.Expiration,
 			Body:         m.Body,
 		})
 		if err != nil {

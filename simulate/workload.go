@@ -63,9 +63,6 @@ type Message struct {
 	// Extra are headers besides the contract's two, such as broker.HeaderRetryCycles on a
 	// message as it comes back from -retry. Tests and the benchmark only.
 	Extra amqp.Table
-	// Expiration, on a message placed in a -retry queue, is its own TTL in milliseconds, so
-	// that the broker sends it back, with x-death, sooner than RETRY_TTL. The benchmark only.
-	Expiration string
 	// Body is the JSON payload.
 	Body []byte
 }

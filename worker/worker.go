@@ -169,7 +169,8 @@ func Register(w sdkworker.Registry, d Deps, watcher *brokerstate.StateWatcher, k
 		Pool: d.Pool,
 		Handlers: &ingest.Ingester{
 			DB: d.DB, MaxRetryCycles: d.Config.MaxRetryCycles, Logger: d.Logger, Now: time.Now, Metrics: d.Metrics,
-			MaxMessageBytes: d.Config.MaxMessageBytes,
+			MaxMessageBytes: d.Config.MaxMessageBytes, MaxClockSkew: d.Config.NotificationMaxClockSkew,
+			WebhookSecret: []byte(d.Config.WebhookSecret),
 		},
 		State:            store,
 		Marks:            store,

@@ -100,6 +100,9 @@ func run(ctx context.Context, args []string, getenv config.Getenv, stdout, stder
 		return migrate(ctx, cfg)
 	case "worker":
 		return withServices(ctx, cfg, logger, func(ctx context.Context, s services) error {
+			if err := worker.NewBrokerStore(s.db, cfg.Brokers).RecordBrokerList(ctx); err != nil {
+				return err
+			}
 			g, ctx := errgroup.WithContext(ctx)
 			g.Go(func() error { return worker.Run(ctx, s.workerDeps(cfg, logger)) })
 			g.Go(func() error { return s.metrics.Serve(ctx, cfg.MetricsAddr, logger, s.readiness(cfg, logger)) })
@@ -110,6 +113,9 @@ func run(ctx context.Context, args []string, getenv config.Getenv, stdout, stder
 			return err
 		}
 		return withServices(ctx, cfg, logger, func(ctx context.Context, s services) error {
+			if err := worker.NewBrokerStore(s.db, cfg.Brokers).CheckBrokerList(ctx); err != nil {
+				return fmt.Errorf("RABBITMQ_CONNECTION_STRINGS: %w (keep the API's list in the order of the workers' Secret, or restart the workers first after a change)", err)
+			}
 			g, ctx := errgroup.WithContext(ctx)
 			g.Go(func() error { return api.Serve(ctx, s.apiDeps(cfg, logger)) })
 			// The API's probes stay on HTTP_ADDR, where they test the port that serves it.
@@ -121,6 +127,9 @@ func run(ctx context.Context, args []string, getenv config.Getenv, stdout, stder
 			return err
 		}
 		return withServices(ctx, cfg, logger, func(ctx context.Context, s services) error {
+			if err := worker.NewBrokerStore(s.db, cfg.Brokers).RecordBrokerList(ctx); err != nil {
+				return err
+			}
 			g, ctx := errgroup.WithContext(ctx)
 			g.Go(func() error { return worker.Run(ctx, s.workerDeps(cfg, logger)) })
 			g.Go(func() error { return api.Serve(ctx, s.apiDeps(cfg, logger)) })

@@ -1,0 +1,445 @@
+package broker
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"crypto/tls"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+)
+
+// rawConn is the least of an AMQP 0-9-1 client that moves a message amqp091-go cannot
+// read: it handles frames as bytes and never decodes a header table. It speaks on one
+// channel, without heartbeats, and is meant to live for seconds.
+type rawConn struct {
+	conn     net.Conn
+	r        *bufio.Reader
+	frameMax int // negotiated; the largest frame it sends
+	// pending are deliveries that came while a method's answer was awaited, in order.
+	pending []*rawDelivery
+}
+
+// AMQP frame types and the frame end octet.
+const (
+	rawFrameMethod    = 1
+	rawFrameHeader    = 2
+	rawFrameBody      = 3
+	rawFrameHeartbeat = 8
+	rawFrameEnd       = 0xCE
+	// rawMaxFrame bounds a frame the raw client reads: a header frame over the broker's
+	// own frame_max is what it is there to read, but not without a limit.
+	rawMaxFrame = 64 << 20
+)
+
+// AMQP class and method ids the raw client uses, as class<<16 | method.
+const (
+	mConnStart     = 10<<16 | 10
+	mConnStartOk   = 10<<16 | 11
+	mConnTune      = 10<<16 | 30
+	mConnTuneOk    = 10<<16 | 31
+	mConnOpen      = 10<<16 | 40
+	mConnOpenOk    = 10<<16 | 41
+	mConnClose     = 10<<16 | 50
+	mConnCloseOk   = 10<<16 | 51
+	mChanOpen      = 20<<16 | 10
+	mChanOpenOk    = 20<<16 | 11
+	mChanClose     = 20<<16 | 40
+	mQueueDeclare  = 50<<16 | 10
+	mQueueDeclOk   = 50<<16 | 11
+	mBasicQos      = 60<<16 | 10
+	mBasicQosOk    = 60<<16 | 11
+	mBasicConsume  = 60<<16 | 20
+	mBasicConsOk   = 60<<16 | 21
+	mBasicPublish  = 60<<16 | 40
+	mBasicReturn   = 60<<16 | 50
+	mBasicDeliver  = 60<<16 | 60
+	mBasicAck      = 60<<16 | 80
+	mTxSelect      = 90<<16 | 10
+	mTxSelectOk    = 90<<16 | 11
+	mTxCommit      = 90<<16 | 20
+	mTxCommitOk    = 90<<16 | 21
+	rawChannel     = 1
+	rawConnTimeout = 15 * time.Second
+)
+
+// rawDelivery is one message as the raw client received it: its delivery tag, and its
+// content header (properties included) and body as bytes.
+type rawDelivery struct {
+	tag    uint64
+	header []byte // the header frame's payload
+	body   []byte
+}
+
+// dialRaw connects to ep as amqp091-go would (amqps with the system's roots), logs in
+// with PLAIN and opens channel rawChannel. Errors never include the URL.
+func dialRaw(ctx context.Context, ep Endpoint) (*rawConn, error) {
+	uri, err := amqp.ParseURI(ep.URL)
+	if err != nil {
+		return nil, errors.New("parse the broker's URL")
+	}
+	ctx, cancel := context.WithTimeout(ctx, rawConnTimeout)
+	defer cancel()
+	var d net.Dialer
+	addr := net.JoinHostPort(uri.Host, fmt.Sprint(uri.Port))
+	nc, err := d.DialContext(ctx, "tcp", addr)
+	if err != nil {
+		return nil, scrub(err, ep)
+	}
+	if uri.Scheme == "amqps" {
+		tc := tls.Client(nc, &tls.Config{ServerName: uri.Host, MinVersion: tls.VersionTLS12})
+		if err := tc.HandshakeContext(ctx); err != nil {
+			nc.Close()
+			return nil, scrub(err, ep)
+		}
+		nc = tc
+	}
+	c := &rawConn{conn: nc, r: bufio.NewReader(nc)}
+	stop := context.AfterFunc(ctx, func() { _ = nc.SetDeadline(time.Now()) })
+	defer stop()
+	if err := c.open(uri); err != nil {
+		nc.Close()
+		return nil, scrub(err, ep)
+	}
+	return c, nil
+}
+
+func (c *rawConn) open(uri amqp.URI) error {
+	if _, err := c.conn.Write([]byte("AMQP\x00\x00\x09\x01")); err != nil {
+		return err
+	}
+	if _, err := c.expect(mConnStart); err != nil {
+		return err
+	}
+	var w rawWriter
+	w.table(nil)
+	w.shortstr("PLAIN")
+	w.longstr("\x00" + uri.Username + "\x00" + uri.Password)
+	w.shortstr("en_US")
+	if err := c.method(0, mConnStartOk, w.b.Bytes()); err != nil {
+		return err
+	}
+	tune, err := c.expect(mConnTune)
+	if err != nil {
+		return err
+	}
+	if len(tune) < 8 {
+		return errors.New("connection.tune too short")
+	}
+	channelMax, frameMax := binary.BigEndian.Uint16(tune), binary.BigEndian.Uint32(tune[2:])
+	if frameMax == 0 || frameMax > rawMaxFrame {
+		frameMax = rawMaxFrame
+	}
+	c.frameMax = int(frameMax)
+	w = rawWriter{}
+	w.u16(channelMax)
+	w.u32(frameMax)
+	w.u16(0) // no heartbeats: the connection lives for seconds
+	if err := c.method(0, mConnTuneOk, w.b.Bytes()); err != nil {
+		return err
+	}
+	w = rawWriter{}
+	w.shortstr(uri.Vhost)
+	w.shortstr("")
+	w.u8(0)
+	if err := c.method(0, mConnOpen, w.b.Bytes()); err != nil {
+		return err
+	}
+	if _, err := c.expect(mConnOpenOk); err != nil {
+		return err
+	}
+	w = rawWriter{}
+	w.shortstr("")
+	if err := c.method(rawChannel, mChanOpen, w.b.Bytes()); err != nil {
+		return err
+	}
+	_, err = c.expect(mChanOpenOk)
+	return err
+}
+
+// Close closes the connection; the broker puts back every delivery not acknowledged.
+func (c *rawConn) Close() error {
+	var w rawWriter
+	w.u16(200)
+	w.shortstr("")
+	w.u16(0)
+	w.u16(0)
+	_ = c.conn.SetDeadline(time.Now().Add(closeTimeout))
+	if err := c.method(0, mConnClose, w.b.Bytes()); err == nil {
+		_, _ = c.expect(mConnCloseOk)
+	}
+	return c.conn.Close()
+}
+
+func (c *rawConn) frame(typ byte, channel uint16, payload []byte) error {
+	buf := make([]byte, 0, 8+len(payload))
+	buf = append(buf, typ)
+	buf = binary.BigEndian.AppendUint16(buf, channel)
+	buf = binary.BigEndian.AppendUint32(buf, uint32(len(payload)))
+	buf = append(buf, payload...)
+	buf = append(buf, rawFrameEnd)
+	_, err := c.conn.Write(buf)
+	return err
+}
+
+func (c *rawConn) method(channel uint16, id uint32, args []byte) error {
+	payload := binary.BigEndian.AppendUint32(nil, id)
+	return c.frame(rawFrameMethod, channel, append(payload, args...))
+}
+
+// readFrame reads the next frame that is not a heartbeat.
+func (c *rawConn) readFrame() (typ byte, payload []byte, err error) {
+	for {
+		var h [7]byte
+		if _, err := io.ReadFull(c.r, h[:]); err != nil {
+			return 0, nil, err
+		}
+		size := binary.BigEndian.Uint32(h[3:])
+		if size > rawMaxFrame {
+			return 0, nil, fmt.Errorf("frame of %d bytes", size)
+		}
+		payload = make([]byte, size+1)
+		if _, err := io.ReadFull(c.r, payload); err != nil {
+			return 0, nil, err
+		}
+		if payload[size] != rawFrameEnd {
+			return 0, nil, errors.New("frame without its end octet")
+		}
+		if h[0] != rawFrameHeartbeat {
+			return h[0], payload[:size], nil
+		}
+	}
+}
+
+// next reads the next method, and the content of a delivery, which it returns as d.
+func (c *rawConn) next() (id uint32, args []byte, d *rawDelivery, err error) {
+	typ, p, err := c.readFrame()
+	if err != nil {
+		return 0, nil, nil, err
+	}
+	if typ != rawFrameMethod || len(p) < 4 {
+		return 0, nil, nil, fmt.Errorf("frame of type %d where a method was due", typ)
+	}
+	id, args = binary.BigEndian.Uint32(p), p[4:]
+	switch id {
+	case mConnClose, mChanClose:
+		return 0, nil, nil, closeError(id, args)
+	case mBasicDeliver, mBasicReturn:
+		d, err = c.content(id, args)
+	}
+	return id, args, d, err
+}
+
+// nextDelivery returns the next delivery, in queue order.
+func (c *rawConn) nextDelivery() (*rawDelivery, error) {
+	for len(c.pending) == 0 {
+		id, _, d, err := c.next()
+		if err != nil {
+			return nil, err
+		}
+		if id == mBasicDeliver {
+			return d, nil
+		}
+	}
+	d := c.pending[0]
+	c.pending = c.pending[1:]
+	return d, nil
+}
+
+// content reads the header and body frames that follow a basic.deliver or basic.return.
+func (c *rawConn) content(id uint32, args []byte) (*rawDelivery, error) {
+	d := &rawDelivery{}
+	if id == mBasicDeliver {
+		r := rawReader{b: args}
+		r.shortstr() // consumer tag
+		d.tag = r.u64()
+		if r.err != nil {
+			return nil, r.err
+		}
+	}
+	typ, header, err := c.readFrame()
+	if err != nil {
+		return nil, err
+	}
+	if typ != rawFrameHeader || len(header) < 14 {
+		return nil, fmt.Errorf("frame of type %d where a content header was due", typ)
+	}
+	d.header = header
+	size := binary.BigEndian.Uint64(header[4:])
+	if size > rawMaxFrame*16 {
+		return nil, fmt.Errorf("body of %d bytes", size)
+	}
+	d.body = make([]byte, 0, size)
+	for uint64(len(d.body)) < size {
+		typ, b, err := c.readFrame()
+		if err != nil {
+			return nil, err
+		}
+		if typ != rawFrameBody {
+			return nil, fmt.Errorf("frame of type %d where a body was due", typ)
+		}
+		d.body = append(d.body, b...)
+	}
+	return d, nil
+}
+
+// expect reads methods until id comes, keeping the deliveries that come meanwhile for
+// nextDelivery.
+func (c *rawConn) expect(id uint32) ([]byte, error) {
+	for {
+		got, args, d, err := c.next()
+		if err != nil {
+			return nil, err
+		}
+		if got == id {
+			return args, nil
+		}
+		if got == mBasicDeliver {
+			c.pending = append(c.pending, d)
+		}
+		if got == mBasicReturn {
+			return nil, errors.New("the broker returned the copy: no queue took it")
+		}
+	}
+}
+
+func closeError(id uint32, args []byte) error {
+	r := rawReader{b: args}
+	code, text := r.u16(), r.shortstr()
+	what := "connection"
+	if id == mChanClose {
+		what = "channel"
+	}
+	return fmt.Errorf("%s closed by the broker: %w", what, &amqp.Error{Code: int(code), Reason: text, Server: true})
+}
+
+// consume sets the channel's prefetch to prefetch and consumes queue exclusively, with
+// manual acks, in a transaction.
+func (c *rawConn) consume(queue, tag string, prefetch int) error {
+	if err := c.call(mTxSelect, nil, mTxSelectOk); err != nil {
+		return fmt.Errorf("tx.select: %w", err)
+	}
+	var w rawWriter
+	w.u32(0)
+	w.u16(uint16(prefetch))
+	w.u8(0)
+	if err := c.call(mBasicQos, w.b.Bytes(), mBasicQosOk); err != nil {
+		return fmt.Errorf("basic.qos: %w", err)
+	}
+	w = rawWriter{}
+	w.u16(0)
+	w.shortstr(queue)
+	w.shortstr(tag)
+	w.u8(4) // exclusive; not no-local, not no-ack, not no-wait
+	w.table(nil)
+	if err := c.call(mBasicConsume, w.b.Bytes(), mBasicConsOk); err != nil {
+		return fmt.Errorf("basic.consume: %w", err)
+	}
+	return nil
+}
+
+// declarePassive fails when queue does not exist.
+func (c *rawConn) declarePassive(queue string) error {
+	var w rawWriter
+	w.u16(0)
+	w.shortstr(queue)
+	w.u8(1) // passive
+	w.table(nil)
+	return c.call(mQueueDeclare, w.b.Bytes(), mQueueDeclOk)
+}
+
+// publish sends a mandatory message to queue through the default exchange: header is the
+// content header frame's payload, body split into frames that fit frame_max.
+func (c *rawConn) publish(queue string, header, body []byte) error {
+	var w rawWriter
+	w.u16(0)
+	w.shortstr("")
+	w.shortstr(queue)
+	w.u8(1) // mandatory
+	if err := c.method(rawChannel, mBasicPublish, w.b.Bytes()); err != nil {
+		return err
+	}
+	if err := c.frame(rawFrameHeader, rawChannel, header); err != nil {
+		return err
+	}
+	for chunk := c.frameMax - 8; len(body) > 0; {
+		n := min(chunk, len(body))
+		if err := c.frame(rawFrameBody, rawChannel, body[:n]); err != nil {
+			return err
+		}
+		body = body[n:]
+	}
+	return nil
+}
+
+// ack acknowledges the delivery tag, within the channel's transaction.
+func (c *rawConn) ack(tag uint64) error {
+	var w rawWriter
+	w.u64(tag)
+	w.u8(0)
+	return c.method(rawChannel, mBasicAck, w.b.Bytes())
+}
+
+// commit commits the channel's transaction.
+func (c *rawConn) commit() error {
+	return c.call(mTxCommit, nil, mTxCommitOk)
+}
+
+// call sends a method on the channel and waits for its answer.
+func (c *rawConn) call(id uint32, args []byte, answer uint32) error {
+	if err := c.method(rawChannel, id, args); err != nil {
+		return err
+	}
+	_, err := c.expect(answer)
+	return err
+}
+
+// rawWriter builds a method's arguments.
+type rawWriter struct{ b bytes.Buffer }
+
+func (w *rawWriter) u8(v byte)    { w.b.WriteByte(v) }
+func (w *rawWriter) u16(v uint16) { w.b.Write(binary.BigEndian.AppendUint16(nil, v)) }
+func (w *rawWriter) u32(v uint32) { w.b.Write(binary.BigEndian.AppendUint32(nil, v)) }
+func (w *rawWriter) u64(v uint64) { w.b.Write(binary.BigEndian.AppendUint64(nil, v)) }
+func (w *rawWriter) shortstr(s string) {
+	w.u8(byte(len(s)))
+	w.b.WriteString(s)
+}
+func (w *rawWriter) longstr(s string) {
+	w.u32(uint32(len(s)))
+	w.b.WriteString(s)
+}
+
+// table writes a field table of already encoded entries.
+func (w *rawWriter) table(entries []byte) {
+	w.u32(uint32(len(entries)))
+	w.b.Write(entries)
+}
+
+// rawReader reads a method's arguments; the first short read sets err.
+type rawReader struct {
+	b   []byte
+	err error
+}
+
+func (r *rawReader) take(n int) []byte {
+	if r.err != nil || len(r.b) < n {
+		r.err = errors.New("arguments too short")
+		return make([]byte, n)
+	}
+	v := r.b[:n]
+	r.b = r.b[n:]
+	return v
+}
+func (r *rawReader) u16() uint16 { return binary.BigEndian.Uint16(r.take(2)) }
+func (r *rawReader) u64() uint64 { return binary.BigEndian.Uint64(r.take(8)) }
+func (r *rawReader) shortstr() string {
+	n := r.take(1)[0]
+	return string(r.take(int(n)))
+}
