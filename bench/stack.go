@@ -85,6 +85,8 @@ func newStack(s *scope, brokers int, o stackOptions) *stack {
 		"TEMPORAL_NAMESPACE":          st.ns,
 		"TEMPORAL_TASK_QUEUE":         "brokerswitch-" + st.ns,
 		"LOG_LEVEL":                   "warn",
+		// Two worker processes of one stack must not both take the default port.
+		"METRICS_ADDR": "127.0.0.1:0",
 	}
 	for k, v := range o.env {
 		st.vars[k] = v
