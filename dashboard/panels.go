@@ -27,6 +27,8 @@ const (
 	rbHealth      = "HealthChecks"
 	rbMetrics     = "Metrics"
 	rbLease       = "A worker keeps losing its lease"
+	rbUnreadable  = "A message with unreadable headers"
+	rbQuorum      = "A producer's quorum queue can lose order or messages"
 )
 
 // query is one PromQL target and its legend.
@@ -217,6 +219,16 @@ func errorPanels() []panel {
 			about("Deliveries rejected to -error by GitHub event type, and those whose id the ledger holds with another payload (a producer that reuses ids, or a forged delivery).", rbError),
 			query{`sum by (event) (increase(brokerswitch_events_total{outcome="rejected"}[30m]))`, "rejected: {{event}}"},
 			query{"sum by (queue) (increase(brokerswitch_delivery_id_reused_total[30m]))", "id reused: {{queue}}"}),
+		alerting(graph("Messages with unreadable headers (15m)", "short",
+			about("Consumer connections cut by a message whose headers the AMQP client refuses: moved (copied to {q}-error unread) or not_found (none found at the head: the queue may be stopped at it).", rbUnreadable, "BrokerswitchUnreadableMessageStuck"),
+			query{`sum by (queue) (increase(brokerswitch_unreadable_messages_total{outcome="not_found"}[15m]))`, "not found: {{queue}}"},
+			query{`sum by (queue) (increase(brokerswitch_unreadable_messages_total{outcome="moved"}[15m]))`, "moved: {{queue}}"}), above(0)),
+		alerting(graph("Producers' quorum queues at risk", "short",
+			about("A producer's quorum queue whose delivery limit or dead-letter strategy can lose order or messages, by broker, queue and risk (1 while it is so).", rbQuorum, "BrokerswitchQuorumQueueRisk"),
+			query{"max by (broker, queue, risk) (brokerswitch_quorum_queue_risk)", "broker {{broker}} {{queue}}: {{risk}}"}), above(0)),
+		alerting(graph("Deliveries back from their delivery limit (15m)", "short",
+			about("Messages dead-lettered for their quorum queue's delivery limit that came back behind later ones and were applied out of queue order.", rbQuorum, "BrokerswitchDeliveryLimitReturns"),
+			query{"sum by (queue) (increase(brokerswitch_delivery_limit_returns_total[15m]))", "{{queue}}"}), above(0)),
 		alerting(graph("Retries per second", "ops",
 			about("Deliveries dead-lettered to {q}-retry: each returns after RETRY_TTL and goes to -error after MAX_RETRY_CYCLES; its -retry tail also holds a Pending Switch.", rbStuck, "BrokerswitchRetriesSustained"),
 			query{`sum by (queue) (rate(brokerswitch_routed_messages_total{route="retry"}[15m]))`, "{{queue}}"}), above(0)),

@@ -40,8 +40,11 @@ func servedNames(t *testing.T) map[string]bool {
 	require.NoError(t, metrics.RegisterRuntime(reg, metrics.BuildInfo{Version: "v", Revision: "r", GoVersion: "go"}, db))
 	m := metrics.New(reg)
 	m.StartAtZero([]string{"q"}, 2)
-	// The one series StartAtZero leaves to the first event (its event label is GitHub's).
+	// The series StartAtZero leaves to their first event: the event label is GitHub's, and
+	// a quorum queue's risks and returns exist only where the producer declared one.
 	m.Event("q", "push", metrics.OutcomeApplied)
+	m.QuorumQueueRisk(0, "q", "delivery_limit", true)
+	m.DeliveryLimited("q")
 	require.NoError(t, m.WatchState(func(context.Context) (metrics.StateReading, error) {
 		return metrics.StateReading{PendingSince: time.Now(), PendingHops: 1,
 			LastCheck: &metrics.DrainCheckReading{Counts: map[string]int{"q": 1}, Reachable: true, At: time.Now()}, Consuming: map[string]int{"q": 1}}, nil
