@@ -46,8 +46,9 @@ type BatchHandler interface {
 // Returned tells a message of queue that came back from {q}-retry or that an operator
 // moved back from {q}-error: such a message was published before it failed here, so it is
 // never the producer's future. It trusts only what the broker writes when it dead-letters
-// a message rejected from queue (an x-death entry {queue: queue, reason: rejected}, which
-// RabbitMQ 4.x never takes from a client), or the whole set of stamps a copy to {q}-error
+// a message rejected from queue, or expired out of its -retry sibling back into it (an
+// x-death entry {queue: queue, reason: rejected} or {queue: queue-retry, reason: expired},
+// which RabbitMQ 4.x never takes from a client), or the whole set of stamps a copy to {q}-error
 // carries, for this queue: HeaderErrorQueue naming it, HeaderErrorAt a time in the past,
 // HeaderErrorReason and HeaderRetryCycles. A producer's header alone (a retry count of its
 // own, say) does not make a new message returned. On RabbitMQ 3.x a client can still
@@ -70,7 +71,11 @@ func deadLetteredFrom(h amqp.Table, queue string) bool {
 		entries = v
 	}
 	for _, e := range entries {
-		if e["queue"] == queue && e["reason"] == "rejected" {
+		switch {
+		case e["queue"] == queue && e["reason"] == "rejected":
+			return true
+		case e["queue"] == RetryQueue(queue) && e["reason"] == "expired":
+			// Back from {q}-retry after RETRY_TTL: the broker's own record of the return.
 			return true
 		}
 	}

@@ -39,6 +39,7 @@ func TestReturnedTrustsOnlyTheBrokerAndOurStamps(t *testing.T) {
 		{"stamps from the future", stamps("issues", time.Now().Add(time.Hour).UTC().Format(time.RFC3339)), false},
 		{"stamps without a time", stamps("issues", "soon"), false},
 		{"back from -retry", rejectedFrom("issues"), true},
+		{"expired out of its -retry queue", amqp.Table{"x-death": []any{amqp.Table{"queue": "issues-retry", "reason": "expired", "count": int64(1)}}}, true},
 		{"moved back from -error", stamps("issues", past), true},
 	} {
 		assert.Equal(t, c.want, Returned(amqp.Delivery{Headers: c.headers}, "issues"), c.name)
