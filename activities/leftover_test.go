@@ -93,8 +93,7 @@ func setReads(t *testing.T, url, read string) {
 }
 
 // A spare's topology is declared before anything on it can be rejected to its -retry
-// queue, so that nothing is dead-lettered into a queue that does not exist (issue 11,
-// point 15).
+// queue, so that nothing is dead-lettered into a queue that does not exist.
 func TestTheLeftoverDrainDeclaresTheSparesTopologyFirst(t *testing.T) {
 	active, spare := testenv.NewVhost(t), testenv.NewVhost(t)
 	// The producer left one message on the spare's plain queue and declared nothing else.
@@ -106,7 +105,7 @@ func TestTheLeftoverDrainDeclaresTheSparesTopologyFirst(t *testing.T) {
 	res, err := leftoverDrain(t, active, spare)
 	// The plain queue's arguments differ from ours: the spare is not drained with nowhere
 	// to dead-letter to, and since it holds a message, the attempt fails rather than read
-	// the active broker past it (issue 19).
+	// the active broker past it.
 	require.ErrorContains(t, err, "1 messages ready")
 	require.Zero(t, res.Taken[1])
 	q, err := channel(t, spare).QueueDeclarePassive("issues", true, false, false, false, nil)
@@ -127,7 +126,7 @@ func TestTheLeftoverDrainDeclaresTheSparesTopologyFirst(t *testing.T) {
 // A spare that fails other than by dial (a refused read, a refused declaration, a channel
 // closed mid-drain) while it holds messages is not read around: the attempt fails, is
 // counted, and is retried, so that the active broker does not overtake what it holds. One
-// that holds nothing ready is only a warning (issue 19; issue 11, point 15).
+// that holds nothing ready is only a warning.
 func TestASpareThatFailsWhileItHoldsMessagesIsNotReadAround(t *testing.T) {
 	active, spare := testenv.NewVhost(t), testenv.NewVhost(t)
 	publishOnPlainQueue(t, spare)
@@ -148,8 +147,7 @@ func TestASpareThatFailsWhileItHoldsMessagesIsNotReadAround(t *testing.T) {
 }
 
 // A spare ahead of the active broker (the producer's broker after a cancel) is read only
-// once the active broker's queue and its -retry sibling are empty: its messages are newer
-// (issue 13, point 3).
+// once the active broker's queue and its -retry sibling are empty: its messages are newer.
 func TestASpareAheadWaitsForTheActiveBacklog(t *testing.T) {
 	active, behind, ahead := testenv.NewVhost(t), testenv.NewVhost(t), testenv.NewVhost(t)
 	eps, err := broker.ParseEndpoints(strings.Join([]string{active, behind, ahead}, ","))

@@ -63,7 +63,7 @@ func waitForChange(t *testing.T, a *Switch, in WaitForChangeInput) bool {
 
 // A watcher whose reading predates a force the workflow already applied does not send the
 // idle workflow back at once: Postgres is read, shows nothing new, and the watch goes on
-// to the next reading (issue 21, point 9). Answering on the stale reading made the idle
+// to the next reading. Answering on the stale reading made the idle
 // loop spin, an Action a turn, until the watcher caught up.
 func TestAStaleReadingDoesNotEndTheWatch(t *testing.T) {
 	forced := switchStore(t, func(st brokerstate.BrokerState) brokerstate.BrokerState { return st.Force(1, time.Time{}, time.Now()) })

@@ -321,7 +321,7 @@ func TestGetBrokerWithoutWorkflow(t *testing.T) {
 }
 
 // After a cancel, the producer's broker is shown as ahead of the active broker: the
-// Leftover Drain reads it only once the active broker's queue is empty (issue 13).
+// Leftover Drain reads it only once the active broker's queue is empty.
 func TestGetBrokerShowsASpareAheadOfTheActiveBroker(t *testing.T) {
 	e := newEnv(t)
 	e.seed(func(st brokerstate.BrokerState) brokerstate.BrokerState {
@@ -471,7 +471,7 @@ func (c countingTemporal) CheckHealth(ctx context.Context, req *client.CheckHeal
 }
 
 // /readyz needs no token, and in `serve` its ping shares the pool with ingestion: a burst
-// of probes costs one round of checks per ReadyMaxAge, not one each (issue 21, point 3).
+// of probes costs one round of checks per ReadyMaxAge, not one each.
 func TestReadyzIsCached(t *testing.T) {
 	e := newEnv(t)
 	sqlDB, err := e.db.DB()
@@ -516,7 +516,7 @@ func TestReadyzIsCached(t *testing.T) {
 }
 
 // The producer-facing port serves only the API: /metrics, with the version, namespace,
-// task queue and pool statistics, is served on METRICS_ADDR (issue 21, point 6).
+// task queue and pool statistics, is served on METRICS_ADDR.
 func TestMetricsAreNotOnTheAPIPort(t *testing.T) {
 	e := newEnv(t)
 	for _, auth := range []string{"", bearer(operatorToken)} {
@@ -525,7 +525,7 @@ func TestMetricsAreNotOnTheAPIPort(t *testing.T) {
 }
 
 // A flood of notifications is refused past the burst with 429 and Retry-After, per token,
-// before it costs a transaction or a signal (issue 21, point 4).
+// before it costs a transaction or a signal.
 func TestNotificationsAreRateLimitedPerToken(t *testing.T) {
 	var clock atomic.Int64
 	clock.Store(time.Now().UnixNano())

@@ -17,7 +17,7 @@ import (
 
 // A cancel that reaches the workflow after the switch it names was committed is refused
 // with the reason: the broker moved, and "committed" would tell the operator the
-// opposite (issue 21, point 9).
+// opposite.
 func TestACancelThatComesAfterItsSwitchIsRefused(t *testing.T) {
 	e := newWorkerEnv(t)
 	// The first order starts the workflow by signal; from then on orders are updates.

@@ -17,7 +17,7 @@ import (
 
 // A notification dated far ahead is refused with the reason; one within the allowed skew
 // that raised the mark ahead of the clock is cleared by an operator's cancel, so that the
-// real notifications that follow are taken (issue 11, point 1).
+// real notifications that follow are taken.
 func TestAFutureSwitchedAtCannotHideTheRealNotifications(t *testing.T) {
 	e := newWorkerEnv(t)
 	e.publish(0) // broker 0 is not drained: a Pending Switch stays pending
@@ -52,7 +52,7 @@ func TestAFutureSwitchedAtCannotHideTheRealNotifications(t *testing.T) {
 }
 
 // Two rotations within one second: the second broker is a new hop, the same broker
-// again a duplicate that changes nothing (issue 11, point 2).
+// again a duplicate that changes nothing.
 func TestTwoRotationsInOneSecond(t *testing.T) {
 	e := newEnv(t)
 	at := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
@@ -72,8 +72,7 @@ func TestTwoRotationsInOneSecond(t *testing.T) {
 	require.Nil(t, e.state().Pending)
 }
 
-// A force asked while the workflow cannot run yet keeps a notification recorded after it
-// (issue 11, point 3).
+// A force asked while the workflow cannot run yet keeps a notification recorded after it.
 func TestAForceKeepsANotificationRecordedAfterIt(t *testing.T) {
 	e, startWorker := newStoppedWorkerEnv(t)
 	e.publish(0) // broker 0 stays undrained, so the surviving switch stays pending
@@ -99,7 +98,7 @@ func TestAForceKeepsANotificationRecordedAfterIt(t *testing.T) {
 
 // The runbook's repair of an active broker removed from the configuration (docs/operations.md,
 // "Adding or removing a broker") works over HTTP
-// and over the Temporal CLI's signal (issue 11, point 4).
+// and over the Temporal CLI's signal.
 func TestAnActiveBrokerRemovedFromTheConfigurationCanBeLeft(t *testing.T) {
 	e := newWorkerEnv(t)
 	removed := func() {
@@ -130,7 +129,7 @@ func TestAnActiveBrokerRemovedFromTheConfigurationCanBeLeft(t *testing.T) {
 }
 
 // Force and cancel over HTTP wait for the workflow's own answer through Workflow Update:
-// committed, already there, or refused with a reason (issue 12, point 11).
+// committed, already there, or refused with a reason.
 func TestOrdersWaitForTheWorkflowsAnswer(t *testing.T) {
 	e := newWorkerEnv(t)
 	e.publish(0)

@@ -15,7 +15,7 @@ import (
 )
 
 // entityClockResult is the apply rate of updates to rows that exist, with and without
-// GitHub's clock in the payloads (issue 20), measured in the same run.
+// GitHub's clock in the payloads, measured in the same run.
 type entityClockResult struct {
 	// Entities is how many rows of each clocked table the updates change (pull requests,
 	// issues, comments): each round sends one event to every one of them.

@@ -38,7 +38,7 @@ type results struct {
 	CatchUp          *catchUpResult
 	Actions          *actionsResult
 	Ledger           *ledgerResult
-	// EntityClock is the apply rate of updates with and without GitHub's clock (issue 20).
+	// EntityClock is the apply rate of updates with and without GitHub's clock.
 	EntityClock *entityClockResult
 	// CatchUpRTT is the same catch-up with Options.rtt injected (no counting proxies).
 	CatchUpRTT *catchUpResult

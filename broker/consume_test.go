@@ -271,7 +271,7 @@ func TestConsumeSetsNoDeadlineOnABatchWhileRunning(t *testing.T) {
 }
 
 // A fence stops Consume at once, the handler's context cancelled and nothing of the
-// batch in hand settled: it goes back to the head of the queue, in order (issue 19).
+// batch in hand settled: it goes back to the head of the queue, in order.
 func TestAFenceGivesTheBatchInHandBack(t *testing.T) {
 	t.Parallel()
 	r := newRabbit(t)

@@ -181,7 +181,7 @@ func TestDrainStopsBeforeAKeptMessage(t *testing.T) {
 }
 
 // A round that waits longer than drainIdle for a message the ready count promised (a
-// large payload on a slow link) does not make the spare look empty (issue 19): the
+// large payload on a slow link) does not make the spare look empty: the
 // drain says it did not see the queue empty, so that the window does not read the
 // active broker past what the spare still holds.
 func TestASlowRoundDoesNotMakeTheSpareLookEmpty(t *testing.T) {

@@ -98,7 +98,7 @@ func TestCancelPendingSparesALaterNotification(t *testing.T) {
 	later, _ := st.ApplyNotification(note(2, t0.Add(time.Minute)), t0)
 	canceled := later.CancelPending(t0, t0.Add(time.Hour))
 	require.Equal(t, []int{2}, routeIndexes(canceled),
-		"a cancel of [1] given before the second notification takes 1 off the route and spares 2 (issue 21, point 9)")
+		"a cancel of [1] given before the second notification takes 1 off the route and spares 2")
 	require.Equal(t, later.Pending.RecordedAt, canceled.Pending.RecordedAt)
 	_, ahead := canceled.Spares([]int{0, 1, 2})
 	require.Equal(t, []int{1}, ahead, "the canceled hop's broker is a spare ahead of the active broker")
@@ -106,7 +106,7 @@ func TestCancelPendingSparesALaterNotification(t *testing.T) {
 }
 
 // A named cancel that finds its switch committed says so; one that finds it canceled,
-// forced or still pending does not (issue 21, point 9).
+// forced or still pending does not.
 func TestCommittedPast(t *testing.T) {
 	one, two := 1, 2
 	st, _ := BrokerState{}.ApplyNotification(note(1, t0), t0)
@@ -136,7 +136,7 @@ func noteAt(index int, host string, at time.Time) Notification {
 }
 
 // Two rotations in the same second: the second broker is a new hop, the same broker again
-// a duplicate (issue 11, point 2).
+// a duplicate.
 func TestEqualSwitchedAt(t *testing.T) {
 	st, outcome := BrokerState{}.ApplyNotification(noteAt(1, "b.example", t0), t0)
 	require.Equal(t, NotificationRecorded, outcome)
@@ -159,7 +159,7 @@ func TestEqualSwitchedAt(t *testing.T) {
 }
 
 // A mark ahead of the clock is brought back by a force or a cancel, and the skew limit
-// refuses what lies beyond it (issue 11, point 1).
+// refuses what lies beyond it.
 func TestAFutureMarkIsClearedByAnOrder(t *testing.T) {
 	future := t0.Add(59 * time.Minute)
 	st, _ := BrokerState{}.ApplyNotification(noteAt(1, "b.example", future), t0)
@@ -187,7 +187,7 @@ func TestAFutureMarkIsClearedByAnOrder(t *testing.T) {
 	require.Error(t, CheckSwitchedAt(t0.Add(2*time.Minute), t0, time.Minute))
 }
 
-// A force keeps a Pending Switch recorded after it was asked for (issue 11, point 3).
+// A force keeps a Pending Switch recorded after it was asked for.
 func TestAForceSparesALaterNotification(t *testing.T) {
 	asked := t0.Add(time.Minute)
 	before, _ := BrokerState{}.ApplyNotification(noteAt(1, "b.example", t0), t0)

@@ -139,7 +139,7 @@ func TestTheTrailIsStored(t *testing.T) {
 }
 
 // The commit that moves the active broker away marks the broker it leaves, and the
-// Leftover Drain's marks are kept by endpoint and read back (issue 19).
+// Leftover Drain's marks are kept by endpoint and read back.
 func TestSpareMarksFollowTheirEndpoint(t *testing.T) {
 	ctx := context.Background()
 	db := openMigrated(t)

@@ -14,8 +14,7 @@ func readSpare(st BrokerState, index int, queue, reached SpareMark, now time.Tim
 	return st.ReadSpare(index, st.CurrentMark(index, queue), st.CurrentMark(index, reached), now, grace)
 }
 
-// Which messages on a spare are stragglers and which may be the producer's future
-// (issue 19).
+// Which messages on a spare are stragglers and which may be the producer's future.
 func TestWhatASpareHoldsIsReadByWhatTheTrailKnows(t *testing.T) {
 	// A → B notified, B active after the hop: A was left behind.
 	st := apply(t, BrokerState{}, hostNote(1, t0), NotificationRecorded)

@@ -22,7 +22,7 @@ func apply(t *testing.T, st BrokerState, n Notification, want string) BrokerStat
 }
 
 // The producer goes A→B at t1, then B→C at t2, and C's notification arrives first: B is
-// placed between A and C, not left to the Leftover Drain (issue 13, point 2).
+// placed between A and C, not left to the Leftover Drain.
 func TestAReversedDoubleRotationKeepsTheMiddleBroker(t *testing.T) {
 	t1, t2 := t0, t0.Add(time.Minute)
 	st := apply(t, BrokerState{}, hostNote(2, t2), NotificationRecorded)
@@ -60,7 +60,7 @@ func TestALateReturnToTheActiveBrokerCutsTheRoute(t *testing.T) {
 	require.Empty(t, ahead)
 }
 
-// Spares are read in the order the producer left them, never-used first (issue 13, point 1).
+// Spares are read in the order the producer left them, never-used first.
 func TestSparesInTheProducersOrder(t *testing.T) {
 	// The producer went 0 → 3 → 2 → 1 and the operator forced 1 without waiting.
 	st := apply(t, BrokerState{}, hostNote(3, t0), NotificationRecorded)
@@ -77,8 +77,7 @@ func TestSparesInTheProducersOrder(t *testing.T) {
 }
 
 // After a cancel, the producer's brokers are ahead of the active broker's backlog, and a
-// late notification for the canceled stretch orders them without a route (issue 13,
-// point 3).
+// late notification for the canceled stretch orders them without a route.
 func TestACanceledRouteIsAheadOfTheActiveBroker(t *testing.T) {
 	st := apply(t, BrokerState{}, hostNote(2, t0.Add(2*time.Minute)), NotificationRecorded)
 	st = st.CancelPending(time.Time{}, t0.Add(time.Hour))
@@ -164,7 +163,7 @@ func TestTheTrailIsBounded(t *testing.T) {
 
 // Notifications arriving in any order, interleaved with the drain's commits, forces and
 // cancels: after every step the state holds together, each order does what it says, and
-// a notification newer than all others is where the route goes (issue 21, point 9).
+// a notification newer than all others is where the route goes.
 func TestTheTrailHoldsUnderInterleavedOrders(t *testing.T) {
 	brokers := []int{0, 1, 2, 3}
 	for seed := range uint64(2000) {

@@ -155,7 +155,7 @@ func TestLedgerRetentionShorterThanTheRetryPathIsRefused(t *testing.T) {
 	require.ErrorContains(t, err, "LEDGER_RETENTION")
 }
 
-// Secrets can come from mounted files: NAME_FILE names the file (issue 21, point 8).
+// Secrets can come from mounted files: NAME_FILE names the file.
 func TestSecretsFromFiles(t *testing.T) {
 	dir := t.TempDir()
 	write := func(name, content string) string {
@@ -213,7 +213,7 @@ func TestSecretsFromFiles(t *testing.T) {
 	})
 }
 
-// Plain amqp:// to a host that is not loopback is warned of at start (issue 21, point 8).
+// Plain amqp:// to a host that is not loopback is warned of at start.
 func TestPlaintextBrokers(t *testing.T) {
 	c, err := FromEnv(env(map[string]string{
 		"RABBITMQ_CONNECTION_STRINGS": "amqp://u:p@127.0.0.1/a,amqp://u:p@localhost/b,amqp://u:p@[::1]/c,amqps://u:p@tls.example.com/d,amqp://u:p@plain.example.com/e,AMQP://u:p@10.0.0.5/f",

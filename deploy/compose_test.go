@@ -165,8 +165,7 @@ func TestWorkerMetricsArePublishedOnLoopback(t *testing.T) {
 	require.Equal(t, ":9090", *p.Services["worker"].Environment["METRICS_ADDR"])
 }
 
-// The API's /metrics is on METRICS_ADDR, published on loopback apart from the API's port
-// (issue 21, point 6).
+// The API's /metrics is on METRICS_ADDR, published on loopback apart from the API's port.
 func TestAPIMetricsArePublishedApartFromTheAPI(t *testing.T) {
 	p := loadProject(t)
 	api := p.Services["api"]
@@ -179,8 +178,8 @@ func TestAPIMetricsArePublishedApartFromTheAPI(t *testing.T) {
 	require.Equal(t, ":9090", *api.Environment["METRICS_ADDR"])
 }
 
-// Postgres and RabbitMQ run supported, patched releases, pinned by digest (issue 21,
-// point 8): postgres:16.4 lacks the fixes of CVE-2024-10976..10979 and CVE-2025-1094
+// Postgres and RabbitMQ run supported, patched releases, pinned by digest:
+// postgres:16.4 lacks the fixes of CVE-2024-10976..10979 and CVE-2025-1094
 // (16.7 has them), and RabbitMQ 3.13 is out of community support.
 func TestComposeImagesAreSupportedAndPinnedByDigest(t *testing.T) {
 	p := loadProject(t)

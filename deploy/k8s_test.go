@@ -225,7 +225,7 @@ func withOnly(labels, sel map[string]string) map[string]string {
 
 // The probes and scrape annotations point at what the binary serves on the ports config
 // sets: every process's /metrics on METRICS_ADDR, the worker's /readyz there too, the
-// api's /readyz on HTTP_ADDR, which serves only the API (issue 21, point 6).
+// api's /readyz on HTTP_ADDR, which serves only the API.
 func TestKubernetesProbesAndScrapingMatchTheBinary(t *testing.T) {
 	m := loadManifests(t)
 	cm := m.configMaps["brokerswitch-config"].Data

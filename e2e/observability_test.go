@@ -174,7 +174,7 @@ func TestMetricsAndPingsFollowRealWork(t *testing.T) {
 
 	// Leftovers on the spare, once it is back, are taken by the Leftover Drain. The
 	// producer never announced broker 1, so only stragglers are: these an operator moved
-	// back from -error, as their header says (issue 19).
+	// back from -error, as their header says.
 	s.proxies[1].Restore(t)
 	leftovers, err := payloads.Lifecycle(1)
 	require.NoError(t, err)

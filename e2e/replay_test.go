@@ -142,7 +142,7 @@ func (s *stack) showSlowTasks(run string, h *historypb.History) {
 // current run took as a Workflow Update was answered in the workflow task that accepted
 // it. An order that waits on further tasks waits, on a busy worker, for a poller each
 // time: a cancel that needed four workflow tasks and three activity tasks was answered
-// after the API's 45 s (issue 21, point 11).
+// after the API's 45 s.
 func (s *stack) requireOrdersAnsweredInTheirTask() {
 	s.t.Helper()
 	desc, err := s.temporal.DescribeWorkflowExecution(context.Background(), workflows.BrokerSwitchWorkflowID, "")

@@ -437,7 +437,7 @@ func TestScenario12PoisonAmongGoodMessages(t *testing.T) {
 	s.report(v, "-")
 }
 
-// Scenario 19. GitHub delivers one entity's events swapped (issue 20): every pull request
+// Scenario 19. GitHub delivers one entity's events swapped: every pull request
 // and issue has two consecutive events of its own published in reverse, their payloads
 // keeping their true clocks, across a rotation with a backlog. Every delivery is in the
 // ledger exactly once, and every row is what delivering the events in clock order leaves.

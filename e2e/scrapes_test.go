@@ -25,7 +25,7 @@ const scrapesPerWave = 500
 // TestABurstOfScrapesDuringConsumption fires waves of 500 concurrent scrapes at a
 // process's /metrics, whose state gauges read Postgres, while its worker consumes: the
 // process stays within its connection cap, every event is applied and nothing goes
-// through -retry (issue 11, point 6).
+// through -retry.
 func TestABurstOfScrapesDuringConsumption(t *testing.T) {
 	s := newStack(t, 1, nil)
 	ctx := t.Context()

@@ -74,7 +74,7 @@ func TestSoakSchedulesReplayAndCoverEveryFault(t *testing.T) {
 	}
 	require.Positive(t, reversed, "the switch turns the reversed double rotation on")
 
-	// The unsettled draws (issue 19): late by seconds and by minutes, twice, never, and a
+	// The unsettled draws: late by seconds and by minutes, twice, never, and a
 	// cancel with a backlog; and nothing rotates after a rotation never notified but a force.
 	kinds := map[string]int{}
 	for seed := range uint64(2000) {
@@ -104,7 +104,7 @@ func TestSoakSchedulesReplayAndCoverEveryFault(t *testing.T) {
 		require.Positive(t, kinds[k], "no schedule of 2000 draws %q", k)
 	}
 
-	// The cuts (issue 19): a spare cut while it holds leftovers, and a worker cut off from
+	// The cuts: a spare cut while it holds leftovers, and a worker cut off from
 	// Temporal while its batch is slow to settle; only behind their switch, and an excuse
 	// for every spare so cut, naming its broker.
 	kinds = map[string]int{}

@@ -250,7 +250,7 @@ type scheduleOptions struct {
 	// the oracle checks the order strictly; it is an option so that seeds pinned before the
 	// trail existed still draw the schedules they drew then.
 	reversedDoubleRotation bool
-	// unsettled lets the generator draw what the docs promise since issue 19 without
+	// unsettled lets the generator draw what the docs promise about late and missing notifications without
 	// settling first: a rotation whose notification comes seconds or minutes after the
 	// producer's first publish there (once or twice), one never notified, and a cancel
 	// while the active broker still has a backlog.
@@ -258,7 +258,7 @@ type scheduleOptions struct {
 	// cuts lets the generator cut a spare while it holds leftovers, which docs/tables.md lists
 	// among the orders not kept (the oracle excuses exactly what that spare held), and cut a
 	// worker off from Temporal while its batch is slow to settle, which the window's fence
-	// keeps in order (issue 19).
+	// keeps in order.
 	cuts bool
 	// killHolder lets the generator SIGKILL the worker that holds the most windows, so
 	// that a peer takes them over once its lease expires.

@@ -38,11 +38,11 @@ import (
 const reversedDoubleRotation = true
 
 // unsettledSchedules lets schedules draw late and lost notifications and cancels without
-// settling first (issue 19). Seeds recorded before it was on keep their options.
+// settling first. Seeds recorded before it was on keep their options.
 const unsettledSchedules = true
 
 // cutSchedules lets schedules cut a spare while it holds leftovers, and a worker off from
-// Temporal while its batch is slow to settle (issue 19). Seeds recorded before it was on
+// Temporal while its batch is slow to settle. Seeds recorded before it was on
 // keep their options.
 const cutSchedules = true
 

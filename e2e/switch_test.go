@@ -34,7 +34,7 @@ func TestLeftoverDrainStopsAtItsCap(t *testing.T) {
 		leftovers = append(leftovers, ev)
 	}
 	// The producer never announced broker 1, so only stragglers are read there before the
-	// grace: these an operator moved back from -error, as their header says (issue 19).
+	// grace: these an operator moved back from -error, as their header says.
 	for _, ev := range leftovers {
 		s.publishRaw(1, ev.Queue, amqp.Table{"x-github-event": ev.Event, "x-github-delivery": ev.DeliveryID,
 			broker.HeaderRetryCycles: int64(1),
@@ -138,7 +138,7 @@ func (s *stack) temporalCLI(args ...string) {
 // A spare's leftovers include large payloads on a slow link: a drain round waits longer
 // for one than it waits for a delivery. The drain used to take that for an empty spare
 // and let the window read the active broker, whose events then overtook the spare's.
-// Now a drain that did not see its spare empty ends the window as the cap does (issue 19).
+// Now a drain that did not see its spare empty ends the window as the cap does.
 func TestASlowSpareIsNotOvertaken(t *testing.T) {
 	t.Parallel()
 	s := newStackWith(t, stackOptions{brokers: 2, copies: map[int]testenv.Copy{0: testenv.SlowLargeFrames(2 * time.Second)},

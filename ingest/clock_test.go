@@ -249,7 +249,7 @@ type clockedEvent struct {
 	d     amqp.Delivery
 }
 
-// TestRowsFollowClockOrderUnderAnyDeliveryOrder is the property of issue 20: for random
+// TestRowsFollowClockOrderUnderAnyDeliveryOrder is the property the entity clock exists for: for random
 // lifecycles of pull requests, issues and comments, with distinct clocks, delivering
 // their events in a random order and random batches leaves the rows that delivering them
 // in clock order leaves (the ledger included). What is left out is not a function of the

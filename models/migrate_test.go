@@ -114,7 +114,7 @@ func TestProcessingStateIsIndexed(t *testing.T) {
 }
 
 // GitHub numbers past 2^31 - 1 and a login longer than a btree index row fit the schema:
-// such payloads must not fail deterministically (issue 11, point 8).
+// such payloads must not fail deterministically.
 func TestBigNumbersAndLongTextFit(t *testing.T) {
 	db := openMigrated(t)
 	now := time.Now()

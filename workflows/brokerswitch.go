@@ -204,7 +204,7 @@ func (w *switchRun) continueAsNew(ctx workflow.Context) error {
 // workflow task that needs it. As activity tasks, an order cost a chain of round trips
 // through Temporal, each waiting for a poller of a busy worker: a cancel that arrived
 // while a notification was being recorded was answered four workflow tasks and three
-// activity tasks later, on a loaded machine past the API's 45 s (issue 21, point 11).
+// activity tasks later, on a loaded machine past the API's 45 s.
 // Now an order is accepted and answered in one workflow task. The idle watch
 // (WaitForChange), which runs for up to an hour, stays an activity task.
 func (w *switchRun) execute(ctx workflow.Context, summary string, activity any, arg any, result any) error {

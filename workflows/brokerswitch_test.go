@@ -272,7 +272,7 @@ func (s *brokerSwitchSuite) TestALateNotificationIsPlacedByItsTime() {
 }
 
 // A flood of notifications 1 ns apart costs a bounded number of activities, not one
-// each, and the state the workflow ends on is the one the API recorded (issue 21, point 4).
+// each, and the state the workflow ends on is the one the API recorded.
 func (s *brokerSwitchSuite) TestANotificationFloodIsHeldToACap() {
 	s.backlog[0] = busy(1000)
 	const flood = 500
@@ -388,7 +388,7 @@ func (s *brokerSwitchSuite) TestMalformedSignalInputIsSkipped() {
 	s.Equal(1, status.State.ActiveIndex, "the valid signal after the malformed one is handled")
 }
 
-// A refused notification leaves the cached state as it was (issue 11, point 5).
+// A refused notification leaves the cached state as it was.
 func (s *brokerSwitchSuite) TestARefusedSignalKeepsTheCachedState() {
 	s.state.ActiveIndex = 2
 	s.env.RegisterDelayedCallback(func() {
@@ -399,7 +399,7 @@ func (s *brokerSwitchSuite) TestARefusedSignalKeepsTheCachedState() {
 }
 
 // The drain-check interval is the worker's now, not the first run's input carried
-// through every continue-as-new (issue 11, point 5): 100 ms checks a busy broker some
+// through every continue-as-new: 100 ms checks a busy broker some
 // 600 times a minute, 3 s some 20 times.
 func (s *brokerSwitchSuite) TestTheDrainCheckIntervalComesFromTheWorker() {
 	s.interval = 100 * time.Millisecond
@@ -466,7 +466,7 @@ func (s *brokerSwitchSuite) TestANamedCancelIsCommittedBeforeTheWorkflowHeardOfT
 }
 
 // A force sent before a notification, in the same workflow task, is handled before it:
-// signals are taken in the order they arrived, not name by name (issue 11, point 5).
+// signals are taken in the order they arrived, not name by name.
 func (s *brokerSwitchSuite) TestSignalsAreHandledInArrivalOrder() {
 	s.backlog[2] = busy(1000)
 	s.env.RegisterDelayedCallback(func() {

@@ -12,7 +12,7 @@ import (
 )
 
 // More tests than a fixed pool held get a namespace each, and the last one is usable at
-// once: `go test -count=2 ./e2e/` asks for twice as many as one round (issue 21, point 11).
+// once: `go test -count=2 ./e2e/` asks for twice as many as one round.
 func TestNamespacesAreHandedOutWithoutBound(t *testing.T) {
 	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
 	defer cancel()

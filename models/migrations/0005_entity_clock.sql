@@ -1,5 +1,5 @@
 -- Each typed row that follows GitHub's own clock keeps it in entity_clock: the entity's
--- timestamp (in whole seconds) in the payload the row holds (issue 20). An event whose
+-- timestamp (in whole seconds) in the payload the row holds. An event whose
 -- clock is older than the row's changes nothing but the ledger. Rows written before this
 -- migration take it from github_updated_at where they stored one; the others (and every
 -- installation and repository) stay NULL, which compares as older than anything, so the

@@ -1,5 +1,5 @@
 -- What the Leftover Drain learned of each queue on each broker that is not active, so
--- that a broker the producer may be filling is never read early (issue 19): whether the
+-- that a broker the producer may be filling is never read early: whether the
 -- queue was seen empty since the producer's last visit there (what comes after that
 -- may be the producer's future), and since when it has held messages the producer never
 -- announced. A row with queue '' says the broker was active here: what it holds after

@@ -1,5 +1,5 @@
 -- The ledger's unique key becomes a 16-byte uuid computed from the delivery id, ordered by
--- time for GitHub's GUIDs (issue 23). The text key's index took about 56 bytes a row and,
+-- time for GitHub's GUIDs. The text key's index took about 56 bytes a row and,
 -- its key being random in index order, every claim wrote a different leaf page: beside ten
 -- million rows that is a cold page read and a full-page image in the WAL (8 KB) per
 -- delivery, and the apply rate fell to 0.68x the empty-ledger rate (BENCHMARKS.md).
