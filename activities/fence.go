@@ -91,11 +91,7 @@ func (f fence) watch(ctx, actCtx context.Context, info activity.Info, held *leas
 		defer t.Stop()
 		atDeadline = t.C
 	}
-	every := f.check
-	if every <= 0 {
-		every = DefaultFenceCheck
-	}
-	tick := time.NewTicker(every)
+	tick := time.NewTicker(f.every())
 	defer tick.Stop()
 	cancelAsked := false
 	for {
@@ -122,14 +118,18 @@ func (f fence) watch(ctx, actCtx context.Context, info activity.Info, held *leas
 	}
 }
 
+// every is how often the attempt asks Temporal, and how long it waits for an answer.
+func (f fence) every() time.Duration {
+	if f.check > 0 {
+		return f.check
+	}
+	return DefaultFenceCheck
+}
+
 // describe asks Temporal for this attempt's activity; asked is false when Temporal did not
 // answer, p nil when the activity is gone.
 func (f fence) describe(ctx context.Context, info activity.Info) (p *workflowpb.PendingActivityInfo, asked bool) {
-	every := f.check
-	if every <= 0 {
-		every = DefaultFenceCheck
-	}
-	askCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), every)
+	askCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), f.every())
 	defer cancel()
 	res, err := activity.GetClient(ctx).DescribeWorkflowExecution(askCtx, info.WorkflowExecution.ID, info.WorkflowExecution.RunID)
 	if err != nil {

@@ -237,13 +237,7 @@ func (w *workerProcess) peakRSSMB() float64 {
 }
 
 // identity is the process's Temporal identity, as its lease shows it (pid@host@).
-func (w *workerProcess) identity() string {
-	host, err := os.Hostname()
-	if err != nil {
-		host = "unknown"
-	}
-	return fmt.Sprintf("%d@%s@", w.cmd.Process.Pid, host)
-}
+func (w *workerProcess) identity() string { return worker.IdentityOf(w.cmd.Process.Pid) }
 
 // kill sends SIGKILL, as an OOM killer or a lost machine would, and waits for the exit.
 func (w *workerProcess) kill() {

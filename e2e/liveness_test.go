@@ -2,8 +2,6 @@ package e2e
 
 import (
 	"context"
-	"fmt"
-	"os"
 	"strings"
 	"testing"
 	"time"
@@ -11,6 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/brokerswitch/brokerswitch/simulate"
+	"github.com/brokerswitch/brokerswitch/worker"
 )
 
 // takeoverBound is the longest a killed worker's queues may stand still at the default
@@ -110,7 +109,7 @@ func (s *stack) waitAllHeldBy(who string, w *process, within time.Duration) {
 
 // identity is the worker process's Temporal identity, as its lease shows it (pid@host@).
 func (p *process) identity() string {
-	return fmt.Sprintf("%d@%s@", p.cmd.Process.Pid, hostname())
+	return worker.IdentityOf(p.cmd.Process.Pid)
 }
 
 func count(held map[string]string, identity string) int {
@@ -121,14 +120,6 @@ func count(held map[string]string, identity string) int {
 		}
 	}
 	return n
-}
-
-func hostname() string {
-	h, err := os.Hostname()
-	if err != nil {
-		return "unknown"
-	}
-	return h
 }
 
 // stragglerBound is how soon a straggler on a spare the producer left is applied at the

@@ -151,12 +151,15 @@ func NewKeeper(d Deps) *lease.Keeper {
 // Identity is this process's worker identity as the Temporal SDK's client makes it by
 // default (pid@host@), which Temporal records as an activity's last worker and the Web UI
 // shows: the lease holds the same. The binary sets it on its client explicitly.
-func Identity() string {
+func Identity() string { return IdentityOf(os.Getpid()) }
+
+// IdentityOf is the identity of the worker process pid on this host.
+func IdentityOf(pid int) string {
 	host, err := os.Hostname()
 	if err != nil {
 		host = "unknown"
 	}
-	return fmt.Sprintf("%d@%s@", os.Getpid(), host)
+	return fmt.Sprintf("%d@%s@", pid, host)
 }
 
 // Register adds the workflows and their activities, built from d, to a worker; keeper
