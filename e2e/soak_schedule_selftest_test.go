@@ -44,8 +44,8 @@ func TestSoakSchedulesReplayAndCoverEveryFault(t *testing.T) {
 				isolated[st.worker] = true
 			case stepRejoinWorker, stepKillWorker, stepTermWorker:
 				delete(isolated, st.worker)
-			case stepCutOffSlow:
-				require.True(t, len(cut) == 0 && !pg && temporal, "seed %d step %d holds a batch no window can take:\n%s", seed, i+1, sc)
+			case stepCutOffSlow, stepCutOffDrain, stepForceHopReturn:
+				require.True(t, len(cut) == 0 && !pg && temporal, "seed %d step %d holds a batch no window can take, or forces what cannot be applied:\n%s", seed, i+1, sc)
 			case stepSettle, stepFinish:
 				require.True(t, len(cut) == 0 && !pg && temporal && len(isolated) == 0,
 					"seed %d step %d waits for the service with faults in place:\n%s", seed, i+1, sc)
@@ -53,7 +53,7 @@ func TestSoakSchedulesReplayAndCoverEveryFault(t *testing.T) {
 		}
 		require.Equal(t, stepFinish, sc.steps[len(sc.steps)-1].kind, "seed %d ends with the finish", seed)
 	}
-	for k := stepPublish; k <= stepFinish; k++ {
+	for k := stepPublish; k <= stepCutOffDrain; k++ {
 		if k == stepRotateReversed && !opts.reversedDoubleRotation {
 			require.Zero(t, seen[k], "a reversed double rotation drawn with its switch off")
 			continue
@@ -137,6 +137,35 @@ func TestSoakSchedulesReplayAndCoverEveryFault(t *testing.T) {
 		require.Len(t, ex, n, "seed %d: one excuse per spare cut with leftovers", seed)
 	}
 	for _, k := range []string{"broker cut (" + roleLeftovers + ")", "worker cut off from Temporal, its batch slow to settle"} {
+		require.Positive(t, kinds[k], "no schedule of 2000 draws %q", k)
+	}
+
+	// The force with a hop out and a return, both ways, and the cut-off Leftover Drain:
+	// only behind their switches; the return goes to a broker the producer published to,
+	// neither the forced one (unless the producer moved there) nor the one it hops to.
+	kinds = map[string]int{}
+	older := scheduleOptions{reversedDoubleRotation: true, unsettled: true, cuts: true, killHolder: true}
+	for seed := range uint64(2000) {
+		for _, st := range generateSchedule(seed, older).steps {
+			require.False(t, st.kind == stepForceHopReturn || st.kind == stepCutOffDrain, "seed %d draws a step with its switch off", seed)
+		}
+		sc := generateSchedule(seed, soakOptions())
+		for i, st := range sc.steps {
+			kinds[st.faultKind()]++
+			switch st.kind {
+			case stepForceHopReturn:
+				require.NotEqual(t, st.hop, st.back, "seed %d step %d", seed, i+1)
+				require.NotEqual(t, st.broker, st.hop, "seed %d step %d hops to the forced broker", seed, i+1)
+				require.True(t, st.back == st.active || st.here && st.back == st.broker, "seed %d step %d returns to a broker the producer never used", seed, i+1)
+				require.Equal(t, stepSettle, sc.steps[i-1].kind, "seed %d step %d: nothing older waits", seed, i+1)
+			case stepCutOffDrain:
+				require.NotEqual(t, st.active, st.broker, "seed %d step %d", seed, i+1)
+				require.Equal(t, stepSettle, sc.steps[i+1].kind, "seed %d step %d ends with a settle", seed, i+1)
+			}
+		}
+	}
+	for _, k := range []string{"force to the producer's broker, a hop out of it, a return", "force away from the producer's broker, a hop out, a return",
+		"worker cut off from Temporal in a Leftover Drain, its batch slow to settle"} {
 		require.Positive(t, kinds[k], "no schedule of 2000 draws %q", k)
 	}
 }

@@ -52,6 +52,8 @@ const (
 	stepSettle                          // heal nothing, wait until everything published so far is applied
 	stepFinish                          // the end: everything drained, the active broker where the producer is
 	stepKillHolder                      // SIGKILL the worker holding the most windows, and start it again
+	stepForceHopReturn                  // a force, a hop out of the forced broker (or the producer's), a return announced late
+	stepCutOffDrain                     // a worker cut off from Temporal while its Leftover Drain's batch waits on a held ledger
 )
 
 // step is one entry of a schedule.
@@ -76,6 +78,14 @@ type step struct {
 	force bool
 	// backlog says that stepCancel came without a settle: the active broker may have one.
 	backlog bool
+	// For stepForceHopReturn: here says that the producer moved to the forced broker
+	// (broker) before the force, unannounced, from active; otherwise the operator forced
+	// broker while the producer stayed on active. The producer then hops to hop, announced,
+	// publishing hopBurst, and returns to back, publishing backBurst there delay before
+	// announcing it.
+	here                bool
+	hop, back           int
+	hopBurst, backBurst simulate.Workload
 }
 
 // String says what the step does, in words.
@@ -149,6 +159,18 @@ func (s step) String() string {
 	case stepCutOffSlow:
 		return fmt.Sprintf("hold the ledger (a slow Postgres), publish %s, cut the worker whose window holds a batch off from Temporal, "+
 			"release the ledger once its window runs elsewhere, let it reach Temporal again", burst())
+	case stepForceHopReturn:
+		first := fmt.Sprintf("the operator forces a switch to broker %d while the producer stays on broker %d, which publishes %s", s.broker, s.active, burst())
+		if s.here {
+			first = fmt.Sprintf("rotate to broker %d without notifying, publish %s there, the operator forces a switch to it", s.broker, burst())
+		}
+		return fmt.Sprintf("%s; rotate to broker %d and notify, publish %d events there; once broker %d is seen empty, "+
+			"return to broker %d, publish %d events there, notify after %s", first, s.hop, s.hopBurst.Total(), s.back, s.back, s.backBurst.Total(), s.delay)
+	case stepCutOffDrain:
+		return fmt.Sprintf("cut broker %d (active), publish %s there, rotate to broker %d without notifying, the operator forces a switch to it; "+
+			"hold the ledger (a slow Postgres), restore broker %d, cut the worker whose Leftover Drain holds a batch of it off from Temporal, "+
+			"release the ledger once the drain runs elsewhere, let it reach Temporal again",
+			s.active, burst(), s.broker, s.active)
 	case stepPause:
 		return fmt.Sprintf("let it run for %s", s.pause)
 	case stepSettle:
@@ -218,6 +240,13 @@ func (s step) faultKind() string {
 		return "worker cut off from Temporal"
 	case stepCutOffSlow:
 		return "worker cut off from Temporal, its batch slow to settle"
+	case stepForceHopReturn:
+		if s.here {
+			return "force to the producer's broker, a hop out of it, a return"
+		}
+		return "force away from the producer's broker, a hop out, a return"
+	case stepCutOffDrain:
+		return "worker cut off from Temporal in a Leftover Drain, its batch slow to settle"
 	case stepFinish:
 		if s.force {
 			return "operator force"
@@ -263,6 +292,14 @@ type scheduleOptions struct {
 	// killHolder lets the generator SIGKILL the worker that holds the most windows, so
 	// that a peer takes them over once its lease expires.
 	killHolder bool
+	// forceHops lets the generator draw a force followed by a hop out and a return to a
+	// broker the producer used before, announced after it published there: the sequence
+	// in which a spare's marks go stale (brokerstate.SpareMark).
+	forceHops bool
+	// drainCutOff lets the generator cut a worker off from Temporal while its Leftover
+	// Drain holds a batch of a spare that waits on a held ledger: the drain's fence must
+	// give the batch back before its successor reads the spare.
+	drainCutOff bool
 }
 
 // modelWorker is a worker process as the model knows it.
@@ -561,6 +598,21 @@ func (m *model) draw() {
 		m.emit(step{kind: stepCutOffSlow, burst: m.burst(false)})
 		m.published()
 	})
+	if m.opts.forceHops {
+		m.drawForceHop(add, rotate)
+	}
+	// After the settle the producer's broker is active and read, the other two are fresh,
+	// and every worker reaches Temporal: a peer takes the cut-off worker's drain over.
+	add(2, m.opts.drainCutOff && rotate && len(m.workers) >= 2, func() {
+		m.settle()
+		from := m.producer
+		to := m.fresh()[m.rng.IntN(len(m.fresh()))]
+		m.emit(step{kind: stepCutOffDrain, active: from, broker: to, burst: m.burst(false)})
+		// The step ends once everything it published is applied.
+		m.producer = to
+		m.route = []int{to}
+		m.emit(step{kind: stepSettle, active: to})
+	})
 	add(3, m.healthyWorkers() < len(m.workers), func() {
 		for i, w := range m.workers {
 			if w.isolated {
@@ -586,6 +638,38 @@ func (m *model) draw() {
 		}
 		r -= c.weight
 	}
+}
+
+// drawForceHop adds the choice of scheduleOptions.forceHops, after a settle: nothing older
+// waits, and all three brokers take part. Either the producer moves to a broker unannounced
+// and the operator forces the switch there (here), or the operator forces a switch to a
+// broker the producer is not on, which makes the producer's broker a spare read by the
+// Leftover Drain while the producer goes on publishing there (docs/tables.md: after a
+// force the operator's hand wins, and the forced broker is empty). Then the producer hops
+// to the third broker, announced, and returns to a broker it used before, publishing
+// there before its notification: a spare seen empty after the producer left it, whose
+// new messages are its future and wait for that notification.
+func (m *model) drawForceHop(add func(int, bool, func()), rotate bool) {
+	add(1, rotate, func() {
+		m.settle()
+		from := m.producer
+		fresh := m.fresh()
+		forced := fresh[m.rng.IntN(len(fresh))]
+		hop := fresh[0] + fresh[1] - forced
+		st := step{kind: stepForceHopReturn, active: from, broker: forced, hop: hop, here: m.rng.IntN(2) == 0,
+			burst: m.burst(false), hopBurst: m.burst(false), backBurst: m.burst(false),
+			delay: time.Duration(1000+m.rng.IntN(3000)) * time.Millisecond}
+		// The producer returns to a broker it published to: its own before the force,
+		// or, when it moved to the forced one, that one.
+		st.back = from
+		if st.here && m.rng.IntN(2) == 0 {
+			st.back = forced
+		}
+		m.emit(st)
+		m.producer = st.back
+		m.route = []int{hop, st.back}
+		m.holds = []int{hop, st.back}
+	})
 }
 
 // drawUnsettled adds the choices of scheduleOptions.unsettled: the orders the producer's

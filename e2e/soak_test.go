@@ -7,6 +7,7 @@ package e2e
 // regression in TestSoakRegressions.
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"io"
@@ -15,6 +16,7 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"runtime"
 	"slices"
 	"strconv"
@@ -46,9 +48,18 @@ const unsettledSchedules = true
 // keep their options.
 const cutSchedules = true
 
+// forceHopSchedules lets schedules draw a force followed by a hop out and a return to an
+// old broker, and drainCutOffSchedules a worker cut off from Temporal in the middle of a
+// Leftover Drain. Seeds recorded before they were on keep their options.
+const (
+	forceHopSchedules    = true
+	drainCutOffSchedules = true
+)
+
 // soakOptions are the options TestSoak draws its schedules with.
 func soakOptions() scheduleOptions {
-	return scheduleOptions{reversedDoubleRotation: reversedDoubleRotation, unsettled: unsettledSchedules, cuts: cutSchedules, killHolder: true}
+	return scheduleOptions{reversedDoubleRotation: reversedDoubleRotation, unsettled: unsettledSchedules, cuts: cutSchedules, killHolder: true,
+		forceHops: forceHopSchedules, drainCutOff: drainCutOffSchedules}
 }
 
 // soakShortSchedules is how many short schedules `make test` plays: each takes under a
@@ -59,10 +70,16 @@ const soakShortSchedules = 3
 // a fault sets off (a window retried on another worker, a stop that settles) plays out
 // within a schedule.
 func soakEnv() map[string]string {
-	return map[string]string{
+	env := map[string]string{
 		"CONSUMER_WINDOW":     "5s",
 		"WORKER_STOP_TIMEOUT": "10s",
 	}
+	// SOAK_LOG_LEVEL=debug, with SOAK_KEEP, leaves a failed seed's replay the workers'
+	// whole story.
+	if level := os.Getenv("SOAK_LOG_LEVEL"); level != "" {
+		env["LOG_LEVEL"] = level
+	}
+	return env
 }
 
 // TestSoak plays random fault schedules and checks each with the oracle. Without
@@ -244,11 +261,15 @@ type soakRun struct {
 	log     string
 	workers map[int]*soakWorker
 	tally   *soakTally
-	// seqs is, for each step played, the producer's last sequence number before it.
-	seqs []int64
-	sc   schedule
+	// seqs is, for each step played, the producer's last sequence number before it;
+	// began when it began.
+	seqs  []int64
+	began []time.Time
+	sc    schedule
 	// cut are the brokers whose proxy is cut.
 	cut map[int]bool
+	// logs are the log files of every worker process started, restarts included.
+	logs []string
 }
 
 // playSchedule builds a deployment of its own (three brokers behind proxies, Postgres
@@ -275,9 +296,17 @@ func playSchedule(t *testing.T, sc schedule, tally *soakTally) {
 	})
 	r := &soakRun{t: t, s: s, dev: dev, workers: map[int]*soakWorker{}, tally: tally, sc: sc, cut: map[int]bool{}}
 	r.p, r.log = s.producer(nil)
+	// Registered after the stack's cleanups, so run before them: the database and the
+	// logs are still there.
+	t.Cleanup(func() {
+		if dir := os.Getenv("SOAK_KEEP"); dir != "" && t.Failed() {
+			r.keep(filepath.Join(dir, fmt.Sprintf("seed-%d", sc.seed)))
+		}
+	})
 	r.startWorker(1)
 	for i, st := range sc.steps {
 		t.Logf("step %d: %s", i+1, st)
+		r.began = append(r.began, time.Now())
 		r.seqs = append(r.seqs, r.lastSeq())
 		r.supervise()
 		r.do(i, st)
@@ -326,11 +355,7 @@ func (r *soakRun) do(i int, st step) {
 	case stepForce:
 		r.force(st.broker)
 		if r.sc.opts.cuts {
-			s.waitUntil(fmt.Sprintf("the forced switch to broker %d applied", st.broker), 2*time.Minute, func() (bool, string) {
-				r.supervise()
-				active := s.state().ActiveIndex
-				return active == st.broker, fmt.Sprintf("active %d", active)
-			})
+			r.waitActive(st.broker)
 		}
 	case stepCancel:
 		r.cancel(st)
@@ -377,6 +402,10 @@ func (r *soakRun) do(i int, st step) {
 		r.workers[st.worker].isolated = false
 	case stepCutOffSlow:
 		r.cutOffSlow(st)
+	case stepForceHopReturn:
+		r.forceHopReturn(st)
+	case stepCutOffDrain:
+		r.cutOffDrain(st)
 	case stepPause:
 		// The faults in place must last: nothing is awaited, time passes.
 		time.Sleep(st.pause)
@@ -390,6 +419,60 @@ func (r *soakRun) do(i int, st step) {
 	default:
 		t.Fatalf("step kind %d is not played", st.kind)
 	}
+}
+
+// waitActive waits until broker b is active with nothing pending: a forced switch, or a
+// switch announced, applied.
+func (r *soakRun) waitActive(b int) {
+	r.t.Helper()
+	r.s.waitUntil(fmt.Sprintf("broker %d active, nothing pending", b), 2*time.Minute, func() (bool, string) {
+		r.supervise()
+		st := r.s.state()
+		return st.ActiveIndex == b && st.Pending == nil, fmt.Sprintf("active %d, pending %v", st.ActiveIndex, st.Pending != nil)
+	})
+}
+
+// forceHopReturn plays stepForceHopReturn: a force, a hop out announced, and a return to
+// an old broker announced only after the producer published there. The return waits
+// until every queue of that broker was seen empty after the producer left it, as
+// brokerstate.BrokerState.EmptyMarkSettled tells from the marks the drains wrote: before
+// that, docs/tables.md says, what the producer publishes there is taken for stragglers.
+// Nothing is excused: the oracle checks the order strictly.
+func (r *soakRun) forceHopReturn(st step) {
+	t, s, p := r.t, r.s, r.p
+	ctx := context.Background()
+	if st.here {
+		r.rotate(st.broker)
+		require.NoError(t, p.Publish(ctx, s.workload(st.burst)...))
+		r.force(st.broker)
+		r.waitActive(st.broker)
+	} else {
+		r.force(st.broker)
+		r.waitActive(st.broker)
+		require.NoError(t, p.Publish(ctx, s.workload(st.burst)...))
+	}
+	r.notify(r.rotate(st.hop))
+	require.NoError(t, p.Publish(ctx, s.workload(st.hopBurst)...))
+	r.waitActive(st.hop)
+	left := time.Now()
+	s.waitUntil(fmt.Sprintf("broker %d seen empty after the producer left it, on every queue", st.back), 2*time.Minute, func() (bool, string) {
+		r.supervise()
+		state := s.state()
+		var waiting []string
+		for _, q := range s.cfg.Queues {
+			marks, _, err := s.store.SpareMarks(ctx, q)
+			require.NoError(t, err)
+			if !state.EmptyMarkSettled(st.back, state.CurrentMark(st.back, marks[st.back])) {
+				waiting = append(waiting, q)
+			}
+		}
+		return len(waiting) == 0, fmt.Sprintf("not yet: %v", waiting)
+	})
+	t.Logf("broker %d seen empty on every queue %s after the switch to broker %d", st.back, time.Since(left).Round(10*time.Millisecond), st.hop)
+	n := r.rotate(st.back)
+	require.NoError(t, p.Publish(ctx, s.workload(st.backBurst)...))
+	time.Sleep(st.delay) // the notification is late: what the step is about
+	r.notify(n)
 }
 
 // rotate moves the producer to broker to; the notification is the step's to send.
@@ -548,6 +631,73 @@ func (r *soakRun) launch(w *soakWorker) {
 	}
 	w.proc = r.s.startWorkerProcessWith(name, map[string]string{"TEMPORAL_ADDRESS": w.temporals})
 	w.started = time.Now()
+	r.logs = append(r.logs, w.proc.log)
+}
+
+// keep copies what a failed schedule leaves behind into dir (SOAK_KEEP): every worker's
+// log, the producer's log, the steps with the time each began, and the ledger's and the
+// typed rows' writes and the switches in commit order, with Postgres' time of each.
+func (r *soakRun) keep(dir string) {
+	t := r.t
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Logf("SOAK_KEEP: %v", err)
+		return
+	}
+	for _, path := range append(slices.Clone(r.logs), r.log) {
+		if b, err := os.ReadFile(path); err == nil {
+			_ = os.WriteFile(filepath.Join(dir, filepath.Base(path)), b, 0o644)
+		}
+	}
+	var steps strings.Builder
+	for i, at := range r.began {
+		fmt.Fprintf(&steps, "%s step %d: %s\n", at.UTC().Format("15:04:05.000"), i+1, r.sc.steps[i])
+	}
+	_ = os.WriteFile(filepath.Join(dir, "steps.txt"), []byte(steps.String()), 0o644)
+	dump := func(name, query string) {
+		rows, err := r.s.db.Raw(query).Rows()
+		if err != nil {
+			t.Logf("SOAK_KEEP %s: %v", name, err)
+			return
+		}
+		defer rows.Close()
+		cols, _ := rows.Columns()
+		var b strings.Builder
+		b.WriteString(strings.Join(cols, "\t") + "\n")
+		vals := make([]any, len(cols))
+		ptrs := make([]any, len(cols))
+		for i := range vals {
+			ptrs[i] = &vals[i]
+		}
+		for rows.Next() {
+			if err := rows.Scan(ptrs...); err != nil {
+				break
+			}
+			for i, v := range vals {
+				if i > 0 {
+					b.WriteString("\t")
+				}
+				if tm, ok := v.(time.Time); ok {
+					v = tm.UTC().Format("15:04:05.000000")
+				}
+				fmt.Fprint(&b, v)
+			}
+			b.WriteString("\n")
+		}
+		_ = os.WriteFile(filepath.Join(dir, name), []byte(b.String()), 0o644)
+	}
+	dump("audit.tsv", `SELECT a.id, a.at, a.tx, a.tbl, a.key, a.delivery_id, d.queue, d.broker_index
+		FROM test_audit a LEFT JOIN github_deliveries d ON d.delivery_id = a.delivery_id ORDER BY a.id`)
+	dump("switches.tsv", "SELECT id, value FROM test_switches ORDER BY id")
+	dump("settings.tsv", "SELECT * FROM settings")
+	dump("spare_marks.tsv", "SELECT * FROM spare_marks")
+	if r.dev.server != nil {
+		var trails strings.Builder
+		for _, q := range r.s.cfg.Queues {
+			fmt.Fprintf(&trails, "%s:\n  %s\n", q, strings.Join(r.s.windowTrail(q), "\n  "))
+		}
+		_ = os.WriteFile(filepath.Join(dir, "windows.txt"), []byte(trails.String()), 0o644)
+	}
+	t.Logf("SOAK_KEEP: the failed schedule's logs and tables are in %s", dir)
 }
 
 // supervise starts again a worker that exited on its own: a worker started while Temporal
@@ -785,25 +935,66 @@ func excuses(sc schedule, seqs []int64) []excuse {
 
 // cutOffSlow plays stepCutOffSlow: with the ledger held, as a slow Postgres holds it, a
 // window's batch waits in hand; its worker is cut off from Temporal, which gives the
-// window to another worker once the heartbeat timeout passes. The cut-off window must have
+// window to another worker once the worker's lease expires. The cut-off window must have
 // fenced itself by then (stopped consuming, its batch given back unsettled): the ledger is
 // released only once the window runs elsewhere, and what the cut-off window still did after
 // that the oracle sees as a duplicate or a reorder.
 func (r *soakRun) cutOffSlow(st step) {
+	release := &ledgerHold{release: r.s.holdLedger()}
+	defer release.once()
+	require.NoError(r.t, r.p.Publish(context.Background(), r.s.workload(st.burst)...))
+	r.cutOffHolder("", release)
+}
+
+// cutOffDrain plays stepCutOffDrain, cutOffSlow's case for a Leftover Drain: the active
+// broker is cut while the producer publishes there and moves on unannounced, and the
+// operator forces the switch to where it went, so that the cut broker holds a backlog
+// that only the Leftover Drain reads. With the ledger held the broker comes back; a
+// drain takes a batch of it, which waits on the ledger; its worker is cut off from
+// Temporal, and the ledger is released once Temporal has given the drain to another
+// worker. A drain cancels its consumer before it handles a batch, so the successor sees
+// nobody on the queue: only the fence keeps it from reading behind that batch. The
+// producer publishes nothing on the forced broker until the step's settle, so that the
+// windows that read around the cut broker meanwhile (docs/tables.md: a spare that cannot
+// be reached) apply nothing newer.
+func (r *soakRun) cutOffDrain(st step) {
+	t, s := r.t, r.s
+	r.cutBroker(st.active)
+	require.NoError(t, r.p.Publish(context.Background(), s.workload(st.burst)...))
+	r.rotate(st.broker)
+	r.force(st.broker)
+	r.waitActive(st.broker)
+	release := &ledgerHold{release: s.holdLedger()}
+	defer release.once()
+	r.restoreBroker(st.active)
+	r.cutOffHolder("PrepareWindow", release)
+}
+
+// ledgerHold releases a held ledger once, whichever comes first: the step's release or
+// its deferred one when the step fails.
+type ledgerHold struct {
+	release func()
+	done    bool
+}
+
+func (h *ledgerHold) once() {
+	if !h.done {
+		h.done = true
+		h.release()
+	}
+}
+
+// cutOffHolder finds, through Temporal, a worker not cut off whose activity attempt
+// (of activityType, any when "") holds a batch unacknowledged while the ledger is held,
+// cuts it off from Temporal, waits until Temporal has given that activity to another
+// attempt, releases the ledger, and lets the worker reach Temporal again.
+func (r *soakRun) cutOffHolder(activityType string, ledger *ledgerHold) {
 	t, s := r.t, r.s
 	t.Helper()
-	release := s.holdLedger()
-	held := true
-	defer func() {
-		if held {
-			release()
-		}
-	}()
-	require.NoError(t, r.p.Publish(context.Background(), s.workload(st.burst)...))
 	var holder *soakWorker
-	var queue, activity string
+	var queue, activity, kind string
 	var attempt int32
-	s.waitUntil("a worker's window to hold a batch the held ledger keeps unsettled", 2*time.Minute, func() (bool, string) {
+	s.waitUntil("a worker's "+cmp.Or(activityType, "window")+" to hold a batch the held ledger keeps unsettled", 2*time.Minute, func() (bool, string) {
 		r.supervise()
 		inHand := r.unacknowledged()
 		for _, q := range s.cfg.Queues {
@@ -815,18 +1006,19 @@ func (r *soakRun) cutOffSlow(st step) {
 				return false, err.Error()
 			}
 			for _, pa := range desc.GetPendingActivities() {
-				if pa.GetState() != enumspb.PENDING_ACTIVITY_STATE_STARTED {
+				if pa.GetState() != enumspb.PENDING_ACTIVITY_STATE_STARTED ||
+					activityType != "" && pa.GetActivityType().GetName() != activityType {
 					continue
 				}
 				if w := r.workerOf(pa.GetLastWorkerIdentity()); w != nil && !w.isolated {
-					holder, queue, activity, attempt = w, q, pa.GetActivityId(), pa.GetAttempt()
+					holder, queue, activity, attempt, kind = w, q, pa.GetActivityId(), pa.GetAttempt(), pa.GetActivityType().GetName()
 					return true, ""
 				}
 			}
 		}
 		return false, fmt.Sprintf("messages in hand: %v", inHand)
 	})
-	t.Logf("worker %d's window of %s holds %s's batch (activity %s, attempt %d): cut off from Temporal", holder.num, queue, queue, activity, attempt)
+	t.Logf("worker %d's window of %s holds a batch in %s (activity %s, attempt %d): cut off from Temporal", holder.num, queue, kind, activity, attempt)
 	holder.proxy.Cut()
 	holder.isolated = true
 	cut := time.Now()
@@ -844,8 +1036,7 @@ func (r *soakRun) cutOffSlow(st step) {
 		return true, ""
 	})
 	t.Logf("the window of %s left worker %d %s after the cut; the ledger is released", queue, holder.num, time.Since(cut).Round(100*time.Millisecond))
-	held = false
-	release()
+	ledger.once()
 	holder.proxy.Restore(t)
 	holder.isolated = false
 }
