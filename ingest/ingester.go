@@ -53,6 +53,11 @@ type Ingester struct {
 	// WebhookSecret, when set, is the GitHub webhook's secret: every message must carry
 	// the HMAC of its body in HeaderSignature, or it is malformed. Empty verifies nothing.
 	WebhookSecret []byte
+	// HoldActive is checked first in the transaction of every batch from a ForActive
+	// handler (brokerstate.BrokerStore.HoldActive): an error rolls the batch back and gives
+	// it back unsettled, so that a consumer window whose view of the broker state lags never
+	// commits a batch of a broker we left. Required for ForActive.
+	HoldActive func(tx *gorm.DB, broker int) error
 	// decode decodes one delivery, refusing a body over its second argument's bytes; nil
 	// means decodeWithin. Tests set it to a decoder that panics.
 	decode func(amqp.Delivery, int) (Event, error)
@@ -81,11 +86,25 @@ func (i *Ingester) ForBroker(index int) broker.BatchHandler {
 	return &batchHandler{ingester: i, broker: index}
 }
 
+// ForActive is ForBroker for a consumer window on the active broker: each batch commits
+// only while index is still the active broker (HoldActive). A Leftover Drain reads spares,
+// which are never active, and uses ForBroker.
+func (i *Ingester) ForActive(index int) broker.BatchHandler {
+	return &batchHandler{ingester: i, broker: index, holdActive: true}
+}
+
 // batchHandler is the BatchHandler of one broker.
 type batchHandler struct {
-	ingester *Ingester
-	broker   int
+	ingester   *Ingester
+	broker     int
+	holdActive bool
 }
+
+// heldBack is a batch that HoldActive turned away: it says nothing about the messages.
+type heldBack struct{ err error }
+
+func (e heldBack) Error() string { return e.err.Error() }
+func (e heldBack) Unwrap() error { return e.err }
 
 // message is one delivery of a batch, decoded.
 type message struct {
@@ -272,6 +291,14 @@ func (h *batchHandler) applyInTx(ctx context.Context, queue string, msgs []messa
 	db := h.ingester.DB.WithContext(ctx).Session(&gorm.Session{NowFunc: func() time.Time { return now }})
 	var reused []error // per message: why its id stands for another payload
 	err := db.Transaction(func(tx *gorm.DB) error {
+		if h.holdActive {
+			if h.ingester.HoldActive == nil {
+				return heldBack{errors.New("ingest: Ingester.HoldActive is nil")}
+			}
+			if err := h.ingester.HoldActive(tx, h.broker); err != nil {
+				return heldBack{err}
+			}
+		}
 		claimed, err := claimLedger(ctx, tx, rows)
 		if err != nil {
 			return err
@@ -508,11 +535,12 @@ func (h *batchHandler) fail(ctx context.Context, queue string, m message, now ti
 }
 
 // cannotDecide tells whether a failed transaction says nothing about the messages: the
-// caller is stopping, Postgres is unreachable or cannot take writes at all, or it kept
+// caller is stopping, the batch's broker is no longer the active one (HoldActive),
+// Postgres is unreachable or cannot take writes at all, or it kept
 // turning the batch away for a transient reason (apply's attempts are used up). The
 // batch must then be left unsettled so it returns to the head of the queue in order.
 func (h *batchHandler) cannotDecide(ctx context.Context, err error) bool {
-	if ctx.Err() != nil || isConnectionError(err) || isDatabaseWide(err) || isTransient(err) {
+	if ctx.Err() != nil || errors.As(err, new(heldBack)) || isConnectionError(err) || isDatabaseWide(err) || isTransient(err) {
 		return true
 	}
 	// A statement error can hide a server that died right after; ask it directly.
