@@ -200,10 +200,10 @@ var ErrNotActive = errors.New("the broker is no longer the active one")
 
 // HoldActive, inside tx, takes the broker state's lock in shared mode and checks that
 // index is still the active broker, or returns an error wrapping ErrNotActive. A
-// consumer window calls it first in each batch's transaction: a switch's commit (Update)
-// waits for the batches in flight and every later batch sees it, so that no batch of the
-// broker we left commits after the switch, even while a window's view of the state lags
-// (its StateWatcher lost its LISTEN connection).
+// consumer window calls it last in each batch's transaction, just before the commit: a
+// switch's commit (Update) waits for the batches that passed the check, and every later
+// check sees it, so that no batch of the broker we left commits after the switch, even
+// while a window's view of the state lags (its StateWatcher lost its LISTEN connection).
 func (s *BrokerStore) HoldActive(tx *gorm.DB, index int) error {
 	var rows []models.Setting
 	err := tx.Raw("SELECT s.* FROM (SELECT pg_advisory_xact_lock_shared(?)) AS held, settings AS s WHERE s.key IN ?",

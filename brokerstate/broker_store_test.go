@@ -211,8 +211,8 @@ func TestLeavingABrokerClearsItsQueuesMarks(t *testing.T) {
 	require.True(t, reached[1].Reached)
 }
 
-// A batch holds the active broker for its whole transaction: a switch's commit waits for
-// it, and a batch that begins after the commit sees the new active broker.
+// A batch that passed the check holds the active broker until it commits: a switch's
+// commit waits for it, and a check after the switch's commit sees the new active broker.
 func TestASwitchWaitsForTheBatchesThatHoldTheActiveBroker(t *testing.T) {
 	ctx := context.Background()
 	db := openMigrated(t)

@@ -53,7 +53,7 @@ type Ingester struct {
 	// WebhookSecret, when set, is the GitHub webhook's secret: every message must carry
 	// the HMAC of its body in HeaderSignature, or it is malformed. Empty verifies nothing.
 	WebhookSecret []byte
-	// HoldActive is checked first in the transaction of every batch from a ForActive
+	// HoldActive is checked last in the transaction of every batch from a ForActive
 	// handler (brokerstate.BrokerStore.HoldActive): an error rolls the batch back and gives
 	// it back unsettled, so that a consumer window whose view of the broker state lags never
 	// commits a batch of a broker we left. Required for ForActive.
@@ -90,14 +90,14 @@ func (i *Ingester) ForBroker(index int) broker.BatchHandler {
 // only while index is still the active broker (HoldActive). A Leftover Drain reads spares,
 // which are never active, and uses ForBroker.
 func (i *Ingester) ForActive(index int) broker.BatchHandler {
-	return &batchHandler{ingester: i, broker: index, holdActive: true}
+	return &batchHandler{ingester: i, broker: index, whileActive: true}
 }
 
 // batchHandler is the BatchHandler of one broker.
 type batchHandler struct {
-	ingester   *Ingester
-	broker     int
-	holdActive bool
+	ingester    *Ingester
+	broker      int
+	whileActive bool
 }
 
 // heldBack is a batch that HoldActive turned away: it says nothing about the messages.
@@ -291,14 +291,6 @@ func (h *batchHandler) applyInTx(ctx context.Context, queue string, msgs []messa
 	db := h.ingester.DB.WithContext(ctx).Session(&gorm.Session{NowFunc: func() time.Time { return now }})
 	var reused []error // per message: why its id stands for another payload
 	err := db.Transaction(func(tx *gorm.DB) error {
-		if h.holdActive {
-			if h.ingester.HoldActive == nil {
-				return heldBack{errors.New("ingest: Ingester.HoldActive is nil")}
-			}
-			if err := h.ingester.HoldActive(tx, h.broker); err != nil {
-				return heldBack{err}
-			}
-		}
 		claimed, err := claimLedger(ctx, tx, rows)
 		if err != nil {
 			return err
@@ -329,7 +321,10 @@ func (h *batchHandler) applyInTx(ctx context.Context, queue string, msgs []messa
 				verdicts[i] = broker.Verdict{Outcome: broker.Ack}
 			}
 		}
-		return w.flush(ctx, tx)
+		if err := w.flush(ctx, tx); err != nil {
+			return err
+		}
+		return h.holdActive(tx)
 	})
 	if err != nil {
 		return nil, err
@@ -358,6 +353,23 @@ func (h *batchHandler) applyInTx(ctx context.Context, queue string, msgs []messa
 		}
 	}
 	return verdicts, nil
+}
+
+// holdActive checks, last before the commit, that a ForActive handler's broker is still
+// the active one, and holds it so until the commit. Last, so that a batch that waits on a
+// slow Postgres does not hold a forced switch back: the switch commits, and the batch
+// finds its broker left and is given back.
+func (h *batchHandler) holdActive(tx *gorm.DB) error {
+	if !h.whileActive {
+		return nil
+	}
+	if h.ingester.HoldActive == nil {
+		return heldBack{errors.New("ingest: Ingester.HoldActive is nil")}
+	}
+	if err := h.ingester.HoldActive(tx, h.broker); err != nil {
+		return heldBack{err}
+	}
+	return nil
 }
 
 // reusedIDs returns, per message, why its delivery id stands for another payload: the
