@@ -2,6 +2,7 @@ package workflows
 
 import (
 	"fmt"
+	"reflect"
 	"time"
 
 	"go.temporal.io/sdk/temporal"
@@ -50,6 +51,18 @@ type switchRun struct {
 	drainCheckInterval time.Duration
 	// watching is the running watch of an idle workflow, if any.
 	watching *idleWatch
+	// shown is the memo last shown in this run, nil before the first.
+	shown *memo
+	// lean says this run spends no Action a switch does not need: an unchanged memo is
+	// not written again, and a watch that saw the change the workflow made itself is not
+	// followed by a read of the state.
+	lean bool
+}
+
+// memo is what the Web UI's memo of the BrokerSwitch workflow shows.
+type memo struct {
+	ActiveIndex   int
+	PendingSwitch *brokerstate.PendingSwitch
 }
 
 func newSwitchRun(ctx workflow.Context, in BrokerSwitchInput) (*switchRun, error) {
@@ -61,6 +74,10 @@ func newSwitchRun(ctx workflow.Context, in BrokerSwitchInput) (*switchRun, error
 	// What the last run left comes before what reached this one.
 	orders.orders = append(in.Orders, orders.orders...)
 	w := &switchRun{orders: orders, status: Status{Checks: in.Checks}, drainCheckInterval: 3 * time.Second}
+	// Remove once no run started before release 1.1 is open: before it, every order and
+	// commit wrote the memo, unchanged or not, and every change a watch saw was read
+	// again, so a switch cost a memo write and a read more.
+	w.lean = workflow.GetVersion(ctx, "lean-switch", workflow.DefaultVersion, 1) == 1
 	if err := workflow.SetQueryHandler(ctx, QueryStatus, func() (Status, error) { return w.status, nil }); err != nil {
 		return nil, fmt.Errorf("register status query: %w", err)
 	}
@@ -161,8 +178,13 @@ func (w *switchRun) nextCheckIn() time.Duration {
 
 // showState shows the broker state in the Web UI's memo.
 func (w *switchRun) showState(ctx workflow.Context) {
-	memo := map[string]any{"activeIndex": w.status.State.ActiveIndex, "pendingSwitch": w.status.State.Pending}
-	if err := workflow.UpsertMemo(ctx, memo); err != nil {
+	next := memo{ActiveIndex: w.status.State.ActiveIndex, PendingSwitch: w.status.State.Pending}
+	if w.lean && w.shown != nil && reflect.DeepEqual(*w.shown, next) {
+		return
+	}
+	w.shown = &next
+	fields := map[string]any{"activeIndex": next.ActiveIndex, "pendingSwitch": next.PendingSwitch}
+	if err := workflow.UpsertMemo(ctx, fields); err != nil {
 		workflow.GetLogger(ctx).Warn("memo not updated", "error", err)
 	}
 }

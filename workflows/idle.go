@@ -38,7 +38,14 @@ func (w *switchRun) idle(ctx workflow.Context) error {
 			continue // the timer decides
 		}
 		w.watching.stop()
+		watched := w.watching.activeIndex
 		w.watching = nil
+		if w.lean && watched != w.status.State.ActiveIndex {
+			// The change it saw is one this workflow committed (or a step of it): the state
+			// in hand is what that commit read. The next watch starts from it, and sees at
+			// once whatever changed since.
+			return nil
+		}
 		return w.execute(ctx, "read broker state", w.act.LoadState, nil, &w.status.State)
 	}
 }
@@ -49,6 +56,8 @@ type idleWatch struct {
 	watchDone   bool
 	timer       workflow.Future
 	cancelTimer workflow.CancelFunc
+	// activeIndex is the active broker the watch was started for.
+	activeIndex int
 }
 
 func (w *switchRun) watch(ctx workflow.Context) *idleWatch {
@@ -63,6 +72,7 @@ func (w *switchRun) watch(ctx workflow.Context) *idleWatch {
 			activities.WaitForChangeInput{ActiveIndex: w.status.State.ActiveIndex}),
 		timer:       workflow.NewTimerWithOptions(timerCtx, idleFallback, workflow.TimerOptions{Summary: "re-read the broker state"}),
 		cancelTimer: cancelTimer,
+		activeIndex: w.status.State.ActiveIndex,
 	}
 }
 
