@@ -881,6 +881,29 @@ func soakRegressions() []soakRegression {
    6. restore broker 0
    7. let worker 1 reach Temporal again
    8. wait until everything is drained, broker 0 active`,
+	}, {
+		seed: 14928533974141784647,
+		opts: scheduleOptions{reversedDoubleRotation: true, unsettled: true, cuts: true, killHolder: true},
+		bug: "a window kept consuming broker 0 after the switch away from it committed: the Postgres cut had " +
+			"dropped its worker's LISTEN connection, its window started on 0 just before the commit, and the " +
+			"producer returned to 0 at once; 0's new events were applied ahead of 2's (21 reordered) until the " +
+			"state watcher's 10 s re-read ended the window; each consume batch's transaction now holds the broker " +
+			"state's lock shared and checks that its broker is still active (BrokerStore.HoldActive)",
+		schedule: `schedule of seed 14928533974141784647 (14 steps):
+   1. publish 34 events
+   2. rotate to broker 1 and notify twice
+   3. let it run for 1.258s
+   4. cut the workers off from Postgres
+   5. let it run for 3.769s
+   6. let the workers reach Postgres again
+   7. wait until everything published is applied, broker 1 active
+   8. rotate to broker 2, publish 42 events, rotate to broker 0, notify broker 0 then broker 2 (reversed)
+   9. wait until everything published is applied, broker 0 active
+  10. rotate to broker 1, publish 37 events there, then notify late
+  11. start worker 2 beside the others
+  12. SIGKILL worker 2, start worker 3
+  13. publish 34 events with 1 poison
+  14. wait until everything is drained, broker 1 active`,
 	}}
 }
 
