@@ -125,6 +125,7 @@ func (h *batchHandler) HandleBatch(ctx context.Context, queue string, deliveries
 			return ev, err
 		}
 	}
+	decoding := time.Now()
 	msgs := decodeAll(queue, deliveries, h.ingester.MaxMessageBytes, decode)
 	limit := now.Add(cmp.Or(h.ingester.MaxClockSkew, DefaultMaxClockSkew))
 	for i := range msgs {
@@ -132,6 +133,7 @@ func (h *batchHandler) HandleBatch(ctx context.Context, queue string, deliveries
 			msgs[i].ahead = distrustFuture(msgs[i].event, limit)
 		}
 	}
+	broker.TraceOf(ctx).Add(broker.PhaseDecode, decoding)
 
 	verdicts, err := h.apply(ctx, queue, msgs, now)
 	if err == nil {
@@ -271,7 +273,10 @@ func (h *batchHandler) applyInTx(ctx context.Context, queue string, msgs []messa
 	}
 	db := h.ingester.DB.WithContext(ctx).Session(&gorm.Session{NowFunc: func() time.Time { return now }})
 	var reused []error // per message: why its id stands for another payload
+	trace := broker.TraceOf(ctx)
+	var committing time.Time
 	err := db.Transaction(func(tx *gorm.DB) error {
+		claiming := time.Now()
 		claimed, err := claimLedger(ctx, tx, rows)
 		if err != nil {
 			return err
@@ -279,6 +284,7 @@ func (h *batchHandler) applyInTx(ctx context.Context, queue string, msgs []messa
 		if reused, err = reusedIDs(ctx, tx, msgs, owner, claimed); err != nil {
 			return err
 		}
+		trace.Add(broker.PhaseLedger, claiming)
 		w := newWrites(now)
 		for i, m := range msgs {
 			switch {
@@ -302,11 +308,14 @@ func (h *batchHandler) applyInTx(ctx context.Context, queue string, msgs []messa
 				verdicts[i] = broker.Verdict{Outcome: broker.Ack}
 			}
 		}
-		return w.flush(ctx, tx)
+		err = w.flush(ctx, tx)
+		committing = time.Now()
+		return err
 	})
 	if err != nil {
 		return nil, err
 	}
+	trace.Add(broker.PhaseCommit, committing)
 	for i, m := range msgs {
 		h.count(queue, m, outcomes[i])
 		if outcomes[i] == metrics.OutcomeApplied {

@@ -13,6 +13,8 @@ import (
 	"gorm.io/gorm"
 	"gorm.io/gorm/clause"
 	"gorm.io/gorm/schema"
+
+	"github.com/brokerswitch/brokerswitch/broker"
 )
 
 // change is what one event does to one row. cur is the row as the events before it left
@@ -152,6 +154,8 @@ func (s *rowSet[K, R]) flush(ctx context.Context, tx *gorm.DB) error {
 	if s.clock != "" {
 		read = tx.Omit(s.clock)
 	}
+	trace := broker.TraceOf(ctx)
+	reading := time.Now()
 	var existing []R
 	for start := 0; start < len(keys); start += maxRowsPerStatement {
 		rows, err := s.load(ctx, read, keys[start:min(start+maxRowsPerStatement, len(keys))])
@@ -160,10 +164,12 @@ func (s *rowSet[K, R]) flush(ctx context.Context, tx *gorm.DB) error {
 		}
 		existing = append(existing, rows...)
 	}
+	trace.Add(broker.PhaseRead, reading)
 	candidates := s.fold(existing)
 	if len(candidates) == 0 {
 		return nil
 	}
+	defer trace.Add(broker.PhaseWrite, time.Now())
 	if s.clock != "" {
 		return s.flushClocked(ctx, tx, candidates)
 	}

@@ -13,6 +13,7 @@ import (
 	"gorm.io/gorm"
 	"gorm.io/gorm/clause"
 
+	"github.com/brokerswitch/brokerswitch/broker"
 	"github.com/brokerswitch/brokerswitch/models"
 )
 
@@ -81,6 +82,7 @@ func (w *writes) flushPushes(ctx context.Context, tx *gorm.DB) error {
 	if len(w.pushes) == 0 {
 		return nil
 	}
+	defer broker.TraceOf(ctx).Add(broker.PhaseWrite, time.Now())
 	slices.SortFunc(w.pushes, func(a, b models.Push) int { return strings.Compare(a.DeliveryID, b.DeliveryID) })
 	// The ledger already makes each insert happen once; DO NOTHING only keeps a manual
 	// replay from failing.
