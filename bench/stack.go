@@ -104,6 +104,10 @@ func newStack(s *scope, brokers int, o stackOptions) *stack {
 	st.cfg = cfg
 
 	ctx := context.Background()
+	// The pool the service opens (cmd/brokerswitch): an unbounded one keeps two idle
+	// connections, so the consumers would connect, and prepare their statements, again
+	// and again.
+	dbPool.MaxOpenConns, dbPool.StatementTimeout, dbPool.LockTimeout = cfg.DBMaxOpenConns, cfg.DBStatementTimeout, cfg.DBLockTimeout
 	db, err := models.OpenPool(ctx, cfg.DatabaseURL, dbPool)
 	s.check(err, "open database")
 	sqlDB, err := db.DB()
