@@ -10,6 +10,7 @@ import (
 	"go.temporal.io/sdk/activity"
 
 	"github.com/brokerswitch/brokerswitch/broker"
+	"github.com/brokerswitch/brokerswitch/brokerstate"
 	"github.com/brokerswitch/brokerswitch/healthchecks"
 	"github.com/brokerswitch/brokerswitch/lease"
 	"github.com/brokerswitch/brokerswitch/metrics"
@@ -103,7 +104,14 @@ func (a *Window) Consume(ctx context.Context, in ConsumeInput) (err error) {
 	go a.watchSpares(windowCtx, end, in)
 
 	opts := broker.ConsumeOptions{Prefetch: a.Prefetch, ConsumerTag: consumerTag(ctx), Fence: gone, SettleTimeout: a.settle()}
-	if err := a.Pool.Consume(windowCtx, in.BrokerIndex, in.Queue, opts, a.Handlers.ForBroker(in.BrokerIndex)); err != nil {
+	err = a.Pool.Consume(windowCtx, in.BrokerIndex, in.Queue, opts, a.Handlers.ForActive(in.BrokerIndex))
+	if errors.Is(err, brokerstate.ErrNotActive) {
+		// The switch committed before this process's watcher heard of it: the batch went
+		// back unsettled, to be read after the new active broker's backlog.
+		end(errSwitched)
+		err = nil
+	}
+	if err != nil {
 		return fmt.Errorf("consume %s on %s: %w", in.Queue, a.endpoint(in.BrokerIndex), err)
 	}
 	if cause := context.Cause(windowCtx); errors.Is(cause, errSwitched) || errors.Is(cause, errStopping) || errors.Is(cause, errStraggler) {

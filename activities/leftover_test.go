@@ -20,6 +20,8 @@ import (
 // ackAll applies nothing and acknowledges everything: these tests are about the spare.
 type ackAll struct{}
 
+func (a ackAll) ForActive(index int) broker.BatchHandler { return a.ForBroker(index) }
+
 func (ackAll) ForBroker(int) broker.BatchHandler {
 	return broker.BatchHandlerFunc(func(_ context.Context, _ string, ds []amqp.Delivery) ([]broker.Verdict, error) {
 		return make([]broker.Verdict, len(ds)), nil

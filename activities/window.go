@@ -29,9 +29,13 @@ type consumerPool interface {
 	QueueCounts(ctx context.Context, index int, queues []string) (map[string]broker.QueueCount, error)
 }
 
-// handlers gives the batch handler that applies a broker's deliveries.
+// handlers gives the batch handler that applies a broker's deliveries (ingest.Ingester).
 type handlers interface {
+	// ForBroker applies a spare's deliveries, for a Leftover Drain.
 	ForBroker(index int) broker.BatchHandler
+	// ForActive applies the active broker's deliveries, each batch only while index is
+	// still active: otherwise it fails with brokerstate.ErrNotActive, nothing settled.
+	ForActive(index int) broker.BatchHandler
 }
 
 // stateLoader reads the broker state.

@@ -3,6 +3,7 @@ package brokerstate
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -128,23 +129,9 @@ func (s *BrokerStore) load(db *gorm.DB) (BrokerState, error) {
 		values[r.Key] = r.Value
 	}
 	var st BrokerState
-	if v := values[KeyActiveIndex]; v != "" {
-		n, err := strconv.Atoi(v)
-		if err != nil {
-			return st, fmt.Errorf("setting %s: %q is not a broker index", KeyActiveIndex, v)
-		}
-		st.ActiveIndex = n
-	}
-	if v := values[KeyActiveEndpoint]; v != "" {
-		var ref BrokerRef
-		if err := json.Unmarshal([]byte(v), &ref); err != nil {
-			return st, fmt.Errorf("setting %s: %w", KeyActiveEndpoint, err)
-		}
-		idx, ok := s.resolve(ref)
-		if !ok {
-			idx = -1 // the active broker was removed from the configuration
-		}
-		st.ActiveIndex = idx
+	var err error
+	if st.ActiveIndex, err = s.activeIndex(values); err != nil {
+		return st, err
 	}
 	if err := decodeSetting(values, KeyPendingSwitch, &st.Pending); err != nil {
 		return st, err
@@ -181,6 +168,61 @@ func (s *BrokerStore) load(db *gorm.DB) (BrokerState, error) {
 	}
 	st.Pending = s.resolveRoute(st.Pending)
 	return st, nil
+}
+
+// activeIndex is the active broker's configured index from its settings, -1 when it was
+// removed from the configuration.
+func (s *BrokerStore) activeIndex(values map[string]string) (int, error) {
+	index := 0
+	if v := values[KeyActiveIndex]; v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil {
+			return 0, fmt.Errorf("setting %s: %q is not a broker index", KeyActiveIndex, v)
+		}
+		index = n
+	}
+	if v := values[KeyActiveEndpoint]; v != "" {
+		var ref BrokerRef
+		if err := json.Unmarshal([]byte(v), &ref); err != nil {
+			return 0, fmt.Errorf("setting %s: %w", KeyActiveEndpoint, err)
+		}
+		idx, ok := s.resolve(ref)
+		if !ok {
+			idx = -1 // the active broker was removed from the configuration
+		}
+		index = idx
+	}
+	return index, nil
+}
+
+// ErrNotActive says that the broker a consumer window reads is no longer the active one.
+var ErrNotActive = errors.New("the broker is no longer the active one")
+
+// HoldActive, inside tx, takes the broker state's lock in shared mode and checks that
+// index is still the active broker, or returns an error wrapping ErrNotActive. A
+// consumer window calls it last in each batch's transaction, just before the commit: a
+// switch's commit (Update) waits for the batches that passed the check, and every later
+// check sees it, so that no batch of the broker we left commits after the switch, even
+// while a window's view of the state lags (its StateWatcher lost its LISTEN connection).
+func (s *BrokerStore) HoldActive(tx *gorm.DB, index int) error {
+	var rows []models.Setting
+	err := tx.Raw("SELECT s.* FROM (SELECT pg_advisory_xact_lock_shared(?)) AS held, settings AS s WHERE s.key IN ?",
+		brokerStateLock, []string{KeyActiveIndex, KeyActiveEndpoint}).Scan(&rows).Error
+	if err != nil {
+		return fmt.Errorf("hold the active broker: %w", err)
+	}
+	values := make(map[string]string, len(rows))
+	for _, r := range rows {
+		values[r.Key] = r.Value
+	}
+	active, err := s.activeIndex(values)
+	if err != nil {
+		return err
+	}
+	if active != index {
+		return fmt.Errorf("broker %d: %w (broker %d is)", index, ErrNotActive, active)
+	}
+	return nil
 }
 
 // resolveRoute re-resolves each hop by endpoint; a route whose target is no longer

@@ -210,3 +210,46 @@ func TestLeavingABrokerClearsItsQueuesMarks(t *testing.T) {
 	require.Equal(t, brokerstate.SpareMark{}, marks[1])
 	require.True(t, reached[1].Reached)
 }
+
+// A batch that passed the check holds the active broker until it commits: a switch's
+// commit waits for it, and a check after the switch's commit sees the new active broker.
+func TestASwitchWaitsForTheBatchesThatHoldTheActiveBroker(t *testing.T) {
+	ctx := context.Background()
+	db := openMigrated(t)
+	store := &brokerstate.BrokerStore{DB: db, Brokers: []brokerstate.BrokerRef{brokerA, brokerB}}
+
+	batch := db.Begin()
+	require.NoError(t, batch.Error)
+	defer batch.Rollback()
+	require.NoError(t, store.HoldActive(batch, 0))
+	require.ErrorIs(t, store.HoldActive(batch, 1), brokerstate.ErrNotActive)
+
+	committed := make(chan error, 1)
+	go func() {
+		at := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
+		_, err := store.Update(ctx, func(st brokerstate.BrokerState) (brokerstate.BrokerState, error) { return st.Force(1, at, at), nil })
+		committed <- err
+	}()
+	require.Eventually(t, func() bool {
+		var waiting int64
+		err := db.Raw("SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted AND database = (SELECT oid FROM pg_database WHERE datname = current_database())").Scan(&waiting).Error
+		return err == nil && waiting > 0
+	}, 10*time.Second, 10*time.Millisecond, "the switch never waited for the batch")
+	select {
+	case err := <-committed:
+		t.Fatalf("the switch committed while a batch held the active broker (err %v)", err)
+	default:
+	}
+	require.NoError(t, batch.Commit().Error)
+	select {
+	case err := <-committed:
+		require.NoError(t, err)
+	case <-time.After(10 * time.Second):
+		t.Fatal("the switch did not commit once the batch had")
+	}
+
+	next := db.Begin()
+	defer next.Rollback()
+	require.ErrorIs(t, store.HoldActive(next, 0), brokerstate.ErrNotActive)
+	require.NoError(t, store.HoldActive(next, 1))
+}

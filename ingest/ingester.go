@@ -53,6 +53,11 @@ type Ingester struct {
 	// WebhookSecret, when set, is the GitHub webhook's secret: every message must carry
 	// the HMAC of its body in HeaderSignature, or it is malformed. Empty verifies nothing.
 	WebhookSecret []byte
+	// HoldActive is checked last in the transaction of every batch from a ForActive
+	// handler (brokerstate.BrokerStore.HoldActive): an error rolls the batch back and gives
+	// it back unsettled, so that a consumer window whose view of the broker state lags never
+	// commits a batch of a broker we left. Required for ForActive.
+	HoldActive func(tx *gorm.DB, broker int) error
 	// decode decodes one delivery, refusing a body over its second argument's bytes; nil
 	// means decodeWithin. Tests set it to a decoder that panics.
 	decode func(amqp.Delivery, int) (Event, error)
@@ -81,11 +86,25 @@ func (i *Ingester) ForBroker(index int) broker.BatchHandler {
 	return &batchHandler{ingester: i, broker: index}
 }
 
+// ForActive is ForBroker for a consumer window on the active broker: each batch commits
+// only while index is still the active broker (HoldActive). A Leftover Drain reads spares,
+// which are never active, and uses ForBroker.
+func (i *Ingester) ForActive(index int) broker.BatchHandler {
+	return &batchHandler{ingester: i, broker: index, whileActive: true}
+}
+
 // batchHandler is the BatchHandler of one broker.
 type batchHandler struct {
-	ingester *Ingester
-	broker   int
+	ingester    *Ingester
+	broker      int
+	whileActive bool
 }
+
+// heldBack is a batch that HoldActive turned away: it says nothing about the messages.
+type heldBack struct{ err error }
+
+func (e heldBack) Error() string { return e.err.Error() }
+func (e heldBack) Unwrap() error { return e.err }
 
 // message is one delivery of a batch, decoded.
 type message struct {
@@ -304,9 +323,9 @@ func (h *batchHandler) applyInTx(ctx context.Context, queue string, msgs []messa
 		}
 		trace.Add(broker.PhaseRead, reading)
 		writing = time.Now()
-		// The second exchange, which inTx sends with the COMMIT: the stored hashes of the
-		// redelivered ids (they decide verdicts only, never a write), then the writes of
-		// the claimed deliveries.
+		// The second exchange, which inTx sends with the COMMIT unless the broker's being
+		// active is checked: the stored hashes of the redelivered ids (they decide verdicts
+		// only, never a write), then the writes of the claimed deliveries.
 		var unclaimed []string
 		w := newWrites(now)
 		for i, m := range msgs {
@@ -322,7 +341,18 @@ func (h *batchHandler) applyInTx(ctx context.Context, queue string, msgs []messa
 			}
 		}
 		stored = queueHashes(p, unclaimed)
-		return w.queueWrites(ctx, p, db, reads)
+		if err := w.queueWrites(ctx, p, db, reads); err != nil {
+			return err
+		}
+		if !h.whileActive {
+			return nil
+		}
+		// HoldActive decides in Go whether to commit, so its check is an exchange of its
+		// own, after the writes and before the COMMIT.
+		if err := p.send(); err != nil {
+			return err
+		}
+		return h.holdActive(p.gorm(db))
 	})
 	if err != nil {
 		return nil, err
@@ -373,6 +403,23 @@ func (h *batchHandler) applyInTx(ctx context.Context, queue string, msgs []messa
 		}
 	}
 	return verdicts, nil
+}
+
+// holdActive checks, last before the commit, that a ForActive handler's broker is still
+// the active one, and holds it so until the commit. Last, so that a batch that waits on a
+// slow Postgres does not hold a forced switch back: the switch commits, and the batch
+// finds its broker left and is given back.
+func (h *batchHandler) holdActive(tx *gorm.DB) error {
+	if !h.whileActive {
+		return nil
+	}
+	if h.ingester.HoldActive == nil {
+		return heldBack{errors.New("ingest: Ingester.HoldActive is nil")}
+	}
+	if err := h.ingester.HoldActive(tx, h.broker); err != nil {
+		return heldBack{err}
+	}
+	return nil
 }
 
 // reusedIDs returns, per message, why its delivery id stands for another payload: the
@@ -543,11 +590,12 @@ func (h *batchHandler) fail(ctx context.Context, queue string, m message, now ti
 }
 
 // cannotDecide tells whether a failed transaction says nothing about the messages: the
-// caller is stopping, Postgres is unreachable or cannot take writes at all, or it kept
+// caller is stopping, the batch's broker is no longer the active one (HoldActive),
+// Postgres is unreachable or cannot take writes at all, or it kept
 // turning the batch away for a transient reason (apply's attempts are used up). The
 // batch must then be left unsettled so it returns to the head of the queue in order.
 func (h *batchHandler) cannotDecide(ctx context.Context, err error) bool {
-	if ctx.Err() != nil || isConnectionError(err) || isDatabaseWide(err) || isTransient(err) {
+	if ctx.Err() != nil || errors.As(err, new(heldBack)) || isConnectionError(err) || isDatabaseWide(err) || isTransient(err) {
 		return true
 	}
 	// A statement error can hide a server that died right after; ask it directly.

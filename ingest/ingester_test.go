@@ -73,7 +73,13 @@ func openDB(t testing.TB, dsn string) *gorm.DB {
 // handle runs one batch on broker 0 and fails the test on an error.
 func (e *env) handle(t *testing.T, ds ...amqp.Delivery) []broker.Verdict {
 	t.Helper()
-	verdicts, err := e.ing.ForBroker(0).HandleBatch(context.Background(), queue, ds)
+	return e.handleWith(t, e.ing.ForBroker(0), ds...)
+}
+
+// handleWith applies deliveries through h and requires a verdict for each.
+func (e *env) handleWith(t *testing.T, h broker.BatchHandler, ds ...amqp.Delivery) []broker.Verdict {
+	t.Helper()
+	verdicts, err := h.HandleBatch(context.Background(), queue, ds)
 	require.NoError(t, err)
 	require.Len(t, verdicts, len(ds))
 	return verdicts

@@ -34,16 +34,12 @@ type statements interface {
 	send() error
 }
 
-// pipeline queues statements on a pgx connection and sends them as one exchange (pgx's
+// pipeline queues statements on a connection and sends them to pgx as one exchange (its
 // batch: one Sync, so a failure skips the rest and the transaction is left to roll back).
 type pipeline struct {
 	ctx   context.Context
-	conn  *pgx.Conn
+	conn  *sql.Conn
 	batch *pgx.Batch
-}
-
-func newPipeline(ctx context.Context, conn *pgx.Conn) *pipeline {
-	return &pipeline{ctx: ctx, conn: conn, batch: &pgx.Batch{}}
 }
 
 func (p *pipeline) add(sql string, args []any, scan func(rowScanner) error) {
@@ -64,7 +60,26 @@ func (p *pipeline) send() error {
 	}
 	b := p.batch
 	p.batch = &pgx.Batch{}
-	return p.conn.SendBatch(p.ctx, b).Close()
+	return p.raw(func(c *pgx.Conn) error { return c.SendBatch(p.ctx, b).Close() })
+}
+
+// raw runs f on the pgx connection underneath.
+func (p *pipeline) raw(f func(*pgx.Conn) error) error {
+	return p.conn.Raw(func(driverConn any) error {
+		c, ok := driverConn.(*stdlib.Conn)
+		if !ok {
+			return fmt.Errorf("database driver %T is not pgx's", driverConn)
+		}
+		return f(c.Conn())
+	})
+}
+
+// gorm is the connection, in its transaction, as a session of db: for a statement of
+// another package (brokerstate's HoldActive). Send what was queued before.
+func (p *pipeline) gorm(db *gorm.DB) *gorm.DB {
+	tx := db.Session(&gorm.Session{NewDB: true, Context: p.ctx})
+	tx.Statement.ConnPool = p.conn
+	return tx
 }
 
 // inGorm runs each statement at once in a gorm session or transaction.
@@ -99,8 +114,14 @@ func (g *inGorm) send() error {
 	return err
 }
 
-// onConn runs f on a pgx connection of db's pool, held for f alone.
-func onConn(ctx context.Context, db *gorm.DB, f func(*pgx.Conn) error) error {
+// rollbackTimeout bounds the rollback of a failed transaction, whose ctx may be over.
+const rollbackTimeout = 5 * time.Second
+
+// inTx runs f between BEGIN and COMMIT on one connection of db's pool, BEGIN queued ahead
+// of f's first exchange and COMMIT behind its last, so that neither costs a round trip of
+// its own. f sends the exchanges it needs but the last, which inTx sends with the COMMIT.
+// A failure rolls the transaction back.
+func inTx(ctx context.Context, db *gorm.DB, f func(*pipeline) error) error {
 	sqlDB, err := db.DB()
 	if err != nil {
 		return fmt.Errorf("database handle: %w", err)
@@ -110,47 +131,31 @@ func onConn(ctx context.Context, db *gorm.DB, f func(*pgx.Conn) error) error {
 		return err
 	}
 	defer conn.Close()
-	return conn.Raw(func(driverConn any) error {
-		c, ok := driverConn.(*stdlib.Conn)
-		if !ok {
-			return fmt.Errorf("database driver %T is not pgx's", driverConn)
-		}
-		return f(c.Conn())
-	})
-}
-
-// rollbackTimeout bounds the rollback of a failed transaction, whose ctx may be over.
-const rollbackTimeout = 5 * time.Second
-
-// inTx runs f between BEGIN and COMMIT on one connection, BEGIN queued ahead of f's first
-// exchange and COMMIT behind its last, so that neither costs a round trip of its own. f
-// sends the exchanges it needs but the last, which inTx sends with the COMMIT. A failure
-// rolls the transaction back.
-func inTx(ctx context.Context, db *gorm.DB, f func(*pipeline) error) error {
-	return onConn(ctx, db, func(conn *pgx.Conn) (err error) {
-		defer func() {
-			if err != nil && !conn.IsClosed() && conn.PgConn().TxStatus() != 'I' {
-				rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), rollbackTimeout)
-				defer cancel()
-				if _, rerr := conn.Exec(rctx, "rollback"); rerr != nil {
-					// The connection is in an unknown state: close it rather than let the
-					// pool hand it out again.
-					_ = conn.Close(rctx)
-				}
-			}
-		}()
-		p := newPipeline(ctx, conn)
-		p.add("begin", nil, nil)
-		if err := f(p); err != nil {
-			return err
-		}
+	p := &pipeline{ctx: ctx, conn: conn, batch: &pgx.Batch{}}
+	p.add("begin", nil, nil)
+	err = f(p)
+	if err == nil {
 		p.add("commit", nil, nil)
-		if err := p.send(); err != nil {
-			return err
+		err = p.send()
+	}
+	status := p.raw(func(c *pgx.Conn) error {
+		if c.IsClosed() || c.PgConn().TxStatus() == 'I' {
+			return nil
 		}
-		if s := conn.PgConn().TxStatus(); s != 'I' {
-			return fmt.Errorf("transaction still open after commit (status %q)", s)
+		if err == nil {
+			return fmt.Errorf("transaction still open after commit (status %q)", c.PgConn().TxStatus())
+		}
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), rollbackTimeout)
+		defer cancel()
+		if _, rerr := c.Exec(rctx, "rollback"); rerr != nil {
+			// The connection is in an unknown state: close it rather than let the pool hand
+			// it out again.
+			_ = c.Close(rctx)
 		}
 		return nil
 	})
+	if err != nil {
+		return err
+	}
+	return status
 }

@@ -75,6 +75,8 @@ type Keeper struct {
 
 	// hadLease is set once a lease was taken: a later one follows a lost one. Run's alone.
 	hadLease bool
+	// began is when Run started. Run's alone.
+	began time.Time
 
 	mu      sync.Mutex
 	current *generation
@@ -105,6 +107,7 @@ func (k *Keeper) renewEvery() time.Duration { return k.ttl() / 4 }
 // Run keeps the lease until ctx ends, then deletes it: a worker that stops cleanly holds
 // nothing. Call it before the worker takes tasks, and end it after the worker stopped.
 func (k *Keeper) Run(ctx context.Context) {
+	k.began = time.Now()
 	renew := time.NewTicker(k.renewEvery())
 	defer renew.Stop()
 	reap := time.NewTicker(k.renewEvery() / 2)
@@ -144,9 +147,14 @@ func (k *Keeper) step(ctx context.Context, giveUp *time.Timer) {
 	g := k.held()
 	if g == nil {
 		// Attempts this worker took under a lease it lost, but never listed, hold their
-		// workflows until their timeout: fail them before taking new ones.
+		// workflows until their timeout: fail them before taking new ones. Before the first
+		// lease, those of an earlier process with the same identity (a container restarted
+		// in place keeps its host name and pid 1): a peer's scan passes them over, since the
+		// identity is alive again.
 		if k.hadLease {
-			k.sweep(cctx, k.Identity)
+			k.sweep(cctx, k.Identity, time.Time{})
+		} else {
+			k.sweep(cctx, k.Identity, k.began)
 		}
 		g = &generation{id: rand.Text(), lost: make(chan struct{})}
 		err := k.DB.WithContext(cctx).Exec(`INSERT INTO worker_leases (lease_id, identity, expires_at)
@@ -204,7 +212,10 @@ func (k *Keeper) set(g *generation) {
 	}
 }
 
-// release deletes the lease of a worker that stops, and what it still lists.
+// release deletes the lease of a worker that stops, and what it still lists. The worker
+// has stopped, so an attempt that Temporal still sees running on it is one whose end did
+// not reach Temporal (an answer cut off by the stop): it is failed first, or it would
+// hold its workflow until its timeout, since no scan finds a lease that was deleted.
 func (k *Keeper) release() {
 	g := k.held()
 	if g == nil {
@@ -212,6 +223,7 @@ func (k *Keeper) release() {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), k.renewEvery())
 	defer cancel()
+	k.sweep(ctx, k.Identity, time.Time{})
 	if err := k.DB.WithContext(ctx).Exec(`DELETE FROM worker_leases WHERE lease_id = ?`, g.id).Error; err != nil {
 		k.Logger.Warn("worker lease not released; it expires by itself", "error", err)
 	}
@@ -278,7 +290,7 @@ func (k *Keeper) reap(ctx context.Context) {
 			delete(identities, id) // alive again: it sweeps its own when it takes its lease
 		}
 		for id := range identities {
-			if !k.sweep(cctx, id) {
+			if !k.sweep(cctx, id, time.Time{}) {
 				return // keep the leases for the next scan
 			}
 		}
@@ -294,9 +306,10 @@ func (k *Keeper) reap(ctx context.Context) {
 }
 
 // sweep fails, by id, every started attempt of the long-running workflows whose last
-// worker is identity: a dead worker's attempts that it took but never listed. It tells
-// whether Temporal answered for every workflow.
-func (k *Keeper) sweep(ctx context.Context, identity string) bool {
+// worker is identity, and that Temporal started before startedBefore unless it is zero:
+// a dead worker's attempts that it took but never listed. It tells whether Temporal
+// answered for every workflow.
+func (k *Keeper) sweep(ctx context.Context, identity string, startedBefore time.Time) bool {
 	ok := true
 	for _, id := range k.Workflows {
 		desc, err := k.Temporal.DescribeWorkflowExecution(ctx, id, "")
@@ -312,6 +325,9 @@ func (k *Keeper) sweep(ctx context.Context, identity string) bool {
 		for _, p := range desc.GetPendingActivities() {
 			if p.GetLastWorkerIdentity() != identity || p.GetState() == enumspb.PENDING_ACTIVITY_STATE_SCHEDULED {
 				continue
+			}
+			if !startedBefore.IsZero() && !p.GetLastStartedTime().AsTime().Before(startedBefore) {
+				continue // this process's own, on Temporal's clock
 			}
 			reason := temporal.NewApplicationError(fmt.Sprintf("worker %s lost its lease: retried on a live worker", identity), ReapedErrorType)
 			err := k.Temporal.CompleteActivityByID(ctx, k.Namespace, id, runID, p.GetActivityId(), nil, reason)

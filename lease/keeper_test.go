@@ -7,8 +7,11 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+	enumspb "go.temporal.io/api/enums/v1"
+	workflowpb "go.temporal.io/api/workflow/v1"
 	"go.temporal.io/sdk/activity"
 	"go.temporal.io/sdk/testsuite"
+	"google.golang.org/protobuf/types/known/timestamppb"
 	"gorm.io/gorm"
 
 	"github.com/brokerswitch/brokerswitch/internal/testenv"
@@ -100,4 +103,62 @@ func TestAnExpiredLeaseIsNotRenewed(t *testing.T) {
 		require.NoError(t, db.Raw(`SELECT lease_id FROM worker_leases WHERE identity = 'a' AND expires_at > now()`).Scan(&ids).Error)
 		return len(ids) == 1 && ids[0] != first
 	}, 5*ttl, 50*time.Millisecond, "a new lease is taken")
+}
+
+// started is a pending attempt of identity's that Temporal started at at.
+func started(activityID, identity string, at time.Time) *workflowpb.PendingActivityInfo {
+	return &workflowpb.PendingActivityInfo{
+		ActivityId: activityID, State: enumspb.PENDING_ACTIVITY_STATE_STARTED,
+		LastWorkerIdentity: identity, LastStartedTime: timestamppb.New(at),
+	}
+}
+
+// A worker restarted in place (a container keeps its host name, and pid 1) has the
+// identity of the process it replaces: peers pass that identity's attempts over, since
+// its lease is live again, so the new process fails those its predecessor left before it
+// takes its first lease. An attempt Temporal started after the process began is its own.
+func TestARestartedWorkerFailsWhatItsPredecessorLeftUnderItsIdentity(t *testing.T) {
+	db, _ := modelstest.NewDB(t)
+	reach := &testenv.TemporalReach{Pending: []*workflowpb.PendingActivityInfo{
+		started("left-behind", "1@pod@", time.Now().Add(-time.Minute)),
+		started("its-own", "1@pod@", time.Now().Add(time.Hour)),
+		started("a-peers", "2@other@", time.Now().Add(-time.Minute)),
+	}}
+	k := &lease.Keeper{DB: db, Temporal: reach, Identity: "1@pod@", TTL: ttl, Logger: slog.New(slog.DiscardHandler),
+		Workflows: []string{"queue-window-issues"}}
+	testenv.RunInBackground(t, k.Run)
+	require.Eventually(t, func() bool {
+		var n int64
+		require.NoError(t, db.Raw(`SELECT count(*) FROM worker_leases WHERE identity = '1@pod@'`).Scan(&n).Error)
+		return n == 1
+	}, 5*ttl, 20*time.Millisecond, "no lease taken")
+	require.Equal(t, []string{"left-behind"}, reach.FailedIDs())
+}
+
+// A worker that stops has no attempt running: one that Temporal still sees on it lost its
+// answer in the stop, and is failed before the lease is deleted, since no scan would find
+// it without the lease.
+func TestAStoppingWorkerFailsWhatTemporalStillSeesRunningOnIt(t *testing.T) {
+	db, _ := modelstest.NewDB(t)
+	reach := &testenv.TemporalReach{Pending: []*workflowpb.PendingActivityInfo{
+		started("answer-lost", "a", time.Now().Add(time.Hour)),
+		started("a-peers", "b", time.Now().Add(time.Hour)),
+	}}
+	k := &lease.Keeper{DB: db, Temporal: reach, Identity: "a", TTL: ttl, Logger: slog.New(slog.DiscardHandler),
+		Workflows: []string{"queue-window-issues"}}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); k.Run(ctx) }()
+	require.Eventually(t, func() bool {
+		var n int64
+		require.NoError(t, db.Raw(`SELECT count(*) FROM worker_leases WHERE identity = 'a'`).Scan(&n).Error)
+		return n == 1
+	}, 5*ttl, 20*time.Millisecond, "no lease taken")
+	require.Empty(t, reach.FailedIDs(), "a running worker's attempts are its own")
+	cancel()
+	<-done
+	require.Equal(t, []string{"answer-lost"}, reach.FailedIDs())
+	var n int64
+	require.NoError(t, db.Raw(`SELECT count(*) FROM worker_leases WHERE identity = 'a'`).Scan(&n).Error)
+	require.Zero(t, n, "the lease is deleted")
 }

@@ -7,17 +7,22 @@ import (
 	"sync/atomic"
 
 	"go.temporal.io/api/serviceerror"
+	workflowpb "go.temporal.io/api/workflow/v1"
 	"go.temporal.io/api/workflowservice/v1"
 	"go.temporal.io/sdk/client"
 )
 
 // TemporalReach stands in for the calls a lease.Keeper makes to Temporal, for the unit
-// tests of leases: whether Temporal answers (Down says no), and which attempts were
-// failed by task token; it knows no workflows. The end-to-end tests run keepers against the real dev server.
+// tests of leases: whether Temporal answers (Down says no), which attempts were failed by
+// task token or by activity id, and the pending activities that every workflow it is
+// asked about shows (Pending). The end-to-end tests run keepers against the real dev server.
 type TemporalReach struct {
-	Down   atomic.Bool
-	mu     sync.Mutex
-	failed [][]byte
+	Down atomic.Bool
+	// Pending is what a describe of any workflow shows; set it before the keeper runs.
+	Pending  []*workflowpb.PendingActivityInfo
+	mu       sync.Mutex
+	failed   [][]byte
+	failedID []string
 }
 
 // CheckHealth answers unless Down is set.
@@ -39,14 +44,34 @@ func (r *TemporalReach) CompleteActivity(_ context.Context, token []byte, _ any,
 	return nil
 }
 
-// CompleteActivityByID fails nothing: TemporalReach knows no workflows.
-func (r *TemporalReach) CompleteActivityByID(context.Context, string, string, string, string, any, error) error {
+// CompleteActivityByID records the activity id of an attempt failed, unless Down is set.
+func (r *TemporalReach) CompleteActivityByID(_ context.Context, _, _, _, activityID string, _ any, _ error) error {
+	if r.Down.Load() {
+		return errors.New("unavailable")
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.failedID = append(r.failedID, activityID)
 	return nil
 }
 
-// DescribeWorkflowExecution answers that there is no such workflow.
+// DescribeWorkflowExecution shows Pending, or answers that there is no such workflow when
+// Pending is empty.
 func (r *TemporalReach) DescribeWorkflowExecution(context.Context, string, string) (*workflowservice.DescribeWorkflowExecutionResponse, error) {
-	return nil, serviceerror.NewNotFound("no workflows here")
+	if r.Down.Load() {
+		return nil, errors.New("unavailable")
+	}
+	if len(r.Pending) == 0 {
+		return nil, serviceerror.NewNotFound("no workflows here")
+	}
+	return &workflowservice.DescribeWorkflowExecutionResponse{PendingActivities: r.Pending}, nil
+}
+
+// FailedIDs lists the activity ids of the attempts failed by id so far.
+func (r *TemporalReach) FailedIDs() []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return append([]string(nil), r.failedID...)
 }
 
 // Failed lists the task tokens of the attempts failed so far.
