@@ -144,6 +144,7 @@ func (h *batchHandler) HandleBatch(ctx context.Context, queue string, deliveries
 			return ev, err
 		}
 	}
+	decoding := time.Now()
 	msgs := decodeAll(queue, deliveries, h.ingester.MaxMessageBytes, decode)
 	limit := now.Add(cmp.Or(h.ingester.MaxClockSkew, DefaultMaxClockSkew))
 	for i := range msgs {
@@ -151,6 +152,7 @@ func (h *batchHandler) HandleBatch(ctx context.Context, queue string, deliveries
 			msgs[i].ahead = distrustFuture(msgs[i].event, limit)
 		}
 	}
+	broker.TraceOf(ctx).Add(broker.PhaseDecode, decoding)
 
 	verdicts, err := h.apply(ctx, queue, msgs, now)
 	if err == nil {
@@ -288,47 +290,95 @@ func (h *batchHandler) applyInTx(ctx context.Context, queue string, msgs []messa
 		}
 		return verdicts, nil
 	}
-	db := h.ingester.DB.WithContext(ctx).Session(&gorm.Session{NowFunc: func() time.Time { return now }})
-	var reused []error // per message: why its id stands for another payload
-	err := db.Transaction(func(tx *gorm.DB) error {
-		claimed, err := claimLedger(ctx, tx, rows)
+	// The rows every message that may apply would change: which of them the ledger claims
+	// is known only once the first exchange is back, and the locked reads go in it. A
+	// redelivery's rows are locked for nothing, and left as they are.
+	probe := newWrites(now)
+	for i, m := range msgs {
+		if m.malformed != nil || !owner[i] {
+			continue
+		}
+		if apply := h.applyFor(m.event); apply != nil {
+			apply(probe, m.event)
+		}
+		probe.addSender(m.event)
+	}
+	db := h.ingester.DB.WithContext(ctx)
+	trace := broker.TraceOf(ctx)
+	var claimed map[string]bool
+	var stored map[string][]byte
+	var writing time.Time
+	err := inTx(ctx, db, func(p *pipeline) error {
+		// The first exchange: BEGIN, the ledger claim and the locked reads. Postgres runs
+		// them in order, so the reads lock rows after the claim, as every consumer does
+		// (the ledger first, then the tables in their order).
+		reading := time.Now()
+		claimed = queueClaim(p, rows)
+		reads, err := probe.queueReads(p, db)
 		if err != nil {
 			return err
 		}
-		if reused, err = reusedIDs(ctx, tx, msgs, owner, claimed); err != nil {
+		if err := p.send(); err != nil {
 			return err
 		}
+		trace.Add(broker.PhaseRead, reading)
+		writing = time.Now()
+		// The second exchange, which inTx sends with the COMMIT unless the broker's being
+		// active is checked: the stored hashes of the redelivered ids (they decide verdicts
+		// only, never a write), then the writes of the claimed deliveries.
+		var unclaimed []string
 		w := newWrites(now)
 		for i, m := range msgs {
 			switch {
-			case m.malformed != nil:
-				verdicts[i] = broker.Verdict{Outcome: broker.Reject, Reason: m.malformed.Error()}
-				outcomes[i] = metrics.OutcomeRejected
-			case reused[i] != nil:
-				verdicts[i] = broker.Verdict{Outcome: broker.Reject, Reason: reused[i].Error()}
-				outcomes[i] = metrics.OutcomeRejected
-			case !owner[i] || !claimed[m.event.DeliveryID]:
-				// Applied or ignored before, by an earlier attempt or earlier in this batch.
-				verdicts[i] = broker.Verdict{Outcome: broker.Ack}
-				outcomes[i] = metrics.OutcomeDuplicate
+			case m.malformed != nil || !owner[i]:
+			case !claimed[m.event.DeliveryID]:
+				unclaimed = append(unclaimed, m.event.DeliveryID)
 			default:
-				outcomes[i] = metrics.OutcomeIgnored
 				if apply := h.applyFor(m.event); apply != nil {
 					apply(w, m.event)
-					outcomes[i] = metrics.OutcomeApplied
 				}
 				w.addSender(m.event)
-				verdicts[i] = broker.Verdict{Outcome: broker.Ack}
 			}
 		}
-		if err := w.flush(ctx, tx); err != nil {
+		stored = queueHashes(p, unclaimed)
+		if err := w.queueWrites(ctx, p, db, reads); err != nil {
 			return err
 		}
-		return h.holdActive(tx)
+		if !h.whileActive {
+			return nil
+		}
+		// HoldActive decides in Go whether to commit, so its check is an exchange of its
+		// own, after the writes and before the COMMIT.
+		if err := p.send(); err != nil {
+			return err
+		}
+		return h.holdActive(p.gorm(db))
 	})
 	if err != nil {
 		return nil, err
 	}
+	reused := reusedIDs(msgs, owner, claimed, stored) // per message: why its id stands for another payload
+	for i, m := range msgs {
+		switch {
+		case m.malformed != nil:
+			verdicts[i] = broker.Verdict{Outcome: broker.Reject, Reason: m.malformed.Error()}
+			outcomes[i] = metrics.OutcomeRejected
+		case reused[i] != nil:
+			verdicts[i] = broker.Verdict{Outcome: broker.Reject, Reason: reused[i].Error()}
+			outcomes[i] = metrics.OutcomeRejected
+		case !owner[i] || !claimed[m.event.DeliveryID]:
+			// Applied or ignored before, by an earlier attempt or earlier in this batch.
+			verdicts[i] = broker.Verdict{Outcome: broker.Ack}
+			outcomes[i] = metrics.OutcomeDuplicate
+		default:
+			outcomes[i] = metrics.OutcomeIgnored
+			if h.applyFor(m.event) != nil {
+				outcomes[i] = metrics.OutcomeApplied
+			}
+			verdicts[i] = broker.Verdict{Outcome: broker.Ack}
+		}
+	}
+	trace.Add(broker.PhaseWrite, writing)
 	for i, m := range msgs {
 		h.count(queue, m, outcomes[i])
 		if outcomes[i] == metrics.OutcomeApplied {
@@ -373,25 +423,15 @@ func (h *batchHandler) holdActive(tx *gorm.DB) error {
 }
 
 // reusedIDs returns, per message, why its delivery id stands for another payload: the
-// ledger's row, or the copy earlier in the batch that claims the id, has a different
-// hash. nil means a redelivery of the same payload, or no way to tell (a row written
-// before payload hashes were kept).
-func reusedIDs(ctx context.Context, tx *gorm.DB, msgs []message, owner []bool, claimed map[string]bool) ([]error, error) {
-	var unclaimed []string
+// ledger's row (stored, read after the claim; rows this transaction claimed are its
+// own), or the copy earlier in the batch that claims the id, has a different hash. nil
+// means a redelivery of the same payload, or no way to tell (a row written before payload
+// hashes were kept).
+func reusedIDs(msgs []message, owner []bool, claimed map[string]bool, stored map[string][]byte) []error {
 	claimant := make(map[string][sha256.Size]byte, len(msgs))
 	for i, m := range msgs {
 		if owner[i] {
 			claimant[m.event.DeliveryID] = m.hash
-			if !claimed[m.event.DeliveryID] {
-				unclaimed = append(unclaimed, m.event.DeliveryID)
-			}
-		}
-	}
-	var stored map[string][]byte
-	if len(unclaimed) > 0 {
-		var err error
-		if stored, err = storedHashes(ctx, tx, unclaimed); err != nil {
-			return nil, err
 		}
 	}
 	reused := make([]error, len(msgs))
@@ -401,6 +441,9 @@ func reusedIDs(ctx context.Context, tx *gorm.DB, msgs []message, owner []bool, c
 			continue
 		}
 		earlier, kept := stored[id]
+		if claimed[id] {
+			kept = false
+		}
 		if !kept && !owner[i] {
 			c := claimant[id]
 			earlier, kept = c[:], true
@@ -410,7 +453,7 @@ func reusedIDs(ctx context.Context, tx *gorm.DB, msgs []message, owner []bool, c
 				cleanText(id), earlier, m.hash)
 		}
 	}
-	return reused, nil
+	return reused
 }
 
 // count records a delivery's outcome once it is settled in the ledger.
