@@ -53,11 +53,11 @@ type Ingester struct {
 	// WebhookSecret, when set, is the GitHub webhook's secret: every message must carry
 	// the HMAC of its body in HeaderSignature, or it is malformed. Empty verifies nothing.
 	WebhookSecret []byte
-	// HoldActive is checked last in the transaction of every batch from a ForActive
-	// handler (brokerstate.BrokerStore.HoldActive): an error rolls the batch back and gives
-	// it back unsettled, so that a consumer window whose view of the broker state lags never
+	// Active is checked last in the transaction of every batch from a ForActive handler
+	// (brokerstate.BrokerStore): its refusal rolls the batch back and gives it back
+	// unsettled, so that a consumer window whose view of the broker state lags never
 	// commits a batch of a broker we left. Required for ForActive.
-	HoldActive func(tx *gorm.DB, broker int) error
+	Active ActiveHolder
 	// decode decodes one delivery, refusing a body over its second argument's bytes; nil
 	// means decodeWithin. Tests set it to a decoder that panics.
 	decode func(amqp.Delivery, int) (Event, error)
@@ -87,9 +87,14 @@ func (i *Ingester) ForBroker(index int) broker.BatchHandler {
 }
 
 // ForActive is ForBroker for a consumer window on the active broker: each batch commits
-// only while index is still the active broker (HoldActive). A Leftover Drain reads spares,
+// only while index is still the active broker (Active). A Leftover Drain reads spares,
 // which are never active, and uses ForBroker.
 func (i *Ingester) ForActive(index int) broker.BatchHandler {
+	if i.Active == nil {
+		return broker.BatchHandlerFunc(func(context.Context, string, []amqp.Delivery) ([]broker.Verdict, error) {
+			return nil, errors.New("ingest: Ingester.Active is nil")
+		})
+	}
 	return &batchHandler{ingester: i, broker: index, whileActive: true}
 }
 
@@ -100,7 +105,17 @@ type batchHandler struct {
 	whileActive bool
 }
 
-// heldBack is a batch that HoldActive turned away: it says nothing about the messages.
+// ActiveHolder holds a consume batch's broker active until the batch commits
+// (brokerstate.BrokerStore).
+type ActiveHolder interface {
+	// ActiveCheck is the statement, with $n placeholders, run last before the COMMIT; it
+	// fails unless broker is still the active one.
+	ActiveCheck(broker int) (query string, args []any)
+	// NotActive returns the check's refusal, or nil when err is another error.
+	NotActive(err error) error
+}
+
+// heldBack is a batch that Active turned away: it says nothing about the messages.
 type heldBack struct{ err error }
 
 func (e heldBack) Error() string { return e.err.Error() }
@@ -344,17 +359,20 @@ func (h *batchHandler) applyInTx(ctx context.Context, queue string, msgs []messa
 		if err := w.queueWrites(ctx, p, db, reads); err != nil {
 			return err
 		}
-		if !h.whileActive {
-			return nil
+		if h.whileActive {
+			// Last, so that a batch that waits on a slow Postgres does not hold a forced
+			// switch back: the switch commits, and the batch finds its broker left.
+			query, args := h.ingester.Active.ActiveCheck(h.broker)
+			p.add(query, args, nil)
 		}
-		// HoldActive decides in Go whether to commit, so its check is an exchange of its
-		// own, after the writes and before the COMMIT.
-		if err := p.send(); err != nil {
-			return err
-		}
-		return h.holdActive(p.gorm(db))
+		return nil
 	})
 	if err != nil {
+		if h.whileActive {
+			if refused := h.ingester.Active.NotActive(err); refused != nil {
+				return nil, heldBack{refused}
+			}
+		}
 		return nil, err
 	}
 	reused := reusedIDs(msgs, owner, claimed, stored) // per message: why its id stands for another payload
@@ -403,23 +421,6 @@ func (h *batchHandler) applyInTx(ctx context.Context, queue string, msgs []messa
 		}
 	}
 	return verdicts, nil
-}
-
-// holdActive checks, last before the commit, that a ForActive handler's broker is still
-// the active one, and holds it so until the commit. Last, so that a batch that waits on a
-// slow Postgres does not hold a forced switch back: the switch commits, and the batch
-// finds its broker left and is given back.
-func (h *batchHandler) holdActive(tx *gorm.DB) error {
-	if !h.whileActive {
-		return nil
-	}
-	if h.ingester.HoldActive == nil {
-		return heldBack{errors.New("ingest: Ingester.HoldActive is nil")}
-	}
-	if err := h.ingester.HoldActive(tx, h.broker); err != nil {
-		return heldBack{err}
-	}
-	return nil
 }
 
 // reusedIDs returns, per message, why its delivery id stands for another payload: the
@@ -590,7 +591,7 @@ func (h *batchHandler) fail(ctx context.Context, queue string, m message, now ti
 }
 
 // cannotDecide tells whether a failed transaction says nothing about the messages: the
-// caller is stopping, the batch's broker is no longer the active one (HoldActive),
+// caller is stopping, the batch's broker is no longer the active one (Active),
 // Postgres is unreachable or cannot take writes at all, or it kept
 // turning the batch away for a transient reason (apply's attempts are used up). The
 // batch must then be left unsettled so it returns to the head of the queue in order.

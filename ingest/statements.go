@@ -74,14 +74,6 @@ func (p *pipeline) raw(f func(*pgx.Conn) error) error {
 	})
 }
 
-// gorm is the connection, in its transaction, as a session of db: for a statement of
-// another package (brokerstate's HoldActive). Send what was queued before.
-func (p *pipeline) gorm(db *gorm.DB) *gorm.DB {
-	tx := db.Session(&gorm.Session{NewDB: true, Context: p.ctx})
-	tx.Statement.ConnPool = p.conn
-	return tx
-}
-
 // inGorm runs each statement at once in a gorm session or transaction.
 type inGorm struct {
 	ctx context.Context
