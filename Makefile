@@ -38,17 +38,18 @@ test: temporal-cli services test-alerts
 
 # The RabbitMQ 4.0 pass: the packages and scenarios that depend on the broker's version
 # and queue type (switch, double rotation, two workers, reversed notifications, rolling
-# restart, a start with the other type), each with classic and with quorum queues. Not
+# restart, a start with the other type, a killed worker's take-over, a straggler on a
+# spare), each with classic and with quorum queues. Not
 # ./ingest/: its tests hand deliveries to the Ingester in memory and never dial a broker,
 # so a second and third run would test nothing new (and took 7 of the pass's 12 minutes).
 RABBITMQ4_API      ?= http://127.0.0.1:15673
 RABBITMQ4_PACKAGES := ./broker/
-RABBITMQ4_E2E      := ^(TestScenario02RotationWithABacklog|TestScenario05DoubleRotationHopByHop|TestScenario13TwoWorkerProcesses|TestScenario13bTwoWorkersOnAProducersQuorumQueues|TestScenario14ReversedNotificationsKeepTheMiddleBroker|TestARollingRestartOfTwoWorkersLosesNothing|TestAStartAgainstQueuesOfTheOtherTypeFails)$$
+RABBITMQ4_E2E      := ^(TestScenario02RotationWithABacklog|TestScenario05DoubleRotationHopByHop|TestScenario13TwoWorkerProcesses|TestScenario13bTwoWorkersOnAProducersQuorumQueues|TestScenario14ReversedNotificationsKeepTheMiddleBroker|TestARollingRestartOfTwoWorkersLosesNothing|TestAStartAgainstQueuesOfTheOtherTypeFails|TestAKilledWorkersQueuesAreTakenOverWithinSeconds|TestAStragglerOnASpareIsAppliedWithinAMinute)$$
 # On quorum queues only, where deliveries come back and consumers go in the queue's own
 # time: the forced switch with a backlog, a force with a hop out and a return, the
-# un-notified hold, the window cut off from Temporal, and the Leftover Drain's tests
-# against real marks.
-RABBITMQ4_QUORUM_E2E := ^(TestScenario07ForcedSwitchMidDrainAndCancel|TestScenario20AForceAHopOutAndAReturn|TestScenario18aPublishBeforeANotificationLateBySeconds|TestScenario18cPublishWithoutANotification|TestAWindowCutOffFromTemporalGivesItsBatchBack)$$
+# un-notified hold, the window and the Leftover Drain cut off from Temporal, and the
+# Leftover Drain's tests against real marks.
+RABBITMQ4_QUORUM_E2E := ^(TestScenario07ForcedSwitchMidDrainAndCancel|TestScenario20AForceAHopOutAndAReturn|TestScenario18aPublishBeforeANotificationLateBySeconds|TestScenario18cPublishWithoutANotification|TestAWindowCutOffFromTemporalGivesItsBatchBack|TestALeftoverDrainCutOffFromTemporalGivesItsBatchBack)$$
 RABBITMQ4_QUORUM_ACTIVITIES := ^(TestASpareAheadWaitsForTheActiveBacklog|TestASpareAheadWaitsForTheActiveBrokersUnacknowledgedBacklog|TestAReturnToASpareSeenEmptyAfterTheProducerLeftWaits|TestWhatAForcedBrokerHoldsWhenWeLeaveItIsAStraggler)$$
 
 ## test-rabbitmq4: broker and the switch and order e2e scenarios against RabbitMQ 4.0 (scripts/rabbitmq4.sh), with classic and with quorum queues

@@ -24,6 +24,8 @@ type throughput struct {
 	Startup time.Duration
 	// QueueDone is, for the product, when each queue's last event was applied, from the start.
 	QueueDone map[string]time.Duration `json:",omitempty"`
+	// Batches is, for the product, where its consumed batches spent their time.
+	Batches *batchSummary `json:",omitempty"`
 }
 
 func (t throughput) rate() float64 { return float64(t.N) / t.Elapsed.Seconds() }

@@ -3,6 +3,7 @@ package main
 import (
 	"net"
 	"net/url"
+	"sync"
 	"time"
 
 	"github.com/brokerswitch/brokerswitch/internal/testenv"
@@ -15,6 +16,16 @@ import (
 type delayProxy struct {
 	*testenv.Proxy
 	oneWay time.Duration
+	// counts are the round trips of each client connection, by the client's address.
+	counts sync.Map // string → *turnCount
+}
+
+// turnsOf is how many round trips the client connection from addr has made.
+func (p *delayProxy) turnsOf(addr string) int64 {
+	if c, ok := p.counts.Load(addr); ok {
+		return c.(*turnCount).turns.Load()
+	}
+	return 0
 }
 
 func newDelayProxy(s *scope, target string, rtt time.Duration) *delayProxy {
@@ -26,10 +37,17 @@ func newDelayProxy(s *scope, target string, rtt time.Duration) *delayProxy {
 // throughDelay is rawURL, an AMQP URL or a Postgres DSN, reaching its host through a delay
 // proxy of rtt.
 func throughDelay(s *scope, rawURL string, rtt time.Duration) string {
+	u, _ := throughDelayProxy(s, rawURL, rtt)
+	return u
+}
+
+// throughDelayProxy is throughDelay, and the proxy.
+func throughDelayProxy(s *scope, rawURL string, rtt time.Duration) (string, *delayProxy) {
 	u, err := url.Parse(rawURL)
 	s.check(err, "parse a URL to delay")
-	u.Host = newDelayProxy(s, u.Host, rtt).Addr()
-	return u.String()
+	p := newDelayProxy(s, u.Host, rtt)
+	u.Host = p.Addr()
+	return u.String(), p
 }
 
 // listenProxy is a proxy to target whose connections move their bytes with copy; it is
@@ -48,7 +66,13 @@ type chunk struct {
 
 // copy delays every chunk by the one-way time, keeping order: a reader stamps chunks
 // as they arrive and the writer releases each when it is due.
-func (p *delayProxy) copy(dst, src net.Conn, _ bool) {
+func (p *delayProxy) copy(dst, src net.Conn, toServer bool) {
+	client := dst
+	if toServer {
+		client = src
+	}
+	c, _ := p.counts.LoadOrStore(client.RemoteAddr().String(), &turnCount{})
+	count := c.(*turnCount)
 	queue := make(chan chunk, 4096)
 	go func() {
 		defer close(queue)
@@ -56,6 +80,11 @@ func (p *delayProxy) copy(dst, src net.Conn, _ bool) {
 		for {
 			n, err := src.Read(buf)
 			if n > 0 {
+				if toServer {
+					count.sent()
+				} else {
+					count.answered.Store(true)
+				}
 				queue <- chunk{time.Now().Add(p.oneWay), append([]byte(nil), buf[:n]...)}
 			}
 			if err != nil {

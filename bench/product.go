@@ -57,7 +57,8 @@ func runProduct(s *scope, events []payloads.Event, cpuProfile string, rtt time.D
 	for _, l := range lasts {
 		done[l.Queue] = clock.mono(l.Last).Sub(began)
 	}
-	return throughput{N: len(events), Elapsed: elapsed, CPU: cpu, Startup: clock.mono(first).Sub(began), QueueDone: done}
+	return throughput{N: len(events), Elapsed: elapsed, CPU: cpu, Startup: clock.mono(first).Sub(began), QueueDone: done,
+		Batches: st.batches.summary(st.pgCounted)}
 }
 
 // lagConfig is one switch-lag scenario.

@@ -44,6 +44,10 @@ type stack struct {
 	vhosts   []string
 	// processes numbers the worker processes started, for their log files.
 	processes atomic.Int32
+	// batches are the traces of the in-process worker's consumed batches; pgCounted says
+	// whether their Postgres round trips were counted (an injected RTT).
+	batches   batchLog
+	pgCounted bool
 }
 
 // stackOptions shape a stack: counting proxies in front of the brokers, an injected round
@@ -73,8 +77,12 @@ func newStack(s *scope, brokers int, o stackOptions) *stack {
 	}
 	dsn := testenv.NewDatabase(s)
 	ownDatabase(dsn)
+	var dbPool models.PoolConfig
 	if o.rtt > 0 {
-		dsn = throughDelay(s, dsn, o.rtt)
+		var p *delayProxy
+		dsn, p = throughDelayProxy(s, dsn, o.rtt)
+		dbPool.Tracer = newPGTracer(p.turnsOf)
+		st.pgCounted = true
 	}
 	st.ns, _ = namespace(s)
 	st.temporal, st.rpc = countingClient(s, st.ns)
@@ -96,7 +104,11 @@ func newStack(s *scope, brokers int, o stackOptions) *stack {
 	st.cfg = cfg
 
 	ctx := context.Background()
-	db, err := models.Open(ctx, cfg.DatabaseURL)
+	// The pool the service opens (cmd/brokerswitch): an unbounded one keeps two idle
+	// connections, so the consumers would connect, and prepare their statements, again
+	// and again.
+	dbPool.MaxOpenConns, dbPool.StatementTimeout, dbPool.LockTimeout = cfg.DBMaxOpenConns, cfg.DBStatementTimeout, cfg.DBLockTimeout
+	db, err := models.OpenPool(ctx, cfg.DatabaseURL, dbPool)
 	s.check(err, "open database")
 	sqlDB, err := db.DB()
 	s.check(err, "database")
@@ -150,6 +162,7 @@ func (st *stack) terminateWorkflows() {
 func (st *stack) startWorker() (stop func()) {
 	ctx, cancel := context.WithCancel(context.Background())
 	pool := broker.NewPool(st.cfg.Brokers, nil)
+	pool.Trace = st.batches.add
 	done := make(chan error, 1)
 	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError}))
 	go func() {

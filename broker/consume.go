@@ -132,6 +132,8 @@ func (p *Pool) Consume(ctx context.Context, index int, queue string, opts Consum
 	}
 	s.fence, s.settleTimeout = opts.Fence, opts.SettleTimeout
 	for {
+		received := time.Now()
+		waited := len(buffered) == 0
 		batch, open := nextBatch(ctx, buffered, opts.MaxBatch, opts.Fence)
 		if isClosed(opts.Fence) {
 			return fmt.Errorf("consume %s on %s: %w", queue, ep, ErrFenced)
@@ -150,7 +152,15 @@ func (p *Pool) Consume(ctx context.Context, index int, queue string, opts Consum
 			// returns after them.
 			return nil
 		}
-		if _, err := s.handle(ctx, h, batch); err != nil {
+		var trace *BatchTrace
+		if p.Trace != nil {
+			trace = &BatchTrace{Queue: queue, Deliveries: len(batch)}
+			trace.Add(PhaseReceive, received)
+			if waited {
+				trace.AMQPRoundTrips++
+			}
+		}
+		if _, err := s.handle(withTrace(ctx, trace), h, batch); err != nil {
 			if e := closedBy(closed, err); unreadableClose(e) {
 				return p.afterUnreadable(ctx, ep, queue, frameMax, opts.Prefetch, fmt.Errorf("%w (channel closed: %w)", err, e))
 			}
@@ -158,6 +168,10 @@ func (p *Pool) Consume(ctx context.Context, index int, queue string, opts Consum
 				return nil
 			}
 			return fmt.Errorf("consume %s on %s: %w", queue, ep, err)
+		}
+		if trace != nil {
+			trace.Wall = time.Since(received)
+			p.Trace(trace)
 		}
 	}
 }

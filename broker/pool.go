@@ -67,6 +67,10 @@ type Pool struct {
 	// drops a connection that stays silent for about this long. Set it before the pool is
 	// used.
 	Heartbeat time.Duration
+	// Trace, when set, receives where each batch that Consume settled spent its time
+	// (the benchmark's breakdown); called on the consumer's goroutine, it must be quick.
+	// Set it before the pool is used.
+	Trace func(*BatchTrace)
 
 	logger    *slog.Logger
 	endpoints []Endpoint

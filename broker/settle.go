@@ -140,6 +140,7 @@ func (s *settler) handlePart(ctx context.Context, h BatchHandler, batch []amqp.D
 	if err != nil {
 		return 0, fmt.Errorf("handle batch of %d: %w: %w", len(batch), ErrHandler, err)
 	}
+	defer TraceOf(ctx).Add(PhaseAck, time.Now())
 	return s.settle(context.WithoutCancel(ctx), batch, verdicts)
 }
 
@@ -158,6 +159,7 @@ func (s *settler) settle(ctx context.Context, batch []amqp.Delivery, verdicts []
 		// its original acknowledged; a missing -error queue fails here instead, and closing
 		// the channel rolls the transaction back.
 		target := ErrorQueue(s.queue)
+		s.roundTrip(ctx)
 		if _, err := s.ch.QueueDeclarePassive(target, true, false, false, false, nil); err != nil {
 			return 0, fmt.Errorf("reject messages of %s on %s: %s: %w", s.queue, s.ep, target, err)
 		}
@@ -189,6 +191,7 @@ func (s *settler) settle(ctx context.Context, batch []amqp.Delivery, verdicts []
 	if err := flush(len(batch)); err != nil {
 		return 0, err
 	}
+	s.roundTrip(ctx)
 	if err := s.ch.TxCommit(); err != nil {
 		return 0, fmt.Errorf("commit the verdicts of %d messages of %s on %s: %w", len(batch), s.queue, s.ep, err)
 	}
@@ -212,6 +215,13 @@ func (s *settler) settle(ctx context.Context, batch []amqp.Delivery, verdicts []
 		s.notify(v)
 	}
 	return len(batch), nil
+}
+
+// roundTrip counts a method whose answer settle waits for in the batch's trace.
+func (s *settler) roundTrip(ctx context.Context) {
+	if t := TraceOf(ctx); t != nil {
+		t.AMQPRoundTrips++
+	}
 }
 
 func checkVerdicts(batch []amqp.Delivery, verdicts []Verdict) error {

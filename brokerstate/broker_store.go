@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgconn"
 	"gorm.io/gorm"
 	"gorm.io/gorm/clause"
 
@@ -198,29 +199,33 @@ func (s *BrokerStore) activeIndex(values map[string]string) (int, error) {
 // ErrNotActive says that the broker a consumer window reads is no longer the active one.
 var ErrNotActive = errors.New("the broker is no longer the active one")
 
-// HoldActive, inside tx, takes the broker state's lock in shared mode and checks that
-// index is still the active broker, or returns an error wrapping ErrNotActive. A
-// consumer window calls it last in each batch's transaction, just before the commit: a
-// switch's commit (Update) waits for the batches that passed the check, and every later
-// check sees it, so that no batch of the broker we left commits after the switch, even
-// while a window's view of the state lags (its StateWatcher lost its LISTEN connection).
-func (s *BrokerStore) HoldActive(tx *gorm.DB, index int) error {
-	var rows []models.Setting
-	err := tx.Raw("SELECT s.* FROM (SELECT pg_advisory_xact_lock_shared(?)) AS held, settings AS s WHERE s.key IN ?",
-		brokerStateLock, []string{KeyActiveIndex, KeyActiveEndpoint}).Scan(&rows).Error
-	if err != nil {
-		return fmt.Errorf("hold the active broker: %w", err)
+// ActiveCheck is the statement, with $n placeholders, that a consume batch of broker
+// index runs last in its transaction, just before the commit: it takes the broker state's
+// lock in shared mode and fails unless index is still the active broker (migration
+// 0010's brokerswitch_hold_active), so that a switch's commit (Update, which takes the
+// lock exclusively) waits for the batches that passed it and every later check sees the
+// switch. No batch of the broker we left commits after the switch, even while a window's
+// view of the state lags (its StateWatcher lost its LISTEN connection). It fails inside
+// Postgres so that it can travel in one exchange with the batch's writes and COMMIT;
+// NotActive tells its refusal from other errors.
+func (s *BrokerStore) ActiveCheck(index int) (query string, args []any) {
+	const q = "SELECT brokerswitch_hold_active($1, $2, $3)"
+	if index < 0 || index >= len(s.Brokers) {
+		return q, []any{"", "", -1} // no broker is active under that name
 	}
-	values := make(map[string]string, len(rows))
-	for _, r := range rows {
-		values[r.Key] = r.Value
-	}
-	active, err := s.activeIndex(values)
-	if err != nil {
-		return err
-	}
-	if active != index {
-		return fmt.Errorf("broker %d: %w (broker %d is)", index, ErrNotActive, active)
+	b := s.Brokers[index]
+	return q, []any{b.Host, b.Vhost, index}
+}
+
+// notActiveCode is the SQLSTATE of ActiveCheck's refusal.
+const notActiveCode = "BS001"
+
+// NotActive returns ActiveCheck's refusal as an error wrapping ErrNotActive, and nil for
+// any other err.
+func (s *BrokerStore) NotActive(err error) error {
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) && pgErr.Code == notActiveCode {
+		return fmt.Errorf("%s: %w", pgErr.Message, ErrNotActive)
 	}
 	return nil
 }

@@ -2,6 +2,7 @@ package brokerstate_test
 
 import (
 	"context"
+	"errors"
 	"testing"
 	"time"
 
@@ -217,12 +218,25 @@ func TestASwitchWaitsForTheBatchesThatHoldTheActiveBroker(t *testing.T) {
 	ctx := context.Background()
 	db := openMigrated(t)
 	store := &brokerstate.BrokerStore{DB: db, Brokers: []brokerstate.BrokerRef{brokerA, brokerB}}
+	check := func(tx *gorm.DB, index int) error {
+		query, args := store.ActiveCheck(index)
+		err := tx.Exec(query, args...).Error
+		if refused := store.NotActive(err); refused != nil {
+			return refused
+		}
+		return err
+	}
+	refused := func(index int) error {
+		tx := db.Begin()
+		defer tx.Rollback()
+		return check(tx, index)
+	}
+	require.ErrorIs(t, refused(1), brokerstate.ErrNotActive, "nothing stored: broker 0 is active")
 
 	batch := db.Begin()
 	require.NoError(t, batch.Error)
 	defer batch.Rollback()
-	require.NoError(t, store.HoldActive(batch, 0))
-	require.ErrorIs(t, store.HoldActive(batch, 1), brokerstate.ErrNotActive)
+	require.NoError(t, check(batch, 0))
 
 	committed := make(chan error, 1)
 	go func() {
@@ -248,8 +262,15 @@ func TestASwitchWaitsForTheBatchesThatHoldTheActiveBroker(t *testing.T) {
 		t.Fatal("the switch did not commit once the batch had")
 	}
 
-	next := db.Begin()
-	defer next.Rollback()
-	require.ErrorIs(t, store.HoldActive(next, 0), brokerstate.ErrNotActive)
-	require.NoError(t, store.HoldActive(next, 1))
+	err := refused(0)
+	require.ErrorIs(t, err, brokerstate.ErrNotActive)
+	require.ErrorContains(t, err, "broker 0 (host a.example.com, vhost /) is no longer the active one")
+	require.NoError(t, refused(1))
+	// The endpoint is what names the active broker: reordered, b is still active.
+	reordered := &brokerstate.BrokerStore{DB: db, Brokers: []brokerstate.BrokerRef{{Host: "B.EXAMPLE.COM", Vhost: "prod"}, brokerA}}
+	query, args := reordered.ActiveCheck(0)
+	require.NoError(t, db.Exec(query, args...).Error)
+	query, args = reordered.ActiveCheck(1)
+	require.ErrorIs(t, reordered.NotActive(db.Exec(query, args...).Error), brokerstate.ErrNotActive)
+	require.Nil(t, store.NotActive(errors.New("another error")))
 }

@@ -191,7 +191,7 @@ func TestUpsertKeepsANewerRowInsertedAfterTheRead(t *testing.T) {
 	require.NoError(t, err)
 	w := newWrites(time.Date(2025, 1, 2, 4, 0, 0, 0, time.UTC))
 	// As if the read ran before the other consumer's insert committed.
-	w.pullRequests.load = func(context.Context, *gorm.DB, []string) ([]models.PullRequest, error) { return nil, nil }
+	w.pullRequests.lock = func(string, string, []string) (string, []any) { return "SELECT 1 WHERE false", nil }
 	applyPullRequest(w, ev)
 	require.NoError(t, e.db.Transaction(func(tx *gorm.DB) error { return w.flush(context.Background(), tx) }))
 	assert.Equal(t, want, e.pullRequest(t))
@@ -201,7 +201,7 @@ func TestUpsertKeepsANewerRowInsertedAfterTheRead(t *testing.T) {
 	ev, err = Decode(delivery("pull_request", "newest", newest))
 	require.NoError(t, err)
 	w = newWrites(time.Date(2025, 1, 2, 5, 0, 0, 0, time.UTC))
-	w.pullRequests.load = func(context.Context, *gorm.DB, []string) ([]models.PullRequest, error) { return nil, nil }
+	w.pullRequests.lock = func(string, string, []string) (string, []any) { return "SELECT 1 WHERE false", nil }
 	applyPullRequest(w, ev)
 	require.NoError(t, e.db.Transaction(func(tx *gorm.DB) error { return w.flush(context.Background(), tx) }))
 	assert.Equal(t, "newest", e.pullRequest(t).LastDeliveryID)

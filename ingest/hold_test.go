@@ -17,7 +17,7 @@ import (
 func TestABatchOfABrokerNoLongerActiveIsGivenBack(t *testing.T) {
 	e := newEnv(t)
 	store := &brokerstate.BrokerStore{DB: e.db, Brokers: []brokerstate.BrokerRef{{Host: "a", Vhost: "/"}, {Host: "b", Vhost: "/"}}}
-	e.ing.HoldActive = store.HoldActive
+	e.ing.Active = store
 	ctx := context.Background()
 
 	assert.Equal(t, acks(1), e.handleWith(t, e.ing.ForActive(0), delivery("issues", "d-0", example(t, "issues.opened.0"))))

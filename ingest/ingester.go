@@ -53,11 +53,11 @@ type Ingester struct {
 	// WebhookSecret, when set, is the GitHub webhook's secret: every message must carry
 	// the HMAC of its body in HeaderSignature, or it is malformed. Empty verifies nothing.
 	WebhookSecret []byte
-	// HoldActive is checked last in the transaction of every batch from a ForActive
-	// handler (brokerstate.BrokerStore.HoldActive): an error rolls the batch back and gives
-	// it back unsettled, so that a consumer window whose view of the broker state lags never
+	// Active is checked last in the transaction of every batch from a ForActive handler
+	// (brokerstate.BrokerStore): its refusal rolls the batch back and gives it back
+	// unsettled, so that a consumer window whose view of the broker state lags never
 	// commits a batch of a broker we left. Required for ForActive.
-	HoldActive func(tx *gorm.DB, broker int) error
+	Active ActiveHolder
 	// decode decodes one delivery, refusing a body over its second argument's bytes; nil
 	// means decodeWithin. Tests set it to a decoder that panics.
 	decode func(amqp.Delivery, int) (Event, error)
@@ -87,9 +87,14 @@ func (i *Ingester) ForBroker(index int) broker.BatchHandler {
 }
 
 // ForActive is ForBroker for a consumer window on the active broker: each batch commits
-// only while index is still the active broker (HoldActive). A Leftover Drain reads spares,
+// only while index is still the active broker (Active). A Leftover Drain reads spares,
 // which are never active, and uses ForBroker.
 func (i *Ingester) ForActive(index int) broker.BatchHandler {
+	if i.Active == nil {
+		return broker.BatchHandlerFunc(func(context.Context, string, []amqp.Delivery) ([]broker.Verdict, error) {
+			return nil, errors.New("ingest: Ingester.Active is nil")
+		})
+	}
 	return &batchHandler{ingester: i, broker: index, whileActive: true}
 }
 
@@ -100,7 +105,17 @@ type batchHandler struct {
 	whileActive bool
 }
 
-// heldBack is a batch that HoldActive turned away: it says nothing about the messages.
+// ActiveHolder holds a consume batch's broker active until the batch commits
+// (brokerstate.BrokerStore).
+type ActiveHolder interface {
+	// ActiveCheck is the statement, with $n placeholders, run last before the COMMIT; it
+	// fails unless broker is still the active one.
+	ActiveCheck(broker int) (query string, args []any)
+	// NotActive returns the check's refusal, or nil when err is another error.
+	NotActive(err error) error
+}
+
+// heldBack is a batch that Active turned away: it says nothing about the messages.
 type heldBack struct{ err error }
 
 func (e heldBack) Error() string { return e.err.Error() }
@@ -144,6 +159,7 @@ func (h *batchHandler) HandleBatch(ctx context.Context, queue string, deliveries
 			return ev, err
 		}
 	}
+	decoding := time.Now()
 	msgs := decodeAll(queue, deliveries, h.ingester.MaxMessageBytes, decode)
 	limit := now.Add(cmp.Or(h.ingester.MaxClockSkew, DefaultMaxClockSkew))
 	for i := range msgs {
@@ -151,6 +167,7 @@ func (h *batchHandler) HandleBatch(ctx context.Context, queue string, deliveries
 			msgs[i].ahead = distrustFuture(msgs[i].event, limit)
 		}
 	}
+	broker.TraceOf(ctx).Add(broker.PhaseDecode, decoding)
 
 	verdicts, err := h.apply(ctx, queue, msgs, now)
 	if err == nil {
@@ -288,47 +305,98 @@ func (h *batchHandler) applyInTx(ctx context.Context, queue string, msgs []messa
 		}
 		return verdicts, nil
 	}
-	db := h.ingester.DB.WithContext(ctx).Session(&gorm.Session{NowFunc: func() time.Time { return now }})
-	var reused []error // per message: why its id stands for another payload
-	err := db.Transaction(func(tx *gorm.DB) error {
-		claimed, err := claimLedger(ctx, tx, rows)
+	// The rows every message that may apply would change: which of them the ledger claims
+	// is known only once the first exchange is back, and the locked reads go in it. A
+	// redelivery's rows are locked for nothing, and left as they are.
+	probe := newWrites(now)
+	for i, m := range msgs {
+		if m.malformed != nil || !owner[i] {
+			continue
+		}
+		if apply := h.applyFor(m.event); apply != nil {
+			apply(probe, m.event)
+		}
+		probe.addSender(m.event)
+	}
+	db := h.ingester.DB.WithContext(ctx)
+	trace := broker.TraceOf(ctx)
+	var claimed map[string]bool
+	var stored map[string][]byte
+	var writing time.Time
+	err := inTx(ctx, db, func(p *pipeline) error {
+		// The first exchange: BEGIN, the ledger claim and the locked reads. Postgres runs
+		// them in order, so the reads lock rows after the claim, as every consumer does
+		// (the ledger first, then the tables in their order).
+		reading := time.Now()
+		claimed = queueClaim(p, rows)
+		reads, err := probe.queueReads(p, db)
 		if err != nil {
 			return err
 		}
-		if reused, err = reusedIDs(ctx, tx, msgs, owner, claimed); err != nil {
+		if err := p.send(); err != nil {
 			return err
 		}
+		trace.Add(broker.PhaseRead, reading)
+		writing = time.Now()
+		// The second exchange, which inTx sends with the COMMIT unless the broker's being
+		// active is checked: the stored hashes of the redelivered ids (they decide verdicts
+		// only, never a write), then the writes of the claimed deliveries.
+		var unclaimed []string
 		w := newWrites(now)
 		for i, m := range msgs {
 			switch {
-			case m.malformed != nil:
-				verdicts[i] = broker.Verdict{Outcome: broker.Reject, Reason: m.malformed.Error()}
-				outcomes[i] = metrics.OutcomeRejected
-			case reused[i] != nil:
-				verdicts[i] = broker.Verdict{Outcome: broker.Reject, Reason: reused[i].Error()}
-				outcomes[i] = metrics.OutcomeRejected
-			case !owner[i] || !claimed[m.event.DeliveryID]:
-				// Applied or ignored before, by an earlier attempt or earlier in this batch.
-				verdicts[i] = broker.Verdict{Outcome: broker.Ack}
-				outcomes[i] = metrics.OutcomeDuplicate
+			case m.malformed != nil || !owner[i]:
+			case !claimed[m.event.DeliveryID]:
+				unclaimed = append(unclaimed, m.event.DeliveryID)
 			default:
-				outcomes[i] = metrics.OutcomeIgnored
 				if apply := h.applyFor(m.event); apply != nil {
 					apply(w, m.event)
-					outcomes[i] = metrics.OutcomeApplied
 				}
 				w.addSender(m.event)
-				verdicts[i] = broker.Verdict{Outcome: broker.Ack}
 			}
 		}
-		if err := w.flush(ctx, tx); err != nil {
+		stored = queueHashes(p, unclaimed)
+		if err := w.queueWrites(ctx, p, db, reads); err != nil {
 			return err
 		}
-		return h.holdActive(tx)
+		if h.whileActive {
+			// Last, so that a batch that waits on a slow Postgres does not hold a forced
+			// switch back: the switch commits, and the batch finds its broker left.
+			query, args := h.ingester.Active.ActiveCheck(h.broker)
+			p.add(query, args, nil)
+		}
+		return nil
 	})
 	if err != nil {
+		if h.whileActive {
+			if refused := h.ingester.Active.NotActive(err); refused != nil {
+				return nil, heldBack{refused}
+			}
+		}
 		return nil, err
 	}
+	reused := reusedIDs(msgs, owner, claimed, stored) // per message: why its id stands for another payload
+	for i, m := range msgs {
+		switch {
+		case m.malformed != nil:
+			verdicts[i] = broker.Verdict{Outcome: broker.Reject, Reason: m.malformed.Error()}
+			outcomes[i] = metrics.OutcomeRejected
+		case reused[i] != nil:
+			verdicts[i] = broker.Verdict{Outcome: broker.Reject, Reason: reused[i].Error()}
+			outcomes[i] = metrics.OutcomeRejected
+		case !owner[i] || !claimed[m.event.DeliveryID]:
+			// Applied or ignored before, by an earlier attempt or earlier in this batch.
+			verdicts[i] = broker.Verdict{Outcome: broker.Ack}
+			outcomes[i] = metrics.OutcomeDuplicate
+		default:
+			outcomes[i] = metrics.OutcomeIgnored
+			if h.applyFor(m.event) != nil {
+				outcomes[i] = metrics.OutcomeApplied
+			}
+			verdicts[i] = broker.Verdict{Outcome: broker.Ack}
+		}
+	}
+	trace.Add(broker.PhaseWrite, writing)
 	for i, m := range msgs {
 		h.count(queue, m, outcomes[i])
 		if outcomes[i] == metrics.OutcomeApplied {
@@ -355,43 +423,16 @@ func (h *batchHandler) applyInTx(ctx context.Context, queue string, msgs []messa
 	return verdicts, nil
 }
 
-// holdActive checks, last before the commit, that a ForActive handler's broker is still
-// the active one, and holds it so until the commit. Last, so that a batch that waits on a
-// slow Postgres does not hold a forced switch back: the switch commits, and the batch
-// finds its broker left and is given back.
-func (h *batchHandler) holdActive(tx *gorm.DB) error {
-	if !h.whileActive {
-		return nil
-	}
-	if h.ingester.HoldActive == nil {
-		return heldBack{errors.New("ingest: Ingester.HoldActive is nil")}
-	}
-	if err := h.ingester.HoldActive(tx, h.broker); err != nil {
-		return heldBack{err}
-	}
-	return nil
-}
-
 // reusedIDs returns, per message, why its delivery id stands for another payload: the
-// ledger's row, or the copy earlier in the batch that claims the id, has a different
-// hash. nil means a redelivery of the same payload, or no way to tell (a row written
-// before payload hashes were kept).
-func reusedIDs(ctx context.Context, tx *gorm.DB, msgs []message, owner []bool, claimed map[string]bool) ([]error, error) {
-	var unclaimed []string
+// ledger's row (stored, read after the claim; rows this transaction claimed are its
+// own), or the copy earlier in the batch that claims the id, has a different hash. nil
+// means a redelivery of the same payload, or no way to tell (a row written before payload
+// hashes were kept).
+func reusedIDs(msgs []message, owner []bool, claimed map[string]bool, stored map[string][]byte) []error {
 	claimant := make(map[string][sha256.Size]byte, len(msgs))
 	for i, m := range msgs {
 		if owner[i] {
 			claimant[m.event.DeliveryID] = m.hash
-			if !claimed[m.event.DeliveryID] {
-				unclaimed = append(unclaimed, m.event.DeliveryID)
-			}
-		}
-	}
-	var stored map[string][]byte
-	if len(unclaimed) > 0 {
-		var err error
-		if stored, err = storedHashes(ctx, tx, unclaimed); err != nil {
-			return nil, err
 		}
 	}
 	reused := make([]error, len(msgs))
@@ -401,6 +442,9 @@ func reusedIDs(ctx context.Context, tx *gorm.DB, msgs []message, owner []bool, c
 			continue
 		}
 		earlier, kept := stored[id]
+		if claimed[id] {
+			kept = false
+		}
 		if !kept && !owner[i] {
 			c := claimant[id]
 			earlier, kept = c[:], true
@@ -410,7 +454,7 @@ func reusedIDs(ctx context.Context, tx *gorm.DB, msgs []message, owner []bool, c
 				cleanText(id), earlier, m.hash)
 		}
 	}
-	return reused, nil
+	return reused
 }
 
 // count records a delivery's outcome once it is settled in the ledger.
@@ -547,7 +591,7 @@ func (h *batchHandler) fail(ctx context.Context, queue string, m message, now ti
 }
 
 // cannotDecide tells whether a failed transaction says nothing about the messages: the
-// caller is stopping, the batch's broker is no longer the active one (HoldActive),
+// caller is stopping, the batch's broker is no longer the active one (Active),
 // Postgres is unreachable or cannot take writes at all, or it kept
 // turning the batch away for a transient reason (apply's attempts are used up). The
 // batch must then be left unsettled so it returns to the head of the queue in order.

@@ -23,7 +23,7 @@ type change[R any] func(cur *R, stored storedClock) *R
 
 // rowSet folds a batch's changes to one table in Go, so the batch costs two statements
 // per table (read the rows FOR UPDATE, write the changed ones) instead of one or two per
-// event. Changes to the same row are applied in the order they were added, which is queue
+// event, and the reads of every table go in one exchange, the writes in the next. Changes to the same row are applied in the order they were added, which is queue
 // order, so the result is what applying the events one by one would leave.
 type rowSet[K comparable, R any] struct {
 	// name is the table, for errors.
@@ -32,8 +32,10 @@ type rowSet[K comparable, R any] struct {
 	key func(*R) K
 	// compare orders keys, so that concurrent consumers lock rows in the same order.
 	compare func(a, b K) int
-	// load reads the existing rows among keys with FOR UPDATE, in compare's order.
-	load func(ctx context.Context, tx *gorm.DB, keys []K) ([]R, error)
+	// lock is the locked read of keys (sorted by compare) selecting columns, which locks
+	// the rows in that order; its arguments are arrays, so that its text does not depend
+	// on how many keys there are.
+	lock func(table, columns string, keys []K) (query string, args []any)
 	// conflict is the upsert's conflict target: the unique index that identifies a row.
 	// Empty means the model's primary key columns.
 	conflict []clause.Column
@@ -49,9 +51,9 @@ type rowSet[K comparable, R any] struct {
 }
 
 func newRowSet[K comparable, R any](name string, key func(*R) K, compare func(a, b K) int,
-	load func(ctx context.Context, tx *gorm.DB, keys []K) ([]R, error),
+	lock func(table, columns string, keys []K) (query string, args []any),
 ) *rowSet[K, R] {
-	return &rowSet[K, R]{name: name, key: key, compare: compare, load: load,
+	return &rowSet[K, R]{name: name, key: key, compare: compare, lock: lock,
 		changes: map[K][]change[R]{}, clocks: map[K][]*time.Time{}}
 }
 
@@ -131,57 +133,118 @@ func (s *rowSet[K, R]) fold(existing []R) []candidate[R] {
 	return out
 }
 
-// flush reads, folds and writes the rows, in one statement each (more for batches over
+// rowTable is a rowSet as a table of writes.
+type rowTable[K comparable, R any] struct{ s *rowSet[K, R] }
+
+func asTable[K comparable, R any](s *rowSet[K, R]) table { return rowTable[K, R]{s} }
+
+func (t rowTable[K, R]) queueRead(q statements, db *gorm.DB) (any, error) {
+	return t.s.queueRead(q, db)
+}
+
+func (t rowTable[K, R]) queueWrite(ctx context.Context, q statements, db *gorm.DB, read any) error {
+	return t.s.queueWrite(ctx, q, db, *read.(*[]R))
+}
+
+// schemaOf is the gorm schema of R, as db caches it.
+func schemaOf[R any](db *gorm.DB) (*schema.Schema, error) {
+	stmt := &gorm.Statement{DB: db}
+	var model R
+	if err := stmt.Parse(&model); err != nil {
+		return nil, err
+	}
+	return stmt.Schema, nil
+}
+
+// queueRead adds the read of the rows of the keys FOR UPDATE, in key order, to q; the rows
+// are in the slice it returns once q sent it. For a table with a clock, the read leaves the
+// clock column out, so no change compares an event with the stored row's clock in Go (see
+// queueWrite). db is for the table's schema only.
+func (s *rowSet[K, R]) queueRead(q statements, db *gorm.DB) (*[]R, error) {
+	existing := new([]R)
+	if len(s.keys) == 0 {
+		return existing, nil
+	}
+	sch, err := schemaOf[R](db)
+	if err != nil {
+		return nil, fmt.Errorf("columns of %s: %w", s.name, err)
+	}
+	var fields []*schema.Field
+	var columns []string
+	for _, f := range sch.Fields {
+		if f.DBName != "" && f.DBName != s.clock {
+			fields = append(fields, f)
+			columns = append(columns, f.DBName)
+		}
+	}
+	query, args := s.lock(s.name, strings.Join(columns, ", "), slices.SortedFunc(slices.Values(s.keys), s.compare))
+	q.add(query, args, func(rows rowScanner) error {
+		dest := make([]any, len(fields))
+		for rows.Next() {
+			var row R
+			rv := reflect.ValueOf(&row).Elem()
+			for i, f := range fields {
+				dest[i] = f.ReflectValueOf(context.Background(), rv).Addr().Interface()
+			}
+			if err := rows.Scan(dest...); err != nil {
+				return fmt.Errorf("lock %d rows of %s: %w", len(s.keys), s.name, err)
+			}
+			*existing = append(*existing, row)
+		}
+		return nil
+	})
+	return existing, nil
+}
+
+// queueWrite folds the changes onto existing (the rows queueRead returned) and adds the
+// writes of the rows that changed to q, one statement each (more for batches over
 // maxRowsPerStatement rows).
 //
-// For a table with a clock, the read leaves the clock column out, so no change compares
-// an event with the stored row's clock in Go. The fold instead computes the row under
-// each assumption about that clock that the batch's clocks can tell apart (usually two:
-// older than the batch's event, or equal to it), and the write is one statement that
-// keeps, per key, the candidate whose assumption holds for the stored clock: its WHERE
-// compares the clocks (flushClocked). When none holds (every event older than the row)
-// nothing is written, and the events are in the ledger alone. The read stays for what
-// the rules need of the prior row: its state and existence (NextState), the columns a
-// partial refresh keeps, and the tracking columns.
-func (s *rowSet[K, R]) flush(ctx context.Context, tx *gorm.DB) error {
+// For a table with a clock, the fold computes the row under each assumption about the
+// stored clock that the batch's clocks can tell apart (usually two: older than the
+// batch's event, or equal to it), and the write is one statement that keeps, per key, the
+// candidate whose assumption holds for the stored clock: its WHERE compares the clocks
+// (clockedUpsert). When none holds (every event older than the row) nothing is written,
+// and the events are in the ledger alone. The read stays for what the rules need of the
+// prior row: its state and existence (NextState), the columns a partial refresh keeps,
+// and the tracking columns.
+func (s *rowSet[K, R]) queueWrite(ctx context.Context, q statements, db *gorm.DB, existing []R) error {
 	if len(s.keys) == 0 {
 		return nil
-	}
-	keys := slices.SortedFunc(slices.Values(s.keys), s.compare)
-	read := tx
-	if s.clock != "" {
-		read = tx.Omit(s.clock)
-	}
-	var existing []R
-	for start := 0; start < len(keys); start += maxRowsPerStatement {
-		rows, err := s.load(ctx, read, keys[start:min(start+maxRowsPerStatement, len(keys))])
-		if err != nil {
-			return fmt.Errorf("lock %d rows of %s: %w", len(keys), s.name, err)
-		}
-		existing = append(existing, rows...)
 	}
 	candidates := s.fold(existing)
 	if len(candidates) == 0 {
 		return nil
 	}
-	if s.clock != "" {
-		return s.flushClocked(ctx, tx, candidates)
+	sch, err := schemaOf[R](db)
+	if err != nil {
+		return fmt.Errorf("columns of %s: %w", s.name, err)
 	}
-	rows := make([]R, len(candidates))
-	for i := range candidates {
-		rows[i] = candidates[i].row
-	}
-	// The rows are locked or new, and each appears once, so writing every column of each
-	// is the same as the per-event updates it replaces.
-	upsert := clause.OnConflict{Columns: s.conflict, UpdateAll: true}
-	if err := tx.WithContext(ctx).Clauses(upsert).CreateInBatches(&rows, maxRowsPerStatement).Error; err != nil {
-		return fmt.Errorf("write %d rows of %s: %w", len(rows), s.name, err)
+	query := s.upsert(sch)
+	for start := 0; start < len(candidates); {
+		end := min(start+maxRowsPerStatement, len(candidates))
+		// A key's candidates stay in one statement: a later statement sees what an
+		// earlier one wrote, so a second candidate of the row would find its assumption
+		// true of that write and overwrite it with a fold that skipped earlier events.
+		// fold keeps a key's candidates together, and they are a handful at most.
+		for end < len(candidates) && s.key(&candidates[end].row) == s.key(&candidates[end-1].row) {
+			end++
+		}
+		batch := candidates[start:end]
+		start = end
+		body, err := candidatesJSON(ctx, sch, batch)
+		if err != nil {
+			return fmt.Errorf("encode %d rows of %s: %w", len(batch), s.name, err)
+		}
+		q.add(query, []any{string(body)}, nil)
 	}
 	return nil
 }
 
-// flushClocked writes the candidates of a table with a clock, about maxRowsPerStatement at
-// a time (never cutting one key's candidates apart), with one statement each:
+// upsert is the statement that writes a JSON array of candidates (candidatesJSON). For a
+// table without a clock, each key has one candidate, written whole over the row: the rows
+// are locked or new, and each appears once, so writing every column of each is the same
+// as the per-event updates it replaces. For a table with a clock:
 //
 //	INSERT INTO t SELECT r.* FROM jsonb_array_elements(candidates) e
 //	 CROSS JOIN LATERAL jsonb_populate_record(NULL::t, e.value->'row') r
@@ -198,32 +261,39 @@ func (s *rowSet[K, R]) flush(ctx context.Context, tx *gorm.DB) error {
 //
 // The records are built in FROM, by LATERAL: Postgres expands a (jsonb_populate_record(...)).*
 // in the select list into one call per column, which parsed every row some thirty times
-// and made the statement ten times slower.
-func (s *rowSet[K, R]) flushClocked(ctx context.Context, tx *gorm.DB, candidates []candidate[R]) error {
-	stmt := &gorm.Statement{DB: tx}
-	var model R
-	if err := stmt.Parse(&model); err != nil {
-		return fmt.Errorf("columns of %s: %w", s.name, err)
-	}
-	sch := stmt.Schema
+// and made the statement ten times slower. The text is the same for every batch, so the
+// driver prepares it once per connection.
+func (s *rowSet[K, R]) upsert(sch *schema.Schema) string {
 	var keyJoin, conflict []string
 	for _, f := range sch.PrimaryFields {
 		keyJoin = append(keyJoin, fmt.Sprintf("s.%[1]s = r.%[1]s", f.DBName))
 		conflict = append(conflict, f.DBName)
 	}
+	if len(s.conflict) > 0 {
+		conflict = conflict[:0]
+		for _, c := range s.conflict {
+			conflict = append(conflict, c.Name)
+		}
+	}
 	var sets []string
 	for _, f := range sch.Fields {
 		switch {
 		case f.DBName == "" || f.PrimaryKey || f.AutoCreateTime > 0:
-		case f.DBName == s.clock:
+		case s.clock != "" && f.DBName == s.clock:
 			// An event without a clock leaves the stored one in place.
 			sets = append(sets, fmt.Sprintf("%[2]s = COALESCE(excluded.%[2]s, %[1]s.%[2]s)", s.name, s.clock))
 		default:
 			sets = append(sets, fmt.Sprintf("%[1]s = excluded.%[1]s", f.DBName))
 		}
 	}
-	query := fmt.Sprintf(`INSERT INTO %[1]s SELECT r.*
-  FROM jsonb_array_elements(?::jsonb) AS e
+	if s.clock == "" {
+		return fmt.Sprintf(`INSERT INTO %[1]s SELECT r.*
+  FROM jsonb_array_elements($1::jsonb) AS e
+ CROSS JOIN LATERAL jsonb_populate_record(NULL::%[1]s, e.value->'row') AS r
+ON CONFLICT (%[2]s) DO UPDATE SET %[3]s`, s.name, strings.Join(conflict, ", "), strings.Join(sets, ", "))
+	}
+	return fmt.Sprintf(`INSERT INTO %[1]s SELECT r.*
+  FROM jsonb_array_elements($1::jsonb) AS e
  CROSS JOIN LATERAL jsonb_populate_record(NULL::%[1]s, e.value->'row') AS r
  CROSS JOIN LATERAL jsonb_to_record(e.value) AS c(lo timestamptz, hi timestamptz, lo_in boolean, hi_in boolean, absent boolean)
   LEFT JOIN %[1]s AS s ON %[2]s
@@ -233,26 +303,6 @@ func (s *rowSet[K, R]) flushClocked(ctx context.Context, tx *gorm.DB, candidates
 ON CONFLICT (%[4]s) DO UPDATE SET %[5]s
  WHERE %[1]s.%[3]s IS NULL OR excluded.%[3]s IS NULL OR excluded.%[3]s >= %[1]s.%[3]s`,
 		s.name, strings.Join(keyJoin, " AND "), s.clock, strings.Join(conflict, ", "), strings.Join(sets, ", "))
-	for start := 0; start < len(candidates); {
-		end := min(start+maxRowsPerStatement, len(candidates))
-		// A key's candidates stay in one statement: a later statement sees what an
-		// earlier one wrote, so a second candidate of the row would find its assumption
-		// true of that write and overwrite it with a fold that skipped earlier events.
-		// fold keeps a key's candidates together, and they are a handful at most.
-		for end < len(candidates) && s.key(&candidates[end].row) == s.key(&candidates[end-1].row) {
-			end++
-		}
-		batch := candidates[start:end]
-		start = end
-		body, err := candidatesJSON(ctx, sch, batch)
-		if err != nil {
-			return fmt.Errorf("encode %d rows of %s: %w", len(batch), s.name, err)
-		}
-		if err := tx.WithContext(ctx).Exec(query, string(body)).Error; err != nil {
-			return fmt.Errorf("write %d rows of %s: %w", len(batch), s.name, err)
-		}
-	}
-	return nil
 }
 
 // candidatesJSON encodes candidates as the statement of flushClocked reads them: each
@@ -306,12 +356,9 @@ func candidatesJSON[R any](ctx context.Context, sch *schema.Schema, candidates [
 	return append(b, ']'), nil
 }
 
-// lockByKey is the load of a table with a one-column key.
-func lockByKey[K any, R any](column string) func(ctx context.Context, tx *gorm.DB, keys []K) ([]R, error) {
-	return func(ctx context.Context, tx *gorm.DB, keys []K) ([]R, error) {
-		var rows []R
-		err := tx.WithContext(ctx).Clauses(clause.Locking{Strength: "UPDATE"}).
-			Where(column+" IN ?", keys).Order(column).Find(&rows).Error
-		return rows, err
+// lockByKey is the lock of a table whose key is column.
+func lockByKey[K any](column string) func(table, columns string, keys []K) (string, []any) {
+	return func(table, columns string, keys []K) (string, []any) {
+		return fmt.Sprintf("SELECT %s FROM %s WHERE %s = ANY($1) ORDER BY %[3]s FOR UPDATE", columns, table, column), []any{keys}
 	}
 }

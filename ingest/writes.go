@@ -45,47 +45,110 @@ func newWrites(now time.Time) *writes {
 	return &writes{
 		now: now,
 		pullRequests: newRowSet("github_pull_requests", func(r *models.PullRequest) string { return r.NodeID },
-			strings.Compare, lockByKey[string, models.PullRequest]("node_id")).withClock(clockColumn),
+			strings.Compare, lockByKey[string]("node_id")).withClock(clockColumn),
 		issues: newRowSet("github_issues", func(r *models.Issue) string { return r.NodeID },
-			strings.Compare, lockByKey[string, models.Issue]("node_id")).withClock(clockColumn),
+			strings.Compare, lockByKey[string]("node_id")).withClock(clockColumn),
 		comments: newRowSet("github_comments", func(r *models.Comment) string { return r.NodeID },
-			strings.Compare, lockByKey[string, models.Comment]("node_id")).withClock(clockColumn),
+			strings.Compare, lockByKey[string]("node_id")).withClock(clockColumn),
 		branches: newRowSet("github_branches", func(r *models.Branch) branchKey {
 			return branchKey{repositoryID: r.RepositoryID, refType: r.RefType, ref: r.Ref}
 		}, compareBranchKeys, lockBranches).withConflict(branchConflict()),
 		installations: newRowSet("github_installations", func(r *models.Installation) int64 { return r.ID },
-			cmp.Compare[int64], lockByKey[int64, models.Installation]("id")).withClock(clockColumn),
+			cmp.Compare[int64], lockByKey[int64]("id")).withClock(clockColumn),
 		repositories: newRowSet("github_repositories", func(r *models.Repository) int64 { return r.ID },
-			cmp.Compare[int64], lockByKey[int64, models.Repository]("id")).withClock(clockColumn),
+			cmp.Compare[int64], lockByKey[int64]("id")).withClock(clockColumn),
 		users: newRowSet("github_users", func(r *models.User) int64 { return r.ID },
-			cmp.Compare[int64], lockByKey[int64, models.User]("id")),
+			cmp.Compare[int64], lockByKey[int64]("id")),
 	}
 }
 
-// flush writes the batch's rows. Every consumer visits the tables in this order, and the
-// rows of each in key order, so concurrent batches wait on each other instead of
-// deadlocking.
+// flush writes the batch's rows in tx, one statement at a time; the batch path pipelines
+// the same statements (queueReads, queueWrites).
 func (w *writes) flush(ctx context.Context, tx *gorm.DB) error {
-	for _, f := range []func(context.Context, *gorm.DB) error{
-		w.pullRequests.flush, w.issues.flush, w.comments.flush, w.flushPushes,
-		w.branches.flush, w.installations.flush, w.repositories.flush, w.users.flush,
-	} {
-		if err := f(ctx, tx); err != nil {
+	q := &inGorm{ctx: ctx, db: tx}
+	read, err := w.queueReads(q, tx)
+	if err != nil {
+		return err
+	}
+	if err := q.send(); err != nil {
+		return err
+	}
+	if err := w.queueWrites(ctx, q, tx, read); err != nil {
+		return err
+	}
+	return q.send()
+}
+
+// tables are the row sets in the order every consumer visits them, and the rows of each
+// in key order, so concurrent batches wait on each other instead of deadlocking. The
+// pushes, only ever inserted, come after the comments.
+func (w *writes) tables() []table {
+	return []table{asTable(w.pullRequests), asTable(w.issues), asTable(w.comments), pushTable{w},
+		asTable(w.branches), asTable(w.installations), asTable(w.repositories), asTable(w.users)}
+}
+
+// table is one typed table of a batch: its locked read, then its writes from what the
+// read found.
+type table interface {
+	queueRead(q statements, db *gorm.DB) (read any, err error)
+	queueWrite(ctx context.Context, q statements, db *gorm.DB, read any) error
+}
+
+// queueReads adds the locked reads of every table to q; what they read is for
+// queueWrites, once q sent them.
+func (w *writes) queueReads(q statements, db *gorm.DB) ([]any, error) {
+	var reads []any
+	for _, t := range w.tables() {
+		r, err := t.queueRead(q, db)
+		if err != nil {
+			return nil, err
+		}
+		reads = append(reads, r)
+	}
+	return reads, nil
+}
+
+// queueWrites adds the writes of every table to q, from the rows queueReads read.
+func (w *writes) queueWrites(ctx context.Context, q statements, db *gorm.DB, reads []any) error {
+	for i, t := range w.tables() {
+		if err := t.queueWrite(ctx, q, db, reads[i]); err != nil {
 			return err
 		}
 	}
 	return nil
 }
 
-func (w *writes) flushPushes(ctx context.Context, tx *gorm.DB) error {
-	if len(w.pushes) == 0 {
+// pushTable is github_pushes: nothing to read, each row keyed by its own delivery.
+type pushTable struct{ w *writes }
+
+func (pushTable) queueRead(statements, *gorm.DB) (any, error) { return nil, nil }
+
+func (p pushTable) queueWrite(ctx context.Context, q statements, db *gorm.DB, _ any) error {
+	pushes := p.w.pushes
+	if len(pushes) == 0 {
 		return nil
 	}
-	slices.SortFunc(w.pushes, func(a, b models.Push) int { return strings.Compare(a.DeliveryID, b.DeliveryID) })
-	// The ledger already makes each insert happen once; DO NOTHING only keeps a manual
-	// replay from failing.
-	if err := tx.WithContext(ctx).Clauses(clause.OnConflict{DoNothing: true}).CreateInBatches(&w.pushes, maxRowsPerStatement).Error; err != nil {
-		return fmt.Errorf("insert %d pushes: %w", len(w.pushes), err)
+	slices.SortFunc(pushes, func(a, b models.Push) int { return strings.Compare(a.DeliveryID, b.DeliveryID) })
+	sch, err := schemaOf[models.Push](db)
+	if err != nil {
+		return fmt.Errorf("columns of github_pushes: %w", err)
+	}
+	for start := 0; start < len(pushes); start += maxRowsPerStatement {
+		chunk := pushes[start:min(start+maxRowsPerStatement, len(pushes))]
+		rows := make([]candidate[models.Push], len(chunk))
+		for i := range chunk {
+			rows[i] = candidate[models.Push]{row: chunk[i], absent: true}
+		}
+		body, err := candidatesJSON(ctx, sch, rows)
+		if err != nil {
+			return fmt.Errorf("encode %d pushes: %w", len(chunk), err)
+		}
+		// The ledger already makes each insert happen once; DO NOTHING only keeps a manual
+		// replay from failing.
+		q.add(`INSERT INTO github_pushes SELECT r.*
+  FROM jsonb_array_elements($1::jsonb) AS e
+ CROSS JOIN LATERAL jsonb_populate_record(NULL::github_pushes, e.value->'row') AS r
+ON CONFLICT DO NOTHING`, []any{string(body)}, nil)
 	}
 	return nil
 }
@@ -100,18 +163,19 @@ func branchConflict() []clause.Column {
 	return []clause.Column{{Name: "repository_id"}, {Name: "ref_type"}, {Name: "md5(ref)", Raw: true}}
 }
 
-// lockBranches reads the branches of keys through their unique index: md5 is computed
-// here, as Postgres' md5(text) does on the UTF-8 bytes, so that the index is used.
-func lockBranches(ctx context.Context, tx *gorm.DB, keys []branchKey) ([]models.Branch, error) {
-	tuples := make([][]any, len(keys))
+// lockBranches reads the branches of keys through their unique index, one lookup per key
+// in key order: md5 is computed here, as Postgres' md5(text) does on the UTF-8 bytes, so
+// that the index is used.
+func lockBranches(table, columns string, keys []branchKey) (string, []any) {
+	repos, types, sums := make([]int64, len(keys)), make([]string, len(keys)), make([]string, len(keys))
 	for i, k := range keys {
 		sum := md5.Sum([]byte(k.ref)) //nolint:gosec // must match the index's md5(ref)
-		tuples[i] = []any{k.repositoryID, k.refType, hex.EncodeToString(sum[:])}
+		repos[i], types[i], sums[i] = k.repositoryID, k.refType, hex.EncodeToString(sum[:])
 	}
-	var rows []models.Branch
-	err := tx.WithContext(ctx).Clauses(clause.Locking{Strength: "UPDATE"}).
-		Where("(repository_id, ref_type, md5(ref)) IN ?", tuples).Order("repository_id, ref_type, ref").Find(&rows).Error
-	return rows, err
+	return fmt.Sprintf(`SELECT %[1]s FROM unnest($1::bigint[], $2::text[], $3::text[]) AS k (k_repository, k_type, k_sum)
+ CROSS JOIN LATERAL (SELECT %[1]s FROM %[2]s
+  WHERE repository_id = k.k_repository AND ref_type = k.k_type AND md5(ref) = k.k_sum FOR UPDATE) AS b`, columns, table),
+		[]any{repos, types, sums}
 }
 
 // trackingOf exposes a row's tracking columns.

@@ -29,6 +29,9 @@ type PoolConfig struct {
 	// LockTimeout ends a wait for a lock, the broker state's advisory lock included, that
 	// lasts longer (0: none).
 	LockTimeout time.Duration
+	// Tracer watches every statement of the pool's connections (the benchmark counts
+	// round trips with it); nil watches none.
+	Tracer pgx.QueryTracer
 }
 
 // Open connects to Postgres through gorm, unbounded, and checks the connection with ctx.
@@ -50,6 +53,7 @@ func OpenPool(ctx context.Context, dsn string, pool PoolConfig) (*gorm.DB, error
 	if pool.LockTimeout > 0 {
 		cfg.RuntimeParams["lock_timeout"] = strconv.FormatInt(pool.LockTimeout.Milliseconds(), 10)
 	}
+	cfg.Tracer = pool.Tracer
 	sqlDB := stdlib.OpenDB(*cfg)
 	if pool.MaxOpenConns > 0 {
 		sqlDB.SetMaxOpenConns(pool.MaxOpenConns)

@@ -173,7 +173,7 @@ func Register(w sdkworker.Registry, d Deps, watcher *brokerstate.StateWatcher, k
 		Handlers: &ingest.Ingester{
 			DB: d.DB, MaxRetryCycles: d.Config.MaxRetryCycles, Logger: d.Logger, Now: time.Now, Metrics: d.Metrics,
 			MaxMessageBytes: d.Config.MaxMessageBytes, MaxClockSkew: d.Config.NotificationMaxClockSkew,
-			WebhookSecret: []byte(d.Config.WebhookSecret), HoldActive: store.HoldActive,
+			WebhookSecret: []byte(d.Config.WebhookSecret), Active: store,
 		},
 		State:            store,
 		Marks:            store,
