@@ -887,8 +887,8 @@ func soakRegressions() []soakRegression {
 		bug: "a window kept consuming broker 0 after the switch away from it committed: the Postgres cut had " +
 			"dropped its worker's LISTEN connection, its window started on 0 just before the commit, and the " +
 			"producer returned to 0 at once; 0's new events were applied ahead of 2's (21 reordered) until the " +
-			"state watcher's 10 s re-read ended the window; each consume batch's transaction now holds the broker " +
-			"state's lock shared and checks that its broker is still active (BrokerStore.HoldActive)",
+			"state watcher's 10 s re-read ended the window; each consume batch's transaction now ends with a check " +
+			"that holds the broker state's lock shared and fails unless its broker is still active (BrokerStore.ActiveCheck)",
 		schedule: `schedule of seed 14928533974141784647 (14 steps):
    1. publish 34 events
    2. rotate to broker 1 and notify twice
