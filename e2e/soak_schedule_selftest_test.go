@@ -25,6 +25,11 @@ func TestSoakSchedulesReplayAndCoverEveryFault(t *testing.T) {
 		for i, st := range sc.steps {
 			seen[st.kind]++
 			require.NotEmpty(t, st.String())
+			// A return published to before its word waits for the broker to be seen
+			// empty: the service must be able to drain it.
+			if (st.kind == stepRotateLate || st.kind == stepRotateSilent) && (&model{steps: sc.steps[:i]}).used(st.broker) {
+				require.True(t, !cut[st.broker] && !pg && temporal, "seed %d step %d returns unannounced to a broker the service cannot drain:\n%s", seed, i+1, sc)
+			}
 			switch st.kind {
 			case stepCutBroker:
 				require.False(t, cut[st.broker], "seed %d step %d cuts a cut broker", seed, i+1)

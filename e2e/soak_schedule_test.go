@@ -300,6 +300,19 @@ type scheduleOptions struct {
 	// Drain holds a batch of a spare that waits on a held ledger: the drain's fence must
 	// give the batch back before its successor reads the spare.
 	drainCutOff bool
+	// seenReturns: a rotation that publishes to a broker before announcing it (late,
+	// never, or either hop of a reversed double rotation) waits, as it is played,
+	// until the service has seen that broker empty since the producer left it or nothing
+	// older waits, and is
+	// drawn to a broker the producer used before only where the service can drain it
+	// (Temporal, Postgres and a worker that reaches both, the broker not cut). Without it a producer back on a
+	// broker we had not seen empty yet is what docs/tables.md says cannot be kept: what it
+	// publishes there is taken for stragglers.
+	seenReturns bool
+	// holdsFirstBurst counts the schedule's first burst among what broker 0 holds, as
+	// every later burst counts on its broker: without it a rotation could return to 0
+	// before 0 was drained (A → B → A), which docs/tables.md says cannot be kept.
+	holdsFirstBurst bool
 }
 
 // modelWorker is a worker process as the model knows it.
@@ -347,6 +360,9 @@ func generateSchedule(seed uint64, opts scheduleOptions) schedule {
 	}
 	n := 5 + m.rng.IntN(12)
 	m.emit(step{kind: stepPublish, burst: m.burst(false)})
+	if opts.holdsFirstBurst {
+		m.published()
+	}
 	for len(m.steps) < n {
 		m.draw()
 	}
@@ -675,6 +691,10 @@ func (m *model) drawForceHop(add func(int, bool, func()), rotate bool) {
 // drawUnsettled adds the choices of scheduleOptions.unsettled: the orders the producer's
 // notifications keep even when they come late, or never, with older events still waiting.
 func (m *model) drawUnsettled(add func(int, bool, func()), fresh []int) {
+	if m.opts.seenReturns {
+		// Only a broker the service can drain is seen empty.
+		fresh = slices.DeleteFunc(slices.Clone(fresh), func(b int) bool { return m.used(b) && (!m.drains() || m.cut[b]) })
+	}
 	ok := !m.unnotified && len(fresh) > 0
 	add(2, ok, func() {
 		to := fresh[m.rng.IntN(len(fresh))]
@@ -705,6 +725,31 @@ func (m *model) drawUnsettled(add func(int, bool, func()), fresh []int) {
 		m.published()
 		m.cutLeftoversSoon()
 	})
+}
+
+// drains tells whether the service can drain a spare now: Temporal runs, Postgres is
+// reachable, and a worker reaches both.
+func (m *model) drains() bool { return m.temporal && !m.pgCut && m.healthyWorkers() > 0 }
+
+// used tells whether the producer has published to broker b, or been told to, in the
+// steps so far: a return there is read by the broker's marks.
+func (m *model) used(b int) bool {
+	if b == 0 {
+		return true
+	}
+	for _, s := range m.steps {
+		switch s.kind {
+		case stepRotateNow, stepRotateTwice, stepRotateLate, stepRotateSilent, stepCancel, stepCutOffDrain:
+			if s.broker == b {
+				return true
+			}
+		case stepRotateReversed, stepForceHopReturn:
+			if s.broker == b || s.active == b || s.hop == b {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // cutLeftoversSoon: with scheduleOptions.cuts, half the time, cut at once one of the spares
