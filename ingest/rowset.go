@@ -85,16 +85,16 @@ type candidate[R any] struct {
 	absent bool
 }
 
-// fold applies the queued changes to existing (the rows load returned) and returns the
-// rows that changed, in key order. For a table with a clock, an existing row is folded
-// once per assumption about its stored clock that the batch's clocks tell apart, and
-// every changed result is returned with its assumption; otherwise once, with none.
-func (s *rowSet[K, R]) fold(existing []R) []candidate[R] {
+// fold applies the queued changes of keys (in key order) to existing (the rows load
+// returned for them) and returns the rows that changed, in key order. For a table with a
+// clock, an existing row is folded once per assumption about its stored clock that the
+// batch's clocks tell apart, and every changed result is returned with its assumption;
+// otherwise once, with none.
+func (s *rowSet[K, R]) fold(keys []K, existing []R) []candidate[R] {
 	current := make(map[K]*R, len(existing))
 	for i := range existing {
 		current[s.key(&existing[i])] = &existing[i]
 	}
-	keys := slices.SortedFunc(slices.Values(s.keys), s.compare)
 	out := make([]candidate[R], 0, len(keys))
 	for _, k := range keys {
 		start := current[k]
@@ -131,8 +131,13 @@ func (s *rowSet[K, R]) fold(existing []R) []candidate[R] {
 	return out
 }
 
-// flush reads, folds and writes the rows, in one statement each (more for batches over
-// maxRowsPerStatement rows).
+// flush reads, folds and writes the rows, in one statement each per maxRowsPerStatement
+// keys, in key order.
+//
+// It goes through the keys a statement's worth at a time, and lets go of each part's
+// changes once it is written: one event can list tens of thousands of rows (an
+// installation's repositories), and folding them all before writing any held every row
+// two or three times over at once.
 //
 // For a table with a clock, the read leaves the clock column out, so no change compares
 // an event with the stored row's clock in Go. The fold instead computes the row under
@@ -148,19 +153,31 @@ func (s *rowSet[K, R]) flush(ctx context.Context, tx *gorm.DB) error {
 		return nil
 	}
 	keys := slices.SortedFunc(slices.Values(s.keys), s.compare)
+	s.keys = nil
 	read := tx
 	if s.clock != "" {
 		read = tx.Omit(s.clock)
 	}
-	var existing []R
 	for start := 0; start < len(keys); start += maxRowsPerStatement {
-		rows, err := s.load(ctx, read, keys[start:min(start+maxRowsPerStatement, len(keys))])
+		part := keys[start:min(start+maxRowsPerStatement, len(keys))]
+		existing, err := s.load(ctx, read, part)
 		if err != nil {
-			return fmt.Errorf("lock %d rows of %s: %w", len(keys), s.name, err)
+			return fmt.Errorf("lock %d rows of %s: %w", len(part), s.name, err)
 		}
-		existing = append(existing, rows...)
+		candidates := s.fold(part, existing)
+		for _, k := range part {
+			delete(s.changes, k)
+			delete(s.clocks, k)
+		}
+		if err := s.write(ctx, tx, candidates); err != nil {
+			return err
+		}
 	}
-	candidates := s.fold(existing)
+	return nil
+}
+
+// write writes the candidates of one part of flush.
+func (s *rowSet[K, R]) write(ctx context.Context, tx *gorm.DB, candidates []candidate[R]) error {
 	if len(candidates) == 0 {
 		return nil
 	}
