@@ -357,15 +357,7 @@ func (c *rawConn) declarePassive(queue string) error {
 // publish sends a mandatory message to queue through the default exchange: header is the
 // content header frame's payload, body split into frames that fit frame_max.
 func (c *rawConn) publish(queue string, header, body []byte) error {
-	var w rawWriter
-	w.u16(0)
-	w.shortstr("")
-	w.shortstr(queue)
-	w.u8(1) // mandatory
-	if err := c.method(rawChannel, mBasicPublish, w.b.Bytes()); err != nil {
-		return err
-	}
-	if err := c.frame(rawFrameHeader, rawChannel, header); err != nil {
+	if err := c.publishHeader(queue, header); err != nil {
 		return err
 	}
 	for chunk := c.frameMax - 8; len(body) > 0; {
