@@ -358,7 +358,12 @@ func dial(ctx context.Context, ep Endpoint, frameSize int, heartbeat time.Durati
 			if secure {
 				// The guard reads AMQP frames, so it goes above TLS, which the library would
 				// otherwise put above it: TLS is done here, as dialRaw does it.
-				tc := tls.Client(conn, &tls.Config{ServerName: cmp.Or(uri.ServerName, uri.Host), MinVersion: tls.VersionTLS12})
+				tlsCfg, err := tlsConfigOf(uri)
+				if err != nil {
+					conn.Close()
+					return nil, err
+				}
+				tc := tls.Client(conn, tlsCfg)
 				if err := tc.HandshakeContext(ctx); err != nil {
 					conn.Close()
 					return nil, err

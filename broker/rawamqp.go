@@ -93,7 +93,12 @@ func dialRaw(ctx context.Context, ep Endpoint) (*rawConn, error) {
 		return nil, scrub(err, ep)
 	}
 	if uri.Scheme == "amqps" {
-		tc := tls.Client(nc, &tls.Config{ServerName: uri.Host, MinVersion: tls.VersionTLS12})
+		tlsCfg, err := tlsConfigOf(uri)
+		if err != nil {
+			nc.Close()
+			return nil, err
+		}
+		tc := tls.Client(nc, tlsCfg)
 		if err := tc.HandshakeContext(ctx); err != nil {
 			nc.Close()
 			return nil, scrub(err, ep)
