@@ -90,10 +90,11 @@ test-stress: temporal-cli services
 soak: temporal-cli services
 	SOAK_DURATION=$(SOAK_DURATION) SOAK_REPORT=$(CURDIR)/SOAK.md $(GO) test -count=1 -timeout $(SOAK_TIMEOUT) -run 'TestSoak$$' -v ./e2e/
 
-## lint: module tidiness, golangci-lint (.golangci.yml) and go vet
+## lint: module tidiness, golangci-lint (.golangci.yml), go vet, and no comment or document citing a tracker issue
 lint: tidy-check $(GOLANGCI_LINT)
 	$(GOLANGCI_LINT) run ./...
 	$(GO) vet ./...
+	scripts/no-tracker-refs.sh
 
 ## tidy-check: fail if `go mod tidy` would change go.mod or go.sum (prints the diff)
 tidy-check:

@@ -65,6 +65,6 @@ func runRSS(s *scope, n int, env map[string]string, binary, logDir string) rssRe
 func rssConfigs() []map[string]string {
 	return []map[string]string{
 		{},
-		{"PREFETCH": "2", "MEMORY_LIMIT": strconv.Itoa(700 << 20)},
+		{"PREFETCH": "2", "MEMORY_LIMIT": strconv.Itoa(1300 << 20)},
 	}
 }

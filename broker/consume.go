@@ -161,6 +161,9 @@ func (p *Pool) Consume(ctx context.Context, index int, queue string, opts Consum
 			}
 		}
 		if _, err := s.handle(withTrace(ctx, trace), h, batch); err != nil {
+			if errors.Is(err, ErrOversize) {
+				return p.afterOversize(ctx, ep, ch, "consume", queue, err)
+			}
 			if e := closedBy(closed, err); unreadableClose(e) {
 				return p.afterUnreadable(ctx, ep, queue, frameMax, opts.Prefetch, fmt.Errorf("%w (channel closed: %w)", err, e))
 			}

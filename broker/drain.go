@@ -92,6 +92,8 @@ func (p *Pool) DrainWith(ctx context.Context, index int, queue string, opts Drai
 		return consumeBatch(ctx, ch, queue, limit)
 	})
 	switch {
+	case errors.Is(err, ErrOversize):
+		return res, p.afterOversize(ctx, ep, ch, "drain", queue, err)
 	case isCode(err, amqp.AccessRefused):
 		// Another client consumes the queue exclusively: the window of a worker that has
 		// not stopped yet, say.

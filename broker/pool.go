@@ -3,6 +3,7 @@ package broker
 import (
 	"cmp"
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -71,10 +72,16 @@ type Pool struct {
 	// (the benchmark's breakdown); called on the consumer's goroutine, it must be quick.
 	// Set it before the pool is used.
 	Trace func(*BatchTrace)
+	// MaxMessageBytes is the largest body a consumer holds (MAX_MESSAGE_BYTES); 0 means no
+	// bound. A delivery whose body is larger reaches no handler: its body is read past
+	// unheld (guardConn) and the message is moved to {q}-error by a client that streams it
+	// (moveOversize). Set it before the pool is used.
+	MaxMessageBytes int
 
-	logger    *slog.Logger
-	endpoints []Endpoint
-	brokers   map[int]*brokerConn
+	logger       *slog.Logger
+	oversizeMark []byte
+	endpoints    []Endpoint
+	brokers      map[int]*brokerConn
 }
 
 // brokerConn is the connection of one broker.
@@ -113,6 +120,8 @@ func NewPool(endpoints []Endpoint, logger *slog.Logger) *Pool {
 		logger:    logger,
 		endpoints: append([]Endpoint(nil), endpoints...),
 		brokers:   make(map[int]*brokerConn, len(endpoints)),
+
+		oversizeMark: newOversizeMark(),
 	}
 	for _, ep := range endpoints {
 		p.brokers[ep.Index] = &brokerConn{ep: ep, lock: make(chan struct{}, 1)}
@@ -256,7 +265,11 @@ func (p *Pool) connection(ctx context.Context, b *brokerConn) (*amqp.Connection,
 	if b.conn != nil && !b.conn.IsClosed() {
 		return b.conn, nil
 	}
-	conn, err := dial(ctx, b.ep, p.FrameSize, cmp.Or(p.Heartbeat, DefaultHeartbeat), cmp.Or(p.ConnectionName, connectionName))
+	var guard func(net.Conn) net.Conn
+	if b.queue != "" && p.MaxMessageBytes > 0 {
+		guard = func(c net.Conn) net.Conn { return newGuardConn(c, p.MaxMessageBytes, p.oversizeMark) }
+	}
+	conn, err := dial(ctx, b.ep, p.FrameSize, cmp.Or(p.Heartbeat, DefaultHeartbeat), cmp.Or(p.ConnectionName, connectionName), guard)
 	b.dials.Add(1)
 	if err != nil {
 		p.Metrics.DialFailed(b.ep.Index)
@@ -303,9 +316,9 @@ func watch(logger *slog.Logger, m *metrics.Metrics, ep Endpoint, conn *amqp.Conn
 	}()
 }
 
-// dial connects to ep within dialTimeout, giving up early when ctx ends.
-// Errors never include the URL.
-func dial(ctx context.Context, ep Endpoint, frameSize int, heartbeat time.Duration, name string) (*amqp.Connection, error) {
+// dial connects to ep within dialTimeout, giving up early when ctx ends; guard, when set,
+// wraps the socket the library reads. Errors never include the URL.
+func dial(ctx context.Context, ep Endpoint, frameSize int, heartbeat time.Duration, name string, guard func(net.Conn) net.Conn) (*amqp.Connection, error) {
 	ctx, cancel := context.WithTimeout(ctx, dialTimeout)
 	defer cancel()
 
@@ -315,6 +328,13 @@ func dial(ctx context.Context, ep Endpoint, frameSize int, heartbeat time.Durati
 	// stopAbort is set by the Dial func below: it undoes the hook that aborts
 	// the handshake when ctx ends.
 	stopAbort := func() bool { return true }
+	url := ep.URL
+	uri, err := amqp.ParseURI(url)
+	secure := err == nil && uri.Scheme == "amqps"
+	if guard != nil && secure {
+		uri.Scheme = "amqp" // the port stays the amqps one: String writes it out
+		url = uri.String()
+	}
 	cfg := amqp.Config{
 		FrameSize:  frameSize,
 		Heartbeat:  heartbeat,
@@ -332,10 +352,28 @@ func dial(ctx context.Context, ep Endpoint, frameSize int, heartbeat time.Durati
 				return nil, err
 			}
 			stopAbort = context.AfterFunc(ctx, func() { _ = conn.SetDeadline(time.Now()) })
-			return conn, nil
+			if guard == nil {
+				return conn, nil
+			}
+			if secure {
+				// The guard reads AMQP frames, so it goes above TLS, which the library would
+				// otherwise put above it: TLS is done here, as dialRaw does it.
+				tlsCfg, err := tlsConfigOf(uri)
+				if err != nil {
+					conn.Close()
+					return nil, err
+				}
+				tc := tls.Client(conn, tlsCfg)
+				if err := tc.HandshakeContext(ctx); err != nil {
+					conn.Close()
+					return nil, err
+				}
+				conn = tc
+			}
+			return guard(conn), nil
 		},
 	}
-	conn, err := amqp.DialConfig(ep.URL, cfg)
+	conn, err := amqp.DialConfig(url, cfg)
 	aborted := !stopAbort()
 	if err != nil {
 		if ctx.Err() != nil {

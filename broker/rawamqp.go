@@ -93,7 +93,12 @@ func dialRaw(ctx context.Context, ep Endpoint) (*rawConn, error) {
 		return nil, scrub(err, ep)
 	}
 	if uri.Scheme == "amqps" {
-		tc := tls.Client(nc, &tls.Config{ServerName: uri.Host, MinVersion: tls.VersionTLS12})
+		tlsCfg, err := tlsConfigOf(uri)
+		if err != nil {
+			nc.Close()
+			return nil, err
+		}
+		tc := tls.Client(nc, tlsCfg)
 		if err := tc.HandshakeContext(ctx); err != nil {
 			nc.Close()
 			return nil, scrub(err, ep)
@@ -357,15 +362,7 @@ func (c *rawConn) declarePassive(queue string) error {
 // publish sends a mandatory message to queue through the default exchange: header is the
 // content header frame's payload, body split into frames that fit frame_max.
 func (c *rawConn) publish(queue string, header, body []byte) error {
-	var w rawWriter
-	w.u16(0)
-	w.shortstr("")
-	w.shortstr(queue)
-	w.u8(1) // mandatory
-	if err := c.method(rawChannel, mBasicPublish, w.b.Bytes()); err != nil {
-		return err
-	}
-	if err := c.frame(rawFrameHeader, rawChannel, header); err != nil {
+	if err := c.publishHeader(queue, header); err != nil {
 		return err
 	}
 	for chunk := c.frameMax - 8; len(body) > 0; {

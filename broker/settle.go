@@ -68,18 +68,23 @@ func newSettler(p *Pool, ep Endpoint, ch *amqp.Channel, frameMax int, queue stri
 const handleTimeout = time.Minute
 
 // handle runs h on batch, in parts of at most Pool.MaxBatchBytes, and settles the
-// verdicts, returning how many deliveries it settled. Settling uses a context that the
+// verdicts, returning how many deliveries it settled. It stops before a delivery whose
+// body was over Pool.MaxMessageBytes, and returns its oversizeError. Settling uses a context that the
 // end of ctx does not cancel: a handled batch is always settled, every part of it.
 func (s *settler) handle(ctx context.Context, h BatchHandler, batch []amqp.Delivery) (int, error) {
 	settled := 0
+	batch, oversize := s.pool.beforeOversize(batch)
 	for _, part := range splitByBytes(batch, s.pool.MaxBatchBytes) {
+		if len(part) == 0 {
+			break
+		}
 		n, err := s.handlePart(ctx, h, part)
 		settled += n
 		if err != nil {
 			return settled, err
 		}
 	}
-	return settled, nil
+	return settled, oversize
 }
 
 // splitByBytes cuts batch, in order, into parts whose bodies add up to at most maxBytes;

@@ -108,7 +108,7 @@ func (p *Pool) moveUnreadable(ctx context.Context, ep Endpoint, queue string, fr
 			continue
 		}
 		_ = c.conn.SetReadDeadline(time.Time{})
-		header, id := unreadableCopy(d, reason, queue, c.frameMax)
+		header, id := unreadableCopy(d, "unreadable: "+reason, queue, c.frameMax)
 		if err := c.publish(ErrorQueue(queue), header, d.body); err != nil {
 			return id, "", fmt.Errorf("copy to %s: %w", ErrorQueue(queue), err)
 		}
@@ -123,13 +123,22 @@ func (p *Pool) moveUnreadable(ctx context.Context, ep Endpoint, queue string, fr
 	return "", "", nil
 }
 
-// consumeRaw dials ep and consumes queue exclusively with prefetch. While the cut consumer's place is not free yet (403), it tries again.
-func consumeRaw(ctx context.Context, ep Endpoint, queue string, prefetch int) (*rawConn, error) {
+// consumeRaw dials ep and consumes queue exclusively with prefetch, after checking that
+// the queues passive name exist (before: a delivery that came while a later answer was
+// awaited would be read whole). While the cut consumer's place is not free yet (403), it
+// tries again.
+func consumeRaw(ctx context.Context, ep Endpoint, queue string, prefetch int, passive ...string) (*rawConn, error) {
 	deadline := time.Now().Add(unreadableBusy)
 	for {
 		c, err := dialRaw(ctx, ep)
 		if err != nil {
 			return nil, fmt.Errorf("connect to %s: %w", ep, err)
+		}
+		for _, q := range passive {
+			if err := c.declarePassive(q); err != nil {
+				c.Close()
+				return nil, fmt.Errorf("%s: %w", q, err)
+			}
 		}
 		err = c.consume(queue, "brokerswitch-unreadable-"+rand.Text()[:12], prefetch)
 		if err == nil {
@@ -300,7 +309,8 @@ func splitProperties(header []byte) (map[uint16][]byte, error) {
 	return props, nil
 }
 
-// unreadableCopy builds the content header of d's copy to {q}-error: d's properties as
+// unreadableCopy builds the content header of d's copy to {q}-error, with reason in
+// HeaderErrorReason: d's properties as
 // they were (but reply-to, expiration, priority and user-id, like errorCopy), persistent,
 // with the reject headers appended to d's header table, undecoded. When that would not fit
 // frameMax, the copy carries the reject headers alone and says so in HeaderErrorCut. It
@@ -314,7 +324,7 @@ func unreadableCopy(d *rawDelivery, reason, queue string, frameMax int) ([]byte,
 	ours := func(cut string) []byte {
 		var w rawWriter
 		for _, kv := range [][2]string{
-			{HeaderErrorReason, "unreadable: " + reason},
+			{HeaderErrorReason, reason},
 			{HeaderErrorAt, time.Now().UTC().Format(time.RFC3339)},
 			{HeaderErrorQueue, queue},
 			{HeaderErrorCut, cut},

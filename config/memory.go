@@ -8,9 +8,11 @@ import (
 
 // Terms of the worst-case memory of a worker process (WorstCaseMemory).
 const (
-	// DecodeFactor bounds what decoding a batch part allocates, per byte of its bodies:
-	// ingest's TestDecodingMemoryIsBoundedByTheBody holds every body shape to 4.
-	DecodeFactor = 4
+	// ApplyFactor bounds what handling a batch part (decoding and applying it) holds live,
+	// per byte of its bodies: ingest's TestApplyingTheCostliestBodyStaysWithinApplyFactor
+	// holds the costliest shape, a list of repositories that each become a row, to it
+	// (measured: 8.5 on its densest list), and TestDecodingMemoryIsBoundedByTheBody every shape's decoding to 4.
+	ApplyFactor = 10
 	// ProcessAllowance is the rest of the process: the Go runtime, the Temporal SDK's
 	// workers and caches, the Postgres and AMQP connections and their buffers.
 	ProcessAllowance = 64 << 20
@@ -20,19 +22,19 @@ const (
 // that gives it. Prefetch counts messages, not bytes (RabbitMQ does not implement a
 // prefetch in bytes), and the client library holds every prefetched delivery whole, so
 // each queue's consumer (or its Leftover Drain, which runs before it, never beside it)
-// holds up to PREFETCH bodies of up to MAX_MESSAGE_BYTES; the part of a batch being
-// decoded adds DecodeFactor times its bodies, which MAX_BATCH_BYTES bounds unless one
-// message is larger. It assumes the broker refuses bodies larger than MAX_MESSAGE_BYTES
-// (RabbitMQ's max_message_size): a larger one is still delivered whole before it is
-// refused unread.
+// holds up to PREFETCH bodies of up to MAX_MESSAGE_BYTES, whatever the broker's
+// max_message_size: a larger body is read past unheld and its message moved to -error by
+// a client that streams it (broker.Pool.MaxMessageBytes). Handling the part of a batch in
+// hand (decoding and applying it) adds ApplyFactor times its bodies, which MAX_BATCH_BYTES
+// bounds unless one message is larger.
 func (c Config) WorstCaseMemory() (int64, string) {
 	q, p, m := int64(len(c.Queues)), int64(c.Prefetch), int64(c.MaxMessageBytes)
 	part := max(int64(c.MaxBatchBytes), m)
-	total := q*p*m + q*DecodeFactor*part + ProcessAllowance
+	total := q*p*m + q*ApplyFactor*part + ProcessAllowance
 	return total, fmt.Sprintf("QUEUES (%d) × PREFETCH (%d) × MAX_MESSAGE_BYTES (%s) in flight"+
-		" + QUEUES (%d) × %d × max(MAX_BATCH_BYTES, MAX_MESSAGE_BYTES) (%s) being decoded"+
+		" + QUEUES (%d) × %d × max(MAX_BATCH_BYTES, MAX_MESSAGE_BYTES) (%s) being handled"+
 		" + %s for the rest of the process = %s",
-		q, p, FormatBytes(m), q, DecodeFactor, FormatBytes(part), FormatBytes(ProcessAllowance), FormatBytes(total))
+		q, p, FormatBytes(m), q, ApplyFactor, FormatBytes(part), FormatBytes(ProcessAllowance), FormatBytes(total))
 }
 
 // checkMemory refuses settings whose worst case exceeds MEMORY_LIMIT, when it is set.

@@ -11,19 +11,19 @@ import (
 // refuses them and shows the arithmetic.
 func TestMemoryLimitRefusesAWorstCaseAboveIt(t *testing.T) {
 	_, err := FromEnv(env(map[string]string{"MEMORY_LIMIT": "512Mi"}))
-	require.EqualError(t, err, "config: MEMORY_LIMIT: is 512 MiB, but the consumers may hold 10.2 GiB: "+
+	require.EqualError(t, err, "config: MEMORY_LIMIT: is 512 MiB, but the consumers may hold 10.8 GiB: "+
 		"QUEUES (4) × PREFETCH (100) × MAX_MESSAGE_BYTES (25 MiB) in flight"+
-		" + QUEUES (4) × 4 × max(MAX_BATCH_BYTES, MAX_MESSAGE_BYTES) (25 MiB) being decoded"+
-		" + 64 MiB for the rest of the process = 10.2 GiB; lower PREFETCH, MAX_MESSAGE_BYTES or MAX_BATCH_BYTES, or raise the limit")
+		" + QUEUES (4) × 10 × max(MAX_BATCH_BYTES, MAX_MESSAGE_BYTES) (25 MiB) being handled"+
+		" + 64 MiB for the rest of the process = 10.8 GiB; lower PREFETCH, MAX_MESSAGE_BYTES or MAX_BATCH_BYTES, or raise the limit")
 
 	// The Kubernetes sample's settings fit its limit, given in bytes as the downward API does.
 	c, err := FromEnv(env(map[string]string{
-		"MEMORY_LIMIT": "536870912", "PREFETCH": "20", "MAX_MESSAGE_BYTES": "4194304", "MAX_BATCH_BYTES": "4194304",
+		"MEMORY_LIMIT": "536870912", "PREFETCH": "16", "MAX_MESSAGE_BYTES": "4194304", "MAX_BATCH_BYTES": "4194304",
 	}))
 	require.NoError(t, err)
 	require.Equal(t, int64(512<<20), c.MemoryLimit)
 	worst, _ := c.WorstCaseMemory()
-	require.Equal(t, int64(4*20*4<<20+4*4*4<<20+64<<20), worst)
+	require.Equal(t, int64(4*16*4<<20+4*10*4<<20+64<<20), worst)
 
 	// Without MEMORY_LIMIT nothing is checked.
 	c, err = FromEnv(env(nil))

@@ -276,15 +276,18 @@ func TestScenario20AForceAHopOutAndAReturn(t *testing.T) {
 	require.Equal(t, []string{brokerstate.NotificationRecorded}, s.notifyAll(p, toC))
 	require.NoError(t, p.Publish(ctx, s.workload(mixed(8, 202))...))
 	s.waitFor("the switch to 2", time.Minute, func() bool { st := s.state(); return st.ActiveIndex == 2 && st.Pending == nil })
-	// A window after the switch finds 0 empty and takes nothing; that is what its mark
-	// must say from now on, on every queue: a queue whose last mark is older was last seen
-	// while the producer was still on 0, and what 0 holds later may be what it published
-	// before it left, which is applied at once.
+	// A window after the producer's move finds 0 empty and takes nothing; that is what its
+	// mark must say from now on, on every queue: a queue whose last mark is older than the
+	// move's record was last seen while the producer was still on 0, and what 0 holds later
+	// may be what it published before it left, which is applied at once.
+	moved := s.state().Trail.Visits
+	left := moved[len(moved)-1].SeenAt // the visit to 2, on Postgres' clock
+	require.Equal(t, 2, moved[len(moved)-1].Index)
+	require.False(t, left.IsZero())
 	s.waitFor("0 seen empty after the producer left it, on every queue", time.Minute, func() bool {
 		var n int64
 		require.NoError(t, s.db.Raw(`SELECT count(DISTINCT queue) FROM spare_marks WHERE vhost = ? AND queue <> ''
-			AND drained_at > (SELECT updated_at FROM settings WHERE key = ?)`,
-			s.cfg.Brokers[0].Vhost, brokerstate.KeyLastSwitch).Scan(&n).Error)
+			AND drained_at >= ?`, s.cfg.Brokers[0].Vhost, left).Scan(&n).Error)
 		return n == int64(len(s.cfg.Queues))
 	})
 	stop() // nothing reads while 2 fills and the producer returns to 0

@@ -87,16 +87,12 @@ type candidate[R any] struct {
 	absent bool
 }
 
-// fold applies the queued changes to existing (the rows load returned) and returns the
-// rows that changed, in key order. For a table with a clock, an existing row is folded
-// once per assumption about its stored clock that the batch's clocks tell apart, and
-// every changed result is returned with its assumption; otherwise once, with none.
-func (s *rowSet[K, R]) fold(existing []R) []candidate[R] {
-	current := make(map[K]*R, len(existing))
-	for i := range existing {
-		current[s.key(&existing[i])] = &existing[i]
-	}
-	keys := slices.SortedFunc(slices.Values(s.keys), s.compare)
+// fold applies the queued changes of keys (in key order) to current (the rows the read
+// returned, by key) and returns the rows that changed, in key order. For a table with a
+// clock, an existing row is folded once per assumption about its stored clock that the
+// batch's clocks tell apart, and every changed result is returned with its assumption;
+// otherwise once, with none.
+func (s *rowSet[K, R]) fold(keys []K, current map[K]*R) []candidate[R] {
 	out := make([]candidate[R], 0, len(keys))
 	for _, k := range keys {
 		start := current[k]
@@ -143,7 +139,10 @@ func (t rowTable[K, R]) queueRead(q statements, db *gorm.DB) (any, error) {
 }
 
 func (t rowTable[K, R]) queueWrite(ctx context.Context, q statements, db *gorm.DB, read any) error {
-	return t.s.queueWrite(ctx, q, db, *read.(*[]R))
+	if existing := read.(*[]R); existing != nil {
+		return t.s.queueWrite(ctx, q, db, *existing)
+	}
+	return t.s.writeInParts(ctx, q, db)
 }
 
 // schemaOf is the gorm schema of R, as db caches it.
@@ -161,8 +160,17 @@ func schemaOf[R any](db *gorm.DB) (*schema.Schema, error) {
 // clock column out, so no change compares an event with the stored row's clock in Go (see
 // queueWrite). db is for the table's schema only.
 func (s *rowSet[K, R]) queueRead(q statements, db *gorm.DB) (*[]R, error) {
+	if len(s.keys) > maxRowsPerStatement {
+		return nil, nil // read a statement's worth at a time by queueWrite
+	}
+	return s.queueLock(q, db, slices.SortedFunc(slices.Values(s.keys), s.compare))
+}
+
+// queueLock adds the read of the rows of keys (in key order) FOR UPDATE to q; the rows are
+// in the slice it returns once q sent it.
+func (s *rowSet[K, R]) queueLock(q statements, db *gorm.DB, keys []K) (*[]R, error) {
 	existing := new([]R)
-	if len(s.keys) == 0 {
+	if len(keys) == 0 {
 		return existing, nil
 	}
 	sch, err := schemaOf[R](db)
@@ -177,7 +185,7 @@ func (s *rowSet[K, R]) queueRead(q statements, db *gorm.DB) (*[]R, error) {
 			columns = append(columns, f.DBName)
 		}
 	}
-	query, args := s.lock(s.name, strings.Join(columns, ", "), slices.SortedFunc(slices.Values(s.keys), s.compare))
+	query, args := s.lock(s.name, strings.Join(columns, ", "), keys)
 	q.add(query, args, func(rows rowScanner) error {
 		dest := make([]any, len(fields))
 		for rows.Next() {
@@ -187,7 +195,7 @@ func (s *rowSet[K, R]) queueRead(q statements, db *gorm.DB) (*[]R, error) {
 				dest[i] = f.ReflectValueOf(context.Background(), rv).Addr().Interface()
 			}
 			if err := rows.Scan(dest...); err != nil {
-				return fmt.Errorf("lock %d rows of %s: %w", len(s.keys), s.name, err)
+				return fmt.Errorf("lock %d rows of %s: %w", len(keys), s.name, err)
 			}
 			*existing = append(*existing, row)
 		}
@@ -197,8 +205,11 @@ func (s *rowSet[K, R]) queueRead(q statements, db *gorm.DB) (*[]R, error) {
 }
 
 // queueWrite folds the changes onto existing (the rows queueRead returned) and adds the
-// writes of the rows that changed to q, one statement each (more for batches over
-// maxRowsPerStatement rows).
+// writes of the rows that changed to q, one statement per maxRowsPerStatement keys, in key
+// order. It folds the keys a statement's worth at a time and lets go of each part's
+// changes once its statement is encoded: one event can list tens of thousands of rows (an
+// installation's repositories), and folding them all before encoding any held every row
+// two or three times over at once.
 //
 // For a table with a clock, the fold computes the row under each assumption about the
 // stored clock that the batch's clocks can tell apart (usually two: older than the
@@ -212,15 +223,77 @@ func (s *rowSet[K, R]) queueWrite(ctx context.Context, q statements, db *gorm.DB
 	if len(s.keys) == 0 {
 		return nil
 	}
-	candidates := s.fold(existing)
-	if len(candidates) == 0 {
-		return nil
+	keys := slices.SortedFunc(slices.Values(s.keys), s.compare)
+	s.keys = nil
+	current := make(map[K]*R, len(existing))
+	for i := range existing {
+		current[s.key(&existing[i])] = &existing[i]
 	}
 	sch, err := schemaOf[R](db)
 	if err != nil {
 		return fmt.Errorf("columns of %s: %w", s.name, err)
 	}
 	query := s.upsert(sch)
+	for start := 0; start < len(keys); start += maxRowsPerStatement {
+		part := keys[start:min(start+maxRowsPerStatement, len(keys))]
+		candidates := s.fold(part, current)
+		for _, k := range part {
+			delete(s.changes, k)
+			delete(s.clocks, k)
+		}
+		if err := s.queueCandidates(ctx, q, sch, query, candidates); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// writeInParts is queueWrite for more keys than one statement takes (one event can list
+// tens of thousands: an installation's repositories): a statement's worth of keys at a
+// time, it reads their rows, folds them, lets go of their changes and sends the write, so
+// that no more than a part's rows and statements are held at once. It costs two round
+// trips per part, which only such an event pays. Its rows are locked after those of the
+// tables read in the batch's first exchange, out of the table order every batch keeps: a
+// deadlock with another queue's batch is broken by Postgres, and a deadlock is transient,
+// so the batch is applied again.
+func (s *rowSet[K, R]) writeInParts(ctx context.Context, q statements, db *gorm.DB) error {
+	keys := slices.SortedFunc(slices.Values(s.keys), s.compare)
+	sch, err := schemaOf[R](db)
+	if err != nil {
+		return fmt.Errorf("columns of %s: %w", s.name, err)
+	}
+	query := s.upsert(sch)
+	for start := 0; start < len(keys); start += maxRowsPerStatement {
+		part := keys[start:min(start+maxRowsPerStatement, len(keys))]
+		existing, err := s.queueLock(q, db, part)
+		if err != nil {
+			return err
+		}
+		if err := q.send(); err != nil {
+			return err
+		}
+		current := make(map[K]*R, len(*existing))
+		for i := range *existing {
+			current[s.key(&(*existing)[i])] = &(*existing)[i]
+		}
+		candidates := s.fold(part, current)
+		for _, k := range part {
+			delete(s.changes, k)
+			delete(s.clocks, k)
+		}
+		if err := s.queueCandidates(ctx, q, sch, query, candidates); err != nil {
+			return err
+		}
+		if err := q.send(); err != nil {
+			return err
+		}
+	}
+	s.keys = nil
+	return nil
+}
+
+// queueCandidates adds the writes of one part's candidates to q.
+func (s *rowSet[K, R]) queueCandidates(ctx context.Context, q statements, sch *schema.Schema, query string, candidates []candidate[R]) error {
 	for start := 0; start < len(candidates); {
 		end := min(start+maxRowsPerStatement, len(candidates))
 		// A key's candidates stay in one statement: a later statement sees what an

@@ -10,7 +10,7 @@ import (
 
 // BuildInfo says which build a process runs; brokerswitch_build_info carries it as labels.
 type BuildInfo struct {
-	Version   string // the release, with the build (git describe) as SemVer metadata: 1.0.0+e701bf5
+	Version   string // the release, with the build (git describe) as SemVer metadata: 1.1.0+e701bf5
 	Revision  string // the commit, "-dirty" when built from a modified tree
 	GoVersion string
 }

@@ -224,6 +224,7 @@ func withServices(ctx context.Context, cfg config.Config, logger *slog.Logger, f
 	pool := broker.NewPool(cfg.Brokers, logger)
 	pool.Metrics = m
 	pool.MaxBatchBytes = cfg.MaxBatchBytes
+	pool.MaxMessageBytes = cfg.MaxMessageBytes
 	pool.Heartbeat = cfg.AMQPHeartbeat
 	defer pool.Close()
 	err = fn(ctx, services{db: db, sqlDB: sqlDB, temporal: tc, pool: pool, metrics: m})

@@ -49,22 +49,22 @@ func TestVersionPrintsVersionCommitAndGo(t *testing.T) {
 	lines := strings.Split(strings.TrimSpace(stdout), "\n")
 	require.Len(t, lines, 3, stdout)
 	// A test binary carries no link-time stamp and no VCS stamping: the release shows alone.
-	require.Equal(t, "brokerswitch 1.0.0", lines[0])
+	require.Equal(t, "brokerswitch 1.1.0", lines[0])
 	require.Equal(t, "commit: unknown", lines[1])
 	require.Equal(t, "go: "+runtime.Version(), lines[2])
 }
 
 func TestTheReleaseCarriesTheBuildAsMetadata(t *testing.T) {
 	t.Parallel()
-	require.Equal(t, "1.0.0+e701bf5-dirty", releaseVersion("e701bf5-dirty"))
-	require.Equal(t, "1.0.0+1.0.0-3-g961425a", releaseVersion("v1.0.0-3-g961425a"))
-	require.Equal(t, "1.0.0", releaseVersion("v1.0.0"))
-	require.Equal(t, "1.0.0+0.0.0-20261201-abc.dirty", releaseVersion("v0.0.0-20261201-abc+dirty"), "one + only")
+	require.Equal(t, "1.1.0+e701bf5-dirty", releaseVersion("e701bf5-dirty"))
+	require.Equal(t, "1.1.0+1.0.0-3-g961425a", releaseVersion("v1.0.0-3-g961425a"))
+	require.Equal(t, "1.1.0", releaseVersion("v1.1.0"))
+	require.Equal(t, "1.1.0+0.0.0-20261201-abc.dirty", releaseVersion("v0.0.0-20261201-abc+dirty"), "one + only")
 }
 
 // The Go runtime's soft limit is 90% of MEMORY_LIMIT, unless GOMEMLIMIT said otherwise.
 func TestMemoryLimitSetsTheGoRuntimesLimit(t *testing.T) {
-	vars := map[string]string{"MEMORY_LIMIT": "512Mi", "PREFETCH": "20", "MAX_MESSAGE_BYTES": "4194304", "MAX_BATCH_BYTES": "4194304"}
+	vars := map[string]string{"MEMORY_LIMIT": "512Mi", "PREFETCH": "16", "MAX_MESSAGE_BYTES": "4194304", "MAX_BATCH_BYTES": "4194304"}
 	getenv := func(k string) string { return vars[k] }
 	cfg, err := config.FromEnv(getenv)
 	require.NoError(t, err)

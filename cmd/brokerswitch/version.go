@@ -14,8 +14,8 @@ import (
 // from a tag, because it names the workflows' commands: every change that alters them
 // follows the rule in docs/development.md ("Changing a workflow") and raises it. The stamped
 // `git describe` says which build of the release a binary is, as SemVer build metadata
-// (1.0.0+e701bf5-dirty), so that two builds of one release stay apart.
-const release = "1.0.0"
+// (1.1.0+e701bf5-dirty), so that two builds of one release stay apart.
+const release = "1.1.0"
 
 // version and revision are set at link time (-ldflags "-X main.version=... -X
 // main.revision=..."), by `make build` and the Dockerfile. They are the only package-level

@@ -1,0 +1,142 @@
+package broker
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/brokerswitch/brokerswitch/internal/testenv"
+)
+
+// bodyLog is a BatchHandler that acknowledges everything and keeps the short bodies it
+// saw, and the length of the longest: unlike recorder, it holds no large body itself.
+type bodyLog struct {
+	mu      sync.Mutex
+	short   []string
+	longest int
+}
+
+func (l *bodyLog) HandleBatch(_ context.Context, _ string, ds []amqp.Delivery) ([]Verdict, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for _, d := range ds {
+		l.longest = max(l.longest, len(d.Body))
+		if len(d.Body) <= 64 {
+			l.short = append(l.short, string(d.Body))
+		}
+	}
+	return make([]Verdict, len(ds)), nil
+}
+
+func (l *bodyLog) seen() ([]string, int) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return slices.Clone(l.short), l.longest
+}
+
+// The memory bound counted each prefetched delivery as MAX_MESSAGE_BYTES, but the broker
+// refuses a body only over its own max_message_size (16 MiB on 4.x, 128 MiB on 3.x, and
+// a shared plan may not let it be lowered), and the client library held every prefetched
+// body whole: four bodies of 8 MiB on each of two queues held 64 MiB where the bound
+// allowed 20 (2 queues × PREFETCH 10 × 1 MiB). A body over MaxMessageBytes is now read
+// past and never held; the message is moved to {q}-error whole, body included, by a client
+// that streams it; and every good message behind it, on both queues, is consumed in order.
+func TestABodyOverMaxMessageBytesIsNeverHeldAndIsMovedToError(t *testing.T) {
+	const (
+		limit  = 1 << 20
+		large  = 8 << 20
+		larges = 4
+	)
+	r := newRabbit(t)
+	r.pool.MaxMessageBytes = limit
+	queues := []string{"issues", "pushes"}
+	r.declare(Topology{Queues: queues, RetryTTL: time.Minute})
+	for _, q := range queues {
+		for i := range larges + 1 {
+			r.publish(q, fmt.Sprintf("%s-good-%d", q, i))
+			if i < larges {
+				id := fmt.Sprintf("%s-large-%d", q, i)
+				r.publishMessages(q, amqp.Publishing{
+					Headers: amqp.Table{"x-github-event": "issues", "x-github-delivery": id}, MessageId: id,
+					DeliveryMode: amqp.Persistent, Body: bytes.Repeat([]byte{byte('a' + i)}, large),
+				})
+			}
+		}
+	}
+
+	logs := map[string]*bodyLog{}
+	loops := map[string]*consumeLoop{}
+	t.Cleanup(func() {
+		if t.Failed() {
+			for q, l := range loops {
+				t.Log(q, l.errors())
+			}
+			t.Log(r.logs.String())
+		}
+	})
+	held := testenv.PeakHeap(func() {
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		for _, q := range queues {
+			logs[q] = &bodyLog{}
+			loops[q] = startLoop(ctx, r, q, logs[q])
+		}
+		for _, q := range queues {
+			require.Eventually(t, func() bool {
+				short, _ := logs[q].seen()
+				return slices.Contains(short, q+"-good-4")
+			}, waitFor, 20*time.Millisecond, "the good messages of %s behind the large ones were never consumed", q)
+			r.eventuallyCount(ErrorQueue(q), larges)
+		}
+		cancel()
+		for _, q := range queues {
+			<-loops[q].done
+		}
+	})
+	t.Logf("consumers held at most %d bytes", held)
+	assert.LessOrEqual(t, held, uint64(len(queues)*10*limit),
+		"the consumers held %d bytes: more than QUEUES × PREFETCH × MAX_MESSAGE_BYTES", held)
+
+	for _, q := range queues {
+		short, longest := logs[q].seen()
+		assert.LessOrEqual(t, longest, 64, "a handler of %s was given a large body (or its stand-in)", q)
+		var firsts []string
+		for _, b := range short {
+			if !slices.Contains(firsts, b) {
+				firsts = append(firsts, b)
+			}
+		}
+		want := make([]string, larges+1)
+		for i := range want {
+			want[i] = fmt.Sprintf("%s-good-%d", q, i)
+		}
+		assert.Equal(t, want, firsts, "%s in queue order", q)
+		assert.Equal(t, 0, r.count(q))
+		errs := loops[q].errors()
+		assert.Len(t, errs, larges, "each large message ended its consumer once")
+		for _, err := range errs {
+			assert.ErrorIs(t, err, ErrOversize)
+		}
+
+		copies := r.getAll(ErrorQueue(q))
+		require.Len(t, copies, larges)
+		for i, c := range copies {
+			assert.Equal(t, fmt.Sprintf("%s-large-%d", q, i), c.MessageId, "in queue order")
+			assert.Equal(t, large, len(c.Body), "the body is copied whole")
+			assert.Equal(t, large, bytes.Count(c.Body, []byte{byte('a' + i)}))
+			reason, _ := c.Headers[HeaderErrorReason].(string)
+			assert.True(t, strings.Contains(reason, "over MAX_MESSAGE_BYTES (1048576)"), "reason %q", reason)
+			assert.Equal(t, q, c.Headers[HeaderErrorQueue])
+			assert.Equal(t, fmt.Sprintf("%s-large-%d", q, i), c.Headers["x-github-delivery"], "the producer's headers are kept")
+		}
+	}
+}
