@@ -139,10 +139,7 @@ func (t rowTable[K, R]) queueRead(q statements, db *gorm.DB) (any, error) {
 }
 
 func (t rowTable[K, R]) queueWrite(ctx context.Context, q statements, db *gorm.DB, read any) error {
-	if existing := read.(*[]R); existing != nil {
-		return t.s.queueWrite(ctx, q, db, *existing)
-	}
-	return t.s.writeInParts(ctx, q, db)
+	return t.s.queueWrite(ctx, q, db, read.(*[]R))
 }
 
 // schemaOf is the gorm schema of R, as db caches it.
@@ -211,6 +208,14 @@ func (s *rowSet[K, R]) queueLock(q statements, db *gorm.DB, keys []K) (*[]R, err
 // installation's repositories), and folding them all before encoding any held every row
 // two or three times over at once.
 //
+// existing is nil when queueRead left the read to queueWrite (more keys than one statement
+// takes): each part's rows are then read, and its write sent, in exchanges of their own,
+// so that no more than a part's rows and statements are held at once. That costs two
+// round trips per part, which only such an event pays. Those rows are locked after the
+// tables read in the batch's first exchange, out of the table order every batch keeps: a
+// deadlock with another queue's batch is broken by Postgres, and a deadlock is transient,
+// so the batch is applied again.
+//
 // For a table with a clock, the fold computes the row under each assumption about the
 // stored clock that the batch's clocks can tell apart (usually two: older than the
 // batch's event, or equal to it), and the write is one statement that keeps, per key, the
@@ -219,23 +224,31 @@ func (s *rowSet[K, R]) queueLock(q statements, db *gorm.DB, keys []K) (*[]R, err
 // and the events are in the ledger alone. The read stays for what the rules need of the
 // prior row: its state and existence (NextState), the columns a partial refresh keeps,
 // and the tracking columns.
-func (s *rowSet[K, R]) queueWrite(ctx context.Context, q statements, db *gorm.DB, existing []R) error {
+func (s *rowSet[K, R]) queueWrite(ctx context.Context, q statements, db *gorm.DB, existing *[]R) error {
 	if len(s.keys) == 0 {
 		return nil
 	}
 	keys := slices.SortedFunc(slices.Values(s.keys), s.compare)
 	s.keys = nil
-	current := make(map[K]*R, len(existing))
-	for i := range existing {
-		current[s.key(&existing[i])] = &existing[i]
-	}
 	sch, err := schemaOf[R](db)
 	if err != nil {
 		return fmt.Errorf("columns of %s: %w", s.name, err)
 	}
 	query := s.upsert(sch)
+	inParts := existing == nil
+	current := s.byKey(existing)
 	for start := 0; start < len(keys); start += maxRowsPerStatement {
 		part := keys[start:min(start+maxRowsPerStatement, len(keys))]
+		if inParts {
+			rows, err := s.queueLock(q, db, part)
+			if err != nil {
+				return err
+			}
+			if err := q.send(); err != nil {
+				return err
+			}
+			current = s.byKey(rows)
+		}
 		candidates := s.fold(part, current)
 		for _, k := range part {
 			delete(s.changes, k)
@@ -243,53 +256,26 @@ func (s *rowSet[K, R]) queueWrite(ctx context.Context, q statements, db *gorm.DB
 		}
 		if err := s.queueCandidates(ctx, q, sch, query, candidates); err != nil {
 			return err
+		}
+		if inParts {
+			if err := q.send(); err != nil {
+				return err
+			}
 		}
 	}
 	return nil
 }
 
-// writeInParts is queueWrite for more keys than one statement takes (one event can list
-// tens of thousands: an installation's repositories): a statement's worth of keys at a
-// time, it reads their rows, folds them, lets go of their changes and sends the write, so
-// that no more than a part's rows and statements are held at once. It costs two round
-// trips per part, which only such an event pays. Its rows are locked after those of the
-// tables read in the batch's first exchange, out of the table order every batch keeps: a
-// deadlock with another queue's batch is broken by Postgres, and a deadlock is transient,
-// so the batch is applied again.
-func (s *rowSet[K, R]) writeInParts(ctx context.Context, q statements, db *gorm.DB) error {
-	keys := slices.SortedFunc(slices.Values(s.keys), s.compare)
-	sch, err := schemaOf[R](db)
-	if err != nil {
-		return fmt.Errorf("columns of %s: %w", s.name, err)
+// byKey indexes rows by key; nil rows index nothing.
+func (s *rowSet[K, R]) byKey(rows *[]R) map[K]*R {
+	if rows == nil {
+		return nil
 	}
-	query := s.upsert(sch)
-	for start := 0; start < len(keys); start += maxRowsPerStatement {
-		part := keys[start:min(start+maxRowsPerStatement, len(keys))]
-		existing, err := s.queueLock(q, db, part)
-		if err != nil {
-			return err
-		}
-		if err := q.send(); err != nil {
-			return err
-		}
-		current := make(map[K]*R, len(*existing))
-		for i := range *existing {
-			current[s.key(&(*existing)[i])] = &(*existing)[i]
-		}
-		candidates := s.fold(part, current)
-		for _, k := range part {
-			delete(s.changes, k)
-			delete(s.clocks, k)
-		}
-		if err := s.queueCandidates(ctx, q, sch, query, candidates); err != nil {
-			return err
-		}
-		if err := q.send(); err != nil {
-			return err
-		}
+	current := make(map[K]*R, len(*rows))
+	for i := range *rows {
+		current[s.key(&(*rows)[i])] = &(*rows)[i]
 	}
-	s.keys = nil
-	return nil
+	return current
 }
 
 // queueCandidates adds the writes of one part's candidates to q.
