@@ -71,12 +71,15 @@ func (p *Pool) afterOversize(ctx context.Context, ep Endpoint, ch *amqp.Channel,
 	id, size, err := p.moveOversize(ctx, ep, queue)
 	switch {
 	case err != nil:
+		p.Metrics.Oversize(queue, metrics.OversizeNotMoved)
 		p.logger.ErrorContext(ctx, "a message over MAX_MESSAGE_BYTES could not be moved to -error",
 			"queue", queue, "broker", ep, "error", err)
 	case size == 0:
+		p.Metrics.Oversize(queue, metrics.OversizeNotMoved)
 		p.logger.ErrorContext(ctx, "a message over MAX_MESSAGE_BYTES was not at the head of its queue any more",
 			"queue", queue, "broker", ep)
 	default:
+		p.Metrics.Oversize(queue, metrics.OversizeMoved)
 		p.Metrics.Routed(queue, metrics.RouteError)
 		p.logger.WarnContext(ctx, "message over MAX_MESSAGE_BYTES moved to -error unread", "queue", queue, "broker", ep,
 			"message_id", id, "body_bytes", size, "max_message_bytes", p.MaxMessageBytes)

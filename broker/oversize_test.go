@@ -15,6 +15,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/brokerswitch/brokerswitch/internal/testenv"
+	"github.com/brokerswitch/brokerswitch/metrics"
+	"github.com/brokerswitch/brokerswitch/metrics/metricstest"
 )
 
 // bodyLog is a BatchHandler that acknowledges everything and keeps the short bodies it
@@ -58,6 +60,8 @@ func TestABodyOverMaxMessageBytesIsNeverHeldAndIsMovedToError(t *testing.T) {
 	)
 	r := newRabbit(t)
 	r.pool.MaxMessageBytes = limit
+	m, reg := metricstest.New()
+	r.pool.Metrics = m
 	queues := []string{"issues", "pushes"}
 	r.declare(Topology{Queues: queues, RetryTTL: time.Minute})
 	for _, q := range queues {
@@ -123,6 +127,8 @@ func TestABodyOverMaxMessageBytesIsNeverHeldAndIsMovedToError(t *testing.T) {
 		assert.Equal(t, 0, r.count(q))
 		errs := loops[q].errors()
 		assert.Len(t, errs, larges, "each large message ended its consumer once")
+		assert.InDelta(t, larges, metricstest.Value(t, reg, "brokerswitch_oversize_messages_total", "queue", q, "outcome", metrics.OversizeMoved), 0)
+		assert.InDelta(t, larges, metricstest.Value(t, reg, "brokerswitch_routed_messages_total", "queue", q, "route", metrics.RouteError), 0)
 		for _, err := range errs {
 			assert.ErrorIs(t, err, ErrOversize)
 		}

@@ -28,6 +28,7 @@ const (
 	rbMetrics     = "Metrics"
 	rbLease       = "A worker keeps losing its lease"
 	rbUnreadable  = "A message with unreadable headers"
+	rbOversize    = "A message over MAX_MESSAGE_BYTES"
 	rbQuorum      = "A producer's quorum queue can lose order or messages"
 )
 
@@ -223,6 +224,12 @@ func errorPanels() []panel {
 			about("Consumer connections cut by a message whose headers the AMQP client refuses: moved (copied to {q}-error unread) or not_found (none found at the head: the queue may be stopped at it).", rbUnreadable, "BrokerswitchUnreadableMessageStuck"),
 			query{`sum by (queue) (increase(brokerswitch_unreadable_messages_total{outcome="not_found"}[15m]))`, "not found: {{queue}}"},
 			query{`sum by (queue) (increase(brokerswitch_unreadable_messages_total{outcome="moved"}[15m]))`, "moved: {{queue}}"}), above(0)),
+		alerting(graph("Messages over MAX_MESSAGE_BYTES moved (1h)", "short",
+			about("Messages whose body is over MAX_MESSAGE_BYTES, never held by a consumer and streamed to {q}-error unread; each also ended its queue's consumer once.", rbOversize, "BrokerswitchOversizeMessages"),
+			query{`sum by (queue) (increase(brokerswitch_oversize_messages_total{outcome="moved"}[1h]))`, "{{queue}}"}), above(0)),
+		alerting(graph("Messages over MAX_MESSAGE_BYTES not moved (15m)", "short",
+			about("Moves of such a message that failed or found another message at the head; the next window tries again, so a count that keeps rising means the queue stands at it.", rbOversize, "BrokerswitchOversizeMessageStuck"),
+			query{`sum by (queue) (increase(brokerswitch_oversize_messages_total{outcome="not_moved"}[15m]))`, "{{queue}}"}), above(3)),
 		alerting(graph("Producers' quorum queues at risk", "short",
 			about("A producer's quorum queue whose delivery limit or dead-letter strategy can lose order or messages, by broker, queue and risk (1 while it is so).", rbQuorum, "BrokerswitchQuorumQueueRisk"),
 			query{"max by (broker, queue, risk) (brokerswitch_quorum_queue_risk)", "broker {{broker}} {{queue}}: {{risk}}"}), above(0)),

@@ -58,6 +58,7 @@ func exportedNames(t *testing.T) map[string]bool {
 	m.Event("q", "e", OutcomeApplied)
 	m.Routed("q", RouteError)
 	m.Unreadable("q", UnreadableMoved)
+	m.Oversize("q", OversizeMoved)
 	m.LeftoverDrained("q", 1, 1)
 	m.LeftoverUnreachable("q", 1)
 	m.LeftoverFailed("q", 1)

@@ -41,6 +41,13 @@ const (
 	UnreadableNotFound = "not_found" // a connection was cut by an unreadable frame, but no such message was found at the head
 )
 
+// What became of a message whose body is larger than MAX_MESSAGE_BYTES, the outcome label
+// of brokerswitch_oversize_messages_total.
+const (
+	OversizeMoved    = "moved"     // streamed to {q}-error unread and acknowledged
+	OversizeNotMoved = "not_moved" // not at the head any more, or the move failed: the next window tries again
+)
+
 // Why an event's entity clock could not be used, the reason label of
 // brokerswitch_clock_fallbacks_total.
 const (
@@ -98,6 +105,7 @@ type Metrics struct {
 	quorumRisk    *prometheus.GaugeVec
 	delivLimited  *prometheus.CounterVec
 	unreadable    *prometheus.CounterVec
+	oversize      *prometheus.CounterVec
 	ledger        ledgerGauges
 	registerer    prometheus.Registerer
 	stateWatching bool
@@ -208,12 +216,16 @@ func New(reg *prometheus.Registry) *Metrics {
 			Namespace: namespace, Name: "unreadable_messages_total",
 			Help: "Consumer connections cut by a message whose headers the AMQP client refuses, by queue and outcome: moved (the message was copied to {q}-error unread) or not_found (no such message was found at the head; the queue may be stuck).",
 		}, []string{"queue", "outcome"}),
+		oversize: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: namespace, Name: "oversize_messages_total",
+			Help: "Messages whose body is larger than MAX_MESSAGE_BYTES, which no consumer holds, by queue and outcome: moved (streamed to {q}-error unread) or not_moved (not at the head any more, or the move failed; the next window tries again).",
+		}, []string{"queue", "outcome"}),
 	}
 	m.ledger = newLedgerGauges()
 	reg.MustRegister(m.ledger.collectors()...)
 	reg.MustRegister(m.events, m.routed, m.leftover, m.leftoverDown, m.leftoverFail, m.unannHeld, m.unannRead, m.drainChecks, m.switches,
 		m.commitLag, m.pendingFor, m.windows, m.reconnects, m.dialFailures, m.connsLost, m.blocked, m.pingFailures,
-		m.idReused, m.clockFallback, m.leaseLost, m.leaseReaped, m.quorumRisk, m.delivLimited, m.unreadable)
+		m.idReused, m.clockFallback, m.leaseLost, m.leaseReaped, m.quorumRisk, m.delivLimited, m.unreadable, m.oversize)
 	return m
 }
 
@@ -256,6 +268,8 @@ func (m *Metrics) StartAtZero(queues []string, brokers int) {
 		m.idReused.WithLabelValues(q)
 		m.unreadable.WithLabelValues(q, UnreadableMoved)
 		m.unreadable.WithLabelValues(q, UnreadableNotFound)
+		m.oversize.WithLabelValues(q, OversizeMoved)
+		m.oversize.WithLabelValues(q, OversizeNotMoved)
 	}
 	for _, f := range []string{"false", "true"} {
 		m.switches.WithLabelValues(f)
@@ -460,6 +474,15 @@ func (m *Metrics) Unreadable(queue, outcome string) {
 		return
 	}
 	m.unreadable.WithLabelValues(queue, outcome).Inc()
+}
+
+// Oversize counts a message of queue whose body is larger than MAX_MESSAGE_BYTES, and
+// what became of it (OversizeMoved or OversizeNotMoved).
+func (m *Metrics) Oversize(queue, outcome string) {
+	if m == nil {
+		return
+	}
+	m.oversize.WithLabelValues(queue, outcome).Inc()
 }
 
 // PingFailed counts a HealthChecks ping that could not be delivered.
