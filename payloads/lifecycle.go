@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/google/uuid"
@@ -151,4 +152,32 @@ func NewDeliveryID() string {
 		return uuid.NewString()
 	}
 	return id.String()
+}
+
+// RepositoryList is an installation (action created, listing "repositories") or
+// installation_repositories (action removed, listing "repositories_removed") event of at
+// most size bytes that lists as many repositories as a body of that size can (one per 64
+// bytes, the decoder's bound), each with the columns an installation payload carries:
+// the costliest body to apply per byte, since every element becomes a row.
+func RepositoryList(event string, size int) (Event, error) {
+	var head, list, action string
+	switch event {
+	case "installation":
+		head, list, action = `{"action":"created","installation":{"id":1,"account":{"login":"o"}}`, "repositories", "created"
+	case "installation_repositories":
+		head, list, action = `{"action":"removed","installation":{"id":1,"account":{"login":"o"}}`, "repositories_removed", "removed"
+	default:
+		return Event{}, fmt.Errorf("payloads: %s lists no repositories", event)
+	}
+	var b strings.Builder
+	b.WriteString(head + `,"` + list + `":[`)
+	for i := 1; b.Len() < size-64; i++ {
+		if i > 1 {
+			b.WriteByte(',')
+		}
+		e := fmt.Sprintf(`{"id":%d,"node_id":"R%d","name":"r","full_name":"o/r"}`, i, i)
+		b.WriteString(e + strings.Repeat(" ", max(0, 63-len(e))))
+	}
+	b.WriteString(`]}`)
+	return Event{Queue: QueueFor(event), Event: event, Action: action, DeliveryID: NewDeliveryID(), Body: []byte(b.String())}, nil
 }
