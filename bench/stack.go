@@ -161,7 +161,7 @@ func (st *stack) terminateWorkflows() {
 // startWorker runs a worker in this process, as e2e's startWorker does.
 func (st *stack) startWorker() (stop func()) {
 	ctx, cancel := context.WithCancel(context.Background())
-	pool := broker.NewPool(st.cfg.Brokers, nil)
+	pool := worker.NewPool(st.cfg, nil, nil)
 	pool.Trace = st.batches.add
 	done := make(chan error, 1)
 	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError}))

@@ -270,7 +270,7 @@ func declareProducersQuorumQueues(t *testing.T, pool *broker.Pool, index int, cf
 // startWorker runs one worker process's worth of the service until the test ends or stop.
 func (s *stack) startWorker() (stop func()) {
 	ctx, cancel := context.WithCancel(context.Background())
-	pool := broker.NewPool(s.cfg.Brokers, nil)
+	pool := worker.NewPool(s.cfg, nil, nil)
 	done := make(chan error, 1)
 	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	go func() {

@@ -221,11 +221,7 @@ func withServices(ctx context.Context, cfg config.Config, logger *slog.Logger, f
 			cfg.TemporalAddress, cfg.TemporalNamespace, err)
 	}
 	defer tc.Close()
-	pool := broker.NewPool(cfg.Brokers, logger)
-	pool.Metrics = m
-	pool.MaxBatchBytes = cfg.MaxBatchBytes
-	pool.MaxMessageBytes = cfg.MaxMessageBytes
-	pool.Heartbeat = cfg.AMQPHeartbeat
+	pool := worker.NewPool(cfg, logger, m)
 	defer pool.Close()
 	err = fn(ctx, services{db: db, sqlDB: sqlDB, temporal: tc, pool: pool, metrics: m})
 	if errors.Is(err, context.Canceled) {
