@@ -68,7 +68,27 @@ func (p *Pool) Drain(ctx context.Context, index int, queue string, max int, batc
 // hold messages that go back to the head of the queue. A queue that does not exist is
 // empty. When h fails or ctx ends, DrainWith returns the error (wrapping ctx's) with the
 // current batch unsettled and back at the head of the queue.
+//
+// A message over MaxMessageBytes is moved to {q}-error unread (see afterOversize), and the
+// drain goes on behind it with what is left of Max, on a channel of its own.
 func (p *Pool) DrainWith(ctx context.Context, index int, queue string, opts DrainOptions, h BatchHandler) (DrainResult, error) {
+	var total DrainResult
+	for {
+		res, err := p.drainOnce(ctx, index, queue, opts, h)
+		total.Taken += res.Taken
+		total.Empty, total.Kept = res.Empty, res.Kept
+		if !errors.Is(err, ErrMovedToError) {
+			return total, err
+		}
+		if opts.Max -= res.Taken + 1; opts.Max < 1 {
+			return total, nil
+		}
+	}
+}
+
+// drainOnce is DrainWith on one channel, until the queue is empty, opts are met or a
+// message over MaxMessageBytes ends it.
+func (p *Pool) drainOnce(ctx context.Context, index int, queue string, opts DrainOptions, h BatchHandler) (DrainResult, error) {
 	ep, err := p.endpoint(index)
 	if err != nil {
 		return DrainResult{}, err

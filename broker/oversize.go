@@ -22,6 +22,11 @@ import (
 // could be moved to {q}-error (see moveOversize).
 var ErrOversize = errors.New("a message's body is larger than MAX_MESSAGE_BYTES")
 
+// ErrMovedToError is wrapped, beside ErrOversize or ErrUnreadable, into the error of
+// Consume or Drain when the message that ended it is in {q}-error and gone from the head:
+// the queue can be read on at once. Without it, the message is still at the head.
+var ErrMovedToError = errors.New("the message was moved to its -error queue")
+
 // oversizeError is what settler.handle returns on reaching a delivery whose body the
 // guard left out.
 type oversizeError struct {
@@ -83,6 +88,7 @@ func (p *Pool) afterOversize(ctx context.Context, ep Endpoint, ch *amqp.Channel,
 		p.Metrics.Routed(queue, metrics.RouteError)
 		p.logger.WarnContext(ctx, "message over MAX_MESSAGE_BYTES moved to -error unread", "queue", queue, "broker", ep,
 			"message_id", id, "body_bytes", size, "max_message_bytes", p.MaxMessageBytes)
+		return fmt.Errorf("%s %s on %s: %w: %w", op, queue, ep, cause, ErrMovedToError)
 	}
 	return fmt.Errorf("%s %s on %s: %w", op, queue, ep, cause)
 }

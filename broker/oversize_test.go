@@ -146,3 +146,50 @@ func TestABodyOverMaxMessageBytesIsNeverHeldAndIsMovedToError(t *testing.T) {
 		}
 	}
 }
+
+// A Leftover Drain that reached a body over MaxMessageBytes used to end there with an
+// error, leaving the good messages behind it on the spare until a later window, and
+// counting the spare as one that cannot be read. It now moves the message and goes on, in
+// order, within its budget.
+func TestADrainMovesABodyOverMaxMessageBytesAndGoesOn(t *testing.T) {
+	const limit = 64 << 10
+	r := newRabbit(t)
+	r.pool.MaxMessageBytes = limit
+	r.declare(Topology{Queues: []string{"pushes"}, RetryTTL: time.Minute})
+	for i := range 3 {
+		r.publish("pushes", fmt.Sprintf("good-%d", i))
+		if i < 2 {
+			id := fmt.Sprintf("large-%d", i)
+			r.publishMessages("pushes", amqp.Publishing{
+				Headers: amqp.Table{"x-github-event": "push", "x-github-delivery": id}, MessageId: id,
+				DeliveryMode: amqp.Persistent, Body: bytes.Repeat([]byte{'x'}, 4*limit),
+			})
+		}
+	}
+
+	h := &bodyLog{}
+	res, err := r.pool.DrainWith(t.Context(), 0, "pushes", DrainOptions{Max: 100, Batch: 10}, h)
+	require.NoError(t, err)
+	short, longest := h.seen()
+	assert.Equal(t, []string{"good-0", "good-1", "good-2"}, short, "every good message, in queue order")
+	assert.LessOrEqual(t, longest, 64, "no handler was given a large body")
+	assert.Equal(t, 3, res.Taken)
+	assert.True(t, res.Empty)
+	assert.Equal(t, 0, r.count("pushes"))
+	var ids []string
+	for _, c := range r.getAll(ErrorQueue("pushes")) {
+		ids = append(ids, c.MessageId)
+	}
+	assert.Equal(t, []string{"large-0", "large-1"}, ids)
+
+	// The budget counts a moved message: a drain of 2 stops behind the first large one.
+	r.publish("pushes", "good-3")
+	r.publishMessages("pushes", amqp.Publishing{MessageId: "large-2", DeliveryMode: amqp.Persistent, Body: bytes.Repeat([]byte{'x'}, 4*limit)})
+	r.publish("pushes", "good-4")
+	res, err = r.pool.DrainWith(t.Context(), 0, "pushes", DrainOptions{Max: 2, Batch: 10}, h)
+	require.NoError(t, err)
+	assert.Equal(t, 1, res.Taken)
+	short, _ = h.seen()
+	assert.Equal(t, "good-3", short[len(short)-1])
+	assert.Equal(t, 1, r.count("pushes"), "good-4 waits for the next drain")
+}

@@ -74,6 +74,7 @@ func (p *Pool) afterUnreadable(ctx context.Context, ep Endpoint, queue string, f
 		p.Metrics.Routed(queue, metrics.RouteError)
 		p.logger.WarnContext(ctx, "unreadable message moved to -error", "queue", queue, "broker", ep,
 			"message_id", id, "reason", reason)
+		return fmt.Errorf("consume %s on %s: %w: %w: %w", queue, ep, ErrUnreadable, cause, ErrMovedToError)
 	}
 	return fmt.Errorf("consume %s on %s: %w: %w", queue, ep, ErrUnreadable, cause)
 }

@@ -225,7 +225,7 @@ func errorPanels() []panel {
 			query{`sum by (queue) (increase(brokerswitch_unreadable_messages_total{outcome="not_found"}[15m]))`, "not found: {{queue}}"},
 			query{`sum by (queue) (increase(brokerswitch_unreadable_messages_total{outcome="moved"}[15m]))`, "moved: {{queue}}"}), above(0)),
 		alerting(graph("Messages over MAX_MESSAGE_BYTES moved (1h)", "short",
-			about("Messages whose body is over MAX_MESSAGE_BYTES, never held by a consumer and streamed to {q}-error unread; each also ended its queue's consumer once.", rbOversize, "BrokerswitchOversizeMessages"),
+			about("Messages whose body is over MAX_MESSAGE_BYTES, never held by a consumer and streamed to {q}-error unread; each costs its queue a new channel and the redelivery of what was prefetched behind it.", rbOversize, "BrokerswitchOversizeMessages"),
 			query{`sum by (queue) (increase(brokerswitch_oversize_messages_total{outcome="moved"}[1h]))`, "{{queue}}"}), above(0)),
 		alerting(graph("Messages over MAX_MESSAGE_BYTES not moved (15m)", "short",
 			about("Moves of such a message that failed or found another message at the head; the next window tries again, so a count that keeps rising means the queue stands at it.", rbOversize, "BrokerswitchOversizeMessageStuck"),
