@@ -41,10 +41,6 @@ type tableSize struct {
 	Bytes int64
 }
 
-// ledgerTables are the tables whose bytes per event are reported, the ledger first.
-var ledgerTables = []string{"github_deliveries", "github_pull_requests", "github_issues", "github_comments",
-	"github_pushes", "github_branches", "github_installations", "github_repositories", "github_users"}
-
 // runLedger applies the same corpus, in batches of 100 per queue as a window commits them,
 // through the ingester (no broker: the figure is Postgres') to two databases: one with an
 // empty ledger and one whose ledger holds rows rows first.
@@ -82,9 +78,9 @@ func runLedger(s *scope, events, runs int, rows int64, randomIDs bool) ledgerRes
 		res.Events += events
 	}
 	s.check(full.WithContext(ctx).Raw("SELECT pg_total_relation_size('github_deliveries')").Scan(&res.FullLedgerBytes).Error, "ledger size")
-	for _, name := range ledgerTables {
+	for _, name := range models.GitHubTables() {
 		var size struct{ Rows, Bytes int64 }
-		// name comes from ledgerTables.
+		// name comes from models.GitHubTables.
 		s.check(empty.WithContext(ctx).Raw("SELECT count(*) AS rows, pg_total_relation_size(?::regclass) AS bytes FROM "+name, name).
 			Scan(&size).Error, "size of "+name)
 		res.Tables = append(res.Tables, tableSize{Name: name, Rows: size.Rows, Bytes: size.Bytes})

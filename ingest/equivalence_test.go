@@ -11,12 +11,9 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 	"github.com/stretchr/testify/require"
 
+	"github.com/brokerswitch/brokerswitch/models"
 	"github.com/brokerswitch/brokerswitch/payloads"
 )
-
-// typedTables are every table HandleBatch writes, the ledger included.
-var typedTables = []string{"github_deliveries", "github_pull_requests", "github_issues", "github_comments",
-	"github_pushes", "github_branches", "github_installations", "github_repositories", "github_users"}
 
 // TestSetBasedApplyEqualsOneByOne applies random sequences of vendored events aimed at a
 // few entities, once in random batches and once one delivery per batch, and requires
@@ -44,7 +41,7 @@ func TestSetBasedApplyEqualsOneByOne(t *testing.T) {
 			_, err := oneByOne.ing.ForBroker(0).HandleBatch(ctx, queue, []amqp.Delivery{d})
 			require.NoError(t, err)
 		}
-		for _, table := range typedTables {
+		for _, table := range models.GitHubTables() {
 			want, got := dump(t, oneByOne, table), dump(t, batched, table)
 			require.Equal(t, want, got, "round %d (seed %d): %s differs between one-by-one and set-based apply", round, seed, table)
 		}
@@ -71,7 +68,7 @@ func seeded(t *testing.T, stream uint64) (uint64, *rand.Rand) {
 
 func joinTables() string {
 	out := ""
-	for i, t := range typedTables {
+	for i, t := range models.GitHubTables() {
 		if i > 0 {
 			out += ", "
 		}
