@@ -12,7 +12,6 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"strings"
 	"time"
 
@@ -56,7 +55,7 @@ func main() {
 	flag.StringVar(&o.only, "only", "", "comma-separated figures to run (a,b,product,rtt,lag,drain,cap,actions,catchup,ledger,clock,rss); empty: all")
 	flag.Int64Var(&o.ledgerRows, "ledger-rows", 10_000_000, "ledger rows written in SQL beside which the 'ledger' figure measures the apply rate (about 3 GB of disk while it runs)")
 	flag.BoolVar(&o.ledgerRandom, "ledger-random-ids", false, "the 'ledger' figure's delivery ids are random version-4 GUIDs instead of GitHub's time-based version-1 ones")
-	flag.IntVar(&o.rssMessages, "rss-messages", 12, "messages of 25 MB for the peak-RSS figure")
+	flag.IntVar(&o.rssMessages, "rss-messages", 12, "pushes of 25 MB in the peak-RSS figure's first two cases")
 	flag.StringVar(&o.out, "out", "BENCHMARKS.md", "markdown report to write (its generated block is replaced)")
 	flag.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of the in-process worker during the last end-to-end run")
 	flag.DurationVar(&o.rtt, "rtt", 2*time.Millisecond, "round trip time injected between the consumer and RabbitMQ and Postgres for the 'rtt' figure (B and end to end)")
@@ -256,12 +255,12 @@ func run(o options) error {
 	}
 
 	if o.wants("rss") {
-		res.record(guard("peak RSS with 25 MB messages", func(s *scope) {
+		res.record(guard("peak RSS", func(s *scope) {
 			binary := buildBinary(s, logDir)
-			for _, env := range rssConfigs() {
-				r := runRSS(s, o.rssMessages, env, binary, logDir)
-				logf("peak RSS: %d messages of 25 MB, PREFETCH %d, MEMORY_LIMIT %q (worst case %.0f MiB): peak RSS %.0f MB, applied in %s",
-					r.Messages, r.Prefetch, r.MemoryLimit, r.WorstCaseMB, r.PeakRSSMB, r.Done.Round(time.Millisecond))
+			for _, c := range rssCases(o.rssMessages) {
+				r := runRSS(s, c, binary, logDir)
+				logf("peak RSS, %s: PREFETCH %d, MEMORY_LIMIT %q (worst case %.0f MiB): peak RSS %.0f MB; %d applied and %d moved to -error in %s",
+					c.name, r.Prefetch, r.MemoryLimit, r.WorstCaseMB, r.PeakRSSMB, r.Messages, r.ToError, r.Done.Round(time.Millisecond))
 				res.RSS = append(res.RSS, r)
 			}
 		}))
@@ -288,10 +287,8 @@ func run(o options) error {
 
 // buildBinary builds `brokerswitch` into dir, for the figures that run it as a process.
 func buildBinary(s *scope, dir string) string {
-	binary := filepath.Join(dir, "brokerswitch")
-	build := exec.Command("go", "build", "-o", binary, "./cmd/brokerswitch")
-	build.Stdout, build.Stderr = os.Stderr, os.Stderr
-	s.check(build.Run(), "build ./cmd/brokerswitch")
+	binary, err := testenv.BuildWorker(dir)
+	s.check(err, "build ./cmd/brokerswitch")
 	return binary
 }
 

@@ -42,7 +42,7 @@ type results struct {
 	EntityClock *entityClockResult
 	// CatchUpRTT is the same catch-up with Options.rtt injected (no counting proxies).
 	CatchUpRTT *catchUpResult
-	// RSS is the worker's peak resident set with a queue of 25 MB messages, per setting.
+	// RSS is the worker's peak resident set in each case of the peak-RSS figure.
 	RSS      []rssResult
 	Failures []string
 }
@@ -228,6 +228,7 @@ func (r *results) table() report {
 	r.costRows(add, &rep)
 	r.ledgerRows(add, &rep)
 	r.entityClockRows(add, &rep)
+	r.rssRows(add, &rep)
 	return rep
 }
 

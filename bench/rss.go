@@ -2,69 +2,184 @@ package main
 
 import (
 	"context"
+	"fmt"
+	"log/slog"
 	"strconv"
 	"strings"
 	"time"
 
+	"github.com/brokerswitch/brokerswitch/broker"
 	"github.com/brokerswitch/brokerswitch/payloads"
+	"github.com/brokerswitch/brokerswitch/simulate"
 )
 
-// largeMessageBytes is the body of each message of the peak-RSS figure: GitHub's cap on a
-// webhook payload, 25 MB, just under the default MAX_MESSAGE_BYTES (25 MiB).
+// largeMessageBytes is the body of each message of the peak-RSS figure's first cases:
+// GitHub's cap on a webhook payload, 25 MB, just under the default MAX_MESSAGE_BYTES
+// (25 MiB).
 const largeMessageBytes = 25_000_000
 
-// rssResult is the peak resident set of `brokerswitch worker` while it applies a queue of
-// 25 MB messages with one configuration.
+// brokerMaxMessageBytes is RabbitMQ 4's default max_message_size: the largest body a
+// broker left at its defaults takes (3.x takes up to 128 MiB).
+const brokerMaxMessageBytes = 16 << 20
+
+// rssResult is the peak resident set of `brokerswitch worker` while it works through one
+// case of the peak-RSS figure.
 type rssResult struct {
-	Messages    int
+	Case        string
+	Messages    int // applied
+	ToError     int // moved to -error unread, over MAX_MESSAGE_BYTES
 	Prefetch    int
 	MemoryLimit string // MEMORY_LIMIT, "" when not set
+	LimitMB     float64
 	WorstCaseMB float64
 	PeakRSSMB   float64
 	Done        time.Duration
 }
 
-// largePush is a push event padded to largeMessageBytes with a field no table stores.
-func largePush(s *scope) payloads.Event {
-	ev, err := payloads.Build("push", "", func(p map[string]any) { p["padding"] = "" })
-	s.check(err, "push")
-	pad := largeMessageBytes - len(ev.Body)
-	ev, err = payloads.Build("push", "", func(p map[string]any) { p["padding"] = strings.Repeat("x", pad) })
-	s.check(err, "push")
+// within tells whether the peak stayed under MEMORY_LIMIT; true when none is set.
+func (r rssResult) within() bool { return r.LimitMB == 0 || r.PeakRSSMB <= r.LimitMB }
+
+// rssCase is one setting of the peak-RSS figure: the worker's environment on top of the
+// stack's, and what waits on the queues when it starts.
+type rssCase struct {
+	name string
+	env  map[string]string
+	// fill publishes the case's messages and says how many the worker must apply and how
+	// many it must move to -error.
+	fill func(s *scope, p *simulate.Producer) (applied, toError int)
+}
+
+// kubernetesSample is the worker's memory settings in deploy/k8s (configmap.yaml and the
+// container's limit, which the Deployment passes as MEMORY_LIMIT).
+func kubernetesSample() map[string]string {
+	return map[string]string{"PREFETCH": "16", "MAX_MESSAGE_BYTES": strconv.Itoa(4 << 20), "MAX_BATCH_BYTES": strconv.Itoa(4 << 20), "MEMORY_LIMIT": "512Mi"}
+}
+
+// rssCases are the peak-RSS figure's cases: 25 MB pushes with the defaults and with a
+// prefetch of 2 under a MEMORY_LIMIT its worst case fits; then, with the Kubernetes
+// sample's settings, bodies as large as a broker at its defaults takes on every queue, and
+// the costliest bodies to apply.
+func rssCases(n int) []rssCase {
+	// An event of each of the four default queues, installations last.
+	rssEvents := []string{"pull_request", "issues", "push", "installation"}
+	pushes := func(s *scope, p *simulate.Producer) (int, int) {
+		for range n { // one body at a time in this process
+			publish(s, p, padded(s, "push", largeMessageBytes))
+		}
+		return n, 0
+	}
+	return []rssCase{
+		{name: fmt.Sprintf("%d pushes of 25 MB, defaults", n), fill: pushes},
+		{name: fmt.Sprintf("%d pushes of 25 MB, PREFETCH 2", n), env: map[string]string{"PREFETCH": "2", "MEMORY_LIMIT": strconv.Itoa(1300 << 20)}, fill: pushes},
+		{name: "Kubernetes sample, 20 bodies of 16 MiB on each queue, each followed by a small event", env: kubernetesSample(),
+			fill: func(s *scope, p *simulate.Producer) (int, int) {
+				for range 20 {
+					for _, event := range rssEvents {
+						publish(s, p, padded(s, event, brokerMaxMessageBytes))
+						publish(s, p, padded(s, event, 0))
+					}
+				}
+				return 20 * len(rssEvents), 20 * len(rssEvents)
+			}},
+		{name: "Kubernetes sample, the costliest bodies: 4 installations listing repositories, 20 bodies on each other queue, all just under MAX_MESSAGE_BYTES", env: kubernetesSample(),
+			fill: func(s *scope, p *simulate.Producer) (int, int) {
+				const size = 4<<20 - 1<<10
+				for range 4 {
+					ev, err := payloads.RepositoryList("installation", size)
+					s.check(err, "installation")
+					publish(s, p, ev)
+				}
+				for range 20 {
+					for _, event := range rssEvents[:3] {
+						publish(s, p, padded(s, event, size))
+					}
+				}
+				return 4 + 20*3, 0
+			}},
+	}
+}
+
+// padded is an event padded to size bytes (at least its example's) with a field no table
+// stores.
+func padded(s *scope, event string, size int) payloads.Event {
+	ev, err := payloads.Build(event, "", func(p map[string]any) { p["padding"] = "" })
+	s.check(err, event)
+	if pad := size - len(ev.Body); pad > 0 {
+		ev, err = payloads.Build(event, "", func(p map[string]any) { p["padding"] = strings.Repeat("x", pad) })
+		s.check(err, event)
+	}
 	return ev
 }
 
-// runRSS publishes n messages of 25 MB to pushes, starts `brokerswitch worker` as its own
-// process with env on top of the defaults, and samples its resident set until all are
-// applied. Prefetch counts messages, so the consumer holds up to min(n, PREFETCH) of them.
-func runRSS(s *scope, n int, env map[string]string, binary, logDir string) rssResult {
+func publish(s *scope, p *simulate.Producer, ev payloads.Event) {
+	s.check(p.Publish(context.Background(), messages(nil, ev)...), "publish")
+}
+
+// runRSS publishes a case's messages, starts `brokerswitch worker` as its own process with
+// the case's environment, and samples its resident set until all are applied or moved.
+func runRSS(s *scope, c rssCase, binary, logDir string) rssResult {
 	ctx := context.Background()
-	st := newStack(s, 1, stackOptions{env: env})
+	st := newStack(s, 1, stackOptions{env: c.env})
 	p := st.producer()
-	for range n { // one 25 MB body at a time in this process
-		s.check(p.Publish(ctx, messages(nil, largePush(s))...), "publish")
-	}
+	applied, toError := c.fill(s, p)
 	_ = p.Close()
 
 	worst, _ := st.cfg.WorstCaseMemory()
-	res := rssResult{Messages: n, Prefetch: st.cfg.Prefetch, MemoryLimit: env["MEMORY_LIMIT"], WorstCaseMB: float64(worst) / (1 << 20)}
+	res := rssResult{Case: c.name, Messages: applied, ToError: toError, Prefetch: st.cfg.Prefetch, MemoryLimit: c.env["MEMORY_LIMIT"],
+		LimitMB: float64(st.cfg.MemoryLimit) / (1 << 20), WorstCaseMB: float64(worst) / (1 << 20)}
 	began := time.Now()
 	w := st.startWorkerProcess(binary, logDir)
-	s.check(st.waitApplied(ctx, int64(n), 10*time.Minute), "apply the large messages (worker log: "+w.logPath+")")
+	s.check(st.waitApplied(ctx, int64(applied), 10*time.Minute), "apply the messages (worker log: "+w.Log+")")
+	s.check(st.waitMovedToError(ctx, toError, 5*time.Minute), "move the large messages (worker log: "+w.Log+")")
 	res.Done = time.Since(began)
-	res.PeakRSSMB = w.peakRSSMB()
-	w.stop()
+	res.PeakRSSMB = w.PeakRSSMB()
+	w.Stop()
 	if e := st.errors(ctx); e > 0 {
-		s.Fatalf("%d large messages ended in error", e)
+		s.Fatalf("%d messages ended in error in the ledger (worker log: %s)", e, w.Log)
 	}
 	return res
 }
 
-// rssConfigs are the peak-RSS figure's settings: the defaults, and a prefetch of 2 under a
-// MEMORY_LIMIT that its worst case fits.
-func rssConfigs() []map[string]string {
-	return []map[string]string{
-		{},
-		{"PREFETCH": "2", "MEMORY_LIMIT": strconv.Itoa(1300 << 20)},
+// waitMovedToError waits until the -error queues of broker 0 hold n messages in all.
+func (st *stack) waitMovedToError(ctx context.Context, n int, within time.Duration) error {
+	eps, err := broker.ParseEndpoints(st.direct[0])
+	if err != nil {
+		return err
+	}
+	pool := broker.NewPool(eps, slog.New(slog.DiscardHandler))
+	defer pool.Close()
+	var queues []string
+	for _, q := range st.cfg.Queues {
+		queues = append(queues, broker.ErrorQueue(q))
+	}
+	return waitUntil(ctx, within, fmt.Sprintf("%d messages in -error", n), func() (bool, error) {
+		counts, err := pool.ReadyCounts(ctx, 0, queues)
+		if err != nil {
+			return false, err
+		}
+		total := 0
+		for _, c := range counts {
+			total += c
+		}
+		return total >= n, nil
+	})
+}
+
+// rssRows are the peak-RSS figure's rows: each case's peak beside its worst case, and
+// whether it stayed within MEMORY_LIMIT where one is set.
+func (r *results) rssRows(add func(row), rep *report) {
+	for _, c := range r.RSS {
+		settings := fmt.Sprintf("PREFETCH %d, worst case %.0f MiB", c.Prefetch, c.WorstCaseMB)
+		target, st := "", ""
+		if c.LimitMB > 0 {
+			target, st = fmt.Sprintf("≤ MEMORY_LIMIT (%s)", c.MemoryLimit), status(c.within())
+			rep.targets = append(rep.targets, fmt.Sprintf("Peak RSS within MEMORY_LIMIT %s, %s: %s (%.0f MB).", c.MemoryLimit, c.Case, st, c.PeakRSSMB))
+		}
+		done := fmt.Sprintf("%d applied", c.Messages)
+		if c.ToError > 0 {
+			done += fmt.Sprintf(", %d moved to -error unread", c.ToError)
+		}
+		add(row{"Peak RSS of `brokerswitch worker` (VmHWM): " + c.Case, fmt.Sprintf("%.0f MB", c.PeakRSSMB), "1 run",
+			fmt.Sprintf("%s; %s in %.1f s", settings, done, c.Done.Seconds()), target, st})
 	}
 }
