@@ -14,6 +14,7 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/brokerswitch/brokerswitch/broker"
+	"github.com/brokerswitch/brokerswitch/worker"
 )
 
 // month is the 30 days the Actions figures are extrapolated to.
@@ -216,20 +217,20 @@ func runTakeover(s *scope, st *stack, binary, logDir string) time.Duration {
 	for _, w := range held() {
 		counts[w]++
 	}
-	if counts[b.identity()] > counts[a.identity()] {
+	if counts[worker.IdentityOf(b.Pid())] > counts[worker.IdentityOf(a.Pid())] {
 		victim, survivor = b, a
 	}
-	victim.kill()
+	victim.Kill()
 	killed := time.Now()
 	s.check(waitUntil(ctx, time.Minute, "the survivor to hold every window", func() (bool, error) {
 		h := held()
 		for _, q := range st.cfg.Queues {
-			if h[q] != survivor.identity() {
+			if h[q] != worker.IdentityOf(survivor.Pid()) {
 				return false, nil
 			}
 		}
 		return true, nil
-	}), fmt.Sprintf("take-over: the leases show %v, the survivor is %s (log %s)", held(), survivor.identity(), survivor.logPath))
+	}), fmt.Sprintf("take-over: the leases show %v, the survivor is %s (log %s)", held(), worker.IdentityOf(survivor.Pid()), survivor.Log))
 	took := time.Since(killed)
 	s.check(st.waitApplied(ctx, applied+int64(len(backlog)), 2*time.Minute), "the backlog applied after the kill")
 	return took

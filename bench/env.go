@@ -114,7 +114,7 @@ func describeMachine() machine {
 		}
 		f.Close()
 	}
-	if kb := procKB("/proc/meminfo", "MemTotal"); kb > 0 {
+	if kb := testenv.ProcKB("/proc/meminfo", "MemTotal"); kb > 0 {
 		m.MemoryGiB = float64(kb) / (1 << 20)
 	}
 	m.Kernel = firstLine(exec.Command("uname", "-r"))
@@ -133,22 +133,6 @@ func firstLine(cmd *exec.Cmd) string {
 	}
 	line, _, _ := strings.Cut(strings.TrimSpace(string(out)), "\n")
 	return line
-}
-
-// procKB reads a "Key:   123 kB" line from a /proc file such as /proc/meminfo or
-// /proc/PID/status; 0 when it is missing.
-func procKB(path, key string) int64 {
-	data, err := os.ReadFile(path)
-	if err != nil {
-		return 0
-	}
-	for line := range strings.SplitSeq(string(data), "\n") {
-		if k, v, ok := strings.Cut(line, ":"); ok && k == key {
-			n, _ := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
-			return n
-		}
-	}
-	return 0
 }
 
 // cpuSample is CPU time used so far by the processes that make up the stack, and the

@@ -334,10 +334,10 @@ func runCatchUp(s *scope, backlog, onNew int, binary, logDir string, rtt time.Du
 		}
 		n, err := st.applied(ctx)
 		return n >= total, err
-	}), "catch-up (worker log: "+w.logPath+")")
+	}), "catch-up (worker log: "+w.Log+")")
 	res.Done = time.Since(began)
 	res.CPU = meter.Stop()
-	res.PeakRSSMB = w.peakRSSMB()
+	res.PeakRSSMB = w.PeakRSSMB()
 	res.Traffic = totalTraffic(st)
 	res.Dialed = dialed(st)
 	res.SwitchDone = switchSeen.Sub(began) // seen by polling every 50 ms
@@ -350,7 +350,7 @@ func runCatchUp(s *scope, backlog, onNew int, binary, logDir string, rtt time.Du
 		s.check(err, "rabbitmqctl")
 	}
 	res.Footprint = footprint
-	w.stop()
+	w.Stop()
 	if n := st.errors(ctx); n > 0 {
 		s.Fatalf("%d deliveries ended in error", n)
 	}

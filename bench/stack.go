@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -64,7 +63,7 @@ func newStack(s *scope, brokers int, o stackOptions) *stack {
 	for range brokers {
 		u := testenv.NewVhost(s)
 		st.direct = append(st.direct, u)
-		st.vhosts = append(st.vhosts, u[strings.LastIndex(u, "/")+1:])
+		st.vhosts = append(st.vhosts, testenv.VhostOf(s, u))
 		if o.count {
 			p := newCountingProxy(s, testenv.RabbitAddr())
 			st.proxies = append(st.proxies, p)
@@ -187,90 +186,13 @@ func (st *stack) startWorker() (stop func()) {
 	return stop
 }
 
-// workerProcess is `brokerswitch worker` running as its own process.
-type workerProcess struct {
-	cmd      *exec.Cmd
-	logPath  string
-	mu       sync.Mutex
-	maxRSSKB int64
-	done     chan struct{}
-}
-
-// startWorkerProcess runs the built binary with the stack's configuration in its
-// environment and samples its memory every 100ms.
-func (st *stack) startWorkerProcess(binary, logDir string) *workerProcess {
-	env := os.Environ()
-	for k, v := range st.vars {
-		env = append(env, k+"="+v)
-	}
+// startWorkerProcess runs the built binary with the stack's configuration as its
+// environment, its memory sampled, and counts its CPU as the service's.
+func (st *stack) startWorkerProcess(binary, logDir string) *testenv.Process {
 	logPath := filepath.Join(logDir, fmt.Sprintf("worker-%s-%d.log", st.ns, st.processes.Add(1)))
-	logFile, err := os.Create(logPath)
-	st.s.check(err, "worker log")
-	cmd := exec.Command(binary, "worker")
-	cmd.Env = env
-	cmd.Stdout, cmd.Stderr = logFile, logFile
-	st.s.check(cmd.Start(), "start worker process")
-	ownProcess(cmd.Process.Pid)
-	w := &workerProcess{cmd: cmd, logPath: logPath, done: make(chan struct{})}
-	exited := make(chan struct{})
-	go func() {
-		_ = cmd.Wait()
-		logFile.Close()
-		close(exited)
-	}()
-	go func() {
-		t := time.NewTicker(100 * time.Millisecond)
-		defer t.Stop()
-		for {
-			select {
-			case <-exited:
-				close(w.done)
-				return
-			case <-t.C:
-				if kb := procKB(fmt.Sprintf("/proc/%d/status", cmd.Process.Pid), "VmRSS"); kb > 0 {
-					w.mu.Lock()
-					w.maxRSSKB = max(w.maxRSSKB, kb)
-					w.mu.Unlock()
-				}
-			}
-		}
-	}()
-	st.s.Cleanup(w.stop)
+	w := testenv.StartWorker(st.s, binary, st.vars, logPath)
+	ownProcess(w.Pid())
 	return w
-}
-
-// peakRSSMB is the kernel's high-water mark of the process's resident set (VmHWM), or the
-// largest sample if the process is gone.
-func (w *workerProcess) peakRSSMB() float64 {
-	kb := procKB(fmt.Sprintf("/proc/%d/status", w.cmd.Process.Pid), "VmHWM")
-	w.mu.Lock()
-	kb = max(kb, w.maxRSSKB)
-	w.mu.Unlock()
-	return float64(kb) / 1024
-}
-
-// identity is the process's Temporal identity, as its lease shows it (pid@host@).
-func (w *workerProcess) identity() string { return worker.IdentityOf(w.cmd.Process.Pid) }
-
-// kill sends SIGKILL, as an OOM killer or a lost machine would, and waits for the exit.
-func (w *workerProcess) kill() {
-	_ = w.cmd.Process.Kill()
-	<-w.done
-}
-
-func (w *workerProcess) stop() {
-	select {
-	case <-w.done:
-		return
-	default:
-	}
-	_ = w.cmd.Process.Signal(os.Interrupt)
-	select {
-	case <-w.done:
-	case <-time.After(time.Minute):
-		_ = w.cmd.Process.Kill()
-		<-w.done
-	}
 }
 
 // notify tells the service that the producer now publishes to broker index, by the same

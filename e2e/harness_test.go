@@ -147,7 +147,7 @@ func newStackWith(t *testing.T, opts stackOptions) *stack {
 	for i := range n {
 		u := testenv.NewVhost(t)
 		direct = append(direct, u)
-		vhosts = append(vhosts, vhostOf(t, u))
+		vhosts = append(vhosts, testenv.VhostOf(t, u))
 		p := testenv.NewProxy(t, testenv.RabbitAddr())
 		if c := opts.copies[i]; c != nil {
 			p.Cut()

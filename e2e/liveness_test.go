@@ -9,7 +9,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/brokerswitch/brokerswitch/simulate"
-	"github.com/brokerswitch/brokerswitch/worker"
 )
 
 // takeoverBound is the longest a killed worker's queues may stand still at the default
@@ -52,7 +51,7 @@ func TestAKilledWorkersQueuesAreTakenOverWithinSeconds(t *testing.T) {
 	}
 	require.NotEmpty(t, victimQueues)
 	require.Less(t, s.deliveries(), int64(2*third), "the kill comes in the middle of the backlog")
-	victim.kill()
+	victim.Kill()
 	killed := time.Now()
 	var survivor *process
 	for id, w := range workers {
@@ -66,7 +65,7 @@ func TestAKilledWorkersQueuesAreTakenOverWithinSeconds(t *testing.T) {
 	require.Less(t, tookOver, takeoverBound)
 
 	// Every worker dies; the next one to start takes the queues over as fast.
-	survivor.kill()
+	survivor.Kill()
 	c := s.startWorkerProcess("c")
 	started := time.Now()
 	s.waitAllHeldBy("the new worker", c, 2*takeoverBound)
@@ -105,11 +104,6 @@ func (s *stack) waitAllHeldBy(who string, w *process, within time.Duration) {
 		}
 		return true
 	})
-}
-
-// identity is the worker process's Temporal identity, as its lease shows it (pid@host@).
-func (p *process) identity() string {
-	return worker.IdentityOf(p.cmd.Process.Pid)
 }
 
 func count(held map[string]string, identity string) int {

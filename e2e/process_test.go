@@ -1,19 +1,14 @@
 package e2e
 
 import (
-	"fmt"
-	"net/url"
+	"maps"
 	"os"
-	"os/exec"
 	"path/filepath"
-	"strings"
-	"syscall"
-	"testing"
-	"time"
 
 	"github.com/stretchr/testify/require"
 
 	"github.com/brokerswitch/brokerswitch/internal/testenv"
+	"github.com/brokerswitch/brokerswitch/worker"
 )
 
 // The brokerswitch binary that scenarios run as real worker processes, built once by
@@ -25,34 +20,23 @@ var (
 )
 
 func buildWorkerBinary() error {
-	root, err := testenv.ModuleRoot()
-	if err != nil {
-		return err
-	}
 	dir, err := os.MkdirTemp("", "brokerswitch-e2e-")
 	if err != nil {
 		return err
 	}
 	workerBinaryDir = dir
-	out := filepath.Join(dir, "brokerswitch")
-	cmd := exec.Command("go", "build", "-o", out, "./cmd/brokerswitch")
-	cmd.Dir = root
-	if b, err := cmd.CombinedOutput(); err != nil {
-		return fmt.Errorf("go build ./cmd/brokerswitch: %w\n%s", err, b)
-	}
-	workerBinary = out
-	return nil
+	workerBinary, err = testenv.BuildWorker(dir)
+	return err
 }
 
 // process is a `brokerswitch worker` running as a child process.
 type process struct {
-	t    *testing.T
+	*testenv.Process
 	name string
-	cmd  *exec.Cmd
-	log  string
-	done chan error
-	err  error
 }
+
+// identity is the process's Temporal identity, as its lease shows it (pid@host@).
+func (p *process) identity() string { return worker.IdentityOf(p.Pid()) }
 
 // startWorkerProcess runs `brokerswitch worker` with the stack's configuration in its
 // environment, until it is killed or the test ends.
@@ -67,98 +51,16 @@ func (s *stack) startWorkerProcess(name string) *process {
 func (s *stack) startWorkerProcessWith(name string, env map[string]string) *process {
 	s.t.Helper()
 	require.NoError(s.t, workerBinaryErr, "the worker binary was not built")
-	logPath := filepath.Join(s.t.TempDir(), name+".log")
-	f, err := os.Create(logPath)
-	require.NoError(s.t, err)
-	cmd := exec.Command(workerBinary, "worker")
-	cmd.Env = append(os.Environ()[:0:0], "PATH="+os.Getenv("PATH"), "HOME="+os.Getenv("HOME"))
-	for k, v := range s.env {
-		if _, over := env[k]; !over {
-			cmd.Env = append(cmd.Env, k+"="+v)
-		}
-	}
-	for k, v := range env {
-		cmd.Env = append(cmd.Env, k+"="+v)
-	}
-	cmd.Stdout, cmd.Stderr = f, f
-	require.NoError(s.t, cmd.Start())
-	p := &process{t: s.t, name: name, cmd: cmd, log: logPath, done: make(chan error, 1)}
-	go func() {
-		p.done <- cmd.Wait()
-		f.Close()
-	}()
+	vars := maps.Clone(s.env)
+	maps.Copy(vars, env)
+	p := &process{Process: testenv.StartWorker(s.t, workerBinary, vars, filepath.Join(s.t.TempDir(), name+".log")), name: name}
 	s.t.Cleanup(func() {
-		p.stop()
+		p.Stop()
 		if s.t.Failed() {
-			s.t.Logf("last lines of %s's log:\n%s", name, tail(logPath, 30))
+			s.t.Logf("last lines of %s's log:\n%s", name, p.Tail(30))
 		}
 	})
 	return p
-}
-
-// kill sends SIGKILL, as an OOM killer or a lost machine would, and waits for the exit.
-func (p *process) kill() {
-	p.t.Helper()
-	_ = p.cmd.Process.Signal(syscall.SIGKILL)
-	p.wait(30 * time.Second)
-}
-
-// stop asks the worker to stop (SIGTERM) and waits, killing it after a while.
-func (p *process) stop() {
-	if p.cmd.ProcessState != nil {
-		return
-	}
-	_ = p.cmd.Process.Signal(syscall.SIGTERM)
-	if !p.wait(time.Minute) {
-		_ = p.cmd.Process.Signal(syscall.SIGKILL)
-		p.wait(10 * time.Second)
-	}
-}
-
-// exited tells, without waiting, whether the process has ended; its exit error is then
-// in p.err.
-func (p *process) exited() bool { return p.wait(0) }
-
-// wait waits up to within for the process to end, and tells whether it has.
-func (p *process) wait(within time.Duration) bool {
-	if p.done == nil {
-		return true
-	}
-	timer := time.NewTimer(within)
-	defer timer.Stop()
-	select {
-	case p.err = <-p.done:
-	case <-timer.C:
-		select { // the exit and the timer may come together
-		case p.err = <-p.done:
-		default:
-			return false
-		}
-	}
-	p.done = nil
-	return true
-}
-
-func tail(path string, n int) string {
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return err.Error()
-	}
-	lines := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
-	if len(lines) > n {
-		lines = lines[len(lines)-n:]
-	}
-	return strings.Join(lines, "\n")
-}
-
-// vhostOf is the vhost of an AMQP URL.
-func vhostOf(t *testing.T, amqpURL string) string {
-	t.Helper()
-	u, err := url.Parse(amqpURL)
-	require.NoError(t, err)
-	v, err := url.PathUnescape(strings.TrimPrefix(u.Path, "/"))
-	require.NoError(t, err)
-	return v
 }
 
 // consumers lists, per queue, the consumers RabbitMQ reports on broker index.

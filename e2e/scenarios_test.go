@@ -345,7 +345,7 @@ func TestScenario09WorkerKilledMidWindow(t *testing.T) {
 	require.NoError(t, p.Publish(ctx, msgs...))
 	first := s.startWorkerProcess("worker-1")
 	s.waitFor("the worker well into its window", time.Minute, func() bool { return s.appliedFrom(0) >= 200 })
-	first.kill()
+	first.Kill()
 	applied := s.appliedFrom(0)
 	require.Less(t, applied, int64(len(msgs)), "killed mid-window")
 	t.Logf("killed after %d of %d deliveries", applied, len(msgs))

@@ -394,12 +394,12 @@ func (r *soakRun) do(i int, st step) {
 	case stepKillWorker:
 		w := r.workers[st.worker]
 		w.gone = true
-		w.proc.kill()
+		w.proc.Kill()
 		r.startWorker(st.next)
 	case stepTermWorker:
 		w := r.workers[st.worker]
 		w.gone = true
-		w.proc.stop()
+		w.proc.Stop()
 		r.startWorker(st.next)
 	case stepKillHolder:
 		r.killHolder()
@@ -648,7 +648,7 @@ func (r *soakRun) killHolder() {
 	var victim *soakWorker
 	for _, num := range r.workerNums() {
 		w := r.workers[num]
-		if w.gone || w.isolated || w.proc.exited() {
+		if w.gone || w.isolated || w.proc.Exited() {
 			continue
 		}
 		if victim == nil || count(held, w.proc.identity()) > count(held, victim.proc.identity()) {
@@ -658,7 +658,7 @@ func (r *soakRun) killHolder() {
 	if victim == nil {
 		return
 	}
-	victim.proc.kill()
+	victim.proc.Kill()
 	victim.restarts++
 	r.launch(victim)
 }
@@ -670,7 +670,7 @@ func (r *soakRun) launch(w *soakWorker) {
 	}
 	w.proc = r.s.startWorkerProcessWith(name, map[string]string{"TEMPORAL_ADDRESS": w.temporals})
 	w.started = time.Now()
-	r.logs = append(r.logs, w.proc.log)
+	r.logs = append(r.logs, w.proc.Log)
 }
 
 // keep copies what a failed schedule leaves behind into dir (SOAK_KEEP): every worker's
@@ -744,10 +744,10 @@ func (r *soakRun) keep(dir string) {
 func (r *soakRun) supervise() {
 	for _, num := range r.workerNums() {
 		w := r.workers[num]
-		if w.gone || !w.proc.exited() || time.Since(w.started) < 2*time.Second {
+		if w.gone || !w.proc.Exited() || time.Since(w.started) < 2*time.Second {
 			continue
 		}
-		r.t.Logf("worker %d exited on its own (%v); restarted", w.num, w.proc.err)
+		r.t.Logf("worker %d exited on its own (%v); restarted", w.num, w.proc.Err())
 		w.restarts++
 		r.tally.restarts++
 		r.launch(w)
@@ -1155,7 +1155,7 @@ func (r *soakRun) unacknowledged() map[string]int {
 func (r *soakRun) workerOf(identity string) *soakWorker {
 	for _, num := range r.workerNums() {
 		w := r.workers[num]
-		if !w.gone && w.proc.cmd.Process != nil && strings.HasPrefix(identity, fmt.Sprintf("%d@", w.proc.cmd.Process.Pid)) {
+		if !w.gone && strings.HasPrefix(identity, fmt.Sprintf("%d@", w.proc.Pid())) {
 			return w
 		}
 	}

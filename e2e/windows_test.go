@@ -71,9 +71,9 @@ func TestARollingRestartOfTwoWorkersLosesNothing(t *testing.T) {
 	require.NoError(t, p.Publish(ctx, msgs[:third]...))
 	s.waitFor("the first third applied", time.Minute, func() bool { return s.deliveries() >= int64(third) })
 
-	a.stop()
+	a.Stop()
 	stopped := time.Now()
-	require.NoError(t, a.err, "worker a stops cleanly on SIGTERM")
+	require.NoError(t, a.Err(), "worker a stops cleanly on SIGTERM")
 	require.NoError(t, p.Publish(ctx, msgs[third:2*third]...))
 	s.waitFor("worker b to take the queues over", time.Minute, func() bool { return s.deliveries() >= int64(2*third) })
 	// The heartbeat timeout is a minute: taking over sooner means nobody waited for it.
@@ -83,15 +83,15 @@ func TestARollingRestartOfTwoWorkersLosesNothing(t *testing.T) {
 	require.Less(t, tookOver, time.Minute, "worker b took the queues over before a heartbeat timeout")
 
 	c := s.startWorkerProcess("c")
-	b.stop()
-	require.NoError(t, b.err, "worker b stops cleanly on SIGTERM")
+	b.Stop()
+	require.NoError(t, b.Err(), "worker b stops cleanly on SIGTERM")
 	require.NoError(t, p.Publish(ctx, msgs[2*third:]...))
 	s.report(s.verify(log, 2*time.Minute), "-")
 	s.requireWindowsRunning()
 
-	c.stop()
+	c.Stop()
 	for _, w := range []*process{a, b, c} {
-		out, err := os.ReadFile(w.log)
+		out, err := os.ReadFile(w.Log)
 		require.NoError(t, err)
 		require.NotContains(t, string(out), "Activity error", "worker %s logged an activity error on a normal stop", w.name)
 	}

@@ -101,7 +101,7 @@ func NewVhost(t T) (amqpURL string) {
 // amqpURL, as a broker restart would.
 func CloseConnections(t T, amqpURL string) {
 	t.Helper()
-	vhost := vhostOf(t, amqpURL)
+	vhost := VhostOf(t, amqpURL)
 	api := os.Getenv(RabbitEnv)
 	if api == "" {
 		rabbitmqctl(t, "close_all_connections", "--vhost", vhost, "closed by test")
@@ -167,7 +167,8 @@ func Consumers(t T, vhost string) map[string][]string {
 	return byQueue
 }
 
-func vhostOf(t T, amqpURL string) string {
+// VhostOf is the vhost of an AMQP URL, unescaped.
+func VhostOf(t T, amqpURL string) string {
 	t.Helper()
 	u, err := url.Parse(amqpURL)
 	if err != nil {
