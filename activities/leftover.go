@@ -69,14 +69,9 @@ type spareVisit struct {
 // active broker. What may be the producer's future (brokerstate.ReadSpare) waits for its
 // notification. A broker that cannot be reached is a warning, never a failed window; one
 // that fails otherwise while it holds messages fails the attempt, so that the active
-// broker is not read past it.
-func (a *Window) leftoverDrain(ctx context.Context, in LeftoverDrainInput) (LeftoverDrainResult, error) {
-	return a.leftoverDrainFenced(ctx, in, nil)
-}
-
-// leftoverDrainFenced is leftoverDrain whose batch in hand is given back unsettled once
-// gone closes (broker.DrainOptions.Fence).
-func (a *Window) leftoverDrainFenced(ctx context.Context, in LeftoverDrainInput, gone <-chan struct{}) (LeftoverDrainResult, error) {
+// broker is not read past it. The batch in hand is given back unsettled once gone closes
+// (broker.DrainOptions.Fence).
+func (a *Window) leftoverDrain(ctx context.Context, in LeftoverDrainInput, gone <-chan struct{}) (LeftoverDrainResult, error) {
 	res := LeftoverDrainResult{Taken: map[int]int{}}
 	behind, late, err := a.readings(ctx, in)
 	if err != nil {
@@ -171,8 +166,8 @@ func spareVisits(indexes []int) []spareVisit {
 // behind are read now, late (their grace for a notification passed) only once the
 // active broker's queue is empty.
 func (a *Window) readings(ctx context.Context, in LeftoverDrainInput) (behind, late []spareVisit, err error) {
-	if a.Marks == nil || a.State == nil || len(in.Brokers) == 0 {
-		return spareVisits(in.Brokers), nil, nil
+	if len(in.Brokers) == 0 {
+		return nil, nil, nil
 	}
 	st, err := a.State.LoadConfigured(ctx)
 	if err != nil {
@@ -207,8 +202,8 @@ func (a *Window) afterDrain(ctx context.Context, queue string, v spareVisit, got
 		return false, nil // as the mark already says: nothing to write
 	}
 	// A mark is dated on Postgres' clock, as the producer's trail is.
-	now := time.Now()
-	if (got.Empty || got.Kept) && a.Marks != nil && a.State != nil {
+	var now time.Time
+	if got.Empty || got.Kept {
 		if now, err = a.Marks.Now(ctx); err != nil {
 			return false, fmt.Errorf("leftover drain %s: %w", queue, err)
 		}
@@ -238,9 +233,6 @@ func (a *Window) afterDrain(ctx context.Context, queue string, v spareVisit, got
 		u := a.unannounced(v)
 		u.Read = true
 		res.Unannounced = append(res.Unannounced, u)
-	}
-	if a.Marks == nil || a.State == nil {
-		return false, nil
 	}
 	if err := a.Marks.MarkSpare(ctx, v.index, queue, mark); err != nil {
 		return false, fmt.Errorf("leftover drain %s: %w", queue, err)
@@ -309,9 +301,6 @@ func (a *Window) activeEmpty(ctx context.Context, queue string, active int) bool
 // noLongerLeftover tells whether broker index is, as Postgres has it now, the active
 // broker or on the route of the Pending Switch.
 func (a *Window) noLongerLeftover(ctx context.Context, index int) (bool, error) {
-	if a.State == nil {
-		return false, nil
-	}
 	st, err := a.State.LoadConfigured(ctx)
 	if err != nil {
 		return false, err

@@ -76,7 +76,7 @@ func (a *Window) PrepareWindow(ctx context.Context, queue string) (PreparedWindo
 	if len(plan.Leftover)+len(plan.Ahead) == 0 {
 		return out, nil
 	}
-	out.Drained, err = a.leftoverDrainFenced(drainCtx, LeftoverDrainInput{
+	out.Drained, err = a.leftoverDrain(drainCtx, LeftoverDrainInput{
 		Queue: queue, Brokers: plan.Leftover, Ahead: plan.Ahead, Active: plan.ActiveIndex, Cap: plan.LeftoverDrainCap,
 	}, gone)
 	if err != nil {

@@ -64,8 +64,7 @@ type Window struct {
 	LeftoverDrainCap int
 	Handlers         handlers
 	State            stateLoader
-	// Marks keeps what the Leftover Drain saw on each spare; nil reads every spare as
-	// holding stragglers (the activity tests that drain without a broker state).
+	// Marks keeps what the Leftover Drain saw on each spare.
 	Marks   spareMarks
 	Watcher stateWatcher
 	// UnnotifiedGrace is how long messages the producer never announced wait for its
