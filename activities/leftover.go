@@ -11,6 +11,7 @@ import (
 
 	"github.com/brokerswitch/brokerswitch/broker"
 	"github.com/brokerswitch/brokerswitch/brokerstate"
+	"github.com/brokerswitch/brokerswitch/config"
 )
 
 // LeftoverDrainInput names the queue, the brokers to visit and the cap for this cycle.
@@ -276,7 +277,7 @@ func (a *Window) grace() time.Duration {
 	if a.UnnotifiedGrace > 0 {
 		return a.UnnotifiedGrace
 	}
-	return brokerstate.DefaultUnnotifiedBrokerGrace
+	return config.DefaultUnnotifiedBrokerGrace
 }
 
 // activeEmpty tells whether queue and its -retry sibling were seen empty on the active

@@ -68,7 +68,7 @@ type Window struct {
 	Marks   spareMarks
 	Watcher stateWatcher
 	// UnnotifiedGrace is how long messages the producer never announced wait for its
-	// notification (UNNOTIFIED_BROKER_GRACE); 0 means brokerstate.DefaultUnnotifiedBrokerGrace.
+	// notification (UNNOTIFIED_BROKER_GRACE); 0 means config.DefaultUnnotifiedBrokerGrace.
 	UnnotifiedGrace time.Duration
 	Topology        broker.Topology
 	Prefetch        int
@@ -79,7 +79,7 @@ type Window struct {
 	// DefaultFenceCheck.
 	FenceCheck time.Duration
 	// SpareCheck is how often a consumer window counts the spares it watches
-	// (SPARE_CHECK_INTERVAL); 0 means DefaultSpareCheck.
+	// (SPARE_CHECK_INTERVAL); 0 means config.DefaultSpareCheckInterval.
 	SpareCheck time.Duration
 	// StatementTimeout is DB_STATEMENT_TIMEOUT: with Prefetch it bounds how long the batch
 	// in hand at a window's end may take to settle.
