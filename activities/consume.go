@@ -11,6 +11,7 @@ import (
 
 	"github.com/brokerswitch/brokerswitch/broker"
 	"github.com/brokerswitch/brokerswitch/brokerstate"
+	"github.com/brokerswitch/brokerswitch/config"
 	"github.com/brokerswitch/brokerswitch/healthchecks"
 	"github.com/brokerswitch/brokerswitch/lease"
 	"github.com/brokerswitch/brokerswitch/metrics"
@@ -40,9 +41,6 @@ type SpareWatch struct {
 	// Behind is read only once the active broker's queue is empty.
 	ReadAfter time.Time `json:",omitempty"`
 }
-
-// DefaultSpareCheck is SPARE_CHECK_INTERVAL's default.
-const DefaultSpareCheck = 15 * time.Second
 
 // aheadPause is the shortest a window lasts before it ends for a spare ahead of the
 // active broker: the producer may be filling such a spare (after a force or a cancel), and
@@ -161,7 +159,7 @@ func (a *Window) watchSpares(ctx context.Context, end context.CancelCauseFunc, i
 	}
 	every := a.SpareCheck
 	if every <= 0 {
-		every = DefaultSpareCheck
+		every = config.DefaultSpareCheckInterval
 	}
 	started := time.Now()
 	tick := time.NewTicker(every)

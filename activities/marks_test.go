@@ -26,12 +26,24 @@ type marked struct {
 	w     *Window
 }
 
+// newMarked is a marked window on brokers new vhosts, each with the window's topology.
 func newMarked(t *testing.T, brokers int) *marked {
 	t.Helper()
-	m := &marked{}
+	var urls []string
 	for range brokers {
-		m.urls = append(m.urls, testenv.NewVhost(t))
+		urls = append(urls, testenv.NewVhost(t))
 	}
+	m := newMarkedOn(t, urls...)
+	for i := range urls {
+		require.NoError(t, m.w.Pool.DeclareTopology(context.Background(), i, m.w.Topology))
+	}
+	return m
+}
+
+// newMarkedOn is a marked window on the brokers at urls, as their tests left them.
+func newMarkedOn(t *testing.T, urls ...string) *marked {
+	t.Helper()
+	m := &marked{urls: urls}
 	eps, err := broker.ParseEndpoints(strings.Join(m.urls, ","))
 	require.NoError(t, err)
 	pool := broker.NewPool(eps, nil)
@@ -45,9 +57,6 @@ func newMarked(t *testing.T, brokers int) *marked {
 		Pool: pool, Handlers: ackAll{}, Prefetch: 10, Logger: slog.New(slog.DiscardHandler),
 		Topology: testTopology(),
 		State:    m.store, Marks: m.store, LeftoverDrainCap: 10, UnnotifiedGrace: time.Hour,
-	}
-	for i := range eps {
-		require.NoError(t, pool.DeclareTopology(context.Background(), i, m.w.Topology))
 	}
 	return m
 }
@@ -65,7 +74,7 @@ func (m *marked) prepare(t *testing.T) LeftoverDrainResult {
 		}
 		return m.w.leftoverDrain(ctx, LeftoverDrainInput{
 			Queue: queue, Brokers: plan.Leftover, Ahead: plan.Ahead, Active: plan.ActiveIndex, Cap: plan.LeftoverDrainCap,
-		})
+		}, nil)
 	}, activity.RegisterOptions{Name: "PrepareWindow"})
 	v, err := env.ExecuteActivity("PrepareWindow", "issues")
 	require.NoError(t, err)

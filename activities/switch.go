@@ -41,7 +41,7 @@ type Switch struct {
 	// Watcher announces changes of the state that an idle BrokerSwitch workflow waits for.
 	Watcher stateWatcher
 	// MaxClockSkew is how far ahead of Now a notification may be (0 means
-	// brokerstate.DefaultMaxClockSkew): the API refuses it, and so does a signal sent around it.
+	// config.DefaultNotificationMaxClockSkew): the API refuses it, and so does a signal sent around it.
 	MaxClockSkew time.Duration
 	// Metrics counts drain checks and switches and observes switch lags; nil counts nothing.
 	Metrics *metrics.Metrics

@@ -1,7 +1,10 @@
 // Package api is the HTTP API of brokerswitch: the producer posts where it went, the
-// operator forces or cancels a switch and reads the broker state. Handlers never change
-// the broker state themselves: they hand orders to the BrokerSwitch workflow, which applies
-// them in one Postgres transaction each, so that concurrent requests stay consistent.
+// operator forces or cancels a switch and reads the broker state. A notification is the
+// one change a handler makes itself: it records it in Postgres (Store.Update, under the
+// state's lock) before it signals the BrokerSwitch workflow, so that no window plans a
+// Leftover Drain that reads the producer's new broker early. Forces and cancels are
+// orders the workflow applies, each in one Postgres transaction, so that concurrent
+// requests stay consistent.
 package api
 
 import (

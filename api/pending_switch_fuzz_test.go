@@ -139,7 +139,7 @@ func FuzzPendingSwitchBody(f *testing.F) {
 			t.Fatalf("the answer shows a broker password: %s", b)
 		}
 		st, _ := store.LoadStored(context.Background())
-		if limit := time.Now().Add(brokerstate.DefaultMaxClockSkew); st.SeenUntil.After(limit) {
+		if limit := time.Now().Add(config.DefaultNotificationMaxClockSkew); st.SeenUntil.After(limit) {
 			t.Fatalf("the mark of notifications %s lies beyond the clock skew allowed", st.SeenUntil)
 		}
 		if st.Pending != nil && (st.Pending.Target().Index < 0 || st.Pending.Target().Index >= len(eps)) {

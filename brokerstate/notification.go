@@ -3,18 +3,17 @@ package brokerstate
 import (
 	"fmt"
 	"time"
+
+	"github.com/brokerswitch/brokerswitch/config"
 )
 
-// DefaultMaxClockSkew is how far ahead of our clock a notification's switchedAt may be
-// (NOTIFICATION_MAX_CLOCK_SKEW). The mark of notifications taken only rises, so one dated
-// far ahead would make every real notification stale until then.
-const DefaultMaxClockSkew = 5 * time.Minute
-
 // CheckSwitchedAt refuses a switchedAt more than maxSkew ahead of now (0 means
-// DefaultMaxClockSkew); the error says why, for the producer.
+// config.DefaultNotificationMaxClockSkew); the error says why, for the producer. The mark
+// of notifications taken only rises, so one dated far ahead would make every real
+// notification stale until then.
 func CheckSwitchedAt(at, now time.Time, maxSkew time.Duration) error {
 	if maxSkew <= 0 {
-		maxSkew = DefaultMaxClockSkew
+		maxSkew = config.DefaultNotificationMaxClockSkew
 	}
 	if ahead := at.Sub(now); ahead > maxSkew {
 		return fmt.Errorf("switchedAt %s is %s ahead of this server's clock (%s), more than the %s allowed (NOTIFICATION_MAX_CLOCK_SKEW): check the producer's clock",

@@ -3,6 +3,8 @@ package brokerstate
 import (
 	"testing"
 	"time"
+
+	"github.com/brokerswitch/brokerswitch/config"
 )
 
 // FuzzNotificationClock drives the notification rules with arbitrary sequences of
@@ -27,7 +29,7 @@ func FuzzNotificationClock(f *testing.F) {
 			case 0:
 				n := Notification{Index: index, Host: hosts[index], Vhost: "/", SwitchedAt: now.Add(offset)}
 				if CheckSwitchedAt(n.SwitchedAt, now, 0) != nil {
-					if offset <= DefaultMaxClockSkew {
+					if offset <= config.DefaultNotificationMaxClockSkew {
 						t.Fatalf("a notification %s ahead was refused", offset)
 					}
 					continue
@@ -47,7 +49,7 @@ func FuzzNotificationClock(f *testing.F) {
 					st, _ = st.CompleteHop(st.ActiveIndex, st.Pending.Next(), 1, now)
 				}
 			}
-			if st.SeenUntil.After(now.Add(DefaultMaxClockSkew)) {
+			if st.SeenUntil.After(now.Add(config.DefaultNotificationMaxClockSkew)) {
 				t.Fatalf("the mark %s passed the clock %s by more than the skew", st.SeenUntil, now)
 			}
 			if (op == 1 || op == 2) && st.SeenUntil.After(now) {

@@ -2,13 +2,6 @@ package brokerstate
 
 import "time"
 
-// DefaultUnnotifiedBrokerGrace is how long messages the producer never announced wait
-// for its notification (UNNOTIFIED_BROKER_GRACE). WebhooksHandler retries a failed
-// notification through its own -retry queue, ten minutes a cycle and ten cycles at most:
-// a notification can arrive 100 minutes after the rotation and still be the producer's
-// word. Two hours covers that with room for the producer's own backlog.
-const DefaultUnnotifiedBrokerGrace = 2 * time.Hour
-
 // SpareMark is what the Leftover Drain learned of one queue on one broker that is not
 // active, under the producer's last visit there.
 type SpareMark struct {

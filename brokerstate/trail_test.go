@@ -73,7 +73,7 @@ func TestSparesInTheProducersOrder(t *testing.T) {
 	require.Empty(t, ahead)
 
 	behind, _ = BrokerState{ActiveIndex: 2}.Spares([]int{0, 1, 2, 3})
-	require.Equal(t, []int{0, 1, 3}, behind, "without a trail: index order, as before")
+	require.Equal(t, []int{0, 1, 3}, behind, "without a trail, nothing says which was left first: index order")
 }
 
 // After a cancel, the producer's brokers are ahead of the active broker's backlog, and a

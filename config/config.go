@@ -150,6 +150,28 @@ type Config struct {
 	WebhookSecret string
 }
 
+// The defaults that code outside FromEnv needs as well, for a field left zero in a struct
+// built in code: each is written here, once. The others are written in FromEnv only;
+// docs/configuration.md repeats them all, and a test holds it to FromEnv.
+const (
+	// DefaultDrainCheckInterval is DRAIN_CHECK_INTERVAL's default.
+	DefaultDrainCheckInterval = 3 * time.Second
+	// DefaultSpareCheckInterval is SPARE_CHECK_INTERVAL's default.
+	DefaultSpareCheckInterval = 15 * time.Second
+	// DefaultWorkerLeaseTTL is WORKER_LEASE_TTL's default: a killed worker's queues are
+	// read again about this long after its last renewal.
+	DefaultWorkerLeaseTTL = 8 * time.Second
+	// DefaultUnnotifiedBrokerGrace is UNNOTIFIED_BROKER_GRACE's default. WebhooksHandler
+	// retries a failed notification through its own -retry queue, ten minutes a cycle and
+	// ten cycles at most: a notification can arrive 100 minutes after the rotation and
+	// still be the producer's word. Two hours covers that with room for the producer's
+	// own backlog.
+	DefaultUnnotifiedBrokerGrace = 2 * time.Hour
+	// DefaultNotificationMaxClockSkew is NOTIFICATION_MAX_CLOCK_SKEW's default, the bound
+	// on a notification's switchedAt and on an event's entity clock alike.
+	DefaultNotificationMaxClockSkew = 5 * time.Minute
+)
+
 // Getenv looks a variable up; os.Getenv fits, and tests pass a map's lookup.
 type Getenv func(string) string
 
@@ -169,26 +191,26 @@ func FromEnv(getenv Getenv) (Config, error) {
 	r.getenv = r.withFiles(getenv)
 	c := Config{
 		DatabaseURL:              r.str("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/brokerswitch?sslmode=disable"),
-		DBMaxOpenConns:           r.positiveInt("DB_MAX_OPEN_CONNS", "10"),
-		DBStatementTimeout:       r.duration("DB_STATEMENT_TIMEOUT", "30s"),
-		DBLockTimeout:            r.duration("DB_LOCK_TIMEOUT", "10s"),
+		DBMaxOpenConns:           r.positiveInt("DB_MAX_OPEN_CONNS", 10),
+		DBStatementTimeout:       r.duration("DB_STATEMENT_TIMEOUT", 30*time.Second),
+		DBLockTimeout:            r.duration("DB_LOCK_TIMEOUT", 10*time.Second),
 		TaskQueue:                r.str("TEMPORAL_TASK_QUEUE", "brokerswitch"),
 		Queues:                   r.list("QUEUES", "pull_requests,issues,pushes,installations"),
-		ConsumerWindow:           r.duration("CONSUMER_WINDOW", "2h"),
-		SpareCheckInterval:       r.duration("SPARE_CHECK_INTERVAL", "15s"),
-		RetryTTL:                 r.duration("RETRY_TTL", "10m"),
-		MaxRetryCycles:           r.positiveInt("MAX_RETRY_CYCLES", "10"),
-		LedgerRetention:          r.duration("LEDGER_RETENTION", "168h"),
-		Prefetch:                 r.positiveInt("PREFETCH", "100"),
-		MaxMessageBytes:          r.positiveInt("MAX_MESSAGE_BYTES", "26214400"),
-		MaxBatchBytes:            r.positiveInt("MAX_BATCH_BYTES", "16777216"),
+		ConsumerWindow:           r.duration("CONSUMER_WINDOW", 2*time.Hour),
+		SpareCheckInterval:       r.duration("SPARE_CHECK_INTERVAL", DefaultSpareCheckInterval),
+		RetryTTL:                 r.duration("RETRY_TTL", 10*time.Minute),
+		MaxRetryCycles:           r.positiveInt("MAX_RETRY_CYCLES", 10),
+		LedgerRetention:          r.duration("LEDGER_RETENTION", 168*time.Hour),
+		Prefetch:                 r.positiveInt("PREFETCH", broker.DefaultPrefetch),
+		MaxMessageBytes:          r.positiveInt("MAX_MESSAGE_BYTES", 26214400),
+		MaxBatchBytes:            r.positiveInt("MAX_BATCH_BYTES", 16777216),
 		MemoryLimit:              r.bytes("MEMORY_LIMIT"),
-		DrainCheckInterval:       r.duration("DRAIN_CHECK_INTERVAL", "3s"),
-		WorkerLeaseTTL:           r.duration("WORKER_LEASE_TTL", "8s"),
-		AMQPHeartbeat:            r.duration("AMQP_HEARTBEAT", "10s"),
-		WorkerStopTimeout:        r.duration("WORKER_STOP_TIMEOUT", "1m"),
-		LeftoverDrainCap:         r.positiveInt("LEFTOVER_DRAIN_CAP", "500"),
-		UnnotifiedBrokerGrace:    r.duration("UNNOTIFIED_BROKER_GRACE", "2h"),
+		DrainCheckInterval:       r.duration("DRAIN_CHECK_INTERVAL", DefaultDrainCheckInterval),
+		WorkerLeaseTTL:           r.duration("WORKER_LEASE_TTL", DefaultWorkerLeaseTTL),
+		AMQPHeartbeat:            r.duration("AMQP_HEARTBEAT", broker.DefaultHeartbeat),
+		WorkerStopTimeout:        r.duration("WORKER_STOP_TIMEOUT", time.Minute),
+		LeftoverDrainCap:         r.positiveInt("LEFTOVER_DRAIN_CAP", 500),
+		UnnotifiedBrokerGrace:    r.duration("UNNOTIFIED_BROKER_GRACE", DefaultUnnotifiedBrokerGrace),
 		HTTPAddr:                 r.str("HTTP_ADDR", ":8080"),
 		ProducerToken:            r.token("PRODUCER_TOKEN"),
 		OperatorToken:            r.token("OPERATOR_TOKEN"),
@@ -197,9 +219,9 @@ func FromEnv(getenv Getenv) (Config, error) {
 		MetricsAddr:              r.str("METRICS_ADDR", ":9090"),
 		HealthchecksPingURL:      r.str("HEALTHCHECKS_PING_URL", ""),
 		WebhookSecret:            r.str("WEBHOOK_SECRET", ""),
-		NotificationMaxClockSkew: r.duration("NOTIFICATION_MAX_CLOCK_SKEW", "5m"),
-		NotificationRate:         r.positiveFloat("NOTIFICATION_RATE", "1"),
-		NotificationBurst:        r.positiveInt("NOTIFICATION_BURST", "10"),
+		NotificationMaxClockSkew: r.duration("NOTIFICATION_MAX_CLOCK_SKEW", DefaultNotificationMaxClockSkew),
+		NotificationRate:         r.positiveFloat("NOTIFICATION_RATE", 1),
+		NotificationBurst:        r.positiveInt("NOTIFICATION_BURST", 10),
 	}
 	c.Temporal = r.temporal(r.getenv)
 	c.TemporalAddress, c.TemporalNamespace = c.Temporal.HostPort, c.Temporal.Namespace
@@ -404,8 +426,11 @@ func (r *reader) list(name, def string) []string {
 	return out
 }
 
-func (r *reader) duration(name, def string) time.Duration {
-	v := r.str(name, def)
+func (r *reader) duration(name string, def time.Duration) time.Duration {
+	v := strings.TrimSpace(r.getenv(name))
+	if v == "" {
+		return def
+	}
 	d, err := time.ParseDuration(v)
 	if err != nil || d <= 0 {
 		r.fail(name, fmt.Sprintf("%q is not a positive duration such as 30s or 5m", v))
@@ -414,8 +439,11 @@ func (r *reader) duration(name, def string) time.Duration {
 	return d
 }
 
-func (r *reader) positiveInt(name, def string) int {
-	v := r.str(name, def)
+func (r *reader) positiveInt(name string, def int) int {
+	v := strings.TrimSpace(r.getenv(name))
+	if v == "" {
+		return def
+	}
 	n, err := strconv.Atoi(v)
 	if err != nil || n <= 0 {
 		r.fail(name, fmt.Sprintf("%q is not a positive whole number", v))
@@ -424,8 +452,11 @@ func (r *reader) positiveInt(name, def string) int {
 	return n
 }
 
-func (r *reader) positiveFloat(name, def string) float64 {
-	v := r.str(name, def)
+func (r *reader) positiveFloat(name string, def float64) float64 {
+	v := strings.TrimSpace(r.getenv(name))
+	if v == "" {
+		return def
+	}
 	f, err := strconv.ParseFloat(v, 64)
 	if err != nil || f <= 0 || math.IsInf(f, 0) {
 		r.fail(name, fmt.Sprintf("%q is not a positive number such as 1 or 0.5", v))

@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/brokerswitch/brokerswitch/brokerstate"
+	"github.com/brokerswitch/brokerswitch/config"
 	"github.com/brokerswitch/brokerswitch/simulate"
 )
 
@@ -235,14 +236,14 @@ func publishBeforeNotify(t *testing.T, late time.Duration, grace time.Duration) 
 // Scenario 18a. The notification comes 6 s after the producer's first publish to B.
 func TestScenario18aPublishBeforeANotificationLateBySeconds(t *testing.T) {
 	t.Parallel()
-	publishBeforeNotify(t, 6*time.Second, brokerstate.DefaultUnnotifiedBrokerGrace)
+	publishBeforeNotify(t, 6*time.Second, config.DefaultUnnotifiedBrokerGrace)
 }
 
 // Scenario 18b. The notification comes 2 minutes late, as one through the producer's
 // retry queue does.
 func TestScenario18bPublishBeforeANotificationLateByMinutes(t *testing.T) {
 	t.Parallel() // it mostly waits for the notification
-	publishBeforeNotify(t, 2*time.Minute, brokerstate.DefaultUnnotifiedBrokerGrace)
+	publishBeforeNotify(t, 2*time.Minute, config.DefaultUnnotifiedBrokerGrace)
 }
 
 // Scenario 18c. No notification ever comes: B's events are read once the (shortened)

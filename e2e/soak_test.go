@@ -30,6 +30,7 @@ import (
 
 	"github.com/brokerswitch/brokerswitch/activities"
 	"github.com/brokerswitch/brokerswitch/brokerstate"
+	"github.com/brokerswitch/brokerswitch/config"
 	"github.com/brokerswitch/brokerswitch/internal/testenv"
 	"github.com/brokerswitch/brokerswitch/simulate"
 	"github.com/brokerswitch/brokerswitch/workflows"
@@ -499,7 +500,7 @@ func (r *soakRun) waitSeenEmpty(b int) {
 		for _, q := range s.cfg.Queues {
 			marks, reached, err := s.store.SpareMarks(context.Background(), q)
 			require.NoError(t, err)
-			reading := state.ReadSpare(b, state.CurrentMark(b, marks[b]), state.CurrentMark(b, reached[b]), time.Now(), brokerstate.DefaultUnnotifiedBrokerGrace)
+			reading := state.ReadSpare(b, state.CurrentMark(b, marks[b]), state.CurrentMark(b, reached[b]), time.Now(), config.DefaultUnnotifiedBrokerGrace)
 			if reading == brokerstate.ReadStragglers {
 				waiting = append(waiting, q)
 			}

@@ -97,10 +97,6 @@ func clockOf(ev Event) eventClock {
 	return c
 }
 
-// DefaultMaxClockSkew is how far past now an entity clock may be when
-// Ingester.MaxClockSkew is 0.
-const DefaultMaxClockSkew = 5 * time.Minute
-
 // distrustFuture makes ev's entity clock unreadable when it is after limit: one event
 // stamped in the far future (a broken clock, or a forged payload) would otherwise make
 // every later real event of its row older than it, and change nothing but the ledger, for

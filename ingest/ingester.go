@@ -17,6 +17,7 @@ import (
 	"gorm.io/gorm"
 
 	"github.com/brokerswitch/brokerswitch/broker"
+	"github.com/brokerswitch/brokerswitch/config"
 	"github.com/brokerswitch/brokerswitch/metrics"
 	"github.com/brokerswitch/brokerswitch/models"
 )
@@ -48,7 +49,7 @@ type Ingester struct {
 	TransientAttempts int
 	// MaxClockSkew is how far past Now an event's entity clock may be; a later one is
 	// taken as unreadable (applied in queue order, counted and logged); 0 means
-	// DefaultMaxClockSkew. The worker sets NOTIFICATION_MAX_CLOCK_SKEW.
+	// config.DefaultNotificationMaxClockSkew. The worker sets NOTIFICATION_MAX_CLOCK_SKEW.
 	MaxClockSkew time.Duration
 	// WebhookSecret, when set, is the GitHub webhook's secret: every message must carry
 	// the HMAC of its body in HeaderSignature, or it is malformed. Empty verifies nothing.
@@ -161,7 +162,7 @@ func (h *batchHandler) HandleBatch(ctx context.Context, queue string, deliveries
 	}
 	decoding := time.Now()
 	msgs := decodeAll(queue, deliveries, h.ingester.MaxMessageBytes, decode)
-	limit := now.Add(cmp.Or(h.ingester.MaxClockSkew, DefaultMaxClockSkew))
+	limit := now.Add(cmp.Or(h.ingester.MaxClockSkew, config.DefaultNotificationMaxClockSkew))
 	for i := range msgs {
 		if msgs[i].malformed == nil {
 			msgs[i].ahead = distrustFuture(msgs[i].event, limit)

@@ -26,7 +26,7 @@ func TestVerifySignatureMatchesGitHubsExample(t *testing.T) {
 
 // With a webhook secret, a message is applied only when it carries GitHub's signature of
 // its body; one that is unsigned, altered or signed with another secret goes to -error
-// with the reason. Without a secret, unsigned messages are applied as before.
+// with the reason. Without a secret, nothing is verified: unsigned messages are applied.
 func TestAWebhookSecretRejectsUnsignedAndForgedPayloads(t *testing.T) {
 	e := newEnv(t)
 	secret := []byte("the-webhook-secret")

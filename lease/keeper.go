@@ -31,12 +31,9 @@ import (
 	"go.temporal.io/sdk/temporal"
 	"gorm.io/gorm"
 
+	"github.com/brokerswitch/brokerswitch/config"
 	"github.com/brokerswitch/brokerswitch/metrics"
 )
-
-// DefaultTTL is WORKER_LEASE_TTL's default: a killed worker's queues are read again about
-// this long after its last renewal.
-const DefaultTTL = 8 * time.Second
 
 // ErrNoLease is returned by Hold while the worker holds no live lease (Postgres or
 // Temporal out of reach): the attempt fails, and Temporal retries it, here or elsewhere.
@@ -67,7 +64,7 @@ type Keeper struct {
 	// workflows, described when a lease expires.
 	Namespace string
 	Workflows []string
-	// TTL is WORKER_LEASE_TTL; 0 means DefaultTTL.
+	// TTL is WORKER_LEASE_TTL; 0 means config.DefaultWorkerLeaseTTL.
 	TTL    time.Duration
 	Logger *slog.Logger
 	// Metrics counts lost and reaped leases; nil counts nothing.
@@ -97,7 +94,7 @@ func (k *Keeper) ttl() time.Duration {
 	if k.TTL > 0 {
 		return k.TTL
 	}
-	return DefaultTTL
+	return config.DefaultWorkerLeaseTTL
 }
 
 // renewEvery is how often the lease is renewed; the holder gives up after TTL − renewEvery

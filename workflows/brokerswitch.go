@@ -10,6 +10,7 @@ import (
 
 	"github.com/brokerswitch/brokerswitch/activities"
 	"github.com/brokerswitch/brokerswitch/brokerstate"
+	"github.com/brokerswitch/brokerswitch/config"
 )
 
 // BrokerSwitchInput is what a BrokerSwitch run hands to the next one when it continues
@@ -73,7 +74,7 @@ func newSwitchRun(ctx workflow.Context, in BrokerSwitchInput) (*switchRun, error
 	}
 	// What the last run left comes before what reached this one.
 	orders.orders = append(in.Orders, orders.orders...)
-	w := &switchRun{orders: orders, status: Status{Checks: in.Checks}, drainCheckInterval: 3 * time.Second}
+	w := &switchRun{orders: orders, status: Status{Checks: in.Checks}, drainCheckInterval: config.DefaultDrainCheckInterval}
 	// Remove once no run started before release 1.1 is open: before it, every order and
 	// commit wrote the memo, unchanged or not, and every change a watch saw was read
 	// again, so a switch cost a memo write and a read more.

@@ -9,7 +9,10 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/brokerswitch/brokerswitch/config"
+	"github.com/brokerswitch/brokerswitch/internal/testenv"
 )
+
+func TestMain(m *testing.M) { testenv.Exit(m.Run()) }
 
 // noEnv is an empty environment: none of these commands may get as far as reading it.
 func noEnv(string) string { return "" }

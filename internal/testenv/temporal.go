@@ -68,8 +68,12 @@ func freePort() (string, error) {
 // Address is the dev server's frontend host:port.
 func (t *Temporal) Address() string { return t.server.FrontendHostPort() }
 
-// Stop ends the dev server.
-func (t *Temporal) Stop() error { return t.server.Stop() }
+// Stop ends the dev server, and closes the client the SDK dialed to wait for it to be
+// ready: the DevServer's own Stop leaves that client's connection redialing.
+func (t *Temporal) Stop() error {
+	t.server.Client().Close()
+	return t.server.Stop()
+}
 
 // Namespace hands a test a namespace of its own, registered for it, and a client for it.
 // Registering on demand keeps the count unbounded, so that `go test -count=N` repeats a
