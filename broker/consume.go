@@ -38,8 +38,9 @@ type ConsumeOptions struct {
 	// ConsumerTag names the consumer on the broker; empty means a random
 	// "brokerswitch-..." tag.
 	ConsumerTag string
-	// OnSettled, if set, is called synchronously from Consume once per
-	// delivery, in queue order, after its verdict was applied.
+	// OnSettled, if set, is called once per delivery, in queue order, after its verdict
+	// was applied; it runs on Consume's settling goroutine, one batch at a time, and
+	// every call is over when Consume returns.
 	OnSettled func(Verdict)
 	// Fence, when it closes, stops Consume at once without settling the batch in hand:
 	// the handler's context is cancelled and the batch goes back to the head of the queue.
@@ -79,16 +80,23 @@ func (o ConsumeOptions) withDefaults() (ConsumeOptions, error) {
 // order: it waits for one delivery, then takes what else has already arrived,
 // up to MaxBatch, and settles the verdicts in order (see Verdict).
 //
+// Consume is a pipeline: a batch's verdicts are settled on the channel while the next
+// batch is handled, so at a distance from the broker its round trip overlaps the
+// handler's. The handler is called on one batch at a time, never before the one ahead
+// of it returned, and the batches are settled in queue order, each once the one ahead
+// of it is settled: the ack of a batch never precedes the handler's end (its commit) of
+// any batch before it.
+//
 // When ctx ends, Consume settles the batch in hand, if any, with a context that
 // is not cancelled, then cancels the consumer, closes the channel and returns
 // nil: the caller knows why its ctx ended. It returns nil too when h fails
 // after ctx ended. Prefetched deliveries that were not handled go back to the
 // head of the queue.
 //
-// Consume returns an error, with nothing of the current batch settled, when
-// h fails; it returns an error too when the queue has another consumer (wrapping
-// ErrExclusiveConsumer), when the connection is lost or when the broker cancels
-// the consumer. Closing the channel then puts every unsettled delivery back at
+// Consume returns an error, with nothing of the current batch settled, when h fails
+// (once the batch ahead of it, which h applied, is settled); it returns an error too
+// when the queue has another consumer (wrapping ErrExclusiveConsumer), when the
+// connection is lost or when the broker cancels the consumer. Closing the channel then puts every unsettled delivery back at
 // the head of the queue, in order, so the caller can simply start again.
 func (p *Pool) Consume(ctx context.Context, index int, queue string, opts ConsumeOptions, h BatchHandler) error {
 	ep, err := p.endpoint(index)
@@ -131,25 +139,45 @@ func (p *Pool) Consume(ctx context.Context, index int, queue string, opts Consum
 		return err
 	}
 	s.fence, s.settleTimeout = opts.Fence, opts.SettleTimeout
+	// Every way out waits for the settle in flight, before the channel closes: its batch
+	// committed, and its acks must be in before the unsettled deliveries go back.
+	defer func() { _ = s.wait() }()
+	failed := func(err error) error {
+		if errors.Is(err, ErrOversize) {
+			return p.afterOversize(ctx, ep, ch, "consume", queue, err)
+		}
+		if e := closedBy(closed, err); unreadableClose(e) {
+			return p.afterUnreadable(ctx, ep, queue, frameMax, opts.Prefetch, fmt.Errorf("%w (channel closed: %w)", err, e))
+		}
+		if ctx.Err() != nil && !errors.Is(err, ErrFenced) {
+			return nil
+		}
+		return fmt.Errorf("consume %s on %s: %w", queue, ep, err)
+	}
 	for {
 		received := time.Now()
 		waited := len(buffered) == 0
-		batch, open := nextBatch(ctx, buffered, opts.MaxBatch, opts.Fence)
+		batch, open := nextBatch(ctx, buffered, opts.MaxBatch, opts.Fence, s.failing())
 		if isClosed(opts.Fence) {
+			_ = s.wait()
 			return fmt.Errorf("consume %s on %s: %w", queue, ep, ErrFenced)
 		}
 		if !open {
+			_ = s.wait()
 			err := endReason(closed, cancelled)
 			if e := (*amqp.Error)(nil); errors.As(err, &e) && unreadableClose(e) {
 				return p.afterUnreadable(ctx, ep, queue, frameMax, opts.Prefetch, err)
 			}
 			return fmt.Errorf("consume %s on %s: %w", queue, ep, err)
 		}
-		if ctx.Err() != nil {
+		if s.settleFailed() || ctx.Err() != nil {
 			// Unhandled deliveries go back to the queue, in order, when the channel closes.
 			// No basic.cancel first: on a quorum queue (4.0.5) it returns the deliveries
 			// still in flight at once, ahead of those already received, which the close
 			// returns after them.
+			if err := s.wait(); err != nil {
+				return failed(err)
+			}
 			return nil
 		}
 		var trace *BatchTrace
@@ -160,21 +188,14 @@ func (p *Pool) Consume(ctx context.Context, index int, queue string, opts Consum
 				trace.AMQPRoundTrips++
 			}
 		}
-		if _, err := s.handle(withTrace(ctx, trace), h, batch); err != nil {
-			if errors.Is(err, ErrOversize) {
-				return p.afterOversize(ctx, ep, ch, "consume", queue, err)
+		settled := func() {
+			if trace != nil {
+				trace.Wall = time.Since(received)
+				p.Trace(trace)
 			}
-			if e := closedBy(closed, err); unreadableClose(e) {
-				return p.afterUnreadable(ctx, ep, queue, frameMax, opts.Prefetch, fmt.Errorf("%w (channel closed: %w)", err, e))
-			}
-			if ctx.Err() != nil && !errors.Is(err, ErrFenced) {
-				return nil
-			}
-			return fmt.Errorf("consume %s on %s: %w", queue, ep, err)
 		}
-		if trace != nil {
-			trace.Wall = time.Since(received)
-			p.Trace(trace)
+		if err := s.handleAhead(withTrace(ctx, trace), h, batch, settled); err != nil {
+			return failed(err)
 		}
 	}
 }
@@ -210,15 +231,18 @@ func forward(deliveries <-chan amqp.Delivery, size int, stop <-chan struct{}) <-
 	return out
 }
 
-// nextBatch waits for one delivery or the end of ctx, then takes the
+// nextBatch waits for one delivery, the end of ctx, the fence or the failure of the
+// settle in flight (failed), then takes the
 // deliveries that are already buffered, up to limit, without waiting. open is
 // false when the deliveries channel has closed; the batch in hand is then
 // useless because it can no longer be acknowledged.
-func nextBatch(ctx context.Context, deliveries <-chan amqp.Delivery, limit int, fence <-chan struct{}) (batch []amqp.Delivery, open bool) {
+func nextBatch(ctx context.Context, deliveries <-chan amqp.Delivery, limit int, fence, failed <-chan struct{}) (batch []amqp.Delivery, open bool) {
 	select {
 	case <-ctx.Done():
 		return nil, true
 	case <-fence:
+		return nil, true
+	case <-failed:
 		return nil, true
 	case d, ok := <-deliveries:
 		if !ok {

@@ -51,6 +51,9 @@ type settler struct {
 	// handleTimeout.
 	settleTimeout time.Duration
 	returns       chan amqp.Return
+	// inFlight is the settle running behind the handling of the next part (handleAhead),
+	// nil when none; only the goroutine that handles touches it.
+	inFlight *settling
 }
 
 // newSettler puts ch in transactional mode; Consume and Drain settle on it alone.
@@ -107,6 +110,16 @@ func splitByBytes(batch []amqp.Delivery, maxBytes int) [][]amqp.Delivery {
 
 // handlePart runs h on one part of a batch and settles its verdicts.
 func (s *settler) handlePart(ctx context.Context, h BatchHandler, batch []amqp.Delivery) (int, error) {
+	verdicts, err := s.apply(ctx, h, batch)
+	if err != nil {
+		return 0, err
+	}
+	defer TraceOf(ctx).Add(PhaseAck, time.Now())
+	return s.settle(context.WithoutCancel(ctx), batch, verdicts)
+}
+
+// apply runs h on one part of a batch and returns its verdicts, nothing settled yet.
+func (s *settler) apply(ctx context.Context, h BatchHandler, batch []amqp.Delivery) ([]Verdict, error) {
 	// A batch in hand is finished even when ctx ends meanwhile (a window cut short by a
 	// switch): abandoning it would only have it delivered and applied again later, and
 	// every delivery counts against a CloudAMQP plan. Only from that end on is it bounded
@@ -140,13 +153,113 @@ func (s *settler) handlePart(ctx context.Context, h BatchHandler, batch []amqp.D
 	}
 	verdicts, err := h.HandleBatch(hctx, s.queue, batch)
 	if isClosed(s.fence) {
-		return 0, fmt.Errorf("handle batch of %d: %w", len(batch), ErrFenced)
+		return nil, fmt.Errorf("handle batch of %d: %w", len(batch), ErrFenced)
 	}
 	if err != nil {
-		return 0, fmt.Errorf("handle batch of %d: %w: %w", len(batch), ErrHandler, err)
+		return nil, fmt.Errorf("handle batch of %d: %w: %w", len(batch), ErrHandler, err)
 	}
-	defer TraceOf(ctx).Add(PhaseAck, time.Now())
-	return s.settle(context.WithoutCancel(ctx), batch, verdicts)
+	return verdicts, nil
+}
+
+// settling is the settle of one handled part, running behind the handling of the next.
+type settling struct {
+	done   chan struct{} // closed once the settle ended
+	failed chan struct{} // closed too when it failed, before done
+	err    error         // why, once done is closed
+}
+
+// handleAhead is handle for Consume, pipelined: each part's verdicts are settled in the
+// background while the next part, or the next batch, is handled and applied, so that the
+// channel's commit costs the queue no round trip of its own. A part is handled only once
+// the part before it was applied (the handler's transaction committed), and settled only
+// once the settle before it ended, in queue order: the ack of a part never precedes the
+// commit of any part before it, in Postgres or on the channel.
+//
+// When h fails on a part, nothing of it is settled; the settle in flight, whose part did
+// commit, ends first, so that its acks are in before the caller closes the channel and the
+// part that failed, with everything received behind it, goes back to the head of the queue.
+// The returned error is the first failure in queue order: the settle in flight's, else the
+// part's. batchSettled runs, from the settling goroutine, once the batch's last part is
+// settled.
+func (s *settler) handleAhead(ctx context.Context, h BatchHandler, batch []amqp.Delivery, batchSettled func()) error {
+	batch, oversize := s.pool.beforeOversize(batch)
+	parts := splitByBytes(batch, s.pool.MaxBatchBytes)
+	for i, part := range parts {
+		if len(part) == 0 {
+			break
+		}
+		if s.settleFailed() {
+			// The channel is closed or unusable: applying more would only be undone by the
+			// redelivery.
+			return s.wait()
+		}
+		verdicts, err := s.apply(ctx, h, part)
+		if werr := s.wait(); werr != nil {
+			return werr
+		}
+		if err != nil {
+			return err
+		}
+		var done func()
+		if i == len(parts)-1 && oversize == nil {
+			done = batchSettled
+		}
+		s.settleBehind(ctx, part, verdicts, done)
+	}
+	if oversize != nil {
+		if err := s.wait(); err != nil {
+			return err
+		}
+	}
+	return oversize
+}
+
+// settleBehind settles batch's verdicts in a goroutine of its own; wait waits for it. A
+// fence closed before it starts settles nothing, as for a part still being handled.
+func (s *settler) settleBehind(ctx context.Context, batch []amqp.Delivery, verdicts []Verdict, done func()) {
+	f := &settling{done: make(chan struct{}), failed: make(chan struct{})}
+	s.inFlight = f
+	go func() {
+		defer close(f.done)
+		if isClosed(s.fence) {
+			f.err = fmt.Errorf("settle batch of %d: %w", len(batch), ErrFenced)
+		} else {
+			start := time.Now()
+			_, f.err = s.settle(context.WithoutCancel(ctx), batch, verdicts)
+			TraceOf(ctx).Add(PhaseAck, start)
+		}
+		if f.err != nil {
+			close(f.failed)
+			return
+		}
+		if done != nil {
+			done()
+		}
+	}()
+}
+
+// wait waits for the settle in flight, if any, and returns its error.
+func (s *settler) wait() error {
+	f := s.inFlight
+	if f == nil {
+		return nil
+	}
+	<-f.done
+	s.inFlight = nil
+	return f.err
+}
+
+// failing is closed when the settle in flight failed; nil (never ready) when none is.
+func (s *settler) failing() <-chan struct{} {
+	if s.inFlight == nil {
+		return nil
+	}
+	return s.inFlight.failed
+}
+
+// settleFailed tells whether the settle in flight has failed already.
+func (s *settler) settleFailed() bool {
+	return isClosed(s.failing())
 }
 
 // settle applies verdicts to batch in order, in one transaction of the channel, and

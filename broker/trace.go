@@ -60,6 +60,8 @@ type BatchTrace struct {
 	Deliveries int
 	// Spent is the wall time of each phase; Wall the batch's, from the wait for its first
 	// delivery to its settling (what no phase covers is CPU between them: folding, verdicts).
+	// Consume settles a batch while the next one is handled, so a batch's ack overlaps the
+	// next batch's phases and the walls of consecutive batches overlap too.
 	Spent [PhaseCount]time.Duration
 	Wall  time.Duration
 	// PGRoundTrips are the batch's round trips to Postgres, added by whoever watches the
