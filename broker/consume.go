@@ -144,6 +144,9 @@ func (p *Pool) Consume(ctx context.Context, index int, queue string, opts Consum
 	defer func() { _ = s.wait() }()
 	failed := func(err error) error {
 		if errors.Is(err, ErrOversize) {
+			// The batch ahead of the large message committed: its acks go in before the
+			// channel closes for the move.
+			_ = s.wait()
 			return p.afterOversize(ctx, ep, ch, "consume", queue, err)
 		}
 		if e := closedBy(closed, err); unreadableClose(e) {
