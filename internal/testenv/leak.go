@@ -2,6 +2,7 @@ package testenv
 
 import (
 	"fmt"
+	"net/http"
 	"os"
 
 	"go.uber.org/goleak"
@@ -12,6 +13,9 @@ import (
 // Every package's TestMain ends with it, after it stopped what it started itself.
 func Exit(code int) {
 	if code == 0 {
+		// Keep-alive connections of the shared HTTP client (the RabbitMQ management API)
+		// are the process's, not a test's: each holds a reader goroutine until closed.
+		http.DefaultClient.CloseIdleConnections()
 		if err := goleak.Find(leakOptions()...); err != nil {
 			fmt.Fprintf(os.Stderr, "testenv: goroutines outlived the tests: %v\n", err)
 			code = 1
