@@ -145,8 +145,10 @@ func (p *Pool) Consume(ctx context.Context, index int, queue string, opts Consum
 	failed := func(err error) error {
 		if errors.Is(err, ErrOversize) {
 			// The batch ahead of the large message committed: its acks go in before the
-			// channel closes for the move.
-			_ = s.wait()
+			// channel closes for the move, and their failure comes first, in queue order.
+			if serr := s.wait(); serr != nil {
+				return fmt.Errorf("consume %s on %s: %w", queue, ep, serr)
+			}
 			return p.afterOversize(ctx, ep, ch, "consume", queue, err)
 		}
 		if e := closedBy(closed, err); unreadableClose(e) {
