@@ -102,11 +102,13 @@ func (a *Window) Consume(ctx context.Context, in ConsumeInput) (err error) {
 	go a.watchSpares(windowCtx, end, in)
 
 	opts := broker.ConsumeOptions{Prefetch: a.Prefetch, ConsumerTag: consumerTag(ctx), Fence: gone, SettleTimeout: a.settle()}
-	err = a.Pool.Consume(windowCtx, in.BrokerIndex, in.Queue, opts, a.Handlers.ForActive(in.BrokerIndex))
-	for errors.Is(err, broker.ErrMovedToError) {
+	for {
+		err = a.Pool.Consume(windowCtx, in.BrokerIndex, in.Queue, opts, a.Handlers.ForActive(in.BrokerIndex))
 		// A message no consumer can hold is in -error now: reading on in this attempt
 		// costs the queue nothing, where failing it would wait out a retry's backoff.
-		err = a.Pool.Consume(windowCtx, in.BrokerIndex, in.Queue, opts, a.Handlers.ForActive(in.BrokerIndex))
+		if !errors.Is(err, broker.ErrMovedToError) {
+			break
+		}
 	}
 	if errors.Is(err, brokerstate.ErrNotActive) {
 		// The switch committed before this process's watcher heard of it: the batch went
