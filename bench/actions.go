@@ -91,7 +91,7 @@ const actionsPeriod = 3 * time.Minute
 
 // runActions measures the Actions of one deployment with two brokers and the defaults,
 // a straggler on a spare, and the take-over after a worker process is killed.
-func runActions(s *scope, rate float64, binary, logDir string) actionsResult {
+func runActions(s *figure, rate float64, binary, logDir string) actionsResult {
 	ctx := context.Background()
 	st := newStack(s, 2, stackOptions{})
 	count := func() map[string]float64 {
@@ -191,7 +191,7 @@ func runActions(s *scope, rate float64, binary, logDir string) actionsResult {
 
 // runTakeover runs two worker processes on st, kills the one holding the most windows in
 // the middle of a backlog, and times how long until the other holds every window.
-func runTakeover(s *scope, st *stack, binary, logDir string) time.Duration {
+func runTakeover(s *figure, st *stack, binary, logDir string) time.Duration {
 	ctx := context.Background()
 	a, b := st.startWorkerProcess(binary, logDir), st.startWorkerProcess(binary, logDir)
 	held := func() map[string]string {

@@ -58,7 +58,7 @@ type countingProxy struct {
 	counts frameCounts
 }
 
-func newCountingProxy(s *scope, target string) *countingProxy {
+func newCountingProxy(s *figure, target string) *countingProxy {
 	p := &countingProxy{}
 	p.Proxy = listenProxy(s, target, p.copy)
 	return p

@@ -19,39 +19,40 @@ import (
 	"github.com/brokerswitch/brokerswitch/internal/testenv"
 )
 
-// scope is one figure's testenv.T. As testing.T does for a test, it collects the
-// figure's cleanups and ends the figure's goroutine on a fatal error (runtime.Goexit, so
-// the cleanups still run); guard reports that error and the next figure goes on.
-type scope struct {
+// figure is the testenv.T of one figure of the report. As testing.T does for a test, it
+// collects the figure's cleanups and ends the figure's goroutine on a fatal error
+// (runtime.Goexit, so the cleanups still run); runFigure reports that error and the next
+// figure goes on.
+type figure struct {
 	name     string
 	cleanups []func()
 	err      error
 }
 
-func (s *scope) Helper()          {}
-func (s *scope) Cleanup(f func()) { s.cleanups = append(s.cleanups, f) }
-func (s *scope) Errorf(f string, args ...any) {
+func (s *figure) Helper()          {}
+func (s *figure) Cleanup(f func()) { s.cleanups = append(s.cleanups, f) }
+func (s *figure) Errorf(f string, args ...any) {
 	logf("WARN %s: "+f, append([]any{s.name}, args...)...)
 }
 
 // Fatalf records the error and ends the figure. Like testing.T's, it must be called from
 // the figure's own goroutine, not from one it started.
-func (s *scope) Fatalf(f string, args ...any) {
+func (s *figure) Fatalf(f string, args ...any) {
 	s.err = errors.Join(s.err, fmt.Errorf(f, args...))
 	runtime.Goexit()
 }
 
 // check ends the figure with err, if any, as Fatalf does.
-func (s *scope) check(err error, what string) {
+func (s *figure) check(err error, what string) {
 	if err != nil {
 		s.Fatalf("%s: %w", what, err)
 	}
 }
 
-// guard runs fn as one figure in a goroutine of its own, runs its cleanups (last first)
+// runFigure runs fn as one figure in a goroutine of its own, runs its cleanups (last first)
 // and returns the error that ended it, if any.
-func guard(name string, fn func(s *scope)) error {
-	s := &scope{name: name}
+func runFigure(name string, fn func(s *figure)) error {
+	s := &figure{name: name}
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
@@ -67,7 +68,7 @@ func guard(name string, fn func(s *scope)) error {
 
 // runCleanups runs the cleanups, the last registered first; one that ends the figure
 // (testenv's cleanups call Fatalf when RabbitMQ refuses) leaves the others to run.
-func (s *scope) runCleanups() {
+func (s *figure) runCleanups() {
 	if n := len(s.cleanups); n > 0 {
 		f := s.cleanups[n-1]
 		s.cleanups = s.cleanups[:n-1]
@@ -85,7 +86,7 @@ func logf(format string, args ...any) {
 // temporalServer is the dev server of this run; namespaces are handed out by testenv.
 var temporalServer *testenv.Temporal
 
-func namespace(s *scope) (string, client.Client) {
+func namespace(s *figure) (string, client.Client) {
 	return temporalServer.Namespace(s)
 }
 

@@ -9,15 +9,15 @@ import (
 	"github.com/brokerswitch/brokerswitch/internal/testenv"
 )
 
-var _ testenv.T = (*scope)(nil)
+var _ testenv.T = (*figure)(nil)
 
 // A fatal error ends the figure where it happens, the cleanups run last first, one that
-// fails too leaves the others to run, and guard returns both errors.
+// fails too leaves the others to run, and runFigure returns both errors.
 func TestGuardEndsAFigureAndRunsEveryCleanup(t *testing.T) {
 	boom := errors.New("boom")
 	var ran []string
 	reached := false
-	err := guard("figure", func(s *scope) {
+	err := runFigure("figure", func(s *figure) {
 		s.Cleanup(func() { ran = append(ran, "first") })
 		s.Cleanup(func() { ran = append(ran, "second"); s.Fatalf("cleanup %d failed", 2) })
 		s.Cleanup(func() { ran = append(ran, "third") })
@@ -31,5 +31,5 @@ func TestGuardEndsAFigureAndRunsEveryCleanup(t *testing.T) {
 	require.ErrorContains(t, err, "figure: a step: boom")
 	require.ErrorContains(t, err, "cleanup 2 failed")
 
-	require.NoError(t, guard("quiet", func(s *scope) { s.Cleanup(func() {}) }))
+	require.NoError(t, runFigure("quiet", func(s *figure) { s.Cleanup(func() {}) }))
 }

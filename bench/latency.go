@@ -28,7 +28,7 @@ func (p *delayProxy) turnsOf(addr string) int64 {
 	return 0
 }
 
-func newDelayProxy(s *scope, target string, rtt time.Duration) *delayProxy {
+func newDelayProxy(s *figure, target string, rtt time.Duration) *delayProxy {
 	p := &delayProxy{oneWay: rtt / 2}
 	p.Proxy = listenProxy(s, target, p.copy)
 	return p
@@ -36,13 +36,13 @@ func newDelayProxy(s *scope, target string, rtt time.Duration) *delayProxy {
 
 // throughDelay is rawURL, an AMQP URL or a Postgres DSN, reaching its host through a delay
 // proxy of rtt.
-func throughDelay(s *scope, rawURL string, rtt time.Duration) string {
+func throughDelay(s *figure, rawURL string, rtt time.Duration) string {
 	u, _ := throughDelayProxy(s, rawURL, rtt)
 	return u
 }
 
 // throughDelayProxy is throughDelay, and the proxy.
-func throughDelayProxy(s *scope, rawURL string, rtt time.Duration) (string, *delayProxy) {
+func throughDelayProxy(s *figure, rawURL string, rtt time.Duration) (string, *delayProxy) {
 	u, err := url.Parse(rawURL)
 	s.check(err, "parse a URL to delay")
 	p := newDelayProxy(s, u.Host, rtt)
@@ -52,7 +52,7 @@ func throughDelayProxy(s *scope, rawURL string, rtt time.Duration) (string, *del
 
 // listenProxy is a proxy to target whose connections move their bytes with copy; it is
 // cut when the figure ends.
-func listenProxy(s *scope, target string, copy testenv.Copy) *testenv.Proxy {
+func listenProxy(s *figure, target string, copy testenv.Copy) *testenv.Proxy {
 	p, err := testenv.ListenProxy(target, copy)
 	s.check(err, "proxy")
 	s.Cleanup(p.Cut)
@@ -107,7 +107,7 @@ func (p *delayProxy) copy(dst, src net.Conn, toServer bool) {
 
 // measureRTT is the round trip through a delay proxy, as measured: sleeps on this kind of
 // machine are rounded up to about a millisecond, so the injected delay is reported as seen.
-func measureRTT(s *scope, rtt time.Duration) time.Duration {
+func measureRTT(s *figure, rtt time.Duration) time.Duration {
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	s.check(err, "echo listen")
 	defer l.Close()

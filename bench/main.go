@@ -133,7 +133,7 @@ func run(o options) error {
 	for r := 1; r <= o.runs; r++ {
 		if o.wants("a") {
 			for _, pf := range []int{1, 100} {
-				res.record(guard(fmt.Sprintf("baseline A prefetch %d run %d", pf, r), func(s *scope) {
+				res.record(runFigure(fmt.Sprintf("baseline A prefetch %d run %d", pf, r), func(s *figure) {
 					t := runBaselineA(s, corpus(o.events), pf)
 					logf("baseline A prefetch %d run %d: %.0f msg/s (%s)", pf, r, t.rate(), t.CPU)
 					if pf == 1 {
@@ -145,14 +145,14 @@ func run(o options) error {
 			}
 		}
 		if o.wants("b") {
-			res.record(guard(fmt.Sprintf("baseline B run %d", r), func(s *scope) {
+			res.record(runFigure(fmt.Sprintf("baseline B run %d", r), func(s *figure) {
 				t := runBaselineB(s, corpus(o.events), 0)
 				logf("baseline B run %d: %.0f msg/s (%s)", r, t.rate(), t.CPU)
 				res.B = append(res.B, t)
 			}))
 		}
 		if o.wants("product") {
-			res.record(guard(fmt.Sprintf("end to end run %d", r), func(s *scope) {
+			res.record(runFigure(fmt.Sprintf("end to end run %d", r), func(s *figure) {
 				profile := ""
 				if r == o.runs {
 					profile = o.cpuProfile
@@ -164,17 +164,17 @@ func run(o options) error {
 		}
 		if o.wants("rtt") && o.rtt > 0 {
 			if res.MeasuredRTT == 0 {
-				res.record(guard("measure RTT", func(s *scope) {
+				res.record(runFigure("measure RTT", func(s *figure) {
 					res.MeasuredRTT = measureRTT(s, o.rtt)
 					logf("injected RTT %s measures %s", o.rtt, res.MeasuredRTT.Round(10*time.Microsecond))
 				}))
 			}
-			res.record(guard(fmt.Sprintf("baseline B with %s RTT run %d", o.rtt, r), func(s *scope) {
+			res.record(runFigure(fmt.Sprintf("baseline B with %s RTT run %d", o.rtt, r), func(s *figure) {
 				t := runBaselineB(s, corpus(o.rttEvents), o.rtt)
 				logf("baseline B with %s RTT run %d: %.0f msg/s (%s)", o.rtt, r, t.rate(), t.CPU)
 				res.BRTT = append(res.BRTT, t)
 			}))
-			res.record(guard(fmt.Sprintf("end to end with %s RTT run %d", o.rtt, r), func(s *scope) {
+			res.record(runFigure(fmt.Sprintf("end to end with %s RTT run %d", o.rtt, r), func(s *figure) {
 				t := runProduct(s, corpus(o.events), "", o.rtt)
 				logf("end to end with %s RTT run %d: %.0f msg/s (%s)", o.rtt, r, t.rate(), t.CPU)
 				res.ProductRTT = append(res.ProductRTT, t)
@@ -186,7 +186,7 @@ func run(o options) error {
 		perRun := (o.lagRotations + o.runs - 1) / o.runs
 		for _, cfg := range lagConfigs(o, perRun) {
 			for r := 1; r <= o.runs; r++ {
-				res.record(guard(fmt.Sprintf("switch lag %s run %d", cfg.Name, r), func(s *scope) {
+				res.record(runFigure(fmt.Sprintf("switch lag %s run %d", cfg.Name, r), func(s *figure) {
 					lr := runLag(s, cfg)
 					logf("switch lag %s run %d: %s", cfg.Name, r, summarizeLags(lr.Rotations))
 					res.addLag(cfg, lr)
@@ -197,7 +197,7 @@ func run(o options) error {
 
 	if o.wants("drain") {
 		for r := 1; r <= o.runs; r++ {
-			res.record(guard(fmt.Sprintf("leftover drain run %d", r), func(s *scope) {
+			res.record(runFigure(fmt.Sprintf("leftover drain run %d", r), func(s *figure) {
 				d := runDrain(s, o.drain)
 				logf("leftover drain run %d: ack only %.0f msg/s, with ingest %.0f msg/s", r, d.Raw.rate(), d.Ingest.rate())
 				res.Drain = append(res.Drain, d)
@@ -205,7 +205,7 @@ func run(o options) error {
 		}
 	}
 	if o.wants("cap") {
-		res.record(guard("leftover drain cap", func(s *scope) {
+		res.record(runFigure("leftover drain cap", func(s *figure) {
 			c := runCap(s, o.capLeftover, 5*time.Second)
 			logf("leftover cap: %d leftovers taken %v per cycle, cleared in %s", c.Leftover, c.PerCycle, c.Cleared.Round(time.Millisecond))
 			res.Cap = &c
@@ -213,7 +213,7 @@ func run(o options) error {
 	}
 
 	if o.wants("ledger") {
-		res.record(guard("ledger", func(s *scope) {
+		res.record(runFigure("ledger", func(s *figure) {
 			l := runLedger(s, o.events, o.runs, o.ledgerRows, o.ledgerRandom)
 			logf("ledger: empty %.0f events/s, beside %s rows %.0f events/s", median(l.Empty), commas(l.Rows), median(l.Full))
 			res.Ledger = &l
@@ -221,7 +221,7 @@ func run(o options) error {
 	}
 
 	if o.wants("clock") {
-		res.record(guard("entity clock", func(s *scope) {
+		res.record(runFigure("entity clock", func(s *figure) {
 			c := runEntityClock(s, o.events, o.runs)
 			logf("entity clock: no clock %.0f events/s, newer %.0f, half older %.0f", median(c.NoClock), median(c.Newer), median(c.HalfOlder))
 			res.EntityClock = &c
@@ -229,7 +229,7 @@ func run(o options) error {
 	}
 
 	if o.wants("actions") {
-		res.record(guard("temporal actions", func(s *scope) {
+		res.record(runFigure("temporal actions", func(s *figure) {
 			a := runActions(s, 20, buildBinary(s, logDir), logDir)
 			logf("temporal actions: idle %s/month (%.0f over %s: %s; %.0f per window restart); per switch %.0f; take-over %s; straggler %s",
 				commas(int64(a.idlePerMonth())), total(a.Idle), a.IdlePeriod.Round(time.Second), byTypeOrNone(a.Idle), total(a.Turnover),
@@ -239,7 +239,7 @@ func run(o options) error {
 	}
 
 	if o.wants("catchup") {
-		res.record(guard("catch-up", func(s *scope) {
+		res.record(runFigure("catch-up", func(s *figure) {
 			binary := buildBinary(s, logDir)
 			c := runCatchUp(s, o.catchUp, 1000, binary, logDir, 0)
 			logf("catch-up: %d backlog + %d new applied and switched in %s (old drained at %s, switch at %s), peak RSS %.0f MB (%s)",
@@ -255,7 +255,7 @@ func run(o options) error {
 	}
 
 	if o.wants("rss") {
-		res.record(guard("peak RSS", func(s *scope) {
+		res.record(runFigure("peak RSS", func(s *figure) {
 			binary := buildBinary(s, logDir)
 			for _, c := range rssCases(o.rssMessages) {
 				r := runRSS(s, c, binary, logDir)
@@ -286,7 +286,7 @@ func run(o options) error {
 }
 
 // buildBinary builds `brokerswitch` into dir, for the figures that run it as a process.
-func buildBinary(s *scope, dir string) string {
+func buildBinary(s *figure, dir string) string {
 	binary, err := testenv.BuildWorker(dir)
 	s.check(err, "build ./cmd/brokerswitch")
 	return binary

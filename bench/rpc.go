@@ -36,7 +36,7 @@ func (c *rpcCounter) snapshot() map[string]int64 {
 }
 
 // countingClient dials the namespace with every unary RPC counted.
-func countingClient(s *scope, ns string) (client.Client, *rpcCounter) {
+func countingClient(s *figure, ns string) (client.Client, *rpcCounter) {
 	counter := &rpcCounter{calls: map[string]int64{}}
 	c, err := client.Dial(client.Options{
 		HostPort:  temporalServer.Address(),

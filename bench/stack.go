@@ -30,12 +30,12 @@ import (
 // stack is one deployment, built as e2e/harness_test.go builds it: fresh vhosts (reached
 // through counting proxies when asked), a fresh database, its own Temporal namespace.
 type stack struct {
-	s        *scope
+	s        *figure
 	ns       string
 	vars     map[string]string
 	cfg      config.Config
 	db       *gorm.DB
-	store    *brokerstate.BrokerStore
+	store    *brokerstate.Store
 	temporal client.Client
 	rpc      *rpcCounter      // the Temporal RPCs of the in-process worker
 	direct   []string         // each broker's URL without proxy: the producer's view
@@ -57,7 +57,7 @@ type stackOptions struct {
 	env   map[string]string
 }
 
-func newStack(s *scope, brokers int, o stackOptions) *stack {
+func newStack(s *figure, brokers int, o stackOptions) *stack {
 	var urls []string
 	st := &stack{s: s}
 	for range brokers {
@@ -114,7 +114,7 @@ func newStack(s *scope, brokers int, o stackOptions) *stack {
 	s.Cleanup(func() { sqlDB.Close() })
 	s.check(models.Migrate(ctx, sqlDB), "migrate")
 	st.db = db
-	st.store = worker.NewBrokerStore(db, cfg.Brokers)
+	st.store = brokerstate.NewStore(db, cfg.Brokers)
 
 	eps, err := broker.ParseEndpoints(strings.Join(st.direct, ","))
 	s.check(err, "endpoints")
@@ -202,7 +202,7 @@ func (st *stack) notify(index int, switchedAt time.Time) error {
 	ep := st.cfg.Brokers[index]
 	n := brokerstate.Notification{Index: index, Host: ep.Host, Vhost: ep.Vhost, SwitchedAt: switchedAt}
 	ctx := context.Background()
-	if _, err := st.store.Update(ctx, func(cur brokerstate.BrokerState) (brokerstate.BrokerState, error) {
+	if _, err := st.store.Update(ctx, func(cur brokerstate.State) (brokerstate.State, error) {
 		next, _ := cur.ApplyNotification(n, time.Now())
 		return next, nil
 	}); err != nil {
@@ -236,7 +236,7 @@ func (st *stack) waitApplied(ctx context.Context, n int64, within time.Duration)
 
 // switched tells whether broker index is active with nothing pending.
 func (st *stack) switched(ctx context.Context, index int) (bool, error) {
-	s, err := st.store.LoadConfigured(ctx)
+	s, err := st.store.Load(ctx)
 	if err != nil {
 		return false, err
 	}

@@ -85,7 +85,7 @@ type stack struct {
 	t        *testing.T
 	cfg      config.Config
 	db       *gorm.DB
-	store    *brokerstate.BrokerStore
+	store    *brokerstate.Store
 	temporal client.Client
 	// direct reaches each broker without its proxy: the producer's and the test's view.
 	direct  *broker.Pool
@@ -224,7 +224,7 @@ func newStackWith(t *testing.T, opts stackOptions) *stack {
 	require.NoError(t, err)
 	s := &stack{
 		t: t, cfg: cfg, db: db, temporal: tc, proxies: proxies,
-		store:  worker.NewBrokerStore(db, cfg.Brokers),
+		store:  brokerstate.NewStore(db, cfg.Brokers),
 		direct: broker.NewPool(directEndpoints, nil),
 		env:    vars, workerDB: workerDB, pgProxy: pgProxy, vhosts: vhosts, began: began,
 	}
@@ -398,8 +398,8 @@ func (s *stack) holdLedger() (release func()) {
 }
 
 // state reads the broker state from Postgres.
-func (s *stack) state() brokerstate.BrokerState {
-	st, err := s.store.LoadConfigured(context.Background())
+func (s *stack) state() brokerstate.State {
+	st, err := s.store.Load(context.Background())
 	require.NoError(s.t, err)
 	return st
 }
