@@ -52,7 +52,7 @@ func TestMain(m *testing.M) {
 	if err := tmp.Stop(); err != nil {
 		fmt.Fprintln(os.Stderr, "api tests: stop temporal:", err)
 	}
-	os.Exit(code)
+	testenv.Exit(code)
 }
 
 // env is one test's API on its own Postgres database and Temporal namespace.

@@ -44,7 +44,12 @@ func newStoppedWorkerEnv(t *testing.T) (*workerEnv, func()) {
 	urls := []string{testenv.NewVhost(t), testenv.NewVhost(t)}
 	eps, err := broker.ParseEndpoints(strings.Join(urls, ","))
 	require.NoError(t, err)
-	e := newEnv(t, func(c *config.Config) { c.Brokers = eps })
+	e := newEnv(t, func(c *config.Config) {
+		c.Brokers = eps
+		// Stop waits for the workflow task and local activity in flight, as a stopping
+		// worker of the service does: without it they outlive the test.
+		c.WorkerStopTimeout = waitFor
+	})
 
 	pool := broker.NewPool(eps, e.deps.Logger)
 	t.Cleanup(func() { _ = pool.Close() })

@@ -76,7 +76,7 @@ func TestMain(m *testing.M) {
 		_ = os.RemoveAll(workerBinaryDir)
 	}
 	printSummaries(os.Stdout)
-	os.Exit(code)
+	testenv.Exit(code)
 }
 
 // stack is one deployment under test: its brokers (vhosts behind proxies), its database,
