@@ -52,18 +52,20 @@ RABBITMQ4_E2E      := ^(TestScenario02RotationWithABacklog|TestScenario05DoubleR
 RABBITMQ4_QUORUM_E2E := ^(TestScenario07ForcedSwitchMidDrainAndCancel|TestScenario20AForceAHopOutAndAReturn|TestScenario18aPublishBeforeANotificationLateBySeconds|TestScenario18cPublishWithoutANotification|TestAWindowCutOffFromTemporalGivesItsBatchBack|TestALeftoverDrainCutOffFromTemporalGivesItsBatchBack)$$
 RABBITMQ4_QUORUM_ACTIVITIES := ^(TestASpareAheadWaitsForTheActiveBacklog|TestASpareAheadWaitsForTheActiveBrokersUnacknowledgedBacklog|TestAReturnToASpareSeenEmptyAfterTheProducerLeftWaits|TestWhatAForcedBrokerHoldsWhenWeLeaveItIsAStraggler)$$
 
+# The broker package's classic and quorum runs go side by side (each test has a vhost of
+# its own, nothing is broker-wide; alone, each takes about 100 s), and so do the quorum
+# activities and the quorum e2e run, which mostly wait; the two e2e runs, whose serial
+# tests assert timings, do not overlap each other.
 ## test-rabbitmq4: broker and the switch and order e2e scenarios against RabbitMQ 4.0 (scripts/rabbitmq4.sh), with classic and with quorum queues
 test-rabbitmq4: temporal-cli services rabbitmq4
-	for type in classic quorum; do \
-	  e2e='$(RABBITMQ4_E2E)'; \
-	  if [ $$type = quorum ]; then e2e="$$e2e|"'$(RABBITMQ4_QUORUM_E2E)'; fi; \
-	  BROKERSWITCH_TEST_RABBITMQ=$(RABBITMQ4_API) BROKERSWITCH_TEST_QUEUE_TYPE=$$type \
-	    $(GO) test -race -count=1 -timeout 20m $(RABBITMQ4_PACKAGES) || exit 1; \
-	  BROKERSWITCH_TEST_RABBITMQ=$(RABBITMQ4_API) BROKERSWITCH_TEST_QUEUE_TYPE=$$type \
-	    $(GO) test -race -count=1 -timeout 20m -run "$$e2e" ./e2e/ || exit 1; \
-	done
-	BROKERSWITCH_TEST_RABBITMQ=$(RABBITMQ4_API) BROKERSWITCH_TEST_QUEUE_TYPE=quorum \
-	  $(GO) test -race -count=1 -timeout 10m -run '$(RABBITMQ4_QUORUM_ACTIVITIES)' ./activities/
+	r4() { type=$$1; shift; BROKERSWITCH_TEST_RABBITMQ=$(RABBITMQ4_API) BROKERSWITCH_TEST_QUEUE_TYPE=$$type "$$@"; }; \
+	r4 classic $(GO) test -race -count=1 -timeout 20m $(RABBITMQ4_PACKAGES) & classic=$$!; \
+	r4 quorum $(GO) test -race -count=1 -timeout 20m $(RABBITMQ4_PACKAGES) & quorum=$$!; \
+	wait $$classic; c=$$?; wait $$quorum; q=$$?; [ $$c = 0 ] && [ $$q = 0 ] || exit 1; \
+	r4 classic $(GO) test -race -count=1 -timeout 20m -run '$(RABBITMQ4_E2E)' ./e2e/ || exit 1; \
+	r4 quorum $(GO) test -race -count=1 -timeout 10m -run '$(RABBITMQ4_QUORUM_ACTIVITIES)' ./activities/ & acts=$$!; \
+	r4 quorum $(GO) test -race -count=1 -timeout 20m -run '$(RABBITMQ4_E2E)|$(RABBITMQ4_QUORUM_E2E)' ./e2e/; e=$$?; \
+	wait $$acts; a=$$?; [ $$e = 0 ] && [ $$a = 0 ]
 
 ## rabbitmq4: install (first time only, about 2 minutes) and start RabbitMQ 4.0 beside 3.10: node rabbit4@localhost, AMQP 5673, management 15673
 rabbitmq4:
