@@ -971,16 +971,26 @@ func soakRegressions() []soakRegression {
 	}}
 }
 
+// regressionsAtOnce is how many of TestSoakRegressions' seeds replay at once. Each has a
+// stack of its own and mostly waits for its processes, so one after another they were
+// the e2e package's long pole (430 s of its run); all at once, their worker processes
+// would crowd a 2-core machine's other tests.
+const regressionsAtOnce = 3
+
 // TestSoakRegressions replays every seed that found a bug.
 func TestSoakRegressions(t *testing.T) {
 	t.Parallel() // as TestSoak
-	tally := newSoakTally()
+	slots := make(chan struct{}, regressionsAtOnce)
 	for _, reg := range soakRegressions() {
 		t.Run(fmt.Sprintf("seed=%d", reg.seed), func(t *testing.T) {
+			t.Parallel()
 			sc := generateSchedule(reg.seed, reg.opts)
 			require.Equal(t, reg.schedule, sc.String(),
 				"the generator no longer draws the schedule that found %q: find the bug's seed again", reg.bug)
-			playSchedule(t, sc, tally)
+			slots <- struct{}{}
+			defer func() { <-slots }()
+			// A tally of its own: nothing reads it, and the replays run side by side.
+			playSchedule(t, sc, newSoakTally())
 		})
 	}
 }
