@@ -3,6 +3,7 @@ package main
 import (
 	"errors"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -12,12 +13,13 @@ import (
 var _ testenv.T = (*scope)(nil)
 
 // A fatal error ends the figure where it happens, the cleanups run last first, one that
-// fails too leaves the others to run, and guard returns both errors.
+// fails too leaves the others to run, and scoped returns both errors.
 func TestGuardEndsAFigureAndRunsEveryCleanup(t *testing.T) {
 	boom := errors.New("boom")
 	var ran []string
 	reached := false
-	err := guard("figure", func(s *scope) {
+	r := &run{started: time.Now()}
+	err := r.scoped("figure", func(s *scope) {
 		s.Cleanup(func() { ran = append(ran, "first") })
 		s.Cleanup(func() { ran = append(ran, "second"); s.Fatalf("cleanup %d failed", 2) })
 		s.Cleanup(func() { ran = append(ran, "third") })
@@ -31,5 +33,5 @@ func TestGuardEndsAFigureAndRunsEveryCleanup(t *testing.T) {
 	require.ErrorContains(t, err, "figure: a step: boom")
 	require.ErrorContains(t, err, "cleanup 2 failed")
 
-	require.NoError(t, guard("quiet", func(s *scope) { s.Cleanup(func() {}) }))
+	require.NoError(t, r.scoped("quiet", func(s *scope) { s.Cleanup(func() {}) }))
 }

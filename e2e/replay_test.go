@@ -71,13 +71,8 @@ func (s *stack) replayHistories() {
 
 func (s *stack) history(id, run string) *historypb.History {
 	s.t.Helper()
-	it := s.Temporal.GetWorkflowHistory(context.Background(), id, run, false, enumspb.HISTORY_EVENT_FILTER_TYPE_ALL_EVENT)
-	h := &historypb.History{}
-	for it.HasNext() {
-		ev, err := it.Next()
-		require.NoError(s.t, err)
-		h.Events = append(h.Events, ev)
-	}
+	h, err := s.History(context.Background(), id, run)
+	require.NoError(s.t, err)
 	return h
 }
 

@@ -10,6 +10,8 @@ import (
 	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
+	enumspb "go.temporal.io/api/enums/v1"
+	historypb "go.temporal.io/api/history/v1"
 
 	"github.com/brokerswitch/brokerswitch/brokerstate"
 	"github.com/brokerswitch/brokerswitch/payloads"
@@ -100,4 +102,18 @@ func (s *Stack) PublishRaw(index int, queue string, headers amqp.Table, body []b
 	defer ch.Close()
 	check(s.T, ch.PublishWithContext(context.Background(), "", queue, false, false,
 		amqp.Publishing{ContentType: "application/json", DeliveryMode: amqp.Persistent, Headers: headers, Body: body}), "publish")
+}
+
+// History is the history of one run of a workflow of the stack's namespace.
+func (s *Stack) History(ctx context.Context, id, run string) (*historypb.History, error) {
+	it := s.Temporal.GetWorkflowHistory(ctx, id, run, false, enumspb.HISTORY_EVENT_FILTER_TYPE_ALL_EVENT)
+	h := &historypb.History{}
+	for it.HasNext() {
+		ev, err := it.Next()
+		if err != nil {
+			return nil, fmt.Errorf("history of %s/%s: %w", id, run, err)
+		}
+		h.Events = append(h.Events, ev)
+	}
+	return h, nil
 }
