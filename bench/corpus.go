@@ -82,11 +82,7 @@ func newCorpusMaker() (*corpusMaker, error) {
 			if obj == nil {
 				return
 			}
-			obj["node_id"] = phNode
-			obj["id"] = json.Number(phID)
-			if _, ok := obj["number"]; ok {
-				obj["number"] = json.Number(phNumber)
-			}
+			markIdentity(obj)
 			if _, ok := obj["title"]; ok {
 				obj["title"] = phTitle
 			}
@@ -118,9 +114,7 @@ func (c *corpusMaker) corpus(n int) []payloads.Event {
 			}
 			body := t.body
 			if t.objectKey != "" {
-				body = bytes.ReplaceAll(body, []byte(phNode), fmt.Appendf(nil, "%s_bs_%d", t.objectKey, k))
-				body = bytes.ReplaceAll(body, []byte(phID), fmt.Appendf(nil, "%d", t.idBase+k))
-				body = bytes.ReplaceAll(body, []byte(phNumber), fmt.Appendf(nil, "%d", k))
+				body = fillIdentity(body, t.objectKey+"_bs", t.idBase, k)
 				body = bytes.ReplaceAll(body, []byte(phTitle), fmt.Appendf(nil, "%s %d", t.objectKey, k))
 			}
 			out = append(out, payloads.Event{
@@ -133,6 +127,21 @@ func (c *corpusMaker) corpus(n int) []payloads.Event {
 		}
 	}
 	return out
+}
+
+// markIdentity puts the placeholders of an entity's identity into its object.
+func markIdentity(obj map[string]any) {
+	obj["node_id"], obj["id"] = phNode, json.Number(phID)
+	if _, ok := obj["number"]; ok {
+		obj["number"] = json.Number(phNumber)
+	}
+}
+
+// fillIdentity gives a template's entity k its identity: node id prefix_k, id idBase+k.
+func fillIdentity(body []byte, prefix string, idBase, k int) []byte {
+	body = bytes.ReplaceAll(body, []byte(phNode), fmt.Appendf(nil, "%s_%d", prefix, k))
+	body = bytes.ReplaceAll(body, []byte(phID), fmt.Appendf(nil, "%d", idBase+k))
+	return bytes.ReplaceAll(body, []byte(phNumber), fmt.Appendf(nil, "%d", k))
 }
 
 // corpusStats describes a corpus: events per queue and body sizes.

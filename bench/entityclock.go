@@ -3,7 +3,6 @@ package main
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"fmt"
 	"slices"
 	"strings"
@@ -61,10 +60,7 @@ func entityClockTemplate(event, action, objectKey string, clocked bool) []byte {
 		if obj == nil {
 			return
 		}
-		obj["node_id"], obj["id"] = phNode, json.Number(phID)
-		if _, ok := obj["number"]; ok {
-			obj["number"] = json.Number(phNumber)
-		}
+		markIdentity(obj)
 		if action == "opened" || action == "synchronize" || action == "edited" {
 			if _, ok := obj["state"]; ok {
 				obj["state"] = "open"
@@ -141,9 +137,7 @@ func runEntityClock(s *scope, events, runs int) entityClockResult {
 					body, clock, action = templates[w.clocked][i].create, w.setup(e), k.create
 				}
 				seq := 1_000_000 + e // the same entity in every workload and round
-				body = bytes.ReplaceAll(body, []byte(phNode), fmt.Appendf(nil, "%s_clock_%d", k.objectKey, seq))
-				body = bytes.ReplaceAll(body, []byte(phID), fmt.Appendf(nil, "%d", k.idBase+seq))
-				body = bytes.ReplaceAll(body, []byte(phNumber), fmt.Appendf(nil, "%d", seq))
+				body = fillIdentity(body, k.objectKey+"_clock", k.idBase, seq)
 				body = bytes.ReplaceAll(body, []byte(phClock), []byte(clock.Format(time.RFC3339)))
 				out = append(out, payloads.Event{Queue: payloads.QueueFor(k.event), Event: k.event, Action: action,
 					DeliveryID: payloads.NewDeliveryID(), Body: body})
