@@ -2,6 +2,8 @@
 // a database, a Temporal namespace, the HTTP API, and workers in this process or as
 // processes. The end-to-end tests and the benchmark build theirs here, so that the
 // benchmark measures the paths the tests check. Test support: the product never imports it.
+// The api package's own tests cannot (it imports api); they share testenv's WaitUntil and
+// WithTemporal with it instead.
 package stacktest
 
 import (
@@ -143,6 +145,9 @@ func New(t testenv.T, o Options) *Stack {
 		urls = append(urls, strings.Replace(u, testenv.RabbitAddr(), p.Addr(), 1))
 	}
 	target := o.Temporal
+	if target == nil && o.Server == nil {
+		t.Fatalf("stacktest: neither a Temporal target nor a server to take a namespace of")
+	}
 	if target == nil {
 		ns, tc := o.Server.Namespace(t)
 		target = &Target{Address: o.Server.Address(), Namespace: ns, Client: tc}
