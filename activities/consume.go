@@ -84,7 +84,7 @@ func (a *Window) Consume(ctx context.Context, in ConsumeInput) (err error) {
 	}()
 	// A retried attempt, or a plan read just before a switch, must not read a broker that
 	// is no longer active.
-	if st, err := a.State.LoadConfigured(ctx); err != nil {
+	if st, err := a.State.Load(ctx); err != nil {
 		return fmt.Errorf("consume %s: %w", in.Queue, err)
 	} else if st.ActiveIndex != in.BrokerIndex {
 		end(errSwitched)
@@ -229,7 +229,7 @@ func (a *Window) activeMoved(ctx context.Context, index int) bool {
 		if st.ActiveIndex == index {
 			continue
 		}
-		if now, err := a.State.LoadConfigured(ctx); err != nil || now.ActiveIndex == index {
+		if now, err := a.State.Load(ctx); err != nil || now.ActiveIndex == index {
 			continue // Postgres away, or a stale reading: keep reading what was planned
 		}
 		return true

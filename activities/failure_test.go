@@ -43,7 +43,7 @@ func TestAFailedWindowPingsOnlyTheKind(t *testing.T) {
 	pool := broker.NewPool(eps, nil)
 	t.Cleanup(func() { _ = pool.Close() })
 
-	store := &brokerstate.BrokerStore{DB: migratedDB(t), Brokers: []brokerstate.BrokerRef{{Host: eps[0].Host, Vhost: eps[0].Vhost}}}
+	store := &brokerstate.Store{DB: migratedDB(t), Brokers: []brokerstate.Ref{{Host: eps[0].Host, Vhost: eps[0].Vhost}}}
 
 	pings := &healthchecks.Pinger{URL: srv.URL + "/check"}
 	w := &Window{Pool: pool, State: store, Topology: broker.Topology{Queues: []string{"issues"}, RetryTTL: time.Minute}, Pings: pings}

@@ -61,7 +61,7 @@ type spareVisit struct {
 	reading brokerstate.SpareReading
 	mark    brokerstate.SpareMark
 	// settled is set when the mark already says the queue was seen empty after the
-	// producer left (brokerstate.BrokerState.EmptyMarkSettled).
+	// producer left (brokerstate.State.EmptyMarkSettled).
 	settled bool
 }
 
@@ -74,12 +74,12 @@ type spareVisit struct {
 // (broker.DrainOptions.Fence).
 func (a *Window) leftoverDrain(ctx context.Context, in LeftoverDrainInput, gone <-chan struct{}) (LeftoverDrainResult, error) {
 	res := LeftoverDrainResult{Taken: map[int]int{}}
-	behind, late, err := a.readings(ctx, in)
+	behind, unannounced, err := a.readings(ctx, in)
 	if err != nil {
 		return res, fmt.Errorf("leftover drain %s: %w", in.Queue, err)
 	}
 	visits := behind
-	ahead := append(spareVisits(in.Ahead), late...)
+	ahead := append(spareVisits(in.Ahead), unannounced...)
 	if len(ahead) > 0 {
 		if a.activeEmpty(ctx, in.Queue, in.Active) {
 			visits = append(slices.Clip(visits), ahead...)
@@ -164,13 +164,13 @@ func spareVisits(indexes []int) []spareVisit {
 }
 
 // readings decides how each spare behind the active broker is read (brokerstate.ReadSpare):
-// behind are read now, late (their grace for a notification passed) only once the
+// behind are read now, unannounced (brokerstate.ReadUnannounced: their grace for a notification passed) only once the
 // active broker's queue is empty.
-func (a *Window) readings(ctx context.Context, in LeftoverDrainInput) (behind, late []spareVisit, err error) {
+func (a *Window) readings(ctx context.Context, in LeftoverDrainInput) (behind, unannounced []spareVisit, err error) {
 	if len(in.Brokers) == 0 {
 		return nil, nil, nil
 	}
-	st, err := a.State.LoadConfigured(ctx)
+	st, err := a.State.Load(ctx)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -187,12 +187,12 @@ func (a *Window) readings(ctx context.Context, in LeftoverDrainInput) (behind, l
 		v.reading = st.ReadSpare(idx, v.mark, st.CurrentMark(idx, reached[idx]), now, a.grace())
 		v.settled = st.EmptyMarkSettled(idx, v.mark)
 		if v.reading == brokerstate.ReadUnannounced {
-			late = append(late, v)
+			unannounced = append(unannounced, v)
 		} else {
 			behind = append(behind, v)
 		}
 	}
-	return behind, late, nil
+	return behind, unannounced, nil
 }
 
 // afterDrain records what a drain of spare v saw, and tells whether the window must stop
@@ -302,7 +302,7 @@ func (a *Window) activeEmpty(ctx context.Context, queue string, active int) bool
 // noLongerLeftover tells whether broker index is, as Postgres has it now, the active
 // broker or on the route of the Pending Switch.
 func (a *Window) noLongerLeftover(ctx context.Context, index int) (bool, error) {
-	st, err := a.State.LoadConfigured(ctx)
+	st, err := a.State.Load(ctx)
 	if err != nil {
 		return false, err
 	}

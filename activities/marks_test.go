@@ -22,7 +22,7 @@ import (
 // Postgres, as the worker has it: the marks the rule reads are those the activity wrote.
 type marked struct {
 	urls  []string
-	store *brokerstate.BrokerStore
+	store *brokerstate.Store
 	w     *Window
 }
 
@@ -49,9 +49,9 @@ func newMarkedOn(t *testing.T, urls ...string) *marked {
 	pool := broker.NewPool(eps, nil)
 	t.Cleanup(func() { _ = pool.Close() })
 	db, _ := modelstest.NewDB(t)
-	m.store = &brokerstate.BrokerStore{DB: db}
+	m.store = &brokerstate.Store{DB: db}
 	for _, ep := range eps {
-		m.store.Brokers = append(m.store.Brokers, brokerstate.BrokerRef{Host: ep.Host, Vhost: ep.Vhost})
+		m.store.Brokers = append(m.store.Brokers, brokerstate.Ref{Host: ep.Host, Vhost: ep.Vhost})
 	}
 	m.w = &Window{
 		Pool: pool, Handlers: ackAll{}, Prefetch: 10, Logger: slog.New(slog.DiscardHandler),
@@ -83,9 +83,9 @@ func (m *marked) prepare(t *testing.T) LeftoverDrainResult {
 	return out
 }
 
-func (m *marked) update(t *testing.T, fn func(brokerstate.BrokerState) brokerstate.BrokerState) {
+func (m *marked) update(t *testing.T, fn func(brokerstate.State) brokerstate.State) {
 	t.Helper()
-	_, err := m.store.Update(context.Background(), func(s brokerstate.BrokerState) (brokerstate.BrokerState, error) { return fn(s), nil })
+	_, err := m.store.Update(context.Background(), func(s brokerstate.State) (brokerstate.State, error) { return fn(s), nil })
 	require.NoError(t, err)
 }
 
@@ -93,7 +93,7 @@ func (m *marked) update(t *testing.T, fn func(brokerstate.BrokerState) brokersta
 func (m *marked) notify(t *testing.T, index int) {
 	t.Helper()
 	ref := m.store.Brokers[index]
-	m.update(t, func(s brokerstate.BrokerState) brokerstate.BrokerState {
+	m.update(t, func(s brokerstate.State) brokerstate.State {
 		next, _ := s.ApplyNotification(brokerstate.Notification{Index: index, Host: ref.Host, Vhost: ref.Vhost, SwitchedAt: time.Now()}, time.Now())
 		return next
 	})
@@ -102,7 +102,7 @@ func (m *marked) notify(t *testing.T, index int) {
 // commit completes the pending hop, as the BrokerSwitch workflow does after a drain check.
 func (m *marked) commit(t *testing.T) {
 	t.Helper()
-	m.update(t, func(s brokerstate.BrokerState) brokerstate.BrokerState {
+	m.update(t, func(s brokerstate.State) brokerstate.State {
 		require.NotNil(t, s.Pending)
 		next, ok := s.CompleteHop(s.ActiveIndex, s.Pending.Next(), 1, time.Now())
 		require.True(t, ok)
@@ -112,7 +112,7 @@ func (m *marked) commit(t *testing.T) {
 
 func (m *marked) force(t *testing.T, index int) {
 	t.Helper()
-	m.update(t, func(s brokerstate.BrokerState) brokerstate.BrokerState { return s.Force(index, time.Now(), time.Now()) })
+	m.update(t, func(s brokerstate.State) brokerstate.State { return s.Force(index, time.Now(), time.Now()) })
 }
 
 func (m *marked) publish(t *testing.T, index int) {
@@ -138,7 +138,7 @@ func TestAReturnToASpareSeenEmptyAfterTheProducerLeftWaits(t *testing.T) {
 	m.commit(t)
 	require.Zero(t, m.prepare(t).Taken[b], "B is empty")
 
-	m.publish(t, b) // the producer is back on B, and its word for B is late
+	m.publish(t, b) // the producer is back on B, and its word for B has not come yet
 	res := m.prepare(t)
 	require.Zero(t, res.Taken[b], "B was seen empty after the producer left it: this is its future")
 	require.Len(t, res.Unannounced, 1)

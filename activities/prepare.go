@@ -30,7 +30,7 @@ type WindowPlan struct {
 
 // planWindow resolves the active broker from Postgres for one window.
 func (a *Window) planWindow(ctx context.Context) (WindowPlan, error) {
-	st, err := a.State.LoadConfigured(ctx)
+	st, err := a.State.Load(ctx)
 	if err != nil {
 		return WindowPlan{}, fmt.Errorf("plan window: %w", err)
 	}

@@ -24,8 +24,8 @@ type countingPool interface {
 
 // stateStore reads and changes the broker state.
 type stateStore interface {
-	LoadStored(ctx context.Context) (brokerstate.BrokerState, error)
-	Update(ctx context.Context, fn func(brokerstate.BrokerState) (brokerstate.BrokerState, error)) (brokerstate.BrokerState, error)
+	LoadAllowingRemoved(ctx context.Context) (brokerstate.State, error)
+	Update(ctx context.Context, fn func(brokerstate.State) (brokerstate.State, error)) (brokerstate.State, error)
 	RecordDrainCheck(ctx context.Context, check brokerstate.DrainCheck) error
 }
 
@@ -53,8 +53,8 @@ type Switch struct {
 // LoadState reads the broker state as stored. An active broker removed from the
 // configuration reads as index -1, not as an error: retrying could not help, and the
 // workflow must get to the force signal that repairs it.
-func (a *Switch) LoadState(ctx context.Context) (brokerstate.BrokerState, error) {
-	st, err := a.Store.LoadStored(ctx)
+func (a *Switch) LoadState(ctx context.Context) (brokerstate.State, error) {
+	st, err := a.Store.LoadAllowingRemoved(ctx)
 	if err != nil {
 		return st, fmt.Errorf("load broker state: %w", err)
 	}
@@ -117,7 +117,7 @@ func (a *Switch) WaitForChange(ctx context.Context, in WaitForChangeInput) (bool
 		// The watcher's reading can predate a change the workflow already knows of (a force
 		// it just applied): answering on it would send the workflow straight back here,
 		// an Action each, until the watcher catches up. Postgres has the last word.
-		now, err := a.Store.LoadStored(ctx)
+		now, err := a.Store.LoadAllowingRemoved(ctx)
 		switch {
 		case err != nil && ctx.Err() != nil:
 			continue // the watch ends: Next says why
@@ -129,7 +129,7 @@ func (a *Switch) WaitForChange(ctx context.Context, in WaitForChangeInput) (bool
 
 // changedFrom tells whether st differs from what an idle workflow knows: a Pending Switch,
 // or another active broker.
-func changedFrom(st brokerstate.BrokerState, in WaitForChangeInput) bool {
+func changedFrom(st brokerstate.State, in WaitForChangeInput) bool {
 	return st.Pending != nil || st.ActiveIndex != in.ActiveIndex
 }
 
@@ -146,7 +146,7 @@ func (a *Switch) Settings(context.Context) (SwitchSettings, error) {
 
 // NotificationResult is the state after a notification and what the notification did.
 type NotificationResult struct {
-	State   brokerstate.BrokerState
+	State   brokerstate.State
 	Outcome string
 }
 
@@ -158,7 +158,7 @@ func (a *Switch) RecordNotification(ctx context.Context, n brokerstate.Notificat
 		return NotificationResult{}, temporal.NewNonRetryableApplicationError(err.Error(), "SwitchedAtAhead", nil)
 	}
 	var outcome string
-	st, err := a.Store.Update(ctx, func(cur brokerstate.BrokerState) (brokerstate.BrokerState, error) {
+	st, err := a.Store.Update(ctx, func(cur brokerstate.State) (brokerstate.State, error) {
 		next, o := cur.ApplyNotification(n, a.Now())
 		outcome = o
 		return next, nil
@@ -215,12 +215,12 @@ type CommitHopInput struct {
 
 // CommitHop makes the hop's broker active, in one transaction; a retried or concurrent
 // commit finds the state moved on and changes nothing.
-func (a *Switch) CommitHop(ctx context.Context, in CommitHopInput) (brokerstate.BrokerState, error) {
+func (a *Switch) CommitHop(ctx context.Context, in CommitHopInput) (brokerstate.State, error) {
 	var moved bool
 	commitLag, pendingFor := time.Duration(-1), time.Duration(-1)
-	st, err := a.Store.Update(ctx, func(cur brokerstate.BrokerState) (brokerstate.BrokerState, error) {
+	st, err := a.Store.Update(ctx, func(cur brokerstate.State) (brokerstate.State, error) {
 		now := a.Now()
-		var next brokerstate.BrokerState
+		var next brokerstate.State
 		next, moved = cur.CompleteHop(in.From, in.Hop, in.Checks, now)
 		if moved {
 			commitLag, pendingFor = switchLags(cur, in.From, now)
@@ -240,7 +240,7 @@ func (a *Switch) CommitHop(ctx context.Context, in CommitHopInput) (brokerstate.
 // switchLags measures a hop committed at now from the state before it: commitLag from the
 // recorded drain check that found broker from empty, pendingFor from the Pending Switch's
 // recording. Both are on this service's clocks; -1 means unknown.
-func switchLags(before brokerstate.BrokerState, from int, now time.Time) (commitLag, pendingFor time.Duration) {
+func switchLags(before brokerstate.State, from int, now time.Time) (commitLag, pendingFor time.Duration) {
 	commitLag, pendingFor = -1, -1
 	if c := before.LastDrainCheck; c != nil && c.BrokerIndex == from && c.Drained() && !c.CheckedAt.After(now) {
 		commitLag = now.Sub(c.CheckedAt)
@@ -260,13 +260,13 @@ type ForceSwitchInput struct {
 }
 
 // ForceSwitch moves to the broker at once and drops any Pending Switch.
-func (a *Switch) ForceSwitch(ctx context.Context, in ForceSwitchInput) (brokerstate.BrokerState, error) {
+func (a *Switch) ForceSwitch(ctx context.Context, in ForceSwitchInput) (brokerstate.State, error) {
 	if in.Index < 0 || in.Index >= len(a.Pool.Endpoints()) {
 		// Retrying cannot help, and every later signal would wait behind it.
-		return brokerstate.BrokerState{}, temporal.NewNonRetryableApplicationError(
+		return brokerstate.State{}, temporal.NewNonRetryableApplicationError(
 			fmt.Sprintf("force switch: broker %d is not configured (%d brokers)", in.Index, len(a.Pool.Endpoints())), "UnknownBroker", nil)
 	}
-	st, err := a.Store.Update(ctx, func(cur brokerstate.BrokerState) (brokerstate.BrokerState, error) {
+	st, err := a.Store.Update(ctx, func(cur brokerstate.State) (brokerstate.State, error) {
 		return cur.Force(in.Index, in.AskedAt, a.Now()), nil
 	})
 	if err != nil {
@@ -289,9 +289,9 @@ type CancelPendingSwitchInput struct {
 // CancelPendingSwitch takes the hops the cancel names off the route without moving. A
 // cancel that comes after the switch it names was committed is refused with the reason:
 // the broker moved, and only a force goes back.
-func (a *Switch) CancelPendingSwitch(ctx context.Context, in CancelPendingSwitchInput) (brokerstate.BrokerState, error) {
+func (a *Switch) CancelPendingSwitch(ctx context.Context, in CancelPendingSwitchInput) (brokerstate.State, error) {
 	var committed *brokerstate.LastSwitch
-	st, err := a.Store.Update(ctx, func(cur brokerstate.BrokerState) (brokerstate.BrokerState, error) {
+	st, err := a.Store.Update(ctx, func(cur brokerstate.State) (brokerstate.State, error) {
 		if committed = cur.CommittedPast(in.SwitchedAt, in.Index); committed != nil {
 			return cur, errCommittedFirst
 		}

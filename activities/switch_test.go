@@ -19,16 +19,16 @@ import (
 // oneReading hands out one reading, then ends the watch as its deadline would; it counts
 // how often it is asked.
 type oneReading struct {
-	reading brokerstate.BrokerState
+	reading brokerstate.State
 	asked   int
 }
 
-func (w *oneReading) Next(_ context.Context, after uint64) (brokerstate.BrokerState, uint64, bool) {
+func (w *oneReading) Next(_ context.Context, after uint64) (brokerstate.State, uint64, bool) {
 	w.asked++
 	if after == 0 {
 		return w.reading, 1, true
 	}
-	return brokerstate.BrokerState{}, after, false
+	return brokerstate.State{}, after, false
 }
 
 // migratedDB is a database of the test's own with the schema in place.
@@ -38,11 +38,11 @@ func migratedDB(t *testing.T) *gorm.DB {
 	return db
 }
 
-// switchStore is a BrokerStore on a database of its own, its state set by fn.
-func switchStore(t *testing.T, fn func(brokerstate.BrokerState) brokerstate.BrokerState) *brokerstate.BrokerStore {
+// switchStore is a brokerstate.Store on a database of its own, its state set by fn.
+func switchStore(t *testing.T, fn func(brokerstate.State) brokerstate.State) *brokerstate.Store {
 	t.Helper()
-	store := &brokerstate.BrokerStore{DB: migratedDB(t), Brokers: []brokerstate.BrokerRef{{Host: "a", Vhost: "/"}, {Host: "b", Vhost: "/"}}}
-	_, err := store.Update(t.Context(), func(st brokerstate.BrokerState) (brokerstate.BrokerState, error) { return fn(st), nil })
+	store := &brokerstate.Store{DB: migratedDB(t), Brokers: []brokerstate.Ref{{Host: "a", Vhost: "/"}, {Host: "b", Vhost: "/"}}}
+	_, err := store.Update(t.Context(), func(st brokerstate.State) (brokerstate.State, error) { return fn(st), nil })
 	require.NoError(t, err)
 	return store
 }
@@ -66,14 +66,14 @@ func waitForChange(t *testing.T, a *Switch, in WaitForChangeInput) bool {
 // to the next reading. Answering on the stale reading made the idle
 // loop spin, an Action a turn, until the watcher caught up.
 func TestAStaleReadingDoesNotEndTheWatch(t *testing.T) {
-	forced := switchStore(t, func(st brokerstate.BrokerState) brokerstate.BrokerState { return st.Force(1, time.Time{}, time.Now()) })
-	w := &oneReading{reading: brokerstate.BrokerState{ActiveIndex: 0}} // from before the force
+	forced := switchStore(t, func(st brokerstate.State) brokerstate.State { return st.Force(1, time.Time{}, time.Now()) })
+	w := &oneReading{reading: brokerstate.State{ActiveIndex: 0}} // from before the force
 	a := &Switch{Store: forced, Watcher: w, Logger: slog.New(slog.DiscardHandler)}
 	require.False(t, waitForChange(t, a, WaitForChangeInput{ActiveIndex: 1}), "Postgres shows no change")
 	require.Equal(t, 2, w.asked, "it waited for the watcher's next reading")
 
 	// A reading that Postgres confirms is a change, answered at once.
-	w = &oneReading{reading: brokerstate.BrokerState{ActiveIndex: 1}}
+	w = &oneReading{reading: brokerstate.State{ActiveIndex: 1}}
 	a.Watcher = w
 	require.True(t, waitForChange(t, a, WaitForChangeInput{ActiveIndex: 0}))
 	require.Equal(t, 1, w.asked)

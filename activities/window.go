@@ -35,10 +35,10 @@ type handlers interface {
 
 // stateLoader reads the broker state.
 type stateLoader interface {
-	LoadConfigured(ctx context.Context) (brokerstate.BrokerState, error)
+	Load(ctx context.Context) (brokerstate.State, error)
 }
 
-// spareMarks keeps what the Leftover Drain learned of each spare (brokerstate.BrokerStore).
+// spareMarks keeps what the Leftover Drain learned of each spare (brokerstate.Store).
 type spareMarks interface {
 	SpareMarks(ctx context.Context, queue string) (marks, reached map[int]brokerstate.SpareMark, err error)
 	MarkSpare(ctx context.Context, index int, queue string, m brokerstate.SpareMark) error
@@ -50,7 +50,7 @@ type spareMarks interface {
 // (brokerstate.StateWatcher), so that a window learns of a committed switch from Postgres, not
 // from a Temporal round trip.
 type stateWatcher interface {
-	Next(ctx context.Context, after uint64) (brokerstate.BrokerState, uint64, bool)
+	Next(ctx context.Context, after uint64) (brokerstate.State, uint64, bool)
 }
 
 // Window holds the two activities of a queue's consumer window, both fenced (fence.go):

@@ -42,14 +42,14 @@ type TemporalClient interface {
 	CheckHealth(ctx context.Context, request *client.CheckHealthRequest) (*client.CheckHealthResponse, error)
 }
 
-// StateStore reads the broker state; *brokerstate.BrokerStore has it. The API writes one thing
+// StateStore reads the broker state; *brokerstate.Store has it. The API writes one thing
 // itself, the producer's notification, so that a window that starts right after the 202
 // already sees the Pending Switch's route; moving brokers is left to the workflow.
 type StateStore interface {
-	// LoadStored reads the state as stored: an active broker removed from the
+	// LoadAllowingRemoved reads the state as stored: an active broker removed from the
 	// configuration reads as index -1, so that the force that repairs it can be asked for.
-	LoadStored(ctx context.Context) (brokerstate.BrokerState, error)
-	Update(ctx context.Context, fn func(brokerstate.BrokerState) (brokerstate.BrokerState, error)) (brokerstate.BrokerState, error)
+	LoadAllowingRemoved(ctx context.Context) (brokerstate.State, error)
+	Update(ctx context.Context, fn func(brokerstate.State) (brokerstate.State, error)) (brokerstate.State, error)
 }
 
 // Deps are what the API is built from.
@@ -59,7 +59,7 @@ type Deps struct {
 	// Temporal signals and describes the BrokerSwitch workflow. Required.
 	Temporal TemporalClient
 	// Store reads the broker state from Postgres; build it with hops resolved against
-	// Config.Brokers (worker.NewBrokerStore). Required.
+	// Config.Brokers (brokerstate.NewStore). Required.
 	Store StateStore
 	// Attempts lists what the live workers hold (lease.Attempts over the database): which
 	// broker each queue's window reads, on which worker, since when. Nil shows none.

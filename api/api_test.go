@@ -19,7 +19,6 @@ import (
 	"github.com/brokerswitch/brokerswitch/brokerstate"
 	"github.com/brokerswitch/brokerswitch/config"
 	"github.com/brokerswitch/brokerswitch/models"
-	"github.com/brokerswitch/brokerswitch/worker"
 )
 
 // unknownPair is a valid notification for a broker nobody configured: it passes auth and
@@ -110,7 +109,7 @@ func TestAuthInsecureMode(t *testing.T) {
 func TestBadInput(t *testing.T) {
 	e := newEnv(t)
 	// A state to keep unchanged: a pending switch is on record.
-	e.seed(func(st brokerstate.BrokerState) brokerstate.BrokerState {
+	e.seed(func(st brokerstate.State) brokerstate.State {
 		st, _ = st.ApplyNotification(brokerstate.Notification{Index: 1, Host: "rabbit-b.example.com", Vhost: "prod/one",
 			SwitchedAt: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}, time.Now())
 		return st
@@ -221,7 +220,7 @@ func TestBadInput(t *testing.T) {
 func TestStaleNotificationsChangeNothing(t *testing.T) {
 	e := newEnv(t)
 	seen := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
-	e.seed(func(st brokerstate.BrokerState) brokerstate.BrokerState {
+	e.seed(func(st brokerstate.State) brokerstate.State {
 		st, _ = st.ApplyNotification(brokerstate.Notification{Index: 1, Host: "rabbit-b.example.com", Vhost: "prod/one", SwitchedAt: seen}, time.Now())
 		return st
 	})
@@ -244,7 +243,7 @@ func TestStaleNotificationsChangeNothing(t *testing.T) {
 				require.Equal(t, "stale", m["ignored"])
 				require.Equal(t, "stale", m["outcome"])
 				requireProducerAnswer(t, m)
-				// A late notification may stay on the producer's trail, where it places
+				// An out-of-order notification may stay on the producer's trail, where it places
 				// later ones; the state the service acts on does not change.
 				after := e.settings()
 				delete(after, brokerstate.KeyProducerTrail)
@@ -324,7 +323,7 @@ func TestGetBrokerWithoutWorkflow(t *testing.T) {
 // Leftover Drain reads it only once the active broker's queue is empty.
 func TestGetBrokerShowsASpareAheadOfTheActiveBroker(t *testing.T) {
 	e := newEnv(t)
-	e.seed(func(st brokerstate.BrokerState) brokerstate.BrokerState {
+	e.seed(func(st brokerstate.State) brokerstate.State {
 		at := time.Now().UTC().Add(-time.Minute)
 		st, _ = st.ApplyNotification(brokerstate.Notification{Index: 1, Host: "rabbit-b.example.com", Vhost: "prod/one", SwitchedAt: at}, at)
 		return st.CancelPending(time.Time{}, time.Now())
@@ -419,7 +418,7 @@ func TestBackendsDown(t *testing.T) {
 			jsonBody(`{"host": "rabbit-b.example.com", "vhost": "prod/one", "switchedAt": "2026-02-01T00:00:00Z"}`))
 		res.requireError(t, http.StatusBadGateway, "was recorded")
 		require.NotContains(t, res.Body, "127.0.0.1")
-		st, err := e.deps.Store.LoadStored(t.Context())
+		st, err := e.deps.Store.LoadAllowingRemoved(t.Context())
 		require.NoError(t, err)
 		require.NotNil(t, st.Pending, "the Pending Switch is in Postgres")
 		require.Equal(t, 1, st.Pending.Target().Index)
@@ -429,14 +428,14 @@ func TestBackendsDown(t *testing.T) {
 		defer cancel()
 		d.doCtx(ctx, http.MethodDelete, "/api/v1/broker/pending-switch", bearer(operatorToken), nil).
 			requireError(t, http.StatusBadGateway, "could not be handed to the workflow engine")
-		after, err := e.deps.Store.LoadStored(t.Context())
+		after, err := e.deps.Store.LoadAllowingRemoved(t.Context())
 		require.NoError(t, err)
 		require.Equal(t, st, after)
 		e.restoreSettings(before)
 	})
 	t.Run("postgres", func(t *testing.T) {
 		deps := e.deps
-		deps.Store = worker.NewBrokerStore(closedDB(t, e), e.cfg.Brokers)
+		deps.Store = brokerstate.NewStore(closedDB(t, e), e.cfg.Brokers)
 		d := &env{t: t, router: Router(deps)}
 		res := d.do(http.MethodGet, "/api/v1/broker", bearer(operatorToken), nil)
 		res.requireError(t, http.StatusServiceUnavailable, "the broker state cannot be read")

@@ -81,8 +81,8 @@ func (s *server) postPendingSwitch(c *gin.Context) {
 	// the configured brokers however the producer spelled them.
 	n := brokerstate.Notification{Index: ep.Index, Host: ep.Host, Vhost: ep.Vhost, SwitchedAt: switchedAt.UTC()}
 	var outcome string
-	_, err = s.deps.Store.Update(ctx, func(cur brokerstate.BrokerState) (brokerstate.BrokerState, error) {
-		var next brokerstate.BrokerState
+	_, err = s.deps.Store.Update(ctx, func(cur brokerstate.State) (brokerstate.State, error) {
+		var next brokerstate.State
 		next, outcome = cur.ApplyNotification(n, now)
 		return next, nil
 	})
@@ -128,7 +128,7 @@ func (s *server) postSwitch(c *gin.Context) {
 	ctx := c.Request.Context()
 	// The last switch before the order tells our commit apart from an earlier one. Clocks
 	// are not compared: the worker that commits may run on another host.
-	before, err := s.deps.Store.LoadStored(ctx)
+	before, err := s.deps.Store.LoadAllowingRemoved(ctx)
 	if err != nil {
 		s.failInternal(c, http.StatusServiceUnavailable, "the broker state cannot be read; retry later", err)
 		return
@@ -144,7 +144,7 @@ func (s *server) postSwitch(c *gin.Context) {
 		return
 	}
 	s.log.InfoContext(ctx, "forced switch sent to the workflow", "to", s.deps.Config.Brokers[index])
-	st, ok := s.waitForState(ctx, func(st brokerstate.BrokerState) bool {
+	st, ok := s.waitForState(ctx, func(st brokerstate.State) bool {
 		ls := st.LastSwitch
 		return ls != nil && ls.Forced && ls.To == index && !sameSwitch(ls, before.LastSwitch)
 	})
@@ -160,7 +160,7 @@ func (s *server) postSwitch(c *gin.Context) {
 // nothing pending it changes nothing.
 func (s *server) deletePendingSwitch(c *gin.Context) {
 	ctx := c.Request.Context()
-	cur, err := s.deps.Store.LoadStored(ctx)
+	cur, err := s.deps.Store.LoadAllowingRemoved(ctx)
 	if err != nil {
 		s.failInternal(c, http.StatusServiceUnavailable, "the broker state cannot be read; retry later", err)
 		return
@@ -182,7 +182,7 @@ func (s *server) deletePendingSwitch(c *gin.Context) {
 		return
 	}
 	s.log.InfoContext(ctx, "cancel of the pending switch sent to the workflow", "switched_at", upTo)
-	st, ok := s.waitForState(ctx, func(st brokerstate.BrokerState) bool {
+	st, ok := s.waitForState(ctx, func(st brokerstate.State) bool {
 		return st.Pending == nil || st.Pending.Next().SwitchedAt.After(upTo)
 	})
 	if !ok {
@@ -253,14 +253,14 @@ func (s *server) signal(ctx context.Context, name string, arg any) error {
 // waitForState re-reads the state until done holds, the commit wait passes or the client
 // goes away. It returns the last state read, and whether done held. A failed read is
 // retried: the database may come back within the wait.
-func (s *server) waitForState(ctx context.Context, done func(brokerstate.BrokerState) bool) (brokerstate.BrokerState, bool) {
+func (s *server) waitForState(ctx context.Context, done func(brokerstate.State) bool) (brokerstate.State, bool) {
 	ctx, cancel := context.WithTimeout(ctx, s.deps.CommitWait)
 	defer cancel()
 	ticker := time.NewTicker(pollEvery)
 	defer ticker.Stop()
-	var last brokerstate.BrokerState
+	var last brokerstate.State
 	for {
-		st, err := s.deps.Store.LoadStored(ctx)
+		st, err := s.deps.Store.LoadAllowingRemoved(ctx)
 		switch {
 		case err == nil:
 			last = st

@@ -26,11 +26,11 @@ func TestACancelThatComesAfterItsSwitchIsRefused(t *testing.T) {
 	e.publish(0) // broker 0 is not drained: the switch waits
 	host1, vhost1 := e.endpoint(1)
 	require.Equal(t, http.StatusAccepted, e.notify(host1, vhost1, time.Now()).Status)
-	read := e.eventually("the pending switch to 1", func(st brokerstate.BrokerState) bool { return target(st) == 1 })
+	read := e.eventually("the pending switch to 1", func(st brokerstate.State) bool { return target(st) == 1 })
 	named := read.Pending.Target() // what the API read for the cancel
 
 	e.purge(0) // broker 0 drains before the workflow gets to the cancel
-	e.eventually("the switch to 1", func(st brokerstate.BrokerState) bool { return st.ActiveIndex == 1 && st.Pending == nil })
+	e.eventually("the switch to 1", func(st brokerstate.State) bool { return st.ActiveIndex == 1 && st.Pending == nil })
 	handle, err := e.client.UpdateWorkflow(t.Context(), client.UpdateWorkflowOptions{
 		WorkflowID: workflows.BrokerSwitchWorkflowID, UpdateName: workflows.UpdateCancelPendingSwitch,
 		Args:         []any{activities.CancelPendingSwitchInput{SwitchedAt: named.SwitchedAt, Index: &named.Index}},
@@ -49,7 +49,7 @@ func TestACancelThatComesAfterItsSwitchIsRefused(t *testing.T) {
 func TestACancelSignalThatComesAfterItsSwitchIsRefused(t *testing.T) {
 	e, _ := newStoppedWorkerEnv(t)
 	at := time.Now().UTC().Truncate(time.Second)
-	e.seed(func(st brokerstate.BrokerState) brokerstate.BrokerState {
+	e.seed(func(st brokerstate.State) brokerstate.State {
 		st, _ = st.ApplyNotification(brokerstate.Notification{Index: 1, Host: e.cfg.Brokers[1].Host, Vhost: e.cfg.Brokers[1].Vhost, SwitchedAt: at}, at)
 		return st
 	})
@@ -60,7 +60,7 @@ func TestACancelSignalThatComesAfterItsSwitchIsRefused(t *testing.T) {
 	// The cancel is with the workflow (started by the signal, no worker yet)...
 	e.waitForTheWorkflow()
 	// ...when the switch it names is committed.
-	e.seed(func(st brokerstate.BrokerState) brokerstate.BrokerState {
+	e.seed(func(st brokerstate.State) brokerstate.State {
 		st, _ = st.CompleteHop(0, st.Pending.Next(), 1, time.Now())
 		return st
 	})

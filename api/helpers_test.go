@@ -26,7 +26,6 @@ import (
 	"github.com/brokerswitch/brokerswitch/internal/testenv"
 	"github.com/brokerswitch/brokerswitch/models"
 	"github.com/brokerswitch/brokerswitch/models/modelstest"
-	"github.com/brokerswitch/brokerswitch/worker"
 	"github.com/brokerswitch/brokerswitch/workflows"
 )
 
@@ -51,7 +50,7 @@ func TestMain(m *testing.M) {
 		fmt.Fprintln(os.Stderr, "api tests:", err)
 		code = 1
 	}
-	os.Exit(code)
+	testenv.Exit(code)
 }
 
 // env is one test's API on its own Postgres database and Temporal namespace.
@@ -60,7 +59,7 @@ type env struct {
 	dsn    string
 	cfg    config.Config
 	db     *gorm.DB
-	store  *brokerstate.BrokerStore
+	store  *brokerstate.Store
 	client client.Client
 	deps   Deps
 	router http.Handler
@@ -101,7 +100,7 @@ func newEnv(t *testing.T, modify ...func(*config.Config)) *env {
 		dsn:    dsn,
 		cfg:    cfg,
 		db:     db,
-		store:  worker.NewBrokerStore(db, cfg.Brokers),
+		store:  brokerstate.NewStore(db, cfg.Brokers),
 		client: c,
 	}
 	e.deps = Deps{
@@ -222,17 +221,17 @@ func (e *env) requireNoWorkflow() {
 }
 
 // state reads the broker state from Postgres.
-func (e *env) state() brokerstate.BrokerState {
+func (e *env) state() brokerstate.State {
 	e.t.Helper()
-	st, err := e.store.LoadConfigured(e.t.Context())
+	st, err := e.store.Load(e.t.Context())
 	require.NoError(e.t, err)
 	return st
 }
 
 // seed writes a broker state directly, as an earlier run of the workflow would have.
-func (e *env) seed(fn func(brokerstate.BrokerState) brokerstate.BrokerState) {
+func (e *env) seed(fn func(brokerstate.State) brokerstate.State) {
 	e.t.Helper()
-	_, err := e.store.Update(e.t.Context(), func(st brokerstate.BrokerState) (brokerstate.BrokerState, error) {
+	_, err := e.store.Update(e.t.Context(), func(st brokerstate.State) (brokerstate.State, error) {
 		return fn(st), nil
 	})
 	require.NoError(e.t, err)

@@ -32,14 +32,14 @@ func TestAFutureSwitchedAtCannotHideTheRealNotifications(t *testing.T) {
 	real := time.Now().UTC().Truncate(time.Millisecond)
 	res = e.notify(host1, vhost1, real)
 	require.Equal(t, http.StatusAccepted, res.Status, "the real notification is taken: %s", res.Body)
-	e.eventually("the real pending switch", func(st brokerstate.BrokerState) bool { return target(st) == 1 })
+	e.eventually("the real pending switch", func(st brokerstate.State) bool { return target(st) == 1 })
 
 	// Within the skew a producer's clock can still run ahead: the mark is ahead of ours,
 	// and the cancel that an operator sends brings it back.
 	ahead := time.Now().Add(4 * time.Minute).UTC()
 	host0, vhost0 := e.endpoint(0)
 	require.Equal(t, http.StatusAccepted, e.notify(host0, vhost0, ahead).Status)
-	e.eventually("the route cancelled by the notification ahead", func(st brokerstate.BrokerState) bool { return st.Pending == nil && st.SeenUntil.Equal(ahead) })
+	e.eventually("the route cancelled by the notification ahead", func(st brokerstate.State) bool { return st.Pending == nil && st.SeenUntil.Equal(ahead) })
 	res = e.notify(host1, vhost1, time.Now())
 	require.Equal(t, "stale", res.JSON(t)["outcome"], "the mark ahead hides a real notification: %s", res.Body)
 	require.Equal(t, http.StatusOK, e.do(http.MethodDelete, "/api/v1/broker/pending-switch", bearer(operatorToken), nil).Status)
@@ -103,12 +103,12 @@ func TestAnActiveBrokerRemovedFromTheConfigurationCanBeLeft(t *testing.T) {
 	e := newWorkerEnv(t)
 	removed := func() {
 		t.Helper()
-		e.seed(func(st brokerstate.BrokerState) brokerstate.BrokerState { return st }) // the settings rows exist
-		gone, err := json.Marshal(brokerstate.BrokerRef{Host: "gone.example.com", Vhost: "old"})
+		e.seed(func(st brokerstate.State) brokerstate.State { return st }) // the settings rows exist
+		gone, err := json.Marshal(brokerstate.Ref{Host: "gone.example.com", Vhost: "old"})
 		require.NoError(t, err)
 		require.NoError(t, e.db.WithContext(t.Context()).Model(&models.Setting{}).
 			Where("key = ?", brokerstate.KeyActiveEndpoint).Update("value", string(gone)).Error)
-		_, err = e.store.LoadConfigured(t.Context())
+		_, err = e.store.Load(t.Context())
 		require.ErrorContains(t, err, "force a switch")
 	}
 
@@ -125,7 +125,7 @@ func TestAnActiveBrokerRemovedFromTheConfigurationCanBeLeft(t *testing.T) {
 	removed()
 	require.NoError(t, e.client.SignalWorkflow(t.Context(), workflows.BrokerSwitchWorkflowID, "",
 		workflows.SignalForceSwitch, activities.ForceSwitchInput{Index: 0}))
-	e.eventually("the forced switch to 0", func(st brokerstate.BrokerState) bool { return st.ActiveIndex == 0 })
+	e.eventually("the forced switch to 0", func(st brokerstate.State) bool { return st.ActiveIndex == 0 })
 }
 
 // Force and cancel over HTTP wait for the workflow's own answer through Workflow Update:
@@ -151,7 +151,7 @@ func TestOrdersWaitForTheWorkflowsAnswer(t *testing.T) {
 	e.publish(1)
 	host0, vhost0 := e.endpoint(0)
 	require.Equal(t, http.StatusAccepted, e.notify(host0, vhost0, time.Now()).Status)
-	e.eventually("the pending switch to 0", func(st brokerstate.BrokerState) bool { return target(st) == 0 })
+	e.eventually("the pending switch to 0", func(st brokerstate.State) bool { return target(st) == 0 })
 	res = e.do(http.MethodDelete, "/api/v1/broker/pending-switch", bearer(operatorToken), nil)
 	require.Equal(t, http.StatusOK, res.Status, res.Body)
 	m = res.JSON(t)

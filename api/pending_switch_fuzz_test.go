@@ -26,16 +26,16 @@ import (
 // Postgres store does in a transaction.
 type memStore struct {
 	mu sync.Mutex
-	st brokerstate.BrokerState
+	st brokerstate.State
 }
 
-func (m *memStore) LoadStored(context.Context) (brokerstate.BrokerState, error) {
+func (m *memStore) LoadAllowingRemoved(context.Context) (brokerstate.State, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	return m.st, nil
 }
 
-func (m *memStore) Update(_ context.Context, fn func(brokerstate.BrokerState) (brokerstate.BrokerState, error)) (brokerstate.BrokerState, error) {
+func (m *memStore) Update(_ context.Context, fn func(brokerstate.State) (brokerstate.State, error)) (brokerstate.State, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	next, err := fn(m.st)
@@ -138,7 +138,7 @@ func FuzzPendingSwitchBody(f *testing.F) {
 		if strings.Contains(string(b), brokerPass) {
 			t.Fatalf("the answer shows a broker password: %s", b)
 		}
-		st, _ := store.LoadStored(context.Background())
+		st, _ := store.LoadAllowingRemoved(context.Background())
 		if limit := time.Now().Add(config.DefaultNotificationMaxClockSkew); st.SeenUntil.After(limit) {
 			t.Fatalf("the mark of notifications %s lies beyond the clock skew allowed", st.SeenUntil)
 		}

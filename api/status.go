@@ -23,7 +23,7 @@ const queryTimeout = 2 * time.Second
 // and the operator needs it most when something else is wrong.
 func (s *server) getBroker(c *gin.Context) {
 	ctx := c.Request.Context()
-	st, err := s.deps.Store.LoadStored(ctx)
+	st, err := s.deps.Store.LoadAllowingRemoved(ctx)
 	if err != nil {
 		s.failInternal(c, http.StatusServiceUnavailable, "the broker state cannot be read; retry later", err)
 		return

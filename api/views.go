@@ -11,7 +11,7 @@ import (
 	"github.com/brokerswitch/brokerswitch/lease"
 )
 
-// stateView is the broker state as the API shows it: brokerstate.BrokerState with the drain
+// stateView is the broker state as the API shows it: brokerstate.State with the drain
 // check's error text scrubbed of broker credentials.
 type stateView struct {
 	ActiveIndex    int                        `json:"activeIndex"`
@@ -97,7 +97,7 @@ type workflowView struct {
 // newStateView copies st for an answer, scrubbing secrets out of the drain check's error
 // text: it comes from the AMQP client and should not name credentials, but the API is the
 // last place to make sure.
-func newStateView(st brokerstate.BrokerState, scrub *strings.Replacer) stateView {
+func newStateView(st brokerstate.State, scrub *strings.Replacer) stateView {
 	v := stateView{
 		ActiveIndex:   st.ActiveIndex,
 		PendingSwitch: st.Pending,
@@ -140,7 +140,7 @@ func newScrubber(eps []broker.Endpoint) *strings.Replacer {
 }
 
 // brokerViews lists the configured brokers for GET /api/v1/broker.
-func brokerViews(eps []broker.Endpoint, st brokerstate.BrokerState) []brokerView {
+func brokerViews(eps []broker.Endpoint, st brokerstate.State) []brokerView {
 	onRoute := map[int]bool{}
 	if st.Pending != nil {
 		for _, h := range st.Pending.Route {

@@ -45,7 +45,12 @@ func newStoppedWorkerEnv(t *testing.T) (*workerEnv, func()) {
 	urls := []string{testenv.NewVhost(t), testenv.NewVhost(t)}
 	eps, err := broker.ParseEndpoints(strings.Join(urls, ","))
 	require.NoError(t, err)
-	e := newEnv(t, func(c *config.Config) { c.Brokers = eps })
+	e := newEnv(t, func(c *config.Config) {
+		c.Brokers = eps
+		// Stop waits for the workflow task and local activity in flight, as a stopping
+		// worker of the service does: without it they outlive the test.
+		c.WorkerStopTimeout = waitFor
+	})
 
 	pool := broker.NewPool(eps, e.deps.Logger)
 	t.Cleanup(func() { _ = pool.Close() })
@@ -101,12 +106,12 @@ func (e *workerEnv) withChannel(i int, fn func(*amqp.Channel)) {
 }
 
 // eventually waits until the state in Postgres satisfies cond.
-func (e *workerEnv) eventually(what string, cond func(brokerstate.BrokerState) bool) brokerstate.BrokerState {
+func (e *workerEnv) eventually(what string, cond func(brokerstate.State) bool) brokerstate.State {
 	e.t.Helper()
-	var st brokerstate.BrokerState
+	var st brokerstate.State
 	require.NoError(e.t, testenv.WaitUntil(e.t.Context(), waitFor, "the state to show "+what, func() (bool, error) {
 		var err error
-		if st, err = e.store.LoadConfigured(e.t.Context()); err != nil {
+		if st, err = e.store.Load(e.t.Context()); err != nil {
 			return false, err
 		}
 		return cond(st), fmt.Errorf("last: %+v", st)
@@ -115,7 +120,7 @@ func (e *workerEnv) eventually(what string, cond func(brokerstate.BrokerState) b
 }
 
 // target is the index a pending switch heads to, -1 without one.
-func target(st brokerstate.BrokerState) int {
+func target(st brokerstate.State) int {
 	if st.Pending == nil {
 		return -1
 	}
@@ -138,7 +143,7 @@ func TestNotificationsThroughTheWorkflow(t *testing.T) {
 	require.Nil(t, m["ignored"])
 	requireProducerAnswer(t, m)
 	require.EqualValues(t, 1, m["target"].(map[string]any)["index"])
-	st := e.eventually("the pending switch to 1", func(st brokerstate.BrokerState) bool { return target(st) == 1 })
+	st := e.eventually("the pending switch to 1", func(st brokerstate.State) bool { return target(st) == 1 })
 	require.Equal(t, e.cfg.Brokers[1].Host, st.Pending.Target().Host, "the canonical host is stored")
 	require.Equal(t, e.cfg.Brokers[1].Vhost, st.Pending.Target().Vhost, "the decoded vhost is stored")
 	require.Equal(t, 0, st.ActiveIndex)
@@ -156,7 +161,7 @@ func TestNotificationsThroughTheWorkflow(t *testing.T) {
 	}
 
 	// GET shows the state, the running workflow and no credentials.
-	e.eventually("a drain check", func(st brokerstate.BrokerState) bool { return st.LastDrainCheck != nil })
+	e.eventually("a drain check", func(st brokerstate.State) bool { return st.LastDrainCheck != nil })
 	// The activity records the check in Postgres before the workflow has its result: ask
 	// until the workflow says why it waits (the assertions below fail on a timeout).
 	_ = testenv.WaitUntil(t.Context(), waitFor, "the reason", func() (bool, error) {
@@ -184,12 +189,12 @@ func TestNotificationsThroughTheWorkflow(t *testing.T) {
 	res = e.notify(host0, vhost0, t1)
 	require.Equal(t, http.StatusAccepted, res.Status, res.Body)
 	require.Equal(t, "route-canceled", res.JSON(t)["outcome"])
-	e.eventually("the route dropped", func(st brokerstate.BrokerState) bool { return st.Pending == nil && st.SeenUntil.Equal(t1) })
+	e.eventually("the route dropped", func(st brokerstate.State) bool { return st.Pending == nil && st.SeenUntil.Equal(t1) })
 
 	// An operator cancels a pending switch; cancelling again changes nothing.
 	t2 := t1.Add(time.Minute)
 	require.Equal(t, http.StatusAccepted, e.notify(host1, vhost1, t2).Status)
-	e.eventually("the pending switch to 1 again", func(st brokerstate.BrokerState) bool { return target(st) == 1 })
+	e.eventually("the pending switch to 1 again", func(st brokerstate.State) bool { return target(st) == 1 })
 	for range 2 {
 		res = e.do(http.MethodDelete, "/api/v1/broker/pending-switch", bearer(operatorToken), nil)
 		require.Equal(t, http.StatusOK, res.Status, res.Body)
@@ -205,7 +210,7 @@ func TestNotificationsThroughTheWorkflow(t *testing.T) {
 	// A forced switch moves at once and drops the pending switch.
 	t3 := t2.Add(time.Minute)
 	require.Equal(t, http.StatusAccepted, e.notify(host1, vhost1, t3).Status)
-	e.eventually("the pending switch to 1 once more", func(st brokerstate.BrokerState) bool { return target(st) == 1 })
+	e.eventually("the pending switch to 1 once more", func(st brokerstate.State) bool { return target(st) == 1 })
 	res = e.do(http.MethodPost, "/api/v1/broker/switch/1", bearer(operatorToken), nil)
 	require.Equal(t, http.StatusOK, res.Status, res.Body)
 	m = res.JSON(t)
@@ -232,7 +237,7 @@ func TestNotificationsThroughTheWorkflow(t *testing.T) {
 	res = e.notify(host1, vhost1, t5)
 	require.Equal(t, http.StatusOK, res.Status, res.Body)
 	require.Equal(t, "already-active", res.JSON(t)["ignored"])
-	e.eventually("the seen-until mark at t5", func(st brokerstate.BrokerState) bool { return st.SeenUntil.Equal(t5) })
+	e.eventually("the seen-until mark at t5", func(st brokerstate.State) bool { return st.SeenUntil.Equal(t5) })
 	res = e.notify(host0, vhost0, t5.Add(-time.Minute))
 	require.Equal(t, http.StatusOK, res.Status, res.Body)
 	require.Equal(t, "stale", res.JSON(t)["ignored"])
@@ -243,9 +248,9 @@ func TestNotificationsThroughTheWorkflow(t *testing.T) {
 	// A pending switch completes once the broker we read is drained.
 	t6 := t5.Add(time.Minute)
 	require.Equal(t, http.StatusAccepted, e.notify(host0, vhost0, t6).Status)
-	e.eventually("the pending switch to 0", func(st brokerstate.BrokerState) bool { return target(st) == 0 })
+	e.eventually("the pending switch to 0", func(st brokerstate.State) bool { return target(st) == 0 })
 	e.purge(1)
-	st = e.eventually("the switch to 0 committed", func(st brokerstate.BrokerState) bool { return st.ActiveIndex == 0 && st.Pending == nil })
+	st = e.eventually("the switch to 0 committed", func(st brokerstate.State) bool { return st.ActiveIndex == 0 && st.Pending == nil })
 	require.NotNil(t, st.LastSwitch)
 	require.False(t, st.LastSwitch.Forced)
 	require.Equal(t, 1, st.LastSwitch.From)
@@ -283,7 +288,7 @@ func TestConcurrentNotifications(t *testing.T) {
 	}
 	newest := base.Add((n - 1) * time.Second)
 	// The newest (index n-1, odd) names broker 0, which is active: no pending switch.
-	st := e.eventually("the newest notification taken", func(st brokerstate.BrokerState) bool { return st.SeenUntil.Equal(newest) })
+	st := e.eventually("the newest notification taken", func(st brokerstate.State) bool { return st.SeenUntil.Equal(newest) })
 	require.Equal(t, 0, st.ActiveIndex)
 	require.Nil(t, st.Pending)
 }

@@ -92,7 +92,7 @@ const actionsPeriod = 3 * time.Minute
 
 // runActions measures the Actions of one deployment with two brokers and the defaults,
 // a straggler on a spare, and the take-over after a worker process is killed.
-func runActions(s *scope, rate float64) actionsResult {
+func runActions(s *figure, rate float64) actionsResult {
 	ctx := context.Background()
 	st := s.newStack(2, stackOptions{})
 	count := func() map[string]float64 {
@@ -192,7 +192,7 @@ func runActions(s *scope, rate float64) actionsResult {
 
 // runTakeover runs two worker processes on st, kills the one holding the most windows in
 // the middle of a backlog, and times how long until the other holds every window.
-func runTakeover(s *scope, st *stack) time.Duration {
+func runTakeover(s *figure, st *stack) time.Duration {
 	ctx := context.Background()
 	a, b := st.startWorkerProcess(), st.startWorkerProcess()
 	held := func() map[string]string {

@@ -112,7 +112,7 @@ func consumeAll(ctx context.Context, url string, perQueue map[string]int, prefet
 
 // runBaselineA is the limit: a bare amqp091-go consumer that acks every message and does
 // nothing else.
-func runBaselineA(s *scope, events []payloads.Event, prefetch int) throughput {
+func runBaselineA(s *figure, events []payloads.Event, prefetch int) throughput {
 	ctx := context.Background()
 	url := testenv.NewVhost(s)
 	s.publishAll(url, events)
@@ -135,7 +135,7 @@ const oldDesignTable = `CREATE TABLE old_design_events (
 
 // runBaselineB is the old design: prefetch 1; per message, parse the JSON (with go-github,
 // as the service does), write one row in its own transaction, then ack.
-func runBaselineB(s *scope, events []payloads.Event, rtt time.Duration) throughput {
+func runBaselineB(s *figure, events []payloads.Event, rtt time.Duration) throughput {
 	ctx := context.Background()
 	direct := testenv.NewVhost(s)
 	dsn, url := testenv.NewDatabase(s), direct

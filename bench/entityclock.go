@@ -102,7 +102,7 @@ func entityClockFuture() time.Time { return time.Date(2025, 1, 1, 0, 0, 0, 0, ti
 // them, through the ingester (no broker): without the clock in the payloads (before:
 // queue order only, the fallback branch of the same statements), each newer than its row,
 // and half of them older than their row. The workloads take turns going first.
-func runEntityClock(s *scope, events, runs int) entityClockResult {
+func runEntityClock(s *figure, events, runs int) entityClockResult {
 	const entities = 100
 	res := entityClockResult{Entities: entities}
 	rounds := max(1, events/(entities*len(entityClockKinds())))

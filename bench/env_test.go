@@ -10,16 +10,16 @@ import (
 	"github.com/brokerswitch/brokerswitch/internal/testenv"
 )
 
-var _ testenv.T = (*scope)(nil)
+var _ testenv.T = (*figure)(nil)
 
 // A fatal error ends the figure where it happens, the cleanups run last first, one that
-// fails too leaves the others to run, and scoped returns both errors.
+// fails too leaves the others to run, and runFigure returns both errors.
 func TestGuardEndsAFigureAndRunsEveryCleanup(t *testing.T) {
 	boom := errors.New("boom")
 	var ran []string
 	reached := false
 	r := &run{started: time.Now()}
-	err := r.scoped("figure", func(s *scope) {
+	err := r.runFigure("figure", func(s *figure) {
 		s.Cleanup(func() { ran = append(ran, "first") })
 		s.Cleanup(func() { ran = append(ran, "second"); s.Fatalf("cleanup %d failed", 2) })
 		s.Cleanup(func() { ran = append(ran, "third") })
@@ -33,5 +33,5 @@ func TestGuardEndsAFigureAndRunsEveryCleanup(t *testing.T) {
 	require.ErrorContains(t, err, "figure: a step: boom")
 	require.ErrorContains(t, err, "cleanup 2 failed")
 
-	require.NoError(t, r.scoped("quiet", func(s *scope) { s.Cleanup(func() {}) }))
+	require.NoError(t, r.runFigure("quiet", func(s *figure) { s.Cleanup(func() {}) }))
 }

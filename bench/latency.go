@@ -31,7 +31,7 @@ func (p *delay) turnsOf(addr string) int64 {
 
 // throughDelay is rawURL, an AMQP URL or a Postgres DSN, reaching its host through a
 // proxy that delays by rtt, cut when the figure ends.
-func throughDelay(s *scope, rawURL string, rtt time.Duration) string {
+func throughDelay(s *figure, rawURL string, rtt time.Duration) string {
 	u, err := url.Parse(rawURL)
 	s.check(err, "parse a URL to delay")
 	u.Host = delayProxy(s, u.Host, rtt).Addr()
@@ -39,7 +39,7 @@ func throughDelay(s *scope, rawURL string, rtt time.Duration) string {
 }
 
 // delayProxy is a proxy to target that delays by rtt, cut when the figure ends.
-func delayProxy(s *scope, target string, rtt time.Duration) *testenv.Proxy {
+func delayProxy(s *figure, target string, rtt time.Duration) *testenv.Proxy {
 	p, err := testenv.ListenProxy(target, newDelay(rtt).copy)
 	s.check(err, "proxy")
 	s.Cleanup(p.Cut)
@@ -94,7 +94,7 @@ func (p *delay) copy(dst, src net.Conn, toServer bool) {
 
 // measureRTT is the round trip through a delay proxy, as measured: sleeps on this kind of
 // machine are rounded up to about a millisecond, so the injected delay is reported as seen.
-func measureRTT(s *scope, rtt time.Duration) time.Duration {
+func measureRTT(s *figure, rtt time.Duration) time.Duration {
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	s.check(err, "echo listen")
 	defer l.Close()

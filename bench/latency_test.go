@@ -12,8 +12,8 @@ import (
 func TestDelayProxyAddsTheRoundTrip(t *testing.T) {
 	var dsn, amqpURL string
 	var rtt time.Duration
-	// scoped runs the figure in a goroutine of its own: the assertions wait for it.
-	require.NoError(t, (&run{started: time.Now()}).scoped("delay", func(s *scope) {
+	// runFigure runs the figure in a goroutine of its own: the assertions wait for it.
+	require.NoError(t, (&run{started: time.Now()}).runFigure("delay", func(s *figure) {
 		dsn = throughDelay(s, "postgres://postgres@127.0.0.1:5432/bs_1?sslmode=disable", 2*time.Millisecond)
 		amqpURL = throughDelay(s, "amqp://guest:guest@127.0.0.1:5672/bs-test-x", 2*time.Millisecond)
 		rtt = measureRTT(s, 5*time.Millisecond)

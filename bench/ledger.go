@@ -44,7 +44,7 @@ type tableSize struct {
 // runLedger applies the same corpus, in batches of 100 per queue as a window commits them,
 // through the ingester (no broker: the figure is Postgres') to two databases: one with an
 // empty ledger and one whose ledger holds rows rows first.
-func runLedger(s *scope, events, runs int, rows int64, randomIDs bool) ledgerResult {
+func runLedger(s *figure, events, runs int, rows int64, randomIDs bool) ledgerResult {
 	ctx := context.Background()
 	empty, full := ledgerDatabase(s), ledgerDatabase(s)
 	res := ledgerResult{Rows: rows, RandomIDs: randomIDs, Events: 200}
@@ -89,7 +89,7 @@ func runLedger(s *scope, events, runs int, rows int64, randomIDs bool) ledgerRes
 }
 
 // ledgerDatabase is a fresh migrated database, dropped when s closes.
-func ledgerDatabase(s *scope) *gorm.DB {
+func ledgerDatabase(s *figure) *gorm.DB {
 	db, dsn := modelstest.NewDB(s)
 	s.cpu.ownDatabase(dsn)
 	return db
@@ -104,7 +104,7 @@ func ledgerDatabase(s *scope) *gorm.DB {
 // checkpoint is a full page in the WAL), against a few minutes this way. A built index is
 // denser than a grown one (its pages 90% full, not about 70%), which the measured inserts
 // then split.
-func fillLedger(s *scope, db *gorm.DB, rows int64, randomIDs bool) time.Duration {
+func fillLedger(s *figure, db *gorm.DB, rows int64, randomIDs bool) time.Duration {
 	ctx := context.Background()
 	start := time.Now()
 	s.check(db.WithContext(ctx).Exec(`DROP INDEX github_deliveries_key_idx;
@@ -140,7 +140,7 @@ func fillLedger(s *scope, db *gorm.DB, rows int64, randomIDs bool) time.Duration
 
 // applyCorpus applies events to db in batches of up to 100 consecutive events of one
 // queue, the queues in turn, and returns the events applied per second.
-func applyCorpus(s *scope, db *gorm.DB, events []payloads.Event) float64 {
+func applyCorpus(s *figure, db *gorm.DB, events []payloads.Event) float64 {
 	ctx := context.Background()
 	h := (&ingest.Ingester{DB: db, MaxRetryCycles: 3, Now: time.Now}).ForBroker(0)
 	byQueue := map[string][]amqp.Delivery{}

@@ -86,18 +86,18 @@ func (o options) wants(figure string) bool {
 	return false
 }
 
-// figure is one named measurement, as -only names it. A figure measured each round is
+// measurement is one named figure, as -only names it. A figure measured each round is
 // interleaved with the others, so that drift on the machine hits every figure; the others
 // run once, after them, in this order.
-type figure struct {
+type measurement struct {
 	name      string
 	eachRound bool
 	measure   func(r *run, round int)
 }
 
-// figures are every measurement of the benchmark.
-func figures() []figure {
-	return []figure{
+// figures are every measurement of the benchmark, by name.
+func figures() []measurement {
+	return []measurement{
 		{"a", true, (*run).baselineA},
 		{"b", true, (*run).baselineB},
 		{"product", true, (*run).product},
@@ -123,8 +123,8 @@ func figureNames() []string {
 }
 
 // picked are the figures -only asks for, in the order they run.
-func (o options) picked() []figure {
-	var out []figure
+func (o options) picked() []measurement {
+	var out []measurement
 	for _, f := range figures() {
 		if o.wants(f.name) {
 			out = append(out, f)

@@ -25,7 +25,7 @@ const switchID = workflows.BrokerSwitchWorkflowID
 // runProduct is the service end to end: the events wait on a fresh vhost, a worker starts
 // in this process (worker.Run, configured as e2e configures it) and the clock stops when
 // the ledger holds every one of them as applied.
-func runProduct(s *scope, events []payloads.Event, cpuProfile string, rtt time.Duration) throughput {
+func runProduct(s *figure, events []payloads.Event, cpuProfile string, rtt time.Duration) throughput {
 	ctx := context.Background()
 	st := s.newStack(1, stackOptions{rtt: rtt, env: map[string]string{"CONSUMER_WINDOW": "1m", "DRAIN_CHECK_INTERVAL": "250ms"}})
 	st.publish(0, events, nil)
@@ -95,7 +95,7 @@ type lagResult struct {
 // brokers, notifying the service the way the API does, Rotations times. The lag of a
 // rotation is the time from the moment the last event published to the old broker was
 // applied (ledger applied_at) to the moment the first event published to the new one was.
-func runLag(s *scope, cfg lagConfig) lagResult {
+func runLag(s *figure, cfg lagConfig) lagResult {
 	ctx := context.Background()
 	const brokers = 3
 	st := s.newStack(brokers, stackOptions{count: true, env: map[string]string{"DRAIN_CHECK_INTERVAL": cfg.DrainInterval}})
@@ -294,7 +294,7 @@ type catchUpResult struct {
 // default settings and waits until everything is applied and the switch completed. With
 // rtt > 0 the worker reaches RabbitMQ and Postgres through delay proxies instead of the
 // counting ones, so the frame counts stay empty.
-func runCatchUp(s *scope, backlog, onNew int, rtt time.Duration) catchUpResult {
+func runCatchUp(s *figure, backlog, onNew int, rtt time.Duration) catchUpResult {
 	ctx := context.Background()
 	// Default CONSUMER_WINDOW, DRAIN_CHECK_INTERVAL, PREFETCH.
 	st := s.newStack(2, stackOptions{count: rtt == 0, rtt: rtt})
@@ -376,7 +376,7 @@ func (ackAll) HandleBatch(_ context.Context, _ string, ds []amqp.Delivery) ([]br
 // runDrain measures broker.Pool.Drain (a consume per batch of PREFETCH=100, one
 // multiple-ack per batch) on one queue holding n real events: once with a handler that only
 // acks, once with the service's ingest handler writing the typed tables.
-func runDrain(s *scope, n int) drainResult {
+func runDrain(s *figure, n int) drainResult {
 	ctx := context.Background()
 	st := s.newStack(1, stackOptions{})
 	const queue = "pull_requests"
@@ -421,7 +421,7 @@ type capResult struct {
 // Leftover Drain reads them, and runs the service with a short window: each window takes
 // at most LEFTOVER_DRAIN_CAP of them, then consumes the (empty) active broker for the
 // rest of the window.
-func runCap(s *scope, leftover int, window time.Duration) capResult {
+func runCap(s *figure, leftover int, window time.Duration) capResult {
 	ctx := context.Background()
 	st := s.newStack(2, stackOptions{env: map[string]string{"CONSUMER_WINDOW": window.String()}})
 	const queue = "pull_requests"

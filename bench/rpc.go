@@ -36,7 +36,7 @@ func (c *rpcCounter) snapshot() map[string]int64 {
 }
 
 // countingClient dials the namespace with every unary RPC counted.
-func (s *scope) countingClient(ns string) (client.Client, *rpcCounter) {
+func (s *figure) countingClient(ns string) (client.Client, *rpcCounter) {
 	counter := &rpcCounter{calls: map[string]int64{}}
 	c, err := client.Dial(client.Options{
 		HostPort:  s.temporal.Address(),

@@ -46,7 +46,7 @@ type rssCase struct {
 	env  map[string]string
 	// fill publishes the case's messages and says how many the worker must apply and how
 	// many it must move to -error.
-	fill func(s *scope, p *simulate.Producer) (applied, toError int)
+	fill func(s *figure, p *simulate.Producer) (applied, toError int)
 }
 
 // kubernetesSample is the worker's memory settings in deploy/k8s (configmap.yaml and the
@@ -62,7 +62,7 @@ func kubernetesSample() map[string]string {
 func rssCases(n int) []rssCase {
 	// An event of each of the four default queues, installations last.
 	rssEvents := []string{"pull_request", "issues", "push", "installation"}
-	pushes := func(s *scope, p *simulate.Producer) (int, int) {
+	pushes := func(s *figure, p *simulate.Producer) (int, int) {
 		for range n { // one body at a time in this process
 			publish(s, p, padded(s, "push", largeMessageBytes))
 		}
@@ -72,7 +72,7 @@ func rssCases(n int) []rssCase {
 		{name: fmt.Sprintf("%d pushes of 25 MB, defaults", n), fill: pushes},
 		{name: fmt.Sprintf("%d pushes of 25 MB, PREFETCH 2", n), env: map[string]string{"PREFETCH": "2", "MEMORY_LIMIT": strconv.Itoa(1300 << 20)}, fill: pushes},
 		{name: "Kubernetes sample, 20 bodies of 16 MiB on each queue, each followed by a small event", env: kubernetesSample(),
-			fill: func(s *scope, p *simulate.Producer) (int, int) {
+			fill: func(s *figure, p *simulate.Producer) (int, int) {
 				for range 20 {
 					for _, event := range rssEvents {
 						publish(s, p, padded(s, event, brokerMaxMessageBytes))
@@ -82,7 +82,7 @@ func rssCases(n int) []rssCase {
 				return 20 * len(rssEvents), 20 * len(rssEvents)
 			}},
 		{name: "Kubernetes sample, the costliest bodies: 4 installations listing repositories, 20 bodies on each other queue, all just under MAX_MESSAGE_BYTES", env: kubernetesSample(),
-			fill: func(s *scope, p *simulate.Producer) (int, int) {
+			fill: func(s *figure, p *simulate.Producer) (int, int) {
 				const size = 4<<20 - 1<<10
 				for range 4 {
 					ev, err := payloads.RepositoryList("installation", size)
@@ -101,7 +101,7 @@ func rssCases(n int) []rssCase {
 
 // padded is an event padded to size bytes (at least its example's) with a field no table
 // stores.
-func padded(s *scope, event string, size int) payloads.Event {
+func padded(s *figure, event string, size int) payloads.Event {
 	ev, err := payloads.Build(event, "", func(p map[string]any) { p["padding"] = "" })
 	s.check(err, event)
 	if pad := size - len(ev.Body); pad > 0 {
@@ -111,13 +111,13 @@ func padded(s *scope, event string, size int) payloads.Event {
 	return ev
 }
 
-func publish(s *scope, p *simulate.Producer, ev payloads.Event) {
+func publish(s *figure, p *simulate.Producer, ev payloads.Event) {
 	s.check(p.Publish(context.Background(), messages(nil, ev)...), "publish")
 }
 
 // runRSS publishes a case's messages, starts `brokerswitch worker` as its own process with
 // the case's environment, and samples its resident set until all are applied or moved.
-func runRSS(s *scope, c rssCase) rssResult {
+func runRSS(s *figure, c rssCase) rssResult {
 	ctx := context.Background()
 	st := s.newStack(1, stackOptions{env: c.env})
 	p := st.producer()

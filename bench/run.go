@@ -42,54 +42,54 @@ func (r *run) logf(format string, args ...any) {
 }
 
 // workerBinary builds `brokerswitch` once, for the figures that run it as a process.
-func (s *scope) workerBinary() string {
+func (s *figure) workerBinary() string {
 	s.binaryOnce.Do(func() { s.binary, s.binaryErr = testenv.BuildWorker(s.logDir) })
 	s.check(s.binaryErr, "build ./cmd/brokerswitch")
 	return s.binary
 }
 
-// scope is one figure's testenv.T. As testing.T does for a test, it collects the
+// figure is the testenv.T of one figure of the report. As testing.T does for a test, it collects the
 // figure's cleanups and ends the figure's goroutine on a fatal error (runtime.Goexit, so
-// the cleanups still run); guard reports that error and the next figure goes on.
-type scope struct {
+// the cleanups still run); record reports that error and the next figure goes on.
+type figure struct {
 	*run
 	name     string
 	cleanups []func()
 	err      error
 }
 
-func (s *scope) Helper()          {}
-func (s *scope) Cleanup(f func()) { s.cleanups = append(s.cleanups, f) }
-func (s *scope) Errorf(f string, args ...any) {
+func (s *figure) Helper()          {}
+func (s *figure) Cleanup(f func()) { s.cleanups = append(s.cleanups, f) }
+func (s *figure) Errorf(f string, args ...any) {
 	s.logf("WARN %s: "+f, append([]any{s.name}, args...)...)
 }
 
 // Fatalf records the error and ends the figure. Like testing.T's, it must be called from
 // the figure's own goroutine, not from one it started.
-func (s *scope) Fatalf(f string, args ...any) {
+func (s *figure) Fatalf(f string, args ...any) {
 	s.err = errors.Join(s.err, fmt.Errorf(f, args...))
 	runtime.Goexit()
 }
 
 // check ends the figure with err, if any, as Fatalf does.
-func (s *scope) check(err error, what string) {
+func (s *figure) check(err error, what string) {
 	if err != nil {
 		s.Fatalf("%s: %w", what, err)
 	}
 }
 
-// guard runs fn as one figure in a goroutine of its own, runs its cleanups (last first)
+// record runs fn as one figure in a goroutine of its own, runs its cleanups (last first)
 // and records the error that ended it, if any, as a failure of the run.
-func (r *run) guard(name string, fn func(s *scope)) {
-	if err := r.scoped(name, fn); err != nil {
+func (r *run) record(name string, fn func(s *figure)) {
+	if err := r.runFigure(name, fn); err != nil {
 		r.logf("FAILED %v", err)
 		r.res.Failures = append(r.res.Failures, err.Error())
 	}
 }
 
-// scoped runs fn as guard does and returns the error that ended it.
-func (r *run) scoped(name string, fn func(s *scope)) error {
-	s := &scope{run: r, name: name}
+// runFigure runs fn as record does and returns the error that ended it.
+func (r *run) runFigure(name string, fn func(s *figure)) error {
+	s := &figure{run: r, name: name}
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
@@ -105,7 +105,7 @@ func (r *run) scoped(name string, fn func(s *scope)) error {
 
 // runCleanups runs the cleanups, the last registered first; one that ends the figure
 // (testenv's cleanups call Fatalf when RabbitMQ refuses) leaves the others to run.
-func (s *scope) runCleanups() {
+func (s *figure) runCleanups() {
 	if n := len(s.cleanups); n > 0 {
 		f := s.cleanups[n-1]
 		s.cleanups = s.cleanups[:n-1]

@@ -24,7 +24,7 @@ import (
 // broker's proxy, the batches it consumed.
 type stack struct {
 	*stacktest.Stack
-	s   *scope
+	s   *figure
 	ns  string
 	rpc *rpcCounter
 	// frames count each broker's proxied traffic; empty when not counted.
@@ -45,7 +45,7 @@ type stackOptions struct {
 	env   map[string]string
 }
 
-func (s *scope) newStack(brokers int, o stackOptions) *stack {
+func (s *figure) newStack(brokers int, o stackOptions) *stack {
 	st := &stack{s: s}
 	ns, _ := s.temporal.Namespace(s)
 	tc, rpc := s.countingClient(ns)
@@ -133,7 +133,7 @@ func (st *stack) waitApplied(ctx context.Context, n int64, within time.Duration)
 
 // switched tells whether broker index is active with nothing pending.
 func (st *stack) switched(ctx context.Context, index int) (bool, error) {
-	s, err := st.Store.LoadConfigured(ctx)
+	s, err := st.Store.Load(ctx)
 	if err != nil {
 		return false, err
 	}

@@ -19,7 +19,7 @@ var ErrBrokerListMismatch = errors.New("the broker list differs from the workers
 
 // RecordBrokerList records s.Brokers as the workers' broker list. A worker calls it at
 // start, so that the API can check its own list against it (CheckBrokerList).
-func (s *BrokerStore) RecordBrokerList(ctx context.Context) error {
+func (s *Store) RecordBrokerList(ctx context.Context) error {
 	b, err := json.Marshal(s.Brokers)
 	if err != nil {
 		return fmt.Errorf("record the broker list: %w", err)
@@ -36,7 +36,7 @@ func (s *BrokerStore) RecordBrokerList(ctx context.Context) error {
 // lists out of step would force a broker other than the one the API shows. It returns nil
 // when they are the same or no worker has recorded one yet, and an error wrapping
 // ErrBrokerListMismatch that names the first index that differs otherwise.
-func (s *BrokerStore) CheckBrokerList(ctx context.Context) error {
+func (s *Store) CheckBrokerList(ctx context.Context) error {
 	var row models.Setting
 	err := s.DB.WithContext(ctx).Where("key = ?", KeyBrokerList).Limit(1).Find(&row).Error
 	if err != nil {
@@ -45,7 +45,7 @@ func (s *BrokerStore) CheckBrokerList(ctx context.Context) error {
 	if row.Key == "" {
 		return nil
 	}
-	var theirs []BrokerRef
+	var theirs []Ref
 	if err := json.Unmarshal([]byte(row.Value), &theirs); err != nil {
 		return fmt.Errorf("read the workers' broker list: %w", err)
 	}
@@ -63,4 +63,4 @@ func (s *BrokerStore) CheckBrokerList(ctx context.Context) error {
 }
 
 // refName names a broker as host/vhost.
-func refName(r BrokerRef) string { return r.Host + "/" + r.Vhost }
+func refName(r Ref) string { return r.Host + "/" + r.Vhost }

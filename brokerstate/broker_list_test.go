@@ -16,8 +16,8 @@ func TestTheAPIsBrokerListIsCheckedAgainstTheWorkers(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	db := openMigrated(t)
-	list := func(refs ...brokerstate.BrokerRef) *brokerstate.BrokerStore {
-		return &brokerstate.BrokerStore{DB: db, Brokers: refs}
+	list := func(refs ...brokerstate.Ref) *brokerstate.Store {
+		return &brokerstate.Store{DB: db, Brokers: refs}
 	}
 	require.NoError(t, list(brokerB, brokerA).CheckBrokerList(ctx), "no worker has recorded a list yet")
 

@@ -20,7 +20,7 @@ func FuzzNotificationClock(f *testing.F) {
 	hosts := []string{"a.example", "b.example", "c.example"}
 	f.Fuzz(func(t *testing.T, ops []byte) {
 		now := t0
-		var st BrokerState
+		var st State
 		for len(ops) >= 3 {
 			op, index, offset := ops[0]%4, int(ops[1])%len(hosts), time.Duration(int8(ops[2]))*time.Minute
 			ops = ops[3:]
@@ -67,7 +67,7 @@ func FuzzNotificationClock(f *testing.F) {
 	})
 }
 
-func equalState(a, b BrokerState) bool {
+func equalState(a, b State) bool {
 	return a.SeenUntil.Equal(b.SeenUntil) && len(a.SeenAtMark) == len(b.SeenAtMark) &&
 		(a.Pending == nil) == (b.Pending == nil) && a.ActiveIndex == b.ActiveIndex
 }

@@ -10,7 +10,7 @@ type Hop struct {
 	Vhost      string    `json:"vhost"`
 	SwitchedAt time.Time `json:"switchedAt"`
 	// SeenAt is when the notification was placed on the trail, on Postgres' clock
-	// (BrokerStore.Update stamps it): the Leftover Drain's marks are dated by that clock,
+	// (Store.Update stamps it): the Leftover Drain's marks are dated by that clock,
 	// so that whether the producer had left a broker when it was seen empty compares two
 	// times of one clock, never the producer's with ours. Zero on a visit recorded before
 	// it existed, and on a Pending Switch's hops.

@@ -14,7 +14,7 @@ type SpareMark struct {
 	// DrainedAt is when the queue was last seen empty, on Postgres' clock: if the producer
 	// had left the broker by then, anything that arrives after it, but what comes back
 	// from -retry or -error, may be the producer's future. It is cleared when we leave
-	// the broker after we were active there (BrokerStore.Update).
+	// the broker after we were active there (Store.Update).
 	DrainedAt time.Time
 	// HeldSince is when the queue was first seen holding messages the producer never
 	// announced, left for its notification, on Postgres' clock.
@@ -42,7 +42,7 @@ const (
 )
 
 // lastVisitAt is the switchedAt of the producer's last visit to index on the trail.
-func (s BrokerState) lastVisitAt(index int) (time.Time, bool) {
+func (s State) lastVisitAt(index int) (time.Time, bool) {
 	t := s.Trail
 	if p := lastVisit(t, index); p >= 0 {
 		return t.Visits[p].SwitchedAt, true
@@ -57,7 +57,7 @@ func (s BrokerState) lastVisitAt(index int) (time.Time, bool) {
 // left it. A notification is recorded after the producer moved, so a broker seen empty
 // between its move and our recording of it reads as not left yet: what comes there next
 // is taken for its present, until an empty drain after the recording says otherwise.
-func (s BrokerState) leftBefore(index int, at time.Time) bool {
+func (s State) leftBefore(index int, at time.Time) bool {
 	t := s.Trail
 	next := lastVisit(t, index) + 1
 	return next < len(t.Visits) && !seenAt(t.Visits[next]).After(at)
@@ -68,13 +68,13 @@ func (s BrokerState) leftBefore(index int, at time.Time) bool {
 // nothing need not date it again: a later time reads the same. Otherwise the mark is
 // written at every empty drain, so that once the producer leaves, "seen empty" moves past
 // its departure, and a return it has not announced yet is read as the future it is.
-func (s BrokerState) EmptyMarkSettled(index int, m SpareMark) bool {
+func (s State) EmptyMarkSettled(index int, m SpareMark) bool {
 	return !m.DrainedAt.IsZero() && m.HeldSince.IsZero() && s.leftBefore(index, m.DrainedAt)
 }
 
 // CurrentMark is the mark m, or nothing when it was made under an earlier visit of the
 // producer to broker index: what was seen then says nothing about what is there now.
-func (s BrokerState) CurrentMark(index int, m SpareMark) SpareMark {
+func (s State) CurrentMark(index int, m SpareMark) SpareMark {
 	at, _ := s.lastVisitAt(index)
 	at = at.Truncate(time.Microsecond) // as Postgres keeps it
 	if !m.LastVisit.Equal(at) {
@@ -86,7 +86,7 @@ func (s BrokerState) CurrentMark(index int, m SpareMark) SpareMark {
 // ReadSpare decides how the Leftover Drain reads a queue on spare index, from its mark
 // (queue) and whether we were active there (reached), both as CurrentMark gives them;
 // now is on Postgres' clock, as the marks are.
-func (s BrokerState) ReadSpare(index int, queue, reached SpareMark, now time.Time, grace time.Duration) SpareReading {
+func (s State) ReadSpare(index int, queue, reached SpareMark, now time.Time, grace time.Duration) SpareReading {
 	_, visited := s.lastVisitAt(index)
 	left := visited || reached.Reached || (s.LastSwitch != nil && s.LastSwitch.From == index)
 	activeAt, activeVisited := time.Time{}, false

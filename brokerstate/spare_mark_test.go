@@ -10,14 +10,14 @@ import (
 const grace = time.Hour
 
 // readSpare reads spare index with no marks but those given.
-func readSpare(st BrokerState, index int, queue, reached SpareMark, now time.Time) SpareReading {
+func readSpare(st State, index int, queue, reached SpareMark, now time.Time) SpareReading {
 	return st.ReadSpare(index, st.CurrentMark(index, queue), st.CurrentMark(index, reached), now, grace)
 }
 
 // Which messages on a spare are stragglers and which may be the producer's future.
 func TestWhatASpareHoldsIsReadByWhatTheTrailKnows(t *testing.T) {
 	// A → B notified, B active after the hop: A was left behind.
-	st := apply(t, BrokerState{}, hostNote(1, t0), NotificationRecorded)
+	st := apply(t, State{}, hostNote(1, t0), NotificationRecorded)
 	st, ok := st.CompleteHop(0, st.Pending.Next(), 1, t0)
 	require.True(t, ok)
 	leftA := SpareMark{Reached: true} // written by the commit that left A
@@ -41,24 +41,24 @@ func TestWhatASpareHoldsIsReadByWhatTheTrailKnows(t *testing.T) {
 	require.Equal(t, ReadReturned, st.ReadSpare(0, mark, SpareMark{}, t0.Add(time.Hour), grace), "seen empty since that visit")
 }
 
-// A late notification older than the active broker's own time is stale, and still says
+// An out-of-order notification older than the active broker's own time is stale, and still says
 // where the producer was: C's events on the broker it names are stragglers.
 func TestALateNotificationBehindTheActiveBrokerMakesItsBrokerAStraggler(t *testing.T) {
 	t1, t2 := t0, t0.Add(time.Minute)
 	// A → B → C, and only C's notification arrived: A drains, the hop goes to C.
-	st := apply(t, BrokerState{}, hostNote(2, t2), NotificationRecorded)
+	st := apply(t, State{}, hostNote(2, t2), NotificationRecorded)
 	st, ok := st.CompleteHop(0, st.Pending.Next(), 1, t0)
 	require.True(t, ok)
 	require.Equal(t, ReadReturned, readSpare(st, 1, SpareMark{}, SpareMark{}, t0), "B is unannounced")
 
-	late := apply(t, st, hostNote(1, t1), NotificationStale)
-	require.Equal(t, st.ActiveIndex, late.ActiveIndex)
-	require.Nil(t, late.Pending)
-	require.Equal(t, ReadStragglers, readSpare(late, 1, SpareMark{}, SpareMark{}, t0), "B lies behind C")
-	behind, _ := late.Spares([]int{0, 1, 2})
+	outOfOrder := apply(t, st, hostNote(1, t1), NotificationStale)
+	require.Equal(t, st.ActiveIndex, outOfOrder.ActiveIndex)
+	require.Nil(t, outOfOrder.Pending)
+	require.Equal(t, ReadStragglers, readSpare(outOfOrder, 1, SpareMark{}, SpareMark{}, t0), "B lies behind C")
+	behind, _ := outOfOrder.Spares([]int{0, 1, 2})
 	require.Equal(t, []int{0, 1}, behind, "A, then B, as the producer left them")
-	again := apply(t, late, hostNote(1, t1), NotificationStale)
-	require.Equal(t, late, again, "the same notification again changes nothing")
+	again := apply(t, outOfOrder, hostNote(1, t1), NotificationStale)
+	require.Equal(t, outOfOrder, again, "the same notification again changes nothing")
 }
 
 // The producer went A → X without a word, then X → Y with one: what a window saw waiting
@@ -66,7 +66,7 @@ func TestALateNotificationBehindTheActiveBrokerMakesItsBrokerAStraggler(t *testi
 // read first; what no window saw before waits for the grace.
 func TestAnUnannouncedBrokerLeftForAnAnnouncedOne(t *testing.T) {
 	held := SpareMark{HeldSince: t0.Add(-time.Minute)}
-	st := apply(t, BrokerState{}, hostNote(2, t0), NotificationRecorded)
+	st := apply(t, State{}, hostNote(2, t0), NotificationRecorded)
 	require.Equal(t, ReadReturned, readSpare(st, 1, held, SpareMark{}, t0), "A is still active: X waits behind it")
 	st, ok := st.CompleteHop(0, st.Pending.Next(), 1, t0)
 	require.True(t, ok)
@@ -81,7 +81,7 @@ func TestAnUnannouncedBrokerLeftForAnAnnouncedOne(t *testing.T) {
 func TestAForceDoesNotMakeTheProducersCurrentBrokerItsFuture(t *testing.T) {
 	// No notification yet, the producer on A; the operator forces C, and a window sees A
 	// empty before the producer publishes there again.
-	st := BrokerState{}.Force(2, time.Time{}, t0)
+	st := State{}.Force(2, time.Time{}, t0)
 	drained := SpareMark{DrainedAt: t0.Add(time.Second)}
 	require.Equal(t, ReadStragglers, readSpare(st, 0, drained, SpareMark{}, t0.Add(time.Minute)), "the producer is still on A")
 
@@ -116,7 +116,7 @@ func TestAForceDoesNotMakeTheProducersCurrentBrokerItsFuture(t *testing.T) {
 // with the producer's clock an hour behind, a broker seen empty before the producer
 // moved on (as its recording tells) holds what it published there before the move.
 func TestLeavingIsReadOnOneClock(t *testing.T) {
-	st := BrokerState{}.Force(2, time.Time{}, t0) // the producer on A; we read C
+	st := State{}.Force(2, time.Time{}, t0) // the producer on A; we read C
 	// It moves to B at t0+30m; its clock says t0-30m; we record the word at t0+30m.
 	st = apply(t, st, hostNote(1, t0.Add(-30*time.Minute)), NotificationRecorded)
 	st.Trail.Visits[len(st.Trail.Visits)-1].SeenAt = t0.Add(30 * time.Minute)
@@ -130,7 +130,7 @@ func TestLeavingIsReadOnOneClock(t *testing.T) {
 
 	// And the other way: the producer's clock an hour ahead. Held messages seen on X
 	// before the word for the active broker was recorded are older than its events.
-	st = BrokerState{}
+	st = State{}
 	st = apply(t, st, hostNote(2, t0.Add(time.Hour)), NotificationRecorded)
 	st.Trail.Visits[0].SeenAt = t0
 	st, ok := st.CompleteHop(0, st.Pending.Next(), 1, t0)

@@ -12,7 +12,7 @@ import (
 )
 
 // StateChannel is the Postgres notification channel on which every committed change of
-// the broker state is announced (BrokerStore.Update sends it in its transaction).
+// the broker state is announced (Store.Update sends it in its transaction).
 const StateChannel = "brokerswitch_state"
 
 // DefaultRefresh is how often a StateWatcher re-reads the state although no notification
@@ -27,7 +27,7 @@ const DefaultRefresh = 10 * time.Second
 // Pending Switch appeared.
 type StateWatcher struct {
 	// Store reads the state.
-	Store *BrokerStore
+	Store *Store
 	// DSN opens the LISTEN connection (DATABASE_URL).
 	DSN string
 	// Refresh is the fallback re-read interval; 0 means DefaultRefresh.
@@ -35,7 +35,7 @@ type StateWatcher struct {
 	Logger  *slog.Logger
 
 	mu      sync.Mutex
-	state   BrokerState
+	state   State
 	gen     uint64        // 0 until the first reading, then one more per change
 	changed chan struct{} // closed, then replaced, when gen grows
 }
@@ -108,7 +108,7 @@ func announce(c chan<- struct{}) {
 // reload reads the state and wakes the waiters when it changed. A failed read keeps the
 // last view: Postgres being away ends no window.
 func (w *StateWatcher) reload(ctx context.Context) {
-	st, err := w.Store.LoadConfigured(ctx)
+	st, err := w.Store.Load(ctx)
 	if err != nil {
 		if ctx.Err() == nil {
 			w.logger().WarnContext(ctx, "broker state not re-read", "error", err)
@@ -132,7 +132,7 @@ func (w *StateWatcher) reload(ctx context.Context) {
 // reading) and returns it with its generation; ok is false when ctx ended first. A reading
 // is a view that can lag the database by a notification's delivery, so a caller acting on
 // it confirms with a read of its own.
-func (w *StateWatcher) Next(ctx context.Context, after uint64) (st BrokerState, gen uint64, ok bool) {
+func (w *StateWatcher) Next(ctx context.Context, after uint64) (st State, gen uint64, ok bool) {
 	if w == nil { // a nil watcher watches nothing: its callers wait for their own end
 		<-ctx.Done()
 		return st, gen, false

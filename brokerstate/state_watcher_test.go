@@ -13,11 +13,11 @@ import (
 
 // startWatcher runs a StateWatcher on a fresh database until the test ends and returns it
 // with a store on the same database, once its first reading is in.
-func startWatcher(t *testing.T, refresh time.Duration) (*brokerstate.StateWatcher, *brokerstate.BrokerStore, uint64) {
+func startWatcher(t *testing.T, refresh time.Duration) (*brokerstate.StateWatcher, *brokerstate.Store, uint64) {
 	t.Helper()
 	ctx := context.Background()
 	db, dsn := modelstest.NewDB(t) // the DSN for the watcher's LISTEN connection
-	store := &brokerstate.BrokerStore{DB: db, Brokers: []brokerstate.BrokerRef{brokerA, brokerB}}
+	store := &brokerstate.Store{DB: db, Brokers: []brokerstate.Ref{brokerA, brokerB}}
 	w := &brokerstate.StateWatcher{Store: store, DSN: dsn, Refresh: refresh}
 	watchCtx, stop := context.WithCancel(ctx)
 	done := make(chan struct{})
@@ -37,7 +37,7 @@ func TestAWatcherHearsACommittedChangeThroughNotify(t *testing.T) {
 	w, store, gen := startWatcher(t, time.Hour)
 	// The first reading is taken once LISTEN is in place: from now on only the NOTIFY
 	// can bring a change before the fallback.
-	_, err := store.Update(context.Background(), func(st brokerstate.BrokerState) (brokerstate.BrokerState, error) {
+	_, err := store.Update(context.Background(), func(st brokerstate.State) (brokerstate.State, error) {
 		return st.Force(1, time.Time{}, time.Now()), nil
 	})
 	require.NoError(t, err)

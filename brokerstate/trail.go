@@ -11,12 +11,12 @@ const maxTrail = 64
 
 // Trail is where the producer went and when, as its notifications tell: each visit is a
 // hop the producer made, ordered by switchedAt and, at equal times, by arrival. The route
-// is read from it, so that a late notification lands where the producer's clock puts it,
+// is read from it, so that an out-of-order notification lands where the producer's clock puts it,
 // and the Leftover Drain reads the spares in the order the producer left them.
 type Trail struct {
 	Visits []Hop `json:"visits"`
 	// Behind counts the first visits that lie behind the active broker: what the producer
-	// published there is older than the active broker's backlog. A late notification that
+	// published there is older than the active broker's backlog. An out-of-order notification that
 	// would land among them is stale.
 	Behind int `json:"behind"`
 	// Canceled counts the first visits an operator's cancel took off the route. They stay
@@ -119,7 +119,7 @@ func seenAt(h Hop) time.Time {
 
 // withRoute sets the trail and reads the Pending Switch from it; recordedAt is the
 // Pending Switch's recording time when it still has hops.
-func (s BrokerState) withRoute(t Trail, recordedAt time.Time) BrokerState {
+func (s State) withRoute(t Trail, recordedAt time.Time) State {
 	s.Trail = t
 	s.Pending = nil
 	if route := t.route(s.ActiveIndex); len(route) > 0 {
@@ -133,7 +133,7 @@ func (s BrokerState) withRoute(t Trail, recordedAt time.Time) BrokerState {
 // current broker last. Ahead are the spares it used after it left the active broker (a
 // canceled route): their events are newer than the active broker's backlog, so they are
 // read only once the active broker is empty.
-func (s BrokerState) Spares(brokers []int) (behind, ahead []int) {
+func (s State) Spares(brokers []int) (behind, ahead []int) {
 	t := s.Trail
 	activeFrom := t.Behind
 	if p := lastVisit(t, s.ActiveIndex); p >= activeFrom {

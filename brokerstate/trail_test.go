@@ -14,7 +14,7 @@ func hostNote(index int, at time.Time) Notification {
 	return Notification{Index: index, Host: []string{"a", "b", "c", "d"}[index] + ".example", Vhost: "/", SwitchedAt: at}
 }
 
-func apply(t *testing.T, st BrokerState, n Notification, want string) BrokerState {
+func apply(t *testing.T, st State, n Notification, want string) State {
 	t.Helper()
 	next, outcome := st.ApplyNotification(n, t0)
 	require.Equal(t, want, outcome, "notification for %d at %s", n.Index, n.SwitchedAt.Format(time.TimeOnly))
@@ -25,12 +25,12 @@ func apply(t *testing.T, st BrokerState, n Notification, want string) BrokerStat
 // placed between A and C, not left to the Leftover Drain.
 func TestAReversedDoubleRotationKeepsTheMiddleBroker(t *testing.T) {
 	t1, t2 := t0, t0.Add(time.Minute)
-	st := apply(t, BrokerState{}, hostNote(2, t2), NotificationRecorded)
+	st := apply(t, State{}, hostNote(2, t2), NotificationRecorded)
 	st = apply(t, st, hostNote(1, t1), NotificationRecorded)
 	require.Equal(t, []int{1, 2}, hopIndexes(routeOrNil(st)), "A → B → C")
 	require.Equal(t, t2, st.SeenUntil, "the newest time stays the mark")
 	same := apply(t, st, hostNote(1, t1), NotificationStale)
-	require.Equal(t, st, same, "the late notification again is a duplicate")
+	require.Equal(t, st, same, "the out-of-order notification again is a duplicate")
 
 	st, ok := st.CompleteHop(0, st.Pending.Next(), 1, t0)
 	require.True(t, ok)
@@ -48,10 +48,10 @@ func TestAReversedDoubleRotationKeepsTheMiddleBroker(t *testing.T) {
 	apply(t, st, hostNote(3, t1.Add(time.Second)), NotificationStale)
 }
 
-// A late notification that puts a return to the active broker before the newest hop: the
+// An out-of-order notification that puts a return to the active broker before the newest hop: the
 // route restarts after the return.
 func TestALateReturnToTheActiveBrokerCutsTheRoute(t *testing.T) {
-	st := apply(t, BrokerState{}, hostNote(1, t0), NotificationRecorded)
+	st := apply(t, State{}, hostNote(1, t0), NotificationRecorded)
 	st = apply(t, st, hostNote(2, t0.Add(2*time.Minute)), NotificationRecorded)
 	st = apply(t, st, hostNote(0, t0.Add(time.Minute)), NotificationRecorded)
 	require.Equal(t, []int{2}, hopIndexes(routeOrNil(st)), "A → B → A → C: B is left behind")
@@ -63,7 +63,7 @@ func TestALateReturnToTheActiveBrokerCutsTheRoute(t *testing.T) {
 // Spares are read in the order the producer left them, never-used first.
 func TestSparesInTheProducersOrder(t *testing.T) {
 	// The producer went 0 → 3 → 2 → 1 and the operator forced 1 without waiting.
-	st := apply(t, BrokerState{}, hostNote(3, t0), NotificationRecorded)
+	st := apply(t, State{}, hostNote(3, t0), NotificationRecorded)
 	st = apply(t, st, hostNote(2, t0.Add(time.Minute)), NotificationRecorded)
 	st = apply(t, st, hostNote(1, t0.Add(2*time.Minute)), NotificationRecorded)
 	st = st.Force(1, time.Time{}, t0.Add(time.Hour))
@@ -72,30 +72,30 @@ func TestSparesInTheProducersOrder(t *testing.T) {
 	require.Equal(t, []int{0, 3, 2}, behind, "0 was left first, then 3, then 2")
 	require.Empty(t, ahead)
 
-	behind, _ = BrokerState{ActiveIndex: 2}.Spares([]int{0, 1, 2, 3})
+	behind, _ = State{ActiveIndex: 2}.Spares([]int{0, 1, 2, 3})
 	require.Equal(t, []int{0, 1, 3}, behind, "without a trail, nothing says which was left first: index order")
 }
 
 // After a cancel, the producer's brokers are ahead of the active broker's backlog, and a
-// late notification for the canceled stretch orders them without a route.
+// out-of-order notification for the canceled stretch orders them without a route.
 func TestACanceledRouteIsAheadOfTheActiveBroker(t *testing.T) {
-	st := apply(t, BrokerState{}, hostNote(2, t0.Add(2*time.Minute)), NotificationRecorded)
+	st := apply(t, State{}, hostNote(2, t0.Add(2*time.Minute)), NotificationRecorded)
 	st = st.CancelPending(time.Time{}, t0.Add(time.Hour))
 	require.Nil(t, st.Pending)
 	behind, ahead := st.Spares([]int{0, 1, 2, 3})
 	require.Equal(t, []int{1, 3}, behind)
 	require.Equal(t, []int{2}, ahead, "the producer's broker is the future, not a spare")
 
-	late := apply(t, st, hostNote(1, t0.Add(time.Minute)), NotificationStale)
-	require.Nil(t, late.Pending, "the cancel covers it")
-	behind, ahead = late.Spares([]int{0, 1, 2, 3})
+	outOfOrder := apply(t, st, hostNote(1, t0.Add(time.Minute)), NotificationStale)
+	require.Nil(t, outOfOrder.Pending, "the cancel covers it")
+	behind, ahead = outOfOrder.Spares([]int{0, 1, 2, 3})
 	require.Equal(t, []int{3}, behind)
 	require.Equal(t, []int{1, 2}, ahead, "in the producer's order")
 
 	// A newer notification after the cancel is a new route, and a force moves there.
-	next := apply(t, late, hostNote(3, t0.Add(3*time.Minute)), NotificationRecorded)
+	next := apply(t, outOfOrder, hostNote(3, t0.Add(3*time.Minute)), NotificationRecorded)
 	require.Equal(t, []int{3}, routeIndexes(next))
-	forced := late.Force(2, time.Time{}, t0.Add(time.Hour))
+	forced := outOfOrder.Force(2, time.Time{}, t0.Add(time.Hour))
 	_, ahead = forced.Spares([]int{0, 1, 2, 3})
 	require.Empty(t, ahead, "forced to the producer's broker, nothing is ahead")
 }
@@ -111,13 +111,13 @@ func TestTheRouteDoesNotDependOnArrivalOrder(t *testing.T) {
 			at = at.Add(time.Duration(1+r.IntN(3)) * time.Second)
 			path = append(path, hostNote(r.IntN(4), at))
 		}
-		inOrder := BrokerState{}
+		inOrder := State{}
 		for _, n := range path {
 			inOrder, _ = inOrder.ApplyNotification(n, at)
 		}
 		arrivals := append(slices.Clone(path), path[r.IntN(len(path))])
 		r.Shuffle(len(arrivals), func(i, j int) { arrivals[i], arrivals[j] = arrivals[j], arrivals[i] })
-		got := BrokerState{}
+		got := State{}
 		for _, n := range arrivals {
 			got, _ = got.ApplyNotification(n, at)
 		}
@@ -125,7 +125,7 @@ func TestTheRouteDoesNotDependOnArrivalOrder(t *testing.T) {
 	}
 }
 
-func routeOrNil(st BrokerState) []Hop {
+func routeOrNil(st State) []Hop {
 	if st.Pending == nil {
 		return nil
 	}
@@ -142,7 +142,7 @@ func indexes(ns []Notification) []int {
 
 // The trail keeps the last visits only: older ones behind the active broker go first.
 func TestTheTrailIsBounded(t *testing.T) {
-	st := BrokerState{}
+	st := State{}
 	at := t0
 	for i := range 3 * maxTrail {
 		at = at.Add(time.Second)
@@ -154,7 +154,7 @@ func TestTheTrailIsBounded(t *testing.T) {
 	require.LessOrEqual(t, len(st.Trail.Visits), maxTrail+1)
 
 	// Ever older notifications with nothing completed: none lies behind the active broker.
-	st, _ = BrokerState{}.ApplyNotification(hostNote(1, t0), t0)
+	st, _ = State{}.ApplyNotification(hostNote(1, t0), t0)
 	for i := range 5 * maxTrail {
 		st, _ = st.ApplyNotification(hostNote(1+i%3, t0.Add(-time.Duration(i+1)*time.Second)), t0)
 	}
@@ -168,7 +168,7 @@ func TestTheTrailHoldsUnderInterleavedOrders(t *testing.T) {
 	brokers := []int{0, 1, 2, 3}
 	for seed := range uint64(2000) {
 		r := rand.New(rand.NewPCG(seed, 21))
-		st := BrokerState{}
+		st := State{}
 		at := t0
 		var steps []string
 		fail := func(format string, args ...any) {
@@ -179,7 +179,7 @@ func TestTheTrailHoldsUnderInterleavedOrders(t *testing.T) {
 			now := at.Add(time.Hour)
 			before := st
 			switch k := r.IntN(10); {
-			case k < 5: // a notification: new, or late by up to a few seconds
+			case k < 5: // a notification: new, or out of order by up to a few seconds
 				switchedAt := at.Add(time.Duration(1+r.IntN(3)) * time.Second)
 				if r.IntN(3) == 0 {
 					switchedAt = at.Add(-time.Duration(r.IntN(5)) * time.Second)
@@ -261,7 +261,7 @@ func TestTheTrailHoldsUnderInterleavedOrders(t *testing.T) {
 }
 
 // requireCoherent checks what every state must hold, whatever led to it.
-func requireCoherent(t *testing.T, st BrokerState, brokers []int, fail func(string)) {
+func requireCoherent(t *testing.T, st State, brokers []int, fail func(string)) {
 	t.Helper()
 	tr := st.Trail
 	if !slices.IsSortedFunc(tr.Visits, func(a, b Hop) int { return a.SwitchedAt.Compare(b.SwitchedAt) }) {

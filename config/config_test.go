@@ -13,30 +13,17 @@ import (
 
 func env(vars map[string]string) Getenv { return func(k string) string { return vars[k] } }
 
-func TestDefaults(t *testing.T) {
+// The default values are written once, in docs/configuration.md, which
+// TestTheDocumentedDefaultsAreFromEnvs holds to FromEnv; here the exported constants
+// other packages fall back on are held to FromEnv too.
+func TestTheExportedDefaultsAreFromEnvs(t *testing.T) {
 	c, err := FromEnv(env(nil))
 	require.NoError(t, err)
-	require.Len(t, c.Brokers, 1)
-	require.Equal(t, "127.0.0.1", c.Brokers[0].Host)
-	require.Equal(t, "/", c.Brokers[0].Vhost)
-	require.Equal(t, []string{"pull_requests", "issues", "pushes", "installations"}, c.Queues)
-	require.Equal(t, 2*time.Hour, c.ConsumerWindow)
-	require.Equal(t, 8*time.Second, c.WorkerLeaseTTL)
-	require.Equal(t, 15*time.Second, c.SpareCheckInterval)
-	require.Equal(t, 10*time.Minute, c.RetryTTL)
-	require.Equal(t, 10, c.MaxRetryCycles)
-	require.Equal(t, 7*24*time.Hour, c.LedgerRetention)
-	require.Equal(t, 500, c.LeftoverDrainCap)
-	require.Equal(t, "127.0.0.1:7233", c.TemporalAddress)
-	require.Equal(t, "brokerswitch", c.TaskQueue)
-	require.Equal(t, ":8080", c.HTTPAddr)
-	require.Equal(t, 5*time.Minute, c.NotificationMaxClockSkew)
-	require.Equal(t, 10, c.DBMaxOpenConns)
-	require.Equal(t, 30*time.Second, c.DBStatementTimeout)
-	require.Equal(t, 10*time.Second, c.DBLockTimeout)
-	require.Equal(t, 25<<20, c.MaxMessageBytes)
-	require.Equal(t, 16<<20, c.MaxBatchBytes)
-	require.Equal(t, broker.Classic, c.QueueType)
+	require.Equal(t, DefaultDrainCheckInterval, c.DrainCheckInterval)
+	require.Equal(t, DefaultSpareCheckInterval, c.SpareCheckInterval)
+	require.Equal(t, DefaultWorkerLeaseTTL, c.WorkerLeaseTTL)
+	require.Equal(t, DefaultUnnotifiedBrokerGrace, c.UnnotifiedBrokerGrace)
+	require.Equal(t, DefaultNotificationMaxClockSkew, c.NotificationMaxClockSkew)
 }
 
 func TestQueueType(t *testing.T) {

@@ -66,7 +66,7 @@ func TestMain(m *testing.M) {
 		_ = os.RemoveAll(workerBinaryDir)
 	}
 	printSummaries(os.Stdout)
-	os.Exit(code)
+	testenv.Exit(code)
 }
 
 // stack is one deployment under test (stacktest's) with the test that owns it.

@@ -32,7 +32,7 @@ func (s *stack) notifyAll(p *simulate.Producer, notices ...simulate.Notice) []st
 }
 
 // routeOf lists the Pending Switch's hops by index.
-func routeOf(st brokerstate.BrokerState) []int {
+func routeOf(st brokerstate.State) []int {
 	var out []int
 	if st.Pending != nil {
 		for _, h := range st.Pending.Route {

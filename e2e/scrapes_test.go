@@ -12,6 +12,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/require"
 
+	"github.com/brokerswitch/brokerswitch/brokerstate"
 	"github.com/brokerswitch/brokerswitch/metrics"
 	"github.com/brokerswitch/brokerswitch/models"
 	"github.com/brokerswitch/brokerswitch/payloads"
@@ -40,7 +41,7 @@ func TestABurstOfScrapesDuringConsumption(t *testing.T) {
 	t.Cleanup(func() { _ = sqlDB.Close() })
 	s.WorkerDB = db
 	m := metrics.New(prometheus.NewRegistry())
-	require.NoError(t, m.WatchState(worker.StateReader(worker.NewBrokerStore(db, s.Config.Brokers), s.Config.Queues)))
+	require.NoError(t, m.WatchState(worker.StateReader(brokerstate.NewStore(db, s.Config.Brokers), s.Config.Queues)))
 	scrape := httptest.NewServer(m.Handler())
 	t.Cleanup(scrape.Close)
 

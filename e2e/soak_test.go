@@ -486,7 +486,7 @@ func (r *soakRun) rotateUnannounced(to int) simulate.Notice {
 
 // waitSeenEmpty waits until what the producer publishes on broker b ahead of its word
 // cannot overtake an older event: no queue of b would be read as stragglers, as the
-// Leftover Drain reads it (brokerstate.BrokerState.ReadSpare, from the marks the drains
+// Leftover Drain reads it (brokerstate.State.ReadSpare, from the marks the drains
 // wrote: b was never left, or was seen empty since the producer left it), or everything
 // published so far is applied. Otherwise, docs/tables.md says, what it publishes there
 // is taken for stragglers and applied at once, ahead of older events still waiting.
@@ -929,7 +929,7 @@ func soakRegressions() []soakRegression {
 			"dropped its worker's LISTEN connection, its window started on 0 just before the commit, and the " +
 			"producer returned to 0 at once; 0's new events were applied ahead of 2's (21 reordered) until the " +
 			"state watcher's 10 s re-read ended the window; each consume batch's transaction now ends with a check " +
-			"that holds the broker state's lock shared and fails unless its broker is still active (BrokerStore.ActiveCheck)",
+			"that holds the broker state's lock shared and fails unless its broker is still active (brokerstate.Store.ActiveCheck)",
 		schedule: `schedule of seed 14928533974141784647 (14 steps):
    1. publish 34 events
    2. rotate to broker 1 and notify twice

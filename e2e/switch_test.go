@@ -156,7 +156,7 @@ func TestASlowSpareIsNotOvertaken(t *testing.T) {
 	require.NoError(t, p.Publish(ctx, msgs[:half]...))
 	// The operator forced broker 1 before anything read broker 0: what it holds are a
 	// spare's leftovers.
-	_, err := s.Store.Update(ctx, func(st brokerstate.BrokerState) (brokerstate.BrokerState, error) {
+	_, err := s.Store.Update(ctx, func(st brokerstate.State) (brokerstate.State, error) {
 		return st.Force(1, time.Now(), time.Now()), nil
 	})
 	require.NoError(t, err)

@@ -178,7 +178,7 @@ func TestALeftoverDrainCutOffFromTemporalGivesItsBatchBack(t *testing.T) {
 	// Broker 0 holds the backlog; an operator's force made 1 active, so that backlog is
 	// left for the Leftover Drain.
 	require.NoError(t, p.Publish(ctx, msgs...))
-	_, err := s.Store.Update(ctx, func(st brokerstate.BrokerState) (brokerstate.BrokerState, error) {
+	_, err := s.Store.Update(ctx, func(st brokerstate.State) (brokerstate.State, error) {
 		return st.Force(1, time.Time{}, time.Now()), nil
 	})
 	require.NoError(t, err)

@@ -16,14 +16,14 @@ import (
 // of it is written, not even a failure row, however stale the window's view of the state.
 func TestABatchOfABrokerNoLongerActiveIsGivenBack(t *testing.T) {
 	e := newEnv(t)
-	store := &brokerstate.BrokerStore{DB: e.db, Brokers: []brokerstate.BrokerRef{{Host: "a", Vhost: "/"}, {Host: "b", Vhost: "/"}}}
+	store := &brokerstate.Store{DB: e.db, Brokers: []brokerstate.Ref{{Host: "a", Vhost: "/"}, {Host: "b", Vhost: "/"}}}
 	e.ing.Active = store
 	ctx := context.Background()
 
 	assert.Equal(t, acks(1), e.handleWith(t, e.ing.ForActive(0), delivery("issues", "d-0", example(t, "issues.opened.0"))))
 
 	at := time.Date(2025, 1, 2, 3, 0, 0, 0, time.UTC)
-	_, err := store.Update(ctx, func(st brokerstate.BrokerState) (brokerstate.BrokerState, error) { return st.Force(1, at, at), nil })
+	_, err := store.Update(ctx, func(st brokerstate.State) (brokerstate.State, error) { return st.Force(1, at, at), nil })
 	require.NoError(t, err)
 
 	verdicts, err := e.ing.ForActive(0).HandleBatch(ctx, queue, threeEvents(t))

@@ -55,7 +55,7 @@ type Ingester struct {
 	// the HMAC of its body in HeaderSignature, or it is malformed. Empty verifies nothing.
 	WebhookSecret []byte
 	// Active is checked last in the transaction of every batch from a ForActive handler
-	// (brokerstate.BrokerStore): its refusal rolls the batch back and gives it back
+	// (brokerstate.Store): its refusal rolls the batch back and gives it back
 	// unsettled, so that a consumer window whose view of the broker state lags never
 	// commits a batch of a broker we left. Required for ForActive.
 	Active ActiveHolder
@@ -107,7 +107,7 @@ type batchHandler struct {
 }
 
 // ActiveHolder holds a consume batch's broker active until the batch commits
-// (brokerstate.BrokerStore).
+// (brokerstate.Store).
 type ActiveHolder interface {
 	// ActiveCheck is the statement, with $n placeholders, run last before the COMMIT; it
 	// fails unless broker is still the active one.

@@ -3,7 +3,7 @@ package models
 import "time"
 
 // Setting is one row of the settings table: a key and its text value. The broker state
-// is kept in it (brokerstate.BrokerStore); the row model lives here with the other
+// is kept in it (brokerstate.Store); the row model lives here with the other
 // tables, so that the schema test checks it against the migrations.
 type Setting struct {
 	Key       string `gorm:"primaryKey"`

@@ -57,7 +57,7 @@ func Run(ctx context.Context, d Deps) error {
 	}
 	watchCtx, stopWatching := context.WithCancel(context.WithoutCancel(ctx))
 	defer stopWatching()
-	watcher := &brokerstate.StateWatcher{Store: NewBrokerStore(d.DB, d.Pool.Endpoints()), DSN: d.Config.DatabaseURL, Logger: d.Logger}
+	watcher := &brokerstate.StateWatcher{Store: brokerstate.NewStore(d.DB, d.Pool.Endpoints()), DSN: d.Config.DatabaseURL, Logger: d.Logger}
 	go watcher.Run(watchCtx)
 	// The sweep stops with the worker: a DELETE cut short rolls back and is done again
 	// by the next worker's first sweep.
@@ -165,7 +165,7 @@ func IdentityOf(pid int) string {
 // Register adds the workflows and their activities, built from d, to a worker; keeper
 // holds their attempts under the worker's lease.
 func Register(w sdkworker.Registry, d Deps, watcher *brokerstate.StateWatcher, keeper *lease.Keeper) {
-	store := NewBrokerStore(d.DB, d.Pool.Endpoints())
+	store := brokerstate.NewStore(d.DB, d.Pool.Endpoints())
 	w.RegisterWorkflow(workflows.QueueWindow)
 	w.RegisterWorkflow(workflows.BrokerSwitch)
 	w.RegisterActivity(&activities.Window{
@@ -243,9 +243,9 @@ func CheckQueueTypes(ctx context.Context, pool *broker.Pool, t broker.Topology, 
 
 // StateReader reads the broker state, and which queues live workers consume, for the
 // metrics' scrape-time gauges.
-func StateReader(store *brokerstate.BrokerStore, queues []string) metrics.StateReader {
+func StateReader(store *brokerstate.Store, queues []string) metrics.StateReader {
 	return func(ctx context.Context) (metrics.StateReading, error) {
-		st, err := store.LoadConfigured(ctx)
+		st, err := store.Load(ctx)
 		if err != nil {
 			return metrics.StateReading{}, err
 		}
@@ -270,15 +270,6 @@ func StateReader(store *brokerstate.BrokerStore, queues []string) metrics.StateR
 		}
 		return r, nil
 	}
-}
-
-// NewBrokerStore reads the broker state with hops resolved against the configured brokers.
-func NewBrokerStore(db *gorm.DB, endpoints []broker.Endpoint) *brokerstate.BrokerStore {
-	refs := make([]brokerstate.BrokerRef, len(endpoints))
-	for i, ep := range endpoints {
-		refs[i] = brokerstate.BrokerRef{Host: ep.Host, Vhost: ep.Vhost}
-	}
-	return &brokerstate.BrokerStore{DB: db, Brokers: refs}
 }
 
 // EnsureWorkflows starts the window workflows and the BrokerSwitch workflow unless they

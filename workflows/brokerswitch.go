@@ -24,7 +24,7 @@ type BrokerSwitchInput struct {
 
 // Status is what the status query answers.
 type Status struct {
-	State     brokerstate.BrokerState
+	State     brokerstate.State
 	Checks    int
 	LastCheck *brokerstate.DrainCheck
 	Waiting   string
@@ -37,17 +37,16 @@ type Status struct {
 // the Pending Switch, a cancel drops it without moving. Orders are applied one at a time,
 // in the order they arrived; with nothing pending the workflow waits for one.
 func BrokerSwitch(ctx workflow.Context, in BrokerSwitchInput) error {
-	w, err := newSwitchRun(ctx, in)
+	r, err := newSwitchRun(ctx, in)
 	if err != nil {
 		return err
 	}
-	return w.run(ctx)
+	return r.run(ctx)
 }
 
 type switchRun struct {
 	status Status
 	orders *orderQueue
-	act    *activities.Switch
 	// drainCheckInterval is the longest pause between drain checks (DRAIN_CHECK_INTERVAL).
 	drainCheckInterval time.Duration
 	// watching is the running watch of an idle workflow, if any.
@@ -74,48 +73,49 @@ func newSwitchRun(ctx workflow.Context, in BrokerSwitchInput) (*switchRun, error
 	}
 	// What the last run left comes before what reached this one.
 	orders.orders = append(in.Orders, orders.orders...)
-	w := &switchRun{orders: orders, status: Status{Checks: in.Checks}, drainCheckInterval: config.DefaultDrainCheckInterval}
+	r := &switchRun{orders: orders, status: Status{Checks: in.Checks}, drainCheckInterval: config.DefaultDrainCheckInterval}
 	// Remove once no run started before release 1.1 is open: before it, every order and
 	// commit wrote the memo, unchanged or not, and every change a watch saw was read
 	// again, so a switch cost a memo write and a read more.
-	w.lean = workflow.GetVersion(ctx, "lean-switch", workflow.DefaultVersion, 1) == 1
-	if err := workflow.SetQueryHandler(ctx, QueryStatus, func() (Status, error) { return w.status, nil }); err != nil {
+	r.lean = workflow.GetVersion(ctx, "lean-switch", workflow.DefaultVersion, 1) == 1
+	if err := workflow.SetQueryHandler(ctx, QueryStatus, func() (Status, error) { return r.status, nil }); err != nil {
 		return nil, fmt.Errorf("register status query: %w", err)
 	}
-	if err := w.acceptUpdates(ctx); err != nil {
+	if err := r.acceptUpdates(ctx); err != nil {
 		return nil, err
 	}
-	return w, nil
+	return r, nil
 }
 
-func (w *switchRun) run(ctx workflow.Context) error {
-	if err := w.execute(ctx, "read broker state", w.act.LoadState, nil, &w.status.State); err != nil {
+func (r *switchRun) run(ctx workflow.Context) error {
+	var a *activities.Switch
+	if err := r.runLocal(ctx, "read broker state", a.LoadState, nil, &r.status.State); err != nil {
 		return err
 	}
 	// A changed DRAIN_CHECK_INTERVAL takes effect at the next run.
 	var settings activities.SwitchSettings
-	if err := w.execute(ctx, "read the worker's settings", w.act.Settings, nil, &settings); err != nil {
+	if err := r.runLocal(ctx, "read the worker's settings", a.Settings, nil, &settings); err != nil {
 		return err
 	}
 	if settings.DrainCheckInterval > 0 {
-		w.drainCheckInterval = settings.DrainCheckInterval
+		r.drainCheckInterval = settings.DrainCheckInterval
 	}
-	w.showState(ctx)
+	r.showState(ctx)
 	for ctx.Err() == nil {
-		if err := w.applyOrders(ctx); err != nil {
+		if err := r.applyOrders(ctx); err != nil {
 			return err
 		}
 		if workflow.GetInfo(ctx).GetContinueAsNewSuggested() {
-			return w.continueAsNew(ctx)
+			return r.continueAsNew(ctx)
 		}
-		pending := w.status.State.Pending
+		pending := r.status.State.Pending
 		if pending == nil {
-			if err := w.idle(ctx); err != nil {
+			if err := r.idle(ctx); err != nil {
 				return err
 			}
 			continue
 		}
-		if err := w.checkAndCommit(ctx, pending.Next()); err != nil {
+		if err := r.checkAndCommit(ctx, pending.Next()); err != nil {
 			return err
 		}
 	}
@@ -123,9 +123,9 @@ func (w *switchRun) run(ctx workflow.Context) error {
 }
 
 // applyOrders applies the orders received so far, in arrival order.
-func (w *switchRun) applyOrders(ctx workflow.Context) error {
-	for o, ok := w.orders.pop(); ok; o, ok = w.orders.pop() {
-		if err := w.apply(ctx, o); err != nil {
+func (r *switchRun) applyOrders(ctx workflow.Context) error {
+	for o, ok := r.orders.pop(); ok; o, ok = r.orders.pop() {
+		if err := r.apply(ctx, o); err != nil {
 			return err
 		}
 	}
@@ -134,17 +134,18 @@ func (w *switchRun) applyOrders(ctx workflow.Context) error {
 
 // checkAndCommit runs one drain check of the active broker and commits the hop when it is
 // empty; otherwise it waits for the next check or an order.
-func (w *switchRun) checkAndCommit(ctx workflow.Context, hop brokerstate.Hop) error {
-	active := w.status.State.ActiveIndex
+func (r *switchRun) checkAndCommit(ctx workflow.Context, hop brokerstate.Hop) error {
+	var a *activities.Switch
+	active := r.status.State.ActiveIndex
 	var check brokerstate.DrainCheck
-	if err := w.execute(ctx, fmt.Sprintf("drain check of broker %d", active), w.act.DrainCheck,
+	if err := r.runLocal(ctx, fmt.Sprintf("drain check of broker %d", active), a.DrainCheck,
 		activities.DrainCheckInput{BrokerIndex: active}, &check); err != nil {
 		return err
 	}
-	w.status.Checks++
-	w.status.LastCheck = &check
+	r.status.Checks++
+	r.status.LastCheck = &check
 	if !check.Drained() {
-		next := w.nextCheckIn()
+		next := r.nextCheckIn()
 		why := fmt.Sprintf("Switch %d → %d waits: broker %d is not drained yet %v; next check in %s",
 			active, hop.Index, active, check.Counts, next)
 		if !check.Reachable {
@@ -152,14 +153,14 @@ func (w *switchRun) checkAndCommit(ctx workflow.Context, hop brokerstate.Hop) er
 				active, hop.Index, active, check.Error, next)
 			workflow.GetLogger(ctx).Warn("active broker unreachable, switch waits", "broker", active, "error", check.Error)
 		}
-		return w.wait(ctx, why, next)
+		return r.wait(ctx, why, next)
 	}
-	in := activities.CommitHopInput{From: active, Hop: hop, Checks: w.status.Checks}
-	if err := w.execute(ctx, fmt.Sprintf("commit switch %d → %d", active, hop.Index), w.act.CommitHop, in, &w.status.State); err != nil {
+	in := activities.CommitHopInput{From: active, Hop: hop, Checks: r.status.Checks}
+	if err := r.runLocal(ctx, fmt.Sprintf("commit switch %d → %d", active, hop.Index), a.CommitHop, in, &r.status.State); err != nil {
 		return err
 	}
-	w.status.Checks = 0
-	w.showState(ctx)
+	r.status.Checks = 0
+	r.showState(ctx)
 	return nil
 }
 
@@ -169,21 +170,21 @@ func (w *switchRun) checkAndCommit(ctx workflow.Context, hop brokerstate.Hop) er
 const firstRecheck = 250 * time.Millisecond
 
 // nextCheckIn is the pause before the next drain check of the current hop.
-func (w *switchRun) nextCheckIn() time.Duration {
+func (r *switchRun) nextCheckIn() time.Duration {
 	d := firstRecheck
-	for i := 1; i < w.status.Checks && d < w.drainCheckInterval; i++ {
+	for i := 1; i < r.status.Checks && d < r.drainCheckInterval; i++ {
 		d *= 2
 	}
-	return min(d, w.drainCheckInterval)
+	return min(d, r.drainCheckInterval)
 }
 
 // showState shows the broker state in the Web UI's memo.
-func (w *switchRun) showState(ctx workflow.Context) {
-	next := memo{ActiveIndex: w.status.State.ActiveIndex, PendingSwitch: w.status.State.Pending}
-	if w.lean && w.shown != nil && reflect.DeepEqual(*w.shown, next) {
+func (r *switchRun) showState(ctx workflow.Context) {
+	next := memo{ActiveIndex: r.status.State.ActiveIndex, PendingSwitch: r.status.State.Pending}
+	if r.lean && r.shown != nil && reflect.DeepEqual(*r.shown, next) {
 		return
 	}
-	w.shown = &next
+	r.shown = &next
 	fields := map[string]any{"activeIndex": next.ActiveIndex, "pendingSwitch": next.PendingSwitch}
 	if err := workflow.UpsertMemo(ctx, fields); err != nil {
 		workflow.GetLogger(ctx).Warn("memo not updated", "error", err)
@@ -191,16 +192,16 @@ func (w *switchRun) showState(ctx workflow.Context) {
 }
 
 // show says, in the status query and the Web UI, why the workflow waits.
-func (w *switchRun) show(ctx workflow.Context, why string) {
-	w.status.Waiting = why
+func (r *switchRun) show(ctx workflow.Context, why string) {
+	r.status.Waiting = why
 	workflow.SetCurrentDetails(ctx, why)
 }
 
 // wait shows why the workflow waits, then blocks until an order arrives or d passes.
-func (w *switchRun) wait(ctx workflow.Context, why string, d time.Duration) error {
-	w.show(ctx, why)
+func (r *switchRun) wait(ctx workflow.Context, why string, d time.Duration) error {
+	r.show(ctx, why)
 	_, err := workflow.AwaitWithOptions(ctx, workflow.AwaitOptions{Timeout: d, TimerOptions: workflow.TimerOptions{Summary: "next check"}},
-		w.orders.waiting)
+		r.orders.waiting)
 	if err != nil && !temporal.IsCanceledError(err) {
 		return fmt.Errorf("wait: %w", err)
 	}
@@ -210,19 +211,19 @@ func (w *switchRun) wait(ctx workflow.Context, why string, d time.Duration) erro
 // continueAsNew hands the state and the orders not yet applied to a fresh run, so that a
 // long -retry tail does not grow one history without bound. Orders that came as updates
 // are applied and answered first: an update cannot travel to the next run.
-func (w *switchRun) continueAsNew(ctx workflow.Context) error {
+func (r *switchRun) continueAsNew(ctx workflow.Context) error {
 	for !workflow.AllHandlersFinished(ctx) {
-		if err := workflow.Await(ctx, func() bool { return workflow.AllHandlersFinished(ctx) || w.orders.waiting() }); err != nil {
+		if err := workflow.Await(ctx, func() bool { return workflow.AllHandlersFinished(ctx) || r.orders.waiting() }); err != nil {
 			return fmt.Errorf("wait for update handlers: %w", err)
 		}
-		if err := w.applyOrders(ctx); err != nil {
+		if err := r.applyOrders(ctx); err != nil {
 			return err
 		}
 	}
-	return workflow.NewContinueAsNewError(ctx, BrokerSwitch, BrokerSwitchInput{Orders: w.orders.orders, Checks: w.status.Checks})
+	return workflow.NewContinueAsNewError(ctx, BrokerSwitch, BrokerSwitchInput{Orders: r.orders.orders, Checks: r.status.Checks})
 }
 
-// execute runs one state activity of the BrokerSwitch workflow, named in the Web UI by
+// runLocal runs one state activity of the BrokerSwitch workflow, named in the Web UI by
 // summary, as a local activity: each is a short read or transaction, run inside the
 // workflow task that needs it. As activity tasks, an order cost a chain of round trips
 // through Temporal, each waiting for a poller of a busy worker: a cancel that arrived
@@ -230,7 +231,10 @@ func (w *switchRun) continueAsNew(ctx workflow.Context) error {
 // activity tasks later, on a loaded machine past the API's 45 s.
 // Now an order is accepted and answered in one workflow task. The idle watch
 // (WaitForChange), which runs for up to an hour, stays an activity task.
-func (w *switchRun) execute(ctx workflow.Context, summary string, activity any, arg any, result any) error {
+//
+// activity is a method of a nil *activities.Switch, as everywhere in this package: it
+// only names the activity, and the worker runs the one it registered.
+func (r *switchRun) runLocal(ctx workflow.Context, summary string, activity any, arg any, result any) error {
 	lctx := workflow.WithLocalActivityOptions(ctx, workflow.LocalActivityOptions{
 		StartToCloseTimeout: 30 * time.Second,
 		RetryPolicy:         retryForever,

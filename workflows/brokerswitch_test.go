@@ -26,7 +26,7 @@ import (
 
 // These tests drive the BrokerSwitch workflow's logic in Temporal's test environment with
 // virtual time, under the worker's own options (worker.Options); the activities are
-// replaced by an in-memory broker state built on the same pure rules (brokerstate.BrokerState)
+// replaced by an in-memory broker state built on the same pure rules (brokerstate.State)
 // the real activities use.
 
 type brokerSwitchSuite struct {
@@ -37,7 +37,7 @@ type brokerSwitchSuite struct {
 	// mu guards what the mocked activities touch: the test environment runs them on
 	// goroutines of their own.
 	mu        sync.Mutex
-	state     brokerstate.BrokerState
+	state     brokerstate.State
 	backlog   map[int][]int // per broker: ready counts returned by successive drain checks
 	reachable map[int]bool
 	checks    []int // broker of each drain check, in order
@@ -62,25 +62,25 @@ func (s *brokerSwitchSuite) SetupTest() {
 	s.env.SetWorkerOptions(worker.Options(config.Config{}))
 	// The test environment does not wait for an activity still in flight when the workflow
 	// ends: its mock may run during the next test. Under s.mu, and with each test's mocks
-	// answering only their own environment, a late one changes nothing here.
+	// answering only their own environment, a mock of an earlier test changes nothing here.
 	s.mu.Lock()
 	s.test++
 	test := s.test
-	s.state = brokerstate.BrokerState{}
+	s.state = brokerstate.State{}
 	s.backlog = map[int][]int{}
 	s.reachable = map[int]bool{0: true, 1: true, 2: true}
 	s.checks, s.commits, s.interval = nil, nil, 3*time.Second
 	s.loads, s.watches, s.changeSeenByWatch, s.records = 0, 0, nil, 0
 	s.mu.Unlock()
-	late := func() bool { return s.test != test } // called with s.mu held
+	fromEarlierTest := func() bool { return s.test != test } // called with s.mu held
 
 	var a *activities.Switch
 	s.env.RegisterActivity(a)
-	s.env.OnActivity(a.LoadState, mock.Anything).Return(func(context.Context) (brokerstate.BrokerState, error) {
+	s.env.OnActivity(a.LoadState, mock.Anything).Return(func(context.Context) (brokerstate.State, error) {
 		s.mu.Lock()
 		defer s.mu.Unlock()
-		if late() {
-			return brokerstate.BrokerState{}, nil
+		if fromEarlierTest() {
+			return brokerstate.State{}, nil
 		}
 		s.loads++
 		return s.state, nil
@@ -91,7 +91,7 @@ func (s *brokerSwitchSuite) SetupTest() {
 		func(context.Context, activities.WaitForChangeInput) (bool, error) {
 			s.mu.Lock()
 			defer s.mu.Unlock()
-			if late() {
+			if fromEarlierTest() {
 				return false, nil
 			}
 			s.watches++
@@ -109,7 +109,7 @@ func (s *brokerSwitchSuite) SetupTest() {
 		func(_ context.Context, n brokerstate.Notification) (activities.NotificationResult, error) {
 			s.mu.Lock()
 			defer s.mu.Unlock()
-			if late() {
+			if fromEarlierTest() {
 				return activities.NotificationResult{}, nil
 			}
 			s.records++
@@ -124,7 +124,7 @@ func (s *brokerSwitchSuite) SetupTest() {
 		func(_ context.Context, in activities.DrainCheckInput) (brokerstate.DrainCheck, error) {
 			s.mu.Lock()
 			defer s.mu.Unlock()
-			if late() {
+			if fromEarlierTest() {
 				return brokerstate.DrainCheck{}, nil
 			}
 			s.checks = append(s.checks, in.BrokerIndex)
@@ -136,36 +136,36 @@ func (s *brokerSwitchSuite) SetupTest() {
 			return check, nil
 		})
 	s.env.OnActivity(a.CommitHop, mock.Anything, mock.Anything).Return(
-		func(_ context.Context, in activities.CommitHopInput) (brokerstate.BrokerState, error) {
+		func(_ context.Context, in activities.CommitHopInput) (brokerstate.State, error) {
 			s.mu.Lock()
 			defer s.mu.Unlock()
-			if late() {
-				return brokerstate.BrokerState{}, nil
+			if fromEarlierTest() {
+				return brokerstate.State{}, nil
 			}
 			s.commits = append(s.commits, in)
 			s.state, _ = s.state.CompleteHop(in.From, in.Hop, in.Checks, t0)
 			return s.state, nil
 		})
 	s.env.OnActivity(a.ForceSwitch, mock.Anything, mock.Anything).Return(
-		func(_ context.Context, in activities.ForceSwitchInput) (brokerstate.BrokerState, error) {
+		func(_ context.Context, in activities.ForceSwitchInput) (brokerstate.State, error) {
 			s.mu.Lock()
 			defer s.mu.Unlock()
-			if late() {
-				return brokerstate.BrokerState{}, nil
+			if fromEarlierTest() {
+				return brokerstate.State{}, nil
 			}
 			if in.Index > 2 {
-				return brokerstate.BrokerState{}, temporal.NewNonRetryableApplicationError(
+				return brokerstate.State{}, temporal.NewNonRetryableApplicationError(
 					fmt.Sprintf("force switch: broker %d is not configured (3 brokers)", in.Index), "UnknownBroker", nil)
 			}
 			s.state = s.state.Force(in.Index, in.AskedAt, t0)
 			return s.state, nil
 		})
 	s.env.OnActivity(a.CancelPendingSwitch, mock.Anything, mock.Anything).Return(
-		func(_ context.Context, in activities.CancelPendingSwitchInput) (brokerstate.BrokerState, error) {
+		func(_ context.Context, in activities.CancelPendingSwitchInput) (brokerstate.State, error) {
 			s.mu.Lock()
 			defer s.mu.Unlock()
-			if late() {
-				return brokerstate.BrokerState{}, nil
+			if fromEarlierTest() {
+				return brokerstate.State{}, nil
 			}
 			s.state = s.state.CancelPending(in.SwitchedAt, t0)
 			return s.state, nil

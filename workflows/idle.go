@@ -22,31 +22,32 @@ const idleWhy = "Nothing pending: waiting for a pending-switch, force-switch or 
 // lost is found here. The watch and its fallback timer outlive an order that interrupts
 // the wait, and the next wait takes them up again: an idle workflow costs a watch, a
 // timer and a read per change or per idleFallback.
-func (w *switchRun) idle(ctx workflow.Context) error {
-	if w.watching == nil {
-		w.watching = w.watch(ctx)
+func (r *switchRun) idle(ctx workflow.Context) error {
+	var a *activities.Switch
+	if r.watching == nil {
+		r.watching = r.watch(ctx)
 	}
 	for {
-		w.show(ctx, idleWhy)
-		if err := workflow.Await(ctx, func() bool { return w.orders.waiting() || w.watching.ready() }); err != nil {
+		r.show(ctx, idleWhy)
+		if err := workflow.Await(ctx, func() bool { return r.orders.waiting() || r.watching.ready() }); err != nil {
 			return nil // cancelled: the loop ends
 		}
-		if w.orders.waiting() {
+		if r.orders.waiting() {
 			return nil
 		}
-		if w.watching.sawNothing(ctx) {
+		if r.watching.sawNothing(ctx) {
 			continue // the timer decides
 		}
-		w.watching.stop()
-		watched := w.watching.activeIndex
-		w.watching = nil
-		if w.lean && watched != w.status.State.ActiveIndex {
+		r.watching.stop()
+		watched := r.watching.activeIndex
+		r.watching = nil
+		if r.lean && watched != r.status.State.ActiveIndex {
 			// The change it saw is one this workflow committed (or a step of it): the state
 			// in hand is what that commit read. The next watch starts from it, and sees at
 			// once whatever changed since.
 			return nil
 		}
-		return w.execute(ctx, "read broker state", w.act.LoadState, nil, &w.status.State)
+		return r.runLocal(ctx, "read broker state", a.LoadState, nil, &r.status.State)
 	}
 }
 
@@ -60,7 +61,8 @@ type idleWatch struct {
 	activeIndex int
 }
 
-func (w *switchRun) watch(ctx workflow.Context) *idleWatch {
+func (r *switchRun) watch(ctx workflow.Context) *idleWatch {
+	var a *activities.Switch
 	watchCtx := workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
 		StartToCloseTimeout: idleFallback + time.Minute,
 		RetryPolicy:         &temporal.RetryPolicy{MaximumAttempts: 1},
@@ -68,11 +70,11 @@ func (w *switchRun) watch(ctx workflow.Context) *idleWatch {
 	})
 	timerCtx, cancelTimer := workflow.WithCancel(ctx)
 	return &idleWatch{
-		watch: workflow.ExecuteActivity(watchCtx, w.act.WaitForChange,
-			activities.WaitForChangeInput{ActiveIndex: w.status.State.ActiveIndex}),
+		watch: workflow.ExecuteActivity(watchCtx, a.WaitForChange,
+			activities.WaitForChangeInput{ActiveIndex: r.status.State.ActiveIndex}),
 		timer:       workflow.NewTimerWithOptions(timerCtx, idleFallback, workflow.TimerOptions{Summary: "re-read the broker state"}),
 		cancelTimer: cancelTimer,
-		activeIndex: w.status.State.ActiveIndex,
+		activeIndex: r.status.State.ActiveIndex,
 	}
 }
 

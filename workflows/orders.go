@@ -20,8 +20,12 @@ import (
 // door it came through, a signal (the API's notification, an operator's CLI or tctl) or
 // a Workflow Update (the API's force and cancel), and it keeps its place in one queue.
 type Order struct {
-	// Kind is SignalPendingSwitch, SignalForceSwitch or SignalCancelPendingSwitch.
-	Kind         string
+	// Op is what the order does, named after the signal that carries it:
+	// SignalPendingSwitch, SignalForceSwitch or SignalCancelPendingSwitch. A force or
+	// cancel that came as a Workflow Update is named by its signal too, so that both doors
+	// lead to the same apply. Its JSON name stays Kind: orders travel in a continue-as-new
+	// input, and a run of the previous build must read them.
+	Op           string                              `json:"Kind"`
 	Notification brokerstate.Notification            `json:",omitzero"`
 	Force        activities.ForceSwitchInput         `json:",omitzero"`
 	Cancel       activities.CancelPendingSwitchInput `json:",omitzero"`
@@ -40,12 +44,12 @@ type OrderResult struct {
 	// Reason says why an order was refused.
 	Reason string `json:",omitempty"`
 	// State is the broker state after the order.
-	State brokerstate.BrokerState
+	State brokerstate.State
 	done  bool
 }
 
-// orderKinds are the signals that carry orders.
-var orderKinds = []string{SignalPendingSwitch, SignalForceSwitch, SignalCancelPendingSwitch}
+// orderSignals are the signals that carry orders.
+var orderSignals = []string{SignalPendingSwitch, SignalForceSwitch, SignalCancelPendingSwitch}
 
 // maxHeldNotifications is the most pending-switch orders the workflow holds unhandled.
 // One more is dropped safely: the API records a notification in Postgres before it
@@ -58,10 +62,10 @@ type orderQueue struct{ orders []Order }
 
 // push queues an order, unless it is a notification beyond maxHeldNotifications.
 func (q *orderQueue) push(o Order) {
-	if o.Kind == SignalPendingSwitch {
+	if o.Op == SignalPendingSwitch {
 		held := 0
 		for _, h := range q.orders {
-			if h.Kind == SignalPendingSwitch {
+			if h.Op == SignalPendingSwitch {
 				held++
 			}
 		}
@@ -115,14 +119,14 @@ func (i *intakeInbound) ExecuteWorkflow(ctx workflow.Context, in *interceptor.Ex
 
 // HandleSignal queues an order signal; other signals go to their channels as usual.
 func (i *intakeInbound) HandleSignal(ctx workflow.Context, in *interceptor.HandleSignalInput) error {
-	if !slices.Contains(orderKinds, in.SignalName) {
+	if !slices.Contains(orderSignals, in.SignalName) {
 		return i.Next.HandleSignal(ctx, in)
 	}
 	// Raw JSON first: an operator's malformed input must be reported and skipped, not
 	// fail the workflow task on a value it cannot decode.
 	var raw json.RawMessage
 	if err := converter.GetDefaultDataConverter().FromPayloads(in.Arg, &raw); err != nil {
-		i.queue.push(Order{Kind: in.SignalName, Invalid: err.Error()})
+		i.queue.push(Order{Op: in.SignalName, Invalid: err.Error()})
 		return nil
 	}
 	i.queue.push(decodeOrder(in.SignalName, raw))
@@ -135,11 +139,11 @@ func queueOf(ctx workflow.Context) *orderQueue {
 	return q
 }
 
-// decodeOrder reads a signal's JSON input into an order of that kind.
-func decodeOrder(kind string, raw json.RawMessage) Order {
-	o := Order{Kind: kind}
+// decodeOrder reads the JSON input of the signal named signal into its order.
+func decodeOrder(signal string, raw json.RawMessage) Order {
+	o := Order{Op: signal}
 	var err error
-	switch kind {
+	switch signal {
 	case SignalPendingSwitch:
 		err = json.Unmarshal(raw, &o.Notification)
 	case SignalForceSwitch:
@@ -157,11 +161,11 @@ func decodeOrder(kind string, raw json.RawMessage) Order {
 
 // acceptUpdates registers the force and cancel updates. An order joins the queue behind
 // what arrived before it, and its handler waits for the main loop's answer.
-func (w *switchRun) acceptUpdates(ctx workflow.Context) error {
+func (r *switchRun) acceptUpdates(ctx workflow.Context) error {
 	order := func(ctx workflow.Context, o Order) (OrderResult, error) {
 		reply := &OrderResult{}
 		o.reply = reply
-		w.orders.push(o)
+		r.orders.push(o)
 		if err := workflow.Await(ctx, func() bool { return reply.done }); err != nil {
 			return OrderResult{}, fmt.Errorf("wait for the order to be applied: %w", err)
 		}
@@ -169,7 +173,7 @@ func (w *switchRun) acceptUpdates(ctx workflow.Context) error {
 	}
 	err := workflow.SetUpdateHandlerWithOptions(ctx, UpdateForceSwitch,
 		func(ctx workflow.Context, in activities.ForceSwitchInput) (OrderResult, error) {
-			return order(ctx, Order{Kind: SignalForceSwitch, Force: in})
+			return order(ctx, Order{Op: SignalForceSwitch, Force: in})
 		},
 		workflow.UpdateHandlerOptions{Validator: func(in activities.ForceSwitchInput) error {
 			if in.Index < 0 {
@@ -182,7 +186,7 @@ func (w *switchRun) acceptUpdates(ctx workflow.Context) error {
 	}
 	err = workflow.SetUpdateHandler(ctx, UpdateCancelPendingSwitch,
 		func(ctx workflow.Context, in activities.CancelPendingSwitchInput) (OrderResult, error) {
-			return order(ctx, Order{Kind: SignalCancelPendingSwitch, Cancel: in})
+			return order(ctx, Order{Op: SignalCancelPendingSwitch, Cancel: in})
 		})
 	if err != nil {
 		return fmt.Errorf("register %s update: %w", UpdateCancelPendingSwitch, err)
@@ -192,39 +196,40 @@ func (w *switchRun) acceptUpdates(ctx workflow.Context) error {
 
 // apply carries out one order. A refused one (an unknown broker, a notification too far
 // ahead) is answered and logged, and does not end the workflow.
-func (w *switchRun) apply(ctx workflow.Context, o Order) error {
+func (r *switchRun) apply(ctx workflow.Context, o Order) error {
+	var a *activities.Switch
 	if o.Invalid != "" {
-		workflow.GetLogger(ctx).Warn("order ignored: its input is not valid", "order", o.Kind, "error", o.Invalid)
+		workflow.GetLogger(ctx).Warn("order ignored: its input is not valid", "order", o.Op, "error", o.Invalid)
 		return nil
 	}
-	before := w.status.State
+	before := r.status.State
 	// Results land in next, so that a refused order leaves the cached state as it was.
-	var next brokerstate.BrokerState
+	var next brokerstate.State
 	var err error
-	switch o.Kind {
+	switch o.Op {
 	case SignalPendingSwitch:
 		var res activities.NotificationResult
-		err = w.execute(ctx, fmt.Sprintf("record notification for %s vhost %s", o.Notification.Host, o.Notification.Vhost),
-			w.act.RecordNotification, o.Notification, &res)
+		err = r.runLocal(ctx, fmt.Sprintf("record notification for %s vhost %s", o.Notification.Host, o.Notification.Vhost),
+			a.RecordNotification, o.Notification, &res)
 		next = res.State
 	case SignalForceSwitch:
-		err = w.execute(ctx, fmt.Sprintf("force switch to broker %d", o.Force.Index), w.act.ForceSwitch, o.Force, &next)
+		err = r.runLocal(ctx, fmt.Sprintf("force switch to broker %d", o.Force.Index), a.ForceSwitch, o.Force, &next)
 	case SignalCancelPendingSwitch:
-		err = w.execute(ctx, "cancel the pending switch", w.act.CancelPendingSwitch, o.Cancel, &next)
+		err = r.runLocal(ctx, "cancel the pending switch", a.CancelPendingSwitch, o.Cancel, &next)
 	}
 	var appErr *temporal.ApplicationError
 	if errors.As(err, &appErr) && appErr.NonRetryable() {
-		workflow.GetLogger(ctx).Warn("order refused", "order", o.Kind, "error", err)
-		o.answer(OrderResult{Outcome: OrderRefused, Reason: appErr.Message(), State: w.status.State})
+		workflow.GetLogger(ctx).Warn("order refused", "order", o.Op, "error", err)
+		o.answer(OrderResult{Outcome: OrderRefused, Reason: appErr.Message(), State: r.status.State})
 		return nil
 	}
 	if err != nil {
 		return err
 	}
-	w.status.State = next
-	w.status.Checks = 0
+	r.status.State = next
+	r.status.Checks = 0
 	o.answer(o.outcome(before, next))
-	w.showState(ctx)
+	r.showState(ctx)
 	return nil
 }
 
@@ -237,9 +242,9 @@ func (o Order) answer(r OrderResult) {
 }
 
 // outcome says what an applied order did, from the state before and after it.
-func (o Order) outcome(before, after brokerstate.BrokerState) OrderResult {
+func (o Order) outcome(before, after brokerstate.State) OrderResult {
 	r := OrderResult{Outcome: OrderCommitted, State: after}
-	switch o.Kind {
+	switch o.Op {
 	case SignalForceSwitch:
 		if before.ActiveIndex == o.Force.Index && before.Pending == nil {
 			r.Outcome = OrderAlreadyThere

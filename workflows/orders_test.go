@@ -20,23 +20,23 @@ func TestDecodeOrder(t *testing.T) {
 func TestTheQueueHoldsACappedNumberOfNotifications(t *testing.T) {
 	var q orderQueue
 	for range 2 * maxHeldNotifications {
-		q.push(Order{Kind: SignalPendingSwitch})
+		q.push(Order{Op: SignalPendingSwitch})
 	}
-	q.push(Order{Kind: SignalForceSwitch})
+	q.push(Order{Op: SignalForceSwitch})
 	require.Len(t, q.orders, maxHeldNotifications+1, "a force is never dropped")
-	require.Equal(t, SignalForceSwitch, q.orders[maxHeldNotifications].Kind)
+	require.Equal(t, SignalForceSwitch, q.orders[maxHeldNotifications].Op)
 }
 
 func TestDrainChecksBackOffUpToTheInterval(t *testing.T) {
-	w := &switchRun{drainCheckInterval: 3 * time.Second}
+	r := &switchRun{drainCheckInterval: 3 * time.Second}
 	var got []time.Duration
 	for checks := 1; checks <= 6; checks++ {
-		w.status.Checks = checks
-		got = append(got, w.nextCheckIn())
+		r.status.Checks = checks
+		got = append(got, r.nextCheckIn())
 	}
 	require.Equal(t, []time.Duration{250 * time.Millisecond, 500 * time.Millisecond, time.Second, 2 * time.Second,
 		3 * time.Second, 3 * time.Second}, got)
 
-	w.drainCheckInterval = 100 * time.Millisecond
-	require.Equal(t, 100*time.Millisecond, w.nextCheckIn(), "never longer than the interval")
+	r.drainCheckInterval = 100 * time.Millisecond
+	require.Equal(t, 100*time.Millisecond, r.nextCheckIn(), "never longer than the interval")
 }

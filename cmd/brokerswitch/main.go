@@ -23,6 +23,7 @@ import (
 	"github.com/brokerswitch/brokerswitch/activities"
 	"github.com/brokerswitch/brokerswitch/api"
 	"github.com/brokerswitch/brokerswitch/broker"
+	"github.com/brokerswitch/brokerswitch/brokerstate"
 	"github.com/brokerswitch/brokerswitch/config"
 	"github.com/brokerswitch/brokerswitch/healthchecks"
 	"github.com/brokerswitch/brokerswitch/lease"
@@ -100,7 +101,7 @@ func run(ctx context.Context, args []string, getenv config.Getenv, stdout, stder
 		return migrate(ctx, cfg)
 	case "worker":
 		return withServices(ctx, cfg, logger, func(ctx context.Context, s services) error {
-			if err := worker.NewBrokerStore(s.db, cfg.Brokers).RecordBrokerList(ctx); err != nil {
+			if err := brokerstate.NewStore(s.db, cfg.Brokers).RecordBrokerList(ctx); err != nil {
 				return err
 			}
 			g, ctx := errgroup.WithContext(ctx)
@@ -113,7 +114,7 @@ func run(ctx context.Context, args []string, getenv config.Getenv, stdout, stder
 			return err
 		}
 		return withServices(ctx, cfg, logger, func(ctx context.Context, s services) error {
-			if err := worker.NewBrokerStore(s.db, cfg.Brokers).CheckBrokerList(ctx); err != nil {
+			if err := brokerstate.NewStore(s.db, cfg.Brokers).CheckBrokerList(ctx); err != nil {
 				return fmt.Errorf("RABBITMQ_CONNECTION_STRINGS: %w (keep the API's list in the order of the workers' Secret, or restart the workers first after a change)", err)
 			}
 			g, ctx := errgroup.WithContext(ctx)
@@ -127,7 +128,7 @@ func run(ctx context.Context, args []string, getenv config.Getenv, stdout, stder
 			return err
 		}
 		return withServices(ctx, cfg, logger, func(ctx context.Context, s services) error {
-			if err := worker.NewBrokerStore(s.db, cfg.Brokers).RecordBrokerList(ctx); err != nil {
+			if err := brokerstate.NewStore(s.db, cfg.Brokers).RecordBrokerList(ctx); err != nil {
 				return err
 			}
 			g, ctx := errgroup.WithContext(ctx)
@@ -199,7 +200,7 @@ func withServices(ctx context.Context, cfg config.Config, logger *slog.Logger, f
 	}
 	m := metrics.New(reg)
 	m.StartAtZero(cfg.Queues, len(cfg.Brokers))
-	if err := m.WatchState(worker.StateReader(worker.NewBrokerStore(db, cfg.Brokers), cfg.Queues)); err != nil {
+	if err := m.WatchState(worker.StateReader(brokerstate.NewStore(db, cfg.Brokers), cfg.Queues)); err != nil {
 		return err
 	}
 	temporalMetrics, err := temporalmetrics.NewHandler(reg, func(err error) {
@@ -233,7 +234,7 @@ func withServices(ctx context.Context, cfg config.Config, logger *slog.Logger, f
 // readiness is the worker's /readyz: it can do its work, being connected to Postgres, to
 // Temporal and to the broker that is active now.
 func (s services) readiness(cfg config.Config, logger *slog.Logger) *metrics.Readiness {
-	store := worker.NewBrokerStore(s.db, cfg.Brokers)
+	store := brokerstate.NewStore(s.db, cfg.Brokers)
 	return &metrics.Readiness{
 		MaxAge: metrics.DefaultReadyMaxAge,
 		Logger: logger,
@@ -244,7 +245,7 @@ func (s services) readiness(cfg config.Config, logger *slog.Logger) *metrics.Rea
 				return err
 			}},
 			{Name: "active_broker", Run: func(ctx context.Context) error {
-				st, err := store.LoadConfigured(ctx)
+				st, err := store.Load(ctx)
 				if err != nil {
 					return fmt.Errorf("read the active broker: %w", err)
 				}
@@ -267,7 +268,7 @@ func (s services) apiDeps(cfg config.Config, logger *slog.Logger) api.Deps {
 	return api.Deps{
 		Config:   cfg,
 		Temporal: s.temporal,
-		Store:    worker.NewBrokerStore(s.db, cfg.Brokers),
+		Store:    brokerstate.NewStore(s.db, cfg.Brokers),
 		Ping:     s.sqlDB.PingContext,
 		Attempts: func(ctx context.Context) ([]lease.Attempt, error) { return lease.Attempts(ctx, s.db) },
 		Logger:   logger,

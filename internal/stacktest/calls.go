@@ -55,9 +55,9 @@ func (s *Stack) Signal(name string, arg any) {
 }
 
 // State reads the broker state from Postgres.
-func (s *Stack) State() brokerstate.BrokerState {
+func (s *Stack) State() brokerstate.State {
 	s.T.Helper()
-	st, err := s.Store.LoadConfigured(context.Background())
+	st, err := s.Store.Load(context.Background())
 	check(s.T, err, "load the broker state")
 	return st
 }

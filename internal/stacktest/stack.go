@@ -27,7 +27,6 @@ import (
 	"github.com/brokerswitch/brokerswitch/internal/testenv"
 	"github.com/brokerswitch/brokerswitch/models"
 	"github.com/brokerswitch/brokerswitch/models/modelstest"
-	"github.com/brokerswitch/brokerswitch/worker"
 )
 
 // The tokens the stack's API accepts.
@@ -96,7 +95,7 @@ type Stack struct {
 	// WorkerDB is the in-process workers' database connection: through PGProxy when there
 	// is one.
 	WorkerDB *gorm.DB
-	Store    *brokerstate.BrokerStore
+	Store    *brokerstate.Store
 	Temporal client.Client
 	// Direct reaches each broker without its proxy: the producer's and the test's view.
 	Direct *broker.Pool
@@ -191,7 +190,7 @@ func New(t testenv.T, o Options) *Stack {
 	s.Config, err = config.FromEnv(func(k string) string { return s.Env[k] })
 	check(t, err, "config")
 	s.WorkerDB = s.openWorkerDB(o, workerDSN)
-	s.Store = worker.NewBrokerStore(s.DB, s.Config.Brokers)
+	s.Store = brokerstate.NewStore(s.DB, s.Config.Brokers)
 
 	eps, err := broker.ParseEndpoints(strings.Join(s.DirectURLs, ","))
 	check(t, err, "endpoints")

@@ -14,7 +14,7 @@ func note(index int, at time.Time) Notification {
 }
 
 func TestApplyNotification(t *testing.T) {
-	st, outcome := BrokerState{}.ApplyNotification(note(1, t0), t0)
+	st, outcome := State{}.ApplyNotification(note(1, t0), t0)
 	require.Equal(t, NotificationRecorded, outcome)
 	require.Equal(t, []Hop{{Index: 1, Host: "h.example", Vhost: "/", SwitchedAt: t0}}, st.Pending.Route)
 
@@ -23,7 +23,7 @@ func TestApplyNotification(t *testing.T) {
 	require.Equal(t, st, again)
 
 	older, outcome := st.ApplyNotification(note(2, t0.Add(-time.Second)), t0)
-	require.Equal(t, NotificationRecorded, outcome, "a late notification is placed by its time")
+	require.Equal(t, NotificationRecorded, outcome, "an out-of-order notification is placed by its time")
 	require.Equal(t, []int{2, 1}, routeIndexes(older), "the producer went to 2 before 1")
 
 	two, outcome := st.ApplyNotification(note(2, t0.Add(time.Minute)), t0)
@@ -38,13 +38,13 @@ func TestApplyNotification(t *testing.T) {
 	require.Equal(t, NotificationRouteCanceled, outcome, "a notification for the active broker cancels the route")
 	require.Nil(t, home.Pending)
 
-	idle, outcome := BrokerState{}.ApplyNotification(note(0, t0), t0)
+	idle, outcome := State{}.ApplyNotification(note(0, t0), t0)
 	require.Equal(t, NotificationAlreadyActive, outcome)
 	require.Nil(t, idle.Pending)
 }
 
 func TestCompleteHop(t *testing.T) {
-	st, _ := BrokerState{}.ApplyNotification(note(1, t0), t0)
+	st, _ := State{}.ApplyNotification(note(1, t0), t0)
 	st, _ = st.ApplyNotification(note(2, t0.Add(time.Minute)), t0)
 
 	next, ok := st.CompleteHop(0, st.Pending.Next(), 3, t0.Add(time.Hour))
@@ -68,7 +68,7 @@ func TestCompleteHop(t *testing.T) {
 }
 
 func TestForce(t *testing.T) {
-	st, _ := BrokerState{}.ApplyNotification(note(1, t0), t0)
+	st, _ := State{}.ApplyNotification(note(1, t0), t0)
 	forced := st.Force(2, t0.Add(time.Minute), t0.Add(time.Minute))
 	require.Equal(t, 2, forced.ActiveIndex)
 	require.Nil(t, forced.Pending)
@@ -83,7 +83,7 @@ func TestDrainCheckDrained(t *testing.T) {
 	require.False(t, DrainCheck{Reachable: false}.Drained(), "an unreachable broker is not drained")
 }
 
-func routeIndexes(st BrokerState) []int {
+func routeIndexes(st State) []int {
 	var out []int
 	for _, h := range st.Pending.Route {
 		out = append(out, h.Index)
@@ -92,7 +92,7 @@ func routeIndexes(st BrokerState) []int {
 }
 
 func TestCancelPendingSparesALaterNotification(t *testing.T) {
-	st, _ := BrokerState{}.ApplyNotification(note(1, t0), t0)
+	st, _ := State{}.ApplyNotification(note(1, t0), t0)
 	require.Nil(t, st.CancelPending(t0, t0).Pending)
 	require.Nil(t, st.CancelPending(time.Time{}, t0).Pending, "a cancel without a time cancels whatever is pending")
 	later, _ := st.ApplyNotification(note(2, t0.Add(time.Minute)), t0)
@@ -109,7 +109,7 @@ func TestCancelPendingSparesALaterNotification(t *testing.T) {
 // forced or still pending does not.
 func TestCommittedPast(t *testing.T) {
 	one, two := 1, 2
-	st, _ := BrokerState{}.ApplyNotification(note(1, t0), t0)
+	st, _ := State{}.ApplyNotification(note(1, t0), t0)
 	require.Nil(t, st.CommittedPast(t0, &one), "still pending: the cancel applies")
 	committed, ok := st.CompleteHop(0, st.Pending.Next(), 3, t0.Add(time.Second))
 	require.True(t, ok)
@@ -138,7 +138,7 @@ func noteAt(index int, host string, at time.Time) Notification {
 // Two rotations in the same second: the second broker is a new hop, the same broker again
 // a duplicate.
 func TestEqualSwitchedAt(t *testing.T) {
-	st, outcome := BrokerState{}.ApplyNotification(noteAt(1, "b.example", t0), t0)
+	st, outcome := State{}.ApplyNotification(noteAt(1, "b.example", t0), t0)
 	require.Equal(t, NotificationRecorded, outcome)
 
 	dup, outcome := st.ApplyNotification(noteAt(1, "B.example", t0), t0)
@@ -153,7 +153,7 @@ func TestEqualSwitchedAt(t *testing.T) {
 	require.Equal(t, two, again)
 
 	// A mark an order brought back to now holds no broker: an equal time stays stale.
-	cleared := BrokerState{SeenUntil: t0}
+	cleared := State{SeenUntil: t0}
 	_, outcome = cleared.ApplyNotification(noteAt(1, "b.example", t0), t0)
 	require.Equal(t, NotificationStale, outcome)
 }
@@ -162,13 +162,13 @@ func TestEqualSwitchedAt(t *testing.T) {
 // refuses what lies beyond it.
 func TestAFutureMarkIsClearedByAnOrder(t *testing.T) {
 	future := t0.Add(59 * time.Minute)
-	st, _ := BrokerState{}.ApplyNotification(noteAt(1, "b.example", future), t0)
+	st, _ := State{}.ApplyNotification(noteAt(1, "b.example", future), t0)
 	real := noteAt(2, "c.example", t0.Add(time.Second))
 	placed, outcome := st.ApplyNotification(real, t0)
 	require.Equal(t, NotificationRecorded, outcome)
 	require.Equal(t, []int{2, 1}, routeIndexes(placed), "placed before the future-dated hop by its time")
 
-	for name, cleared := range map[string]BrokerState{
+	for name, cleared := range map[string]State{
 		"force":  st.Force(0, t0, t0),
 		"cancel": st.CancelPending(time.Time{}, t0),
 	} {
@@ -190,7 +190,7 @@ func TestAFutureMarkIsClearedByAnOrder(t *testing.T) {
 // A force keeps a Pending Switch recorded after it was asked for.
 func TestAForceSparesALaterNotification(t *testing.T) {
 	asked := t0.Add(time.Minute)
-	before, _ := BrokerState{}.ApplyNotification(noteAt(1, "b.example", t0), t0)
+	before, _ := State{}.ApplyNotification(noteAt(1, "b.example", t0), t0)
 	require.Nil(t, before.Force(1, asked, asked.Add(time.Second)).Pending, "known when asked: dropped")
 	require.Nil(t, before.Force(1, time.Time{}, asked).Pending, "a plain CLI force drops whatever is pending")
 

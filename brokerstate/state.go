@@ -38,8 +38,8 @@ func (d DrainCheck) Drained() bool {
 	return true
 }
 
-// BrokerState is what Postgres says about brokers: the source of truth.
-type BrokerState struct {
+// State is the broker state, what Postgres says about brokers: the source of truth.
+type State struct {
 	ActiveIndex    int            `json:"activeIndex"`
 	Pending        *PendingSwitch `json:"pendingSwitch"`
 	LastSwitch     *LastSwitch    `json:"lastSwitch"`
@@ -53,7 +53,7 @@ type BrokerState struct {
 	// SeenUntil (an operator's order brought a future-dated mark back to now, or the state
 	// was written before this setting existed): a notification at that time then cannot
 	// be told from a duplicate, and is taken as stale.
-	SeenAtMark []BrokerRef `json:"seenAtMark,omitempty"`
+	SeenAtMark []Ref `json:"seenAtMark,omitempty"`
 	// Trail is where the producer went and when. It is kept in Postgres, and not sent
 	// through workflow histories: every change reads it under the state's lock.
 	Trail Trail `json:"-"`
@@ -65,22 +65,22 @@ type BrokerState struct {
 // A notification is placed on the producer's trail by its switchedAt, and the route is
 // read from the trail. One newer than every other extends the route. One at the newest
 // time is a duplicate (stale) when it names a broker already notified at that time, and
-// a new hop otherwise, taken in arrival order. A late one, older than the newest, is
+// a new hop otherwise, taken in arrival order. An out-of-order one, older than the newest, is
 // inserted where its time puts it (a double rotation notified in reverse keeps its middle
 // broker on the route), unless it is older than the active broker's own time or already
 // on the trail: then it is stale. One older than the active broker's time is still kept
 // on the trail, behind the active broker, so that its broker's messages are read as the
 // stragglers they are.
-func (s BrokerState) ApplyNotification(n Notification, now time.Time) (BrokerState, string) {
-	ref := BrokerRef{Host: strings.ToLower(n.Host), Vhost: n.Vhost}
+func (s State) ApplyNotification(n Notification, now time.Time) (State, string) {
+	ref := Ref{Host: strings.ToLower(n.Host), Vhost: n.Vhost}
 	visit := Hop{Index: n.Index, Host: ref.Host, Vhost: ref.Vhost, SwitchedAt: n.SwitchedAt}
 	trail := s.Trail
 	at := trail.place(visit)
-	late := n.SwitchedAt.Before(s.SeenUntil)
+	outOfOrder := n.SwitchedAt.Before(s.SeenUntil)
 	switch {
 	case n.SwitchedAt.IsZero():
 		return s, NotificationStale
-	case late:
+	case outOfOrder:
 		if trail.has(visit) {
 			return s, NotificationStale
 		}
@@ -96,19 +96,19 @@ func (s BrokerState) ApplyNotification(n Notification, now time.Time) (BrokerSta
 		}
 		s.SeenAtMark = append(slices.Clip(s.SeenAtMark), ref)
 	default:
-		s.SeenUntil, s.SeenAtMark = n.SwitchedAt, []BrokerRef{ref}
+		s.SeenUntil, s.SeenAtMark = n.SwitchedAt, []Ref{ref}
 	}
 	before := s.Pending
 	s = s.withRoute(trail.insert(at, visit), now)
 	switch {
-	case !late && n.Index == s.ActiveIndex && before == nil:
+	case !outOfOrder && n.Index == s.ActiveIndex && before == nil:
 		return s, NotificationAlreadyActive
-	case !late && n.Index == s.ActiveIndex:
+	case !outOfOrder && n.Index == s.ActiveIndex:
 		// The producer came back to the broker we read: the brokers on the route are left
 		// to the Leftover Drain.
 		return s, NotificationRouteCanceled
 	case slices.Equal(routeOf(before), routeOf(s.Pending)):
-		// A late notification that moves nothing now: one for a canceled stretch, or a
+		// An out-of-order notification that moves nothing now: one for a canceled stretch, or a
 		// return to the active broker before the newest hop. It stays on the trail, where
 		// it places later notifications and orders the spares.
 		s.Pending = before
@@ -119,7 +119,7 @@ func (s BrokerState) ApplyNotification(n Notification, now time.Time) (BrokerSta
 
 // CompleteHop moves to the route's next hop after the active broker was seen drained.
 // It returns false when the state has already moved on (a retried or concurrent commit).
-func (s BrokerState) CompleteHop(from int, hop Hop, checks int, now time.Time) (BrokerState, bool) {
+func (s State) CompleteHop(from int, hop Hop, checks int, now time.Time) (State, bool) {
 	if s.ActiveIndex != from || s.Pending == nil || s.Pending.Next().Index != hop.Index {
 		return s, false
 	}
@@ -137,7 +137,7 @@ func (s BrokerState) CompleteHop(from int, hop Hop, checks int, now time.Time) (
 // asked for, survives (what the producer did meanwhile is not undone), less the hops up
 // to the forced broker. A zero askedAt (the Temporal CLI's plain signal) drops whatever is
 // pending. A mark of notifications that lies ahead of now is brought back to now.
-func (s BrokerState) Force(index int, askedAt, now time.Time) BrokerState {
+func (s State) Force(index int, askedAt, now time.Time) State {
 	s.LastSwitch = &LastSwitch{From: s.ActiveIndex, To: index, CompletedAt: now, Forced: true}
 	trail := s.Trail
 	route := trail.route(s.ActiveIndex)
@@ -167,7 +167,7 @@ func (s BrokerState) Force(index int, askedAt, now time.Time) BrokerState {
 // published there after it left the active broker, so the Leftover Drain reads them, in
 // the producer's order, only once the active broker's queue is empty; a force moves there
 // at once.
-func (s BrokerState) CancelPending(upTo, now time.Time) BrokerState {
+func (s State) CancelPending(upTo, now time.Time) State {
 	if s.Pending != nil {
 		trail := s.Trail
 		canceled := len(trail.Visits)
@@ -190,7 +190,7 @@ func (s BrokerState) CancelPending(upTo, now time.Time) BrokerState {
 // back), so that the cancel holds. Hops commit in the producer's order, so a commit of a
 // hop at or after upTo covers the one named; at upTo's very second another broker may have
 // been the hop committed before the operator looked, which the index tells apart.
-func (s BrokerState) CommittedPast(upTo time.Time, target *int) *LastSwitch {
+func (s State) CommittedPast(upTo time.Time, target *int) *LastSwitch {
 	ls := s.LastSwitch
 	switch {
 	case upTo.IsZero(), ls == nil, ls.Forced:
@@ -208,7 +208,7 @@ func (s BrokerState) CommittedPast(upTo time.Time, target *int) *LastSwitch {
 // clearFutureMark brings a mark of notifications that lies ahead of now back to now: a
 // notification dated ahead (a producer's clock gone wrong, before the skew limit) would
 // otherwise make every real one stale until then, and an operator's order is the repair.
-func (s BrokerState) clearFutureMark(now time.Time) BrokerState {
+func (s State) clearFutureMark(now time.Time) State {
 	if !now.IsZero() && s.SeenUntil.After(now) {
 		s.SeenUntil, s.SeenAtMark = now, nil
 		// The trail too: a real notification would otherwise be placed before the

@@ -13,6 +13,7 @@ import (
 	"gorm.io/gorm"
 	"gorm.io/gorm/clause"
 
+	"github.com/brokerswitch/brokerswitch/broker"
 	"github.com/brokerswitch/brokerswitch/models"
 )
 
@@ -34,25 +35,35 @@ const (
 // retried or concurrent commit reads what the other one wrote.
 const brokerStateLock = 0x62726b72 // "brkr"
 
-// BrokerRef names a configured broker by host and vhost; its index is its position.
-type BrokerRef struct {
+// Ref names a configured broker by host and vhost; its index is its position.
+type Ref struct {
 	Host  string `json:"host"`
 	Vhost string `json:"vhost"`
 }
 
-// BrokerStore reads and changes the broker state kept in settings. Stored brokers are
+// Store reads and changes the broker state kept in settings. Stored brokers are
 // resolved by host and vhost against Brokers, so that they follow their broker when the
 // configured list is reordered.
-type BrokerStore struct {
+type Store struct {
 	DB      *gorm.DB
-	Brokers []BrokerRef
+	Brokers []Ref
 }
 
-// LoadConfigured reads the broker state for whatever consumes the active broker (the
-// windows, the StateWatcher, the metrics and /readyz): an active broker that is not in the
-// configured list is an error that says how to repair it.
-func (s *BrokerStore) LoadConfigured(ctx context.Context) (BrokerState, error) {
-	st, err := s.LoadStored(ctx)
+// NewStore is the Store of db with its brokers named after the configured endpoints, in
+// their configured order.
+func NewStore(db *gorm.DB, endpoints []broker.Endpoint) *Store {
+	refs := make([]Ref, len(endpoints))
+	for i, ep := range endpoints {
+		refs[i] = Ref{Host: ep.Host, Vhost: ep.Vhost}
+	}
+	return &Store{DB: db, Brokers: refs}
+}
+
+// Load reads the broker state and fails unless its active broker is configured: it is
+// for whatever consumes the active broker (the windows, the StateWatcher, the metrics and
+// /readyz), and its error says how to repair the configuration.
+func (s *Store) Load(ctx context.Context) (State, error) {
+	st, err := s.LoadAllowingRemoved(ctx)
 	if err != nil {
 		return st, err
 	}
@@ -63,20 +74,20 @@ func (s *BrokerStore) LoadConfigured(ctx context.Context) (BrokerState, error) {
 	return st, nil
 }
 
-// LoadStored reads the broker state as stored, for the API and the BrokerSwitch
+// LoadAllowingRemoved reads the broker state as stored, for the API and the BrokerSwitch
 // workflow's activities: an active broker that was removed from the configuration reads
 // as ActiveIndex -1 instead of an error, so that the force that repairs it can be asked
 // for and applied.
-func (s *BrokerStore) LoadStored(ctx context.Context) (BrokerState, error) {
+func (s *Store) LoadAllowingRemoved(ctx context.Context) (State, error) {
 	return s.load(s.DB.WithContext(ctx))
 }
 
 // Update changes the broker state in one transaction under a lock: fn sees the current
 // state and returns the next one, which is written back and announced on StateChannel.
-// Like LoadStored it accepts an active broker that is not configured, so that a forced
+// Like LoadAllowingRemoved it accepts an active broker that is not configured, so that a forced
 // switch can repair it.
-func (s *BrokerStore) Update(ctx context.Context, fn func(BrokerState) (BrokerState, error)) (BrokerState, error) {
-	var next BrokerState
+func (s *Store) Update(ctx context.Context, fn func(State) (State, error)) (State, error) {
+	var next State
 	err := s.DB.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
 		if err := tx.Exec("SELECT pg_advisory_xact_lock(?)", brokerStateLock).Error; err != nil {
 			return fmt.Errorf("lock broker state: %w", err)
@@ -111,7 +122,7 @@ func (s *BrokerStore) Update(ctx context.Context, fn func(BrokerState) (BrokerSt
 }
 
 // RecordDrainCheck keeps the last drain check for GET /api/v1/broker.
-func (s *BrokerStore) RecordDrainCheck(ctx context.Context, check DrainCheck) error {
+func (s *Store) RecordDrainCheck(ctx context.Context, check DrainCheck) error {
 	value, err := json.Marshal(check)
 	if err != nil {
 		return fmt.Errorf("encode drain check: %w", err)
@@ -119,17 +130,17 @@ func (s *BrokerStore) RecordDrainCheck(ctx context.Context, check DrainCheck) er
 	return upsertSettings(s.DB.WithContext(ctx), map[string]string{KeyLastDrainCheck: string(value)})
 }
 
-func (s *BrokerStore) load(db *gorm.DB) (BrokerState, error) {
+func (s *Store) load(db *gorm.DB) (State, error) {
 	var rows []models.Setting
 	keys := []string{KeyActiveIndex, KeyActiveEndpoint, KeyPendingSwitch, KeyLastSwitch, KeyLastDrainCheck, KeySeenUntil, KeySeenAtMark, KeyProducerTrail}
 	if err := db.Where("key IN ?", keys).Find(&rows).Error; err != nil {
-		return BrokerState{}, fmt.Errorf("read broker settings: %w", err)
+		return State{}, fmt.Errorf("read broker settings: %w", err)
 	}
 	values := make(map[string]string, len(rows))
 	for _, r := range rows {
 		values[r.Key] = r.Value
 	}
-	var st BrokerState
+	var st State
 	var err error
 	if st.ActiveIndex, err = s.activeIndex(values); err != nil {
 		return st, err
@@ -160,7 +171,7 @@ func (s *BrokerStore) load(db *gorm.DB) (BrokerState, error) {
 			return st, fmt.Errorf("setting %s: %w", KeyProducerTrail, err)
 		}
 		for i, visit := range st.Trail.Visits {
-			idx, ok := s.resolve(BrokerRef{Host: visit.Host, Vhost: visit.Vhost})
+			idx, ok := s.resolve(Ref{Host: visit.Host, Vhost: visit.Vhost})
 			if !ok {
 				idx = -1 // no longer configured: it keeps its place, and is on no route
 			}
@@ -173,7 +184,7 @@ func (s *BrokerStore) load(db *gorm.DB) (BrokerState, error) {
 
 // activeIndex is the active broker's configured index from its settings, -1 when it was
 // removed from the configuration.
-func (s *BrokerStore) activeIndex(values map[string]string) (int, error) {
+func (s *Store) activeIndex(values map[string]string) (int, error) {
 	index := 0
 	if v := values[KeyActiveIndex]; v != "" {
 		n, err := strconv.Atoi(v)
@@ -183,7 +194,7 @@ func (s *BrokerStore) activeIndex(values map[string]string) (int, error) {
 		index = n
 	}
 	if v := values[KeyActiveEndpoint]; v != "" {
-		var ref BrokerRef
+		var ref Ref
 		if err := json.Unmarshal([]byte(v), &ref); err != nil {
 			return 0, fmt.Errorf("setting %s: %w", KeyActiveEndpoint, err)
 		}
@@ -208,7 +219,7 @@ var ErrNotActive = errors.New("the broker is no longer the active one")
 // view of the state lags (its StateWatcher lost its LISTEN connection). It fails inside
 // Postgres so that it can travel in one exchange with the batch's writes and COMMIT;
 // NotActive tells its refusal from other errors.
-func (s *BrokerStore) ActiveCheck(index int) (query string, args []any) {
+func (s *Store) ActiveCheck(index int) (query string, args []any) {
 	const q = "SELECT brokerswitch_hold_active($1, $2, $3)"
 	if index < 0 || index >= len(s.Brokers) {
 		return q, []any{"", "", -1} // no broker is active under that name
@@ -222,7 +233,7 @@ const notActiveCode = "BS001"
 
 // NotActive returns ActiveCheck's refusal as an error wrapping ErrNotActive, and nil for
 // any other err.
-func (s *BrokerStore) NotActive(err error) error {
+func (s *Store) NotActive(err error) error {
 	var pgErr *pgconn.PgError
 	if errors.As(err, &pgErr) && pgErr.Code == notActiveCode {
 		return fmt.Errorf("%s: %w", pgErr.Message, ErrNotActive)
@@ -232,13 +243,13 @@ func (s *BrokerStore) NotActive(err error) error {
 
 // resolveRoute re-resolves each hop by endpoint; a route whose target is no longer
 // configured reads as no Pending Switch.
-func (s *BrokerStore) resolveRoute(p *PendingSwitch) *PendingSwitch {
+func (s *Store) resolveRoute(p *PendingSwitch) *PendingSwitch {
 	if p == nil || len(p.Route) == 0 {
 		return p
 	}
 	var route []Hop
 	for _, h := range p.Route {
-		if idx, ok := s.resolve(BrokerRef{Host: h.Host, Vhost: h.Vhost}); ok {
+		if idx, ok := s.resolve(Ref{Host: h.Host, Vhost: h.Vhost}); ok {
 			h.Index = idx
 			route = append(route, h)
 		}
@@ -250,7 +261,7 @@ func (s *BrokerStore) resolveRoute(p *PendingSwitch) *PendingSwitch {
 }
 
 // resolve finds a broker's index by host (case-insensitive) and vhost.
-func (s *BrokerStore) resolve(ref BrokerRef) (int, bool) {
+func (s *Store) resolve(ref Ref) (int, bool) {
 	for i, b := range s.Brokers {
 		if strings.EqualFold(b.Host, ref.Host) && b.Vhost == ref.Vhost {
 			return i, true
@@ -259,7 +270,7 @@ func (s *BrokerStore) resolve(ref BrokerRef) (int, bool) {
 	return 0, false
 }
 
-func (s *BrokerStore) save(db *gorm.DB, st BrokerState) error {
+func (s *Store) save(db *gorm.DB, st State) error {
 	values := map[string]string{
 		KeyActiveIndex:    strconv.Itoa(st.ActiveIndex),
 		KeyActiveEndpoint: "",
@@ -343,7 +354,7 @@ func decodeSetting[T any](values map[string]string, key string, into **T) error 
 
 // SpareMarks reads the marks of queue by broker index, each with whether we were active
 // there: queue's own, and the broker's reached mark.
-func (s *BrokerStore) SpareMarks(ctx context.Context, queue string) (marks, reached map[int]SpareMark, err error) {
+func (s *Store) SpareMarks(ctx context.Context, queue string) (marks, reached map[int]SpareMark, err error) {
 	var rows []struct {
 		Host, Vhost, Queue string
 		LastVisit          *time.Time
@@ -357,7 +368,7 @@ func (s *BrokerStore) SpareMarks(ctx context.Context, queue string) (marks, reac
 	}
 	marks, reached = map[int]SpareMark{}, map[int]SpareMark{}
 	for _, r := range rows {
-		idx, ok := s.resolve(BrokerRef{Host: r.Host, Vhost: r.Vhost})
+		idx, ok := s.resolve(Ref{Host: r.Host, Vhost: r.Vhost})
 		if !ok {
 			continue
 		}
@@ -372,11 +383,11 @@ func (s *BrokerStore) SpareMarks(ctx context.Context, queue string) (marks, reac
 }
 
 // MarkSpare records what the Leftover Drain learned of queue on broker index.
-func (s *BrokerStore) MarkSpare(ctx context.Context, index int, queue string, m SpareMark) error {
+func (s *Store) MarkSpare(ctx context.Context, index int, queue string, m SpareMark) error {
 	return s.markSpare(s.DB.WithContext(ctx), index, queue, m)
 }
 
-func (s *BrokerStore) markSpare(db *gorm.DB, index int, queue string, m SpareMark) error {
+func (s *Store) markSpare(db *gorm.DB, index int, queue string, m SpareMark) error {
 	if index < 0 || index >= len(s.Brokers) {
 		return fmt.Errorf("mark spare %d: not configured", index)
 	}
@@ -399,7 +410,7 @@ func (s *BrokerStore) markSpare(db *gorm.DB, index int, queue string, m SpareMar
 // since, and what our windows gave back comes without x-death. A force adds no visit to
 // the trail, so without this a broker forced and left again would be read by a mark
 // made before the force.
-func (s *BrokerStore) markLeft(db *gorm.DB, cur, next BrokerState) error {
+func (s *Store) markLeft(db *gorm.DB, cur, next State) error {
 	from := cur.ActiveIndex
 	if from == next.ActiveIndex || from < 0 || from >= len(s.Brokers) {
 		return nil
@@ -416,7 +427,7 @@ func (s *BrokerStore) markLeft(db *gorm.DB, cur, next BrokerState) error {
 // Now is the time on Postgres' clock, the one the spares' marks and the trail's visits
 // are dated by: the workers' and the producer's clocks may differ from it and from each
 // other.
-func (s *BrokerStore) Now(ctx context.Context) (time.Time, error) {
+func (s *Store) Now(ctx context.Context) (time.Time, error) {
 	var at time.Time
 	if err := s.DB.WithContext(ctx).Raw("SELECT clock_timestamp()").Scan(&at).Error; err != nil {
 		return time.Time{}, fmt.Errorf("read the database's clock: %w", err)

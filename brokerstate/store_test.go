@@ -14,9 +14,9 @@ import (
 )
 
 var (
-	brokerA = brokerstate.BrokerRef{Host: "a.example.com", Vhost: "/"}
-	brokerB = brokerstate.BrokerRef{Host: "b.example.com", Vhost: "prod"}
-	brokerC = brokerstate.BrokerRef{Host: "c.example.com", Vhost: "prod"}
+	brokerA = brokerstate.Ref{Host: "a.example.com", Vhost: "/"}
+	brokerB = brokerstate.Ref{Host: "b.example.com", Vhost: "prod"}
+	brokerC = brokerstate.Ref{Host: "c.example.com", Vhost: "prod"}
 )
 
 // openMigrated opens a fresh database with every migration applied.
@@ -29,21 +29,21 @@ func openMigrated(t *testing.T) *gorm.DB {
 func TestStoredBrokersFollowTheirEndpointWhenTheListIsReordered(t *testing.T) {
 	ctx := context.Background()
 	db := openMigrated(t)
-	store := &brokerstate.BrokerStore{DB: db, Brokers: []brokerstate.BrokerRef{brokerA, brokerB, brokerC}}
+	store := &brokerstate.Store{DB: db, Brokers: []brokerstate.Ref{brokerA, brokerB, brokerC}}
 	at := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
-	_, err := store.Update(ctx, func(st brokerstate.BrokerState) (brokerstate.BrokerState, error) {
+	_, err := store.Update(ctx, func(st brokerstate.State) (brokerstate.State, error) {
 		st = st.Force(1, at, at) // active: b
 		next, _ := st.ApplyNotification(brokerstate.Notification{Index: 2, Host: brokerC.Host, Vhost: brokerC.Vhost, SwitchedAt: at}, at)
 		return next, nil
 	})
 	require.NoError(t, err)
 
-	reordered := &brokerstate.BrokerStore{DB: db, Brokers: []brokerstate.BrokerRef{brokerC, brokerB, brokerA}}
-	st, err := reordered.LoadConfigured(ctx)
+	reordered := &brokerstate.Store{DB: db, Brokers: []brokerstate.Ref{brokerC, brokerB, brokerA}}
+	st, err := reordered.Load(ctx)
 	require.NoError(t, err)
 	require.Equal(t, 1, st.ActiveIndex, "b is still active")
-	reordered.Brokers = []brokerstate.BrokerRef{brokerB, brokerC, brokerA}
-	st, err = reordered.LoadConfigured(ctx)
+	reordered.Brokers = []brokerstate.Ref{brokerB, brokerC, brokerA}
+	st, err = reordered.Load(ctx)
 	require.NoError(t, err)
 	require.Equal(t, 0, st.ActiveIndex, "b moved to position 0 and is still the active broker")
 	require.Equal(t, 1, st.Pending.Target().Index, "the route's target follows c")
@@ -52,21 +52,21 @@ func TestStoredBrokersFollowTheirEndpointWhenTheListIsReordered(t *testing.T) {
 func TestARemovedBrokerCanBeRepairedByAForcedSwitch(t *testing.T) {
 	ctx := context.Background()
 	db := openMigrated(t)
-	store := &brokerstate.BrokerStore{DB: db, Brokers: []brokerstate.BrokerRef{brokerA, brokerB}}
+	store := &brokerstate.Store{DB: db, Brokers: []brokerstate.Ref{brokerA, brokerB}}
 	at := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
-	_, err := store.Update(ctx, func(st brokerstate.BrokerState) (brokerstate.BrokerState, error) { return st.Force(1, at, at), nil })
+	_, err := store.Update(ctx, func(st brokerstate.State) (brokerstate.State, error) { return st.Force(1, at, at), nil })
 	require.NoError(t, err)
 
-	without := &brokerstate.BrokerStore{DB: db, Brokers: []brokerstate.BrokerRef{brokerA, brokerC}}
-	_, err = without.LoadConfigured(ctx)
+	without := &brokerstate.Store{DB: db, Brokers: []brokerstate.Ref{brokerA, brokerC}}
+	_, err = without.Load(ctx)
 	require.ErrorContains(t, err, "force a switch", "the active broker b is gone: reading it is an error that says what to do")
-	stored, err := without.LoadStored(ctx)
+	stored, err := without.LoadAllowingRemoved(ctx)
 	require.NoError(t, err, "the force path reads the state as stored")
 	require.Equal(t, -1, stored.ActiveIndex)
 
-	_, err = without.Update(ctx, func(st brokerstate.BrokerState) (brokerstate.BrokerState, error) { return st.Force(0, at, at), nil })
+	_, err = without.Update(ctx, func(st brokerstate.State) (brokerstate.State, error) { return st.Force(0, at, at), nil })
 	require.NoError(t, err)
-	st, err := without.LoadConfigured(ctx)
+	st, err := without.Load(ctx)
 	require.NoError(t, err)
 	require.Equal(t, 0, st.ActiveIndex)
 }
@@ -74,14 +74,14 @@ func TestARemovedBrokerCanBeRepairedByAForcedSwitch(t *testing.T) {
 func TestAPendingSwitchToARemovedBrokerReadsAsNone(t *testing.T) {
 	ctx := context.Background()
 	db := openMigrated(t)
-	store := &brokerstate.BrokerStore{DB: db, Brokers: []brokerstate.BrokerRef{brokerA, brokerB}}
+	store := &brokerstate.Store{DB: db, Brokers: []brokerstate.Ref{brokerA, brokerB}}
 	at := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
-	_, err := store.Update(ctx, func(st brokerstate.BrokerState) (brokerstate.BrokerState, error) {
+	_, err := store.Update(ctx, func(st brokerstate.State) (brokerstate.State, error) {
 		next, _ := st.ApplyNotification(brokerstate.Notification{Index: 1, Host: brokerB.Host, Vhost: brokerB.Vhost, SwitchedAt: at}, at)
 		return next, nil
 	})
 	require.NoError(t, err)
-	st, err := (&brokerstate.BrokerStore{DB: db, Brokers: []brokerstate.BrokerRef{brokerA, brokerC}}).LoadConfigured(ctx)
+	st, err := (&brokerstate.Store{DB: db, Brokers: []brokerstate.Ref{brokerA, brokerC}}).Load(ctx)
 	require.NoError(t, err)
 	require.Nil(t, st.Pending)
 }
@@ -90,22 +90,22 @@ func TestAPendingSwitchToARemovedBrokerReadsAsNone(t *testing.T) {
 // a second rotation in the same second by every process.
 func TestTheBrokersAtTheMarkAreStored(t *testing.T) {
 	ctx := context.Background()
-	store := &brokerstate.BrokerStore{DB: openMigrated(t), Brokers: []brokerstate.BrokerRef{brokerA, brokerB, brokerC}}
+	store := &brokerstate.Store{DB: openMigrated(t), Brokers: []brokerstate.Ref{brokerA, brokerB, brokerC}}
 	at := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
 	for _, n := range []brokerstate.Notification{
 		{Index: 1, Host: brokerB.Host, Vhost: brokerB.Vhost, SwitchedAt: at},
 		{Index: 2, Host: brokerC.Host, Vhost: brokerC.Vhost, SwitchedAt: at},
 	} {
-		_, err := store.Update(ctx, func(st brokerstate.BrokerState) (brokerstate.BrokerState, error) {
+		_, err := store.Update(ctx, func(st brokerstate.State) (brokerstate.State, error) {
 			next, outcome := st.ApplyNotification(n, at)
 			require.Equal(t, brokerstate.NotificationRecorded, outcome)
 			return next, nil
 		})
 		require.NoError(t, err)
 	}
-	st, err := store.LoadConfigured(ctx)
+	st, err := store.Load(ctx)
 	require.NoError(t, err)
-	require.Equal(t, []brokerstate.BrokerRef{brokerB, brokerC}, st.SeenAtMark)
+	require.Equal(t, []brokerstate.Ref{brokerB, brokerC}, st.SeenAtMark)
 	_, outcome := st.ApplyNotification(brokerstate.Notification{Index: 1, Host: brokerB.Host, Vhost: brokerB.Vhost, SwitchedAt: at}, at)
 	require.Equal(t, brokerstate.NotificationStale, outcome)
 }
@@ -114,29 +114,29 @@ func TestTheBrokersAtTheMarkAreStored(t *testing.T) {
 // reordered.
 func TestTheTrailIsStored(t *testing.T) {
 	db := openMigrated(t)
-	refs := []brokerstate.BrokerRef{{Host: "a.example", Vhost: "/"}, {Host: "b.example", Vhost: "/"}, {Host: "c.example", Vhost: "/"}}
-	store := &brokerstate.BrokerStore{DB: db, Brokers: refs}
+	refs := []brokerstate.Ref{{Host: "a.example", Vhost: "/"}, {Host: "b.example", Vhost: "/"}, {Host: "c.example", Vhost: "/"}}
+	store := &brokerstate.Store{DB: db, Brokers: refs}
 	ctx := context.Background()
 	at := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
-	_, err := store.Update(ctx, func(cur brokerstate.BrokerState) (brokerstate.BrokerState, error) {
+	_, err := store.Update(ctx, func(cur brokerstate.State) (brokerstate.State, error) {
 		next, outcome := cur.ApplyNotification(brokerstate.Notification{Index: 2, Host: "c.example", Vhost: "/", SwitchedAt: at}, at)
 		require.Equal(t, brokerstate.NotificationRecorded, outcome)
 		return next.CancelPending(time.Time{}, at), nil
 	})
 	require.NoError(t, err)
 	// The same brokers, listed in another order: c.example is now index 0.
-	reordered := &brokerstate.BrokerStore{DB: db, Brokers: []brokerstate.BrokerRef{refs[2], refs[0], refs[1]}}
-	st, err := reordered.LoadConfigured(ctx)
+	reordered := &brokerstate.Store{DB: db, Brokers: []brokerstate.Ref{refs[2], refs[0], refs[1]}}
+	st, err := reordered.Load(ctx)
 	require.NoError(t, err)
 	require.Equal(t, 1, st.ActiveIndex)
 	_, ahead := st.Spares([]int{0, 1, 2})
 	require.Equal(t, []int{0}, ahead, "the producer's broker, by host and vhost")
-	late, err := reordered.Update(ctx, func(cur brokerstate.BrokerState) (brokerstate.BrokerState, error) {
+	again, err := reordered.Update(ctx, func(cur brokerstate.State) (brokerstate.State, error) {
 		next, _ := cur.ApplyNotification(brokerstate.Notification{Index: 0, Host: "c.example", Vhost: "/", SwitchedAt: at}, at)
 		return next, nil
 	})
 	require.NoError(t, err)
-	require.Equal(t, st.Trail, late.Trail, "the same visit again is a duplicate after a reload")
+	require.Equal(t, st.Trail, again.Trail, "the same visit again is a duplicate after a reload")
 }
 
 // The commit that moves the active broker away marks the broker it leaves, and the
@@ -144,13 +144,13 @@ func TestTheTrailIsStored(t *testing.T) {
 func TestSpareMarksFollowTheirEndpoint(t *testing.T) {
 	ctx := context.Background()
 	db := openMigrated(t)
-	store := &brokerstate.BrokerStore{DB: db, Brokers: []brokerstate.BrokerRef{brokerA, brokerB, brokerC}}
+	store := &brokerstate.Store{DB: db, Brokers: []brokerstate.Ref{brokerA, brokerB, brokerC}}
 	at := time.Date(2026, 11, 30, 12, 0, 0, 123456789, time.UTC)
-	_, err := store.Update(ctx, func(st brokerstate.BrokerState) (brokerstate.BrokerState, error) { return st.Force(1, at, at), nil })
+	_, err := store.Update(ctx, func(st brokerstate.State) (brokerstate.State, error) { return st.Force(1, at, at), nil })
 	require.NoError(t, err)
 	require.NoError(t, store.MarkSpare(ctx, 2, "issues", brokerstate.SpareMark{LastVisit: at, HeldSince: at}))
 
-	reordered := &brokerstate.BrokerStore{DB: db, Brokers: []brokerstate.BrokerRef{brokerC, brokerB, brokerA}}
+	reordered := &brokerstate.Store{DB: db, Brokers: []brokerstate.Ref{brokerC, brokerB, brokerA}}
 	marks, reached, err := reordered.SpareMarks(ctx, "issues")
 	require.NoError(t, err)
 	require.Equal(t, map[int]brokerstate.SpareMark{2: {Reached: true}}, reached, "a was active, and is at 2 now")
@@ -165,9 +165,9 @@ func TestSpareMarksFollowTheirEndpoint(t *testing.T) {
 // the trail keeps its date.
 func TestVisitsAreDatedWhenRecorded(t *testing.T) {
 	ctx := context.Background()
-	store := &brokerstate.BrokerStore{DB: openMigrated(t), Brokers: []brokerstate.BrokerRef{brokerA, brokerB, brokerC}}
-	note := func(index int, ref brokerstate.BrokerRef, at time.Time) brokerstate.BrokerState {
-		st, err := store.Update(ctx, func(cur brokerstate.BrokerState) (brokerstate.BrokerState, error) {
+	store := &brokerstate.Store{DB: openMigrated(t), Brokers: []brokerstate.Ref{brokerA, brokerB, brokerC}}
+	note := func(index int, ref brokerstate.Ref, at time.Time) brokerstate.State {
+		st, err := store.Update(ctx, func(cur brokerstate.State) (brokerstate.State, error) {
 			next, _ := cur.ApplyNotification(brokerstate.Notification{Index: index, Host: ref.Host, Vhost: ref.Vhost, SwitchedAt: at}, at)
 			return next, nil
 		})
@@ -186,7 +186,7 @@ func TestVisitsAreDatedWhenRecorded(t *testing.T) {
 	st := note(2, brokerC, producer.Add(time.Minute))
 	require.Equal(t, first.SeenAt, st.Trail.Visits[0].SeenAt, "kept")
 	require.True(t, st.Trail.Visits[1].SeenAt.After(first.SeenAt))
-	loaded, err := store.LoadStored(ctx)
+	loaded, err := store.LoadAllowingRemoved(ctx)
 	require.NoError(t, err)
 	require.Equal(t, st.Trail, loaded.Trail)
 }
@@ -194,11 +194,11 @@ func TestVisitsAreDatedWhenRecorded(t *testing.T) {
 // Leaving a broker we were active on clears what its queues' marks said: we read it since.
 func TestLeavingABrokerClearsItsQueuesMarks(t *testing.T) {
 	ctx := context.Background()
-	store := &brokerstate.BrokerStore{DB: openMigrated(t), Brokers: []brokerstate.BrokerRef{brokerA, brokerB}}
+	store := &brokerstate.Store{DB: openMigrated(t), Brokers: []brokerstate.Ref{brokerA, brokerB}}
 	at := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
 	require.NoError(t, store.MarkSpare(ctx, 1, "issues", brokerstate.SpareMark{DrainedAt: at, HeldSince: at}))
 	force := func(index int) {
-		_, err := store.Update(ctx, func(st brokerstate.BrokerState) (brokerstate.BrokerState, error) { return st.Force(index, at, at), nil })
+		_, err := store.Update(ctx, func(st brokerstate.State) (brokerstate.State, error) { return st.Force(index, at, at), nil })
 		require.NoError(t, err)
 	}
 	force(1)
@@ -217,7 +217,7 @@ func TestLeavingABrokerClearsItsQueuesMarks(t *testing.T) {
 func TestASwitchWaitsForTheBatchesThatHoldTheActiveBroker(t *testing.T) {
 	ctx := context.Background()
 	db := openMigrated(t)
-	store := &brokerstate.BrokerStore{DB: db, Brokers: []brokerstate.BrokerRef{brokerA, brokerB}}
+	store := &brokerstate.Store{DB: db, Brokers: []brokerstate.Ref{brokerA, brokerB}}
 	check := func(tx *gorm.DB, index int) error {
 		query, args := store.ActiveCheck(index)
 		err := tx.Exec(query, args...).Error
@@ -241,7 +241,7 @@ func TestASwitchWaitsForTheBatchesThatHoldTheActiveBroker(t *testing.T) {
 	committed := make(chan error, 1)
 	go func() {
 		at := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
-		_, err := store.Update(ctx, func(st brokerstate.BrokerState) (brokerstate.BrokerState, error) { return st.Force(1, at, at), nil })
+		_, err := store.Update(ctx, func(st brokerstate.State) (brokerstate.State, error) { return st.Force(1, at, at), nil })
 		committed <- err
 	}()
 	require.Eventually(t, func() bool {
@@ -267,7 +267,7 @@ func TestASwitchWaitsForTheBatchesThatHoldTheActiveBroker(t *testing.T) {
 	require.ErrorContains(t, err, "broker 0 (host a.example.com, vhost /) is no longer the active one")
 	require.NoError(t, refused(1))
 	// The endpoint is what names the active broker: reordered, b is still active.
-	reordered := &brokerstate.BrokerStore{DB: db, Brokers: []brokerstate.BrokerRef{{Host: "B.EXAMPLE.COM", Vhost: "prod"}, brokerA}}
+	reordered := &brokerstate.Store{DB: db, Brokers: []brokerstate.Ref{{Host: "B.EXAMPLE.COM", Vhost: "prod"}, brokerA}}
 	query, args := reordered.ActiveCheck(0)
 	require.NoError(t, db.Exec(query, args...).Error)
 	query, args = reordered.ActiveCheck(1)
