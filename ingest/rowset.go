@@ -43,6 +43,10 @@ type rowSet[K comparable, R any] struct {
 	// The locked read leaves it out: the stored clock is compared only by the write's
 	// WHERE (see flush), never in Go.
 	clock string
+	// unlockedRead is set for a table whose rows every queue's batches read and seldom
+	// change (withUnlockedRead): lock reads them without a lock, with their version, and
+	// the write locks the rows it changes and checks them unchanged (checkUnchanged).
+	unlockedRead bool
 
 	keys    []K
 	changes map[K][]change[R]
@@ -60,6 +64,18 @@ func newRowSet[K comparable, R any](name string, key func(*R) K, compare func(a,
 // withConflict sets the upsert's conflict target and returns s.
 func (s *rowSet[K, R]) withConflict(columns []clause.Column) *rowSet[K, R] {
 	s.conflict = columns
+	return s
+}
+
+// withUnlockedRead makes s read its rows without a lock and returns s; lock must then be
+// readByID. The rows the batch changes are locked in the write's exchange and checked to
+// be as read, or the transaction fails with a serialization failure and the batch is
+// applied again (apply). For github_users, whose rows are the senders of every queue's
+// events: the locked read held them across a round trip to Postgres and through the
+// COMMIT, and the four queues' batches waited on each other for them. The keys must be
+// the table's bigint column id (brokerswitch_lock_unchanged, migration 0011).
+func (s *rowSet[K, R]) withUnlockedRead() *rowSet[K, R] {
+	s.unlockedRead = true
 	return s
 }
 
@@ -129,6 +145,13 @@ func (s *rowSet[K, R]) fold(keys []K, current map[K]*R) []candidate[R] {
 	return out
 }
 
+// readRows are the rows a read returned, once its exchange is back, with their versions
+// (xmin) for a table read without a lock.
+type readRows[K comparable, R any] struct {
+	rows     []R
+	versions map[K]string
+}
+
 // rowTable is a rowSet as a table of writes.
 type rowTable[K comparable, R any] struct{ s *rowSet[K, R] }
 
@@ -139,7 +162,7 @@ func (t rowTable[K, R]) queueRead(q statements, db *gorm.DB) (any, error) {
 }
 
 func (t rowTable[K, R]) queueWrite(ctx context.Context, q statements, db *gorm.DB, read any) error {
-	return t.s.queueWrite(ctx, q, db, read.(*[]R))
+	return t.s.queueWrite(ctx, q, db, read.(*readRows[K, R]))
 }
 
 // schemaOf is the gorm schema of R, as db caches it.
@@ -156,17 +179,18 @@ func schemaOf[R any](db *gorm.DB) (*schema.Schema, error) {
 // are in the slice it returns once q sent it. For a table with a clock, the read leaves the
 // clock column out, so no change compares an event with the stored row's clock in Go (see
 // queueWrite). db is for the table's schema only.
-func (s *rowSet[K, R]) queueRead(q statements, db *gorm.DB) (*[]R, error) {
+func (s *rowSet[K, R]) queueRead(q statements, db *gorm.DB) (*readRows[K, R], error) {
 	if len(s.keys) > maxRowsPerStatement {
 		return nil, nil // read a statement's worth at a time by queueWrite
 	}
 	return s.queueLock(q, db, slices.SortedFunc(slices.Values(s.keys), s.compare))
 }
 
-// queueLock adds the read of the rows of keys (in key order) FOR UPDATE to q; the rows are
-// in the slice it returns once q sent it.
-func (s *rowSet[K, R]) queueLock(q statements, db *gorm.DB, keys []K) (*[]R, error) {
-	existing := new([]R)
+// queueLock adds the read of the rows of keys (in key order) FOR UPDATE to q, or without a
+// lock and with their versions for withUnlockedRead; the rows are in what it returns once
+// q sent it.
+func (s *rowSet[K, R]) queueLock(q statements, db *gorm.DB, keys []K) (*readRows[K, R], error) {
+	existing := &readRows[K, R]{}
 	if len(keys) == 0 {
 		return existing, nil
 	}
@@ -182,19 +206,30 @@ func (s *rowSet[K, R]) queueLock(q statements, db *gorm.DB, keys []K) (*[]R, err
 			columns = append(columns, f.DBName)
 		}
 	}
+	var version string
+	if s.unlockedRead {
+		columns = append(columns, "xmin::text")
+		existing.versions = make(map[K]string, len(keys))
+	}
 	query, args := s.lock(s.name, strings.Join(columns, ", "), keys)
 	q.add(query, args, func(rows rowScanner) error {
-		dest := make([]any, len(fields))
+		dest := make([]any, len(columns))
 		for rows.Next() {
 			var row R
 			rv := reflect.ValueOf(&row).Elem()
 			for i, f := range fields {
 				dest[i] = f.ReflectValueOf(context.Background(), rv).Addr().Interface()
 			}
+			if s.unlockedRead {
+				dest[len(fields)] = &version
+			}
 			if err := rows.Scan(dest...); err != nil {
 				return fmt.Errorf("lock %d rows of %s: %w", len(keys), s.name, err)
 			}
-			*existing = append(*existing, row)
+			existing.rows = append(existing.rows, row)
+			if s.unlockedRead {
+				existing.versions[s.key(&row)] = version
+			}
 		}
 		return nil
 	})
@@ -224,7 +259,7 @@ func (s *rowSet[K, R]) queueLock(q statements, db *gorm.DB, keys []K) (*[]R, err
 // and the events are in the ledger alone. The read stays for what the rules need of the
 // prior row: its state and existence (NextState), the columns a partial refresh keeps,
 // and the tracking columns.
-func (s *rowSet[K, R]) queueWrite(ctx context.Context, q statements, db *gorm.DB, existing *[]R) error {
+func (s *rowSet[K, R]) queueWrite(ctx context.Context, q statements, db *gorm.DB, existing *readRows[K, R]) error {
 	if len(s.keys) == 0 {
 		return nil
 	}
@@ -236,6 +271,7 @@ func (s *rowSet[K, R]) queueWrite(ctx context.Context, q statements, db *gorm.DB
 	}
 	query := s.upsert(sch)
 	inParts := existing == nil
+	read := existing
 	current := s.byKey(existing)
 	for start := 0; start < len(keys); start += maxRowsPerStatement {
 		part := keys[start:min(start+maxRowsPerStatement, len(keys))]
@@ -247,13 +283,14 @@ func (s *rowSet[K, R]) queueWrite(ctx context.Context, q statements, db *gorm.DB
 			if err := q.send(); err != nil {
 				return err
 			}
-			current = s.byKey(rows)
+			read, current = rows, s.byKey(rows)
 		}
 		candidates := s.fold(part, current)
 		for _, k := range part {
 			delete(s.changes, k)
 			delete(s.clocks, k)
 		}
+		s.queueCheckUnchanged(q, candidates, read)
 		if err := s.queueCandidates(ctx, q, sch, query, candidates); err != nil {
 			return err
 		}
@@ -267,15 +304,38 @@ func (s *rowSet[K, R]) queueWrite(ctx context.Context, q statements, db *gorm.DB
 }
 
 // byKey indexes rows by key; nil rows index nothing.
-func (s *rowSet[K, R]) byKey(rows *[]R) map[K]*R {
-	if rows == nil {
+func (s *rowSet[K, R]) byKey(read *readRows[K, R]) map[K]*R {
+	if read == nil {
 		return nil
 	}
-	current := make(map[K]*R, len(*rows))
-	for i := range *rows {
-		current[s.key(&(*rows)[i])] = &(*rows)[i]
+	current := make(map[K]*R, len(read.rows))
+	for i := range read.rows {
+		current[s.key(&read.rows[i])] = &read.rows[i]
 	}
 	return current
+}
+
+// queueCheckUnchanged adds to q, for a table read without a lock, the lock of the stored
+// rows that candidates change, which fails unless each is as read. A row absent at the
+// read is not checked: no lock could have held its absence, and the upsert's ON CONFLICT
+// decides for it, as it does for every table.
+func (s *rowSet[K, R]) queueCheckUnchanged(q statements, candidates []candidate[R], read *readRows[K, R]) {
+	if !s.unlockedRead || read == nil {
+		return
+	}
+	var keys []K
+	var versions []string
+	for i := range candidates {
+		k := s.key(&candidates[i].row)
+		if candidates[i].absent || (len(keys) > 0 && keys[len(keys)-1] == k) {
+			continue
+		}
+		keys = append(keys, k)
+		versions = append(versions, read.versions[k])
+	}
+	if len(keys) > 0 {
+		q.add("SELECT brokerswitch_lock_unchanged($1::regclass, $2::bigint[], $3::text[])", []any{s.name, keys, versions}, nil)
+	}
 }
 
 // queueCandidates adds the writes of one part's candidates to q.
@@ -413,6 +473,12 @@ func candidatesJSON[R any](ctx context.Context, sch *schema.Schema, candidates [
 		b = append(b, '}')
 	}
 	return append(b, ']'), nil
+}
+
+// readByID is the read of a table withUnlockedRead: no lock, so another queue's batch
+// is not held back by rows this one only looks at.
+func readByID(table, columns string, keys []int64) (string, []any) {
+	return fmt.Sprintf("SELECT %s FROM %s WHERE id = ANY($1)", columns, table), []any{keys}
 }
 
 // lockByKey is the lock of a table whose key is column.

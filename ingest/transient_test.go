@@ -57,6 +57,21 @@ func threeEvents(t *testing.T) []amqp.Delivery {
 	}
 }
 
+// lockTimeoutIngester is e's Ingester on a pool of its own whose statements wait at most
+// lockTimeout for a lock, pausing backoff between its attempts, with logs the test reads.
+func lockTimeoutIngester(t *testing.T, e *env, lockTimeout, backoff time.Duration, attempts int) (*Ingester, *testenv.Buffer) {
+	t.Helper()
+	db, err := models.OpenPool(context.Background(), e.dsn, models.PoolConfig{LockTimeout: lockTimeout})
+	require.NoError(t, err)
+	sqlDB, err := db.DB()
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = sqlDB.Close() })
+	logs := &testenv.Buffer{}
+	ing := *e.ing
+	ing.DB, ing.Logger, ing.TransientBackoff, ing.TransientAttempts = db, slog.New(slog.NewTextHandler(logs, nil)), backoff, attempts
+	return &ing, logs
+}
+
 // A serialization failure, a deadlock, a lock timeout or a full connection table says
 // nothing about the messages: the batch is applied again, whole and in order, and no
 // message goes through -retry.
@@ -134,14 +149,7 @@ func TestLedgerClaimsInIDOrder(t *testing.T) {
 func TestLockTimeoutAppliesTheBatchOnceTheLockIsFree(t *testing.T) {
 	e := newEnv(t)
 	e.handle(t, delivery("pull_request", "pr-1", example(t, "pull_request.opened.0")))
-	db, err := models.OpenPool(context.Background(), e.dsn, models.PoolConfig{LockTimeout: 100 * time.Millisecond})
-	require.NoError(t, err)
-	sqlDB, err := db.DB()
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = sqlDB.Close() })
-	logs := &testenv.Buffer{}
-	ing := *e.ing
-	ing.DB, ing.Logger, ing.TransientBackoff, ing.TransientAttempts = db, slog.New(slog.NewTextHandler(logs, nil)), 50*time.Millisecond, 1000
+	ing, logs := lockTimeoutIngester(t, e, 100*time.Millisecond, 50*time.Millisecond, 1000)
 
 	blocker := e.db.Begin()
 	require.NoError(t, blocker.Error)

@@ -58,7 +58,7 @@ func newWrites(now time.Time) *writes {
 		repositories: newRowSet("github_repositories", func(r *models.Repository) int64 { return r.ID },
 			cmp.Compare[int64], lockByKey[int64]("id")).withClock(clockColumn),
 		users: newRowSet("github_users", func(r *models.User) int64 { return r.ID },
-			cmp.Compare[int64], lockByKey[int64]("id")),
+			cmp.Compare[int64], readByID).withUnlockedRead(),
 	}
 }
 
