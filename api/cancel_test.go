@@ -12,6 +12,7 @@ import (
 
 	"github.com/brokerswitch/brokerswitch/activities"
 	"github.com/brokerswitch/brokerswitch/brokerstate"
+	"github.com/brokerswitch/brokerswitch/internal/testenv"
 	"github.com/brokerswitch/brokerswitch/workflows"
 )
 
@@ -75,9 +76,9 @@ func TestACancelSignalThatComesAfterItsSwitchIsRefused(t *testing.T) {
 // signal started it.
 func (e *env) waitForTheWorkflow() {
 	e.t.Helper()
-	require.Eventually(e.t, func() bool {
+	require.NoError(e.t, testenv.WaitUntil(e.t.Context(), waitFor, "the BrokerSwitch workflow", func() (bool, error) {
 		_, err := e.client.DescribeWorkflowExecution(e.t.Context(), workflows.BrokerSwitchWorkflowID, "")
 		var notFound *serviceerror.NotFound
-		return !errors.As(err, &notFound)
-	}, waitFor, 20*time.Millisecond)
+		return !errors.As(err, &notFound), err
+	}))
 }

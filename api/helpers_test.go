@@ -40,17 +40,15 @@ const (
 var temporal *testenv.Temporal
 
 func TestMain(m *testing.M) {
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	tmp, err := testenv.StartTemporal(ctx)
-	cancel()
+	code := 1
+	err := testenv.WithTemporal(func(srv *testenv.Temporal) error {
+		temporal = srv
+		code = m.Run()
+		return nil
+	})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "api tests:", err)
-		os.Exit(1)
-	}
-	temporal = tmp
-	code := m.Run()
-	if err := tmp.Stop(); err != nil {
-		fmt.Fprintln(os.Stderr, "api tests: stop temporal:", err)
+		code = 1
 	}
 	testenv.Exit(code)
 }

@@ -2,6 +2,7 @@ package api
 
 import (
 	"context"
+	"fmt"
 	"net/http"
 	"net/url"
 	"strings"
@@ -108,11 +109,13 @@ func (e *workerEnv) withChannel(i int, fn func(*amqp.Channel)) {
 func (e *workerEnv) eventually(what string, cond func(brokerstate.State) bool) brokerstate.State {
 	e.t.Helper()
 	var st brokerstate.State
-	require.Eventually(e.t, func() bool {
+	require.NoError(e.t, testenv.WaitUntil(e.t.Context(), waitFor, "the state to show "+what, func() (bool, error) {
 		var err error
-		st, err = e.store.Load(e.t.Context())
-		return err == nil && cond(st)
-	}, waitFor, 50*time.Millisecond, "state never showed %s; last: %+v", what, st)
+		if st, err = e.store.Load(e.t.Context()); err != nil {
+			return false, err
+		}
+		return cond(st), fmt.Errorf("last: %+v", st)
+	}))
 	return st
 }
 
@@ -161,13 +164,11 @@ func TestNotificationsThroughTheWorkflow(t *testing.T) {
 	e.eventually("a drain check", func(st brokerstate.State) bool { return st.LastDrainCheck != nil })
 	// The activity records the check in Postgres before the workflow has its result: ask
 	// until the workflow says why it waits (the assertions below fail on a timeout).
-	for deadline := time.Now().Add(waitFor); ; time.Sleep(50 * time.Millisecond) {
+	_ = testenv.WaitUntil(t.Context(), waitFor, "the reason", func() (bool, error) {
 		res = e.do(http.MethodGet, "/api/v1/broker", bearer(operatorToken), nil)
 		require.Equal(t, http.StatusOK, res.Status, res.Body)
-		if strings.Contains(res.Body, "not drained yet") || time.Now().After(deadline) {
-			break
-		}
-	}
+		return strings.Contains(res.Body, "not drained yet"), nil
+	})
 	require.NotContains(t, res.Body, "guest:guest")
 	require.NotContains(t, res.Body, "amqp://")
 	m = res.JSON(t)

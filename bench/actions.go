@@ -14,6 +14,7 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/brokerswitch/brokerswitch/broker"
+	"github.com/brokerswitch/brokerswitch/internal/testenv"
 	"github.com/brokerswitch/brokerswitch/worker"
 )
 
@@ -91,27 +92,27 @@ const actionsPeriod = 3 * time.Minute
 
 // runActions measures the Actions of one deployment with two brokers and the defaults,
 // a straggler on a spare, and the take-over after a worker process is killed.
-func runActions(s *figure, rate float64, binary, logDir string) actionsResult {
+func runActions(s *figure, rate float64) actionsResult {
 	ctx := context.Background()
-	st := newStack(s, 2, stackOptions{})
+	st := s.newStack(2, stackOptions{})
 	count := func() map[string]float64 {
-		m, err := actionCounts(ctx, temporalServer.MetricsURL(), st.ns)
+		m, err := actionCounts(ctx, s.temporal.MetricsURL(), st.ns)
 		s.check(err, "read the dev server's action counter")
 		return m
 	}
 	consuming := func(broker int) func() (bool, error) {
 		return func() (bool, error) {
-			fp, err := rabbitFootprint(st.vhosts)
-			return err == nil && fp.Consumers[broker] == len(st.cfg.Queues), err
+			fp, err := rabbitFootprint(st.Vhosts)
+			return err == nil && fp.Consumers[broker] == len(st.Config.Queues), err
 		}
 	}
-	stopWorker := st.startWorker()
-	s.check(waitUntil(ctx, time.Minute, "the windows consume", consuming(0)), "start")
+	stopWorker := st.StartWorker()
+	s.check(testenv.WaitUntil(ctx, time.Minute, "the windows consume", consuming(0)), "start")
 	// The BrokerSwitch workflow's first read and watch are part of the start, not of the
 	// idle cost: each window's prepare and consume, and the watch (its reads are local
 	// activities, markers rather than activity tasks).
-	s.check(waitUntil(ctx, time.Minute, "the start settles", func() (bool, error) {
-		return count()["command_ScheduleActivityTask"] >= float64(2*len(st.cfg.Queues)+1), nil
+	s.check(testenv.WaitUntil(ctx, time.Minute, "the start settles", func() (bool, error) {
+		return count()["command_ScheduleActivityTask"] >= float64(2*len(st.Config.Queues)+1), nil
 	}), "start: "+byType(count()))
 	// Windows restarted since the start; a window ends by its length only after hours.
 	windowsEnded := func(before map[string]float64, windows, others int) func() (bool, error) {
@@ -126,7 +127,7 @@ func runActions(s *figure, rate float64, binary, logDir string) actionsResult {
 		time.Sleep(d)
 		return diff(count(), before), time.Since(t0)
 	}
-	res := actionsResult{SteadyRate: rate, Window: st.cfg.ConsumerWindow, Queues: len(st.cfg.Queues)}
+	res := actionsResult{SteadyRate: rate, Window: st.Config.ConsumerWindow, Queues: len(st.Config.Queues)}
 	res.Idle, res.IdlePeriod = over(actionsPeriod)
 
 	// Steady traffic: events do not travel through Temporal.
@@ -136,7 +137,7 @@ func runActions(s *figure, rate float64, binary, logDir string) actionsResult {
 		n := 0
 		tick := time.NewTicker(time.Duration(float64(time.Second) / rate))
 		defer tick.Stop()
-		events := corpus(int(rate * (actionsPeriod + time.Minute).Seconds()))
+		events := s.corpus(int(rate * (actionsPeriod + time.Minute).Seconds()))
 		for ; n < len(events); n++ {
 			select {
 			case <-stop:
@@ -157,15 +158,15 @@ func runActions(s *figure, rate float64, binary, logDir string) actionsResult {
 
 	// One rotation to broker 1, as the producer announces it.
 	before := count()
-	s.check(st.notify(1, time.Now()), "notify")
-	s.check(waitUntil(ctx, time.Minute, "the switch", func() (bool, error) { return st.switched(ctx, 1) }), "switch")
-	s.check(waitUntil(ctx, time.Minute, "the windows to consume broker 1", consuming(1)), "switch")
+	st.Notify(1, time.Now())
+	s.check(testenv.WaitUntil(ctx, time.Minute, "the switch", func() (bool, error) { return st.switched(ctx, 1) }), "switch")
+	s.check(testenv.WaitUntil(ctx, time.Minute, "the windows to consume broker 1", consuming(1)), "switch")
 	// The committed switch ends every window early, so its cost is complete once each has
 	// continued as new and scheduled its next prepare and consume; waiting on the counter
 	// itself, since the server's metrics may trail the consumers RabbitMQ already shows.
 	// After the commit the idle BrokerSwitch workflow schedules its watch again: one more
 	// activity task than the windows'.
-	s.check(waitUntil(ctx, time.Minute, "the switch's windows counted", windowsEnded(before, len(st.cfg.Queues), 1)),
+	s.check(testenv.WaitUntil(ctx, time.Minute, "the switch's windows counted", windowsEnded(before, len(st.Config.Queues), 1)),
 		"switch: "+byType(diff(count(), before)))
 	res.Switch = diff(count(), before)
 
@@ -174,29 +175,29 @@ func runActions(s *figure, rate float64, binary, logDir string) actionsResult {
 	// window ends for it.
 	applied, err := st.applied(ctx)
 	s.check(err, "applied")
-	ev := corpus(1)
+	ev := s.corpus(1)
 	before, t0 := count(), time.Now()
 	st.publish(0, ev, amqp.Table{broker.HeaderRetryCycles: int64(1), broker.HeaderErrorQueue: ev[0].Queue,
 		broker.HeaderErrorAt: time.Now().UTC().Format(time.RFC3339), broker.HeaderErrorReason: "moved back by an operator"})
 	s.check(st.waitApplied(ctx, applied+1, 2*time.Minute), "the straggler applied")
 	res.StragglerLag = time.Since(t0)
-	s.check(waitUntil(ctx, time.Minute, "the straggler's window counted", windowsEnded(before, 1, 0)), "straggler")
-	s.check(waitUntil(ctx, time.Minute, "the windows consume broker 1 again", consuming(1)), "straggler")
+	s.check(testenv.WaitUntil(ctx, time.Minute, "the straggler's window counted", windowsEnded(before, 1, 0)), "straggler")
+	s.check(testenv.WaitUntil(ctx, time.Minute, "the windows consume broker 1 again", consuming(1)), "straggler")
 	res.Turnover = diff(count(), before)
 	stopWorker()
 
-	res.Takeover = runTakeover(s, st, binary, logDir)
+	res.Takeover = runTakeover(s, st)
 	return res
 }
 
 // runTakeover runs two worker processes on st, kills the one holding the most windows in
 // the middle of a backlog, and times how long until the other holds every window.
-func runTakeover(s *figure, st *stack, binary, logDir string) time.Duration {
+func runTakeover(s *figure, st *stack) time.Duration {
 	ctx := context.Background()
-	a, b := st.startWorkerProcess(binary, logDir), st.startWorkerProcess(binary, logDir)
+	a, b := st.startWorkerProcess(), st.startWorkerProcess()
 	held := func() map[string]string {
 		var rows []struct{ Queue, Identity string }
-		s.check(st.db.Raw(`SELECT a.queue, l.identity FROM lease_attempts a JOIN worker_leases l USING (lease_id)
+		s.check(st.DB.Raw(`SELECT a.queue, l.identity FROM lease_attempts a JOIN worker_leases l USING (lease_id)
 			WHERE a.activity_type = 'Consume' AND l.expires_at > now()`).Scan(&rows).Error, "read the leases")
 		out := map[string]string{}
 		for _, r := range rows {
@@ -204,12 +205,12 @@ func runTakeover(s *figure, st *stack, binary, logDir string) time.Duration {
 		}
 		return out
 	}
-	s.check(waitUntil(ctx, time.Minute, "both workers' windows consume", func() (bool, error) {
-		return len(held()) == len(st.cfg.Queues), nil
+	s.check(testenv.WaitUntil(ctx, time.Minute, "both workers' windows consume", func() (bool, error) {
+		return len(held()) == len(st.Config.Queues), nil
 	}), "take-over")
 	applied, err := st.applied(ctx)
 	s.check(err, "applied")
-	backlog := corpus(4000)
+	backlog := s.corpus(4000)
 	st.publish(1, backlog, nil)
 	s.check(st.waitApplied(ctx, applied+int64(len(backlog)/10), time.Minute), "part of the backlog applied")
 	victim, survivor := a, b
@@ -222,9 +223,9 @@ func runTakeover(s *figure, st *stack, binary, logDir string) time.Duration {
 	}
 	victim.Kill()
 	killed := time.Now()
-	s.check(waitUntil(ctx, time.Minute, "the survivor to hold every window", func() (bool, error) {
+	s.check(testenv.WaitUntil(ctx, time.Minute, "the survivor to hold every window", func() (bool, error) {
 		h := held()
-		for _, q := range st.cfg.Queues {
+		for _, q := range st.Config.Queues {
 			if h[q] != worker.IdentityOf(survivor.Pid()) {
 				return false, nil
 			}

@@ -4,8 +4,6 @@ import (
 	"encoding/binary"
 	"net"
 	"sync/atomic"
-
-	"github.com/brokerswitch/brokerswitch/internal/testenv"
 )
 
 // RabbitMQ without its management plugin keeps no delivery counters, and CloudAMQP bills
@@ -52,24 +50,12 @@ func (a snapshot) plus(b snapshot) snapshot {
 // basic.get answers that carried a message.
 func (a snapshot) deliveries() int64 { return a.Deliver + a.GetOK }
 
-// countingProxy forwards TCP connections to target and counts their AMQP methods.
-type countingProxy struct {
-	*testenv.Proxy
-	counts frameCounts
-}
-
-func newCountingProxy(s *figure, target string) *countingProxy {
-	p := &countingProxy{}
-	p.Proxy = listenProxy(s, target, p.copy)
-	return p
-}
-
-// copy moves one direction through a frame parser; the client opens with the 8-byte
-// protocol header "AMQP\x00\x00\x09\x01".
-func (p *countingProxy) copy(dst, src net.Conn, toServer bool) {
-	fp := &frameParser{counts: &p.counts}
+// copy is a proxy's testenv.Copy that moves one direction through a frame parser, the
+// counts kept here; the client opens with the 8-byte protocol header "AMQP\x00\x00\x09\x01".
+func (c *frameCounts) copy(dst, src net.Conn, toServer bool) {
+	fp := &frameParser{counts: c}
 	if toServer {
-		p.counts.Connections.Add(1)
+		c.Connections.Add(1)
 		fp.skipHeader = 8
 	}
 	buf := make([]byte, 64<<10)

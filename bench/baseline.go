@@ -115,8 +115,8 @@ func consumeAll(ctx context.Context, url string, perQueue map[string]int, prefet
 func runBaselineA(s *figure, events []payloads.Event, prefetch int) throughput {
 	ctx := context.Background()
 	url := testenv.NewVhost(s)
-	publishAll(s, url, events)
-	meter := startCPU()
+	s.publishAll(url, events)
+	meter := s.cpu.startCPU()
 	elapsed, err := consumeAll(ctx, url, describe(events).PerQueue, prefetch, nil)
 	s.check(err, "consume")
 	return throughput{N: len(events), Elapsed: elapsed, CPU: meter.Stop()}
@@ -139,7 +139,7 @@ func runBaselineB(s *figure, events []payloads.Event, rtt time.Duration) through
 	ctx := context.Background()
 	direct := testenv.NewVhost(s)
 	dsn, url := testenv.NewDatabase(s), direct
-	ownDatabase(dsn)
+	s.cpu.ownDatabase(dsn)
 	if rtt > 0 {
 		dsn, url = throughDelay(s, dsn, rtt), throughDelay(s, url, rtt)
 	}
@@ -153,7 +153,7 @@ func runBaselineB(s *figure, events []payloads.Event, rtt time.Duration) through
 	}
 	_, err := conns[0].Exec(ctx, oldDesignTable)
 	s.check(err, "create table")
-	publishAll(s, direct, events)
+	s.publishAll(direct, events)
 
 	handle := func(ctx context.Context, worker int, d amqp.Delivery) error {
 		event, _ := d.Headers["x-github-event"].(string)
@@ -174,7 +174,7 @@ func runBaselineB(s *figure, events []payloads.Event, rtt time.Duration) through
 		}
 		return tx.Commit(ctx)
 	}
-	meter := startCPU()
+	meter := s.cpu.startCPU()
 	elapsed, err := consumeAll(ctx, url, perQueue, 1, handle)
 	s.check(err, "consume")
 	cpu := meter.Stop()

@@ -21,8 +21,9 @@ type clockSample struct {
 	wall time.Time // the same instant, wall clock only
 }
 
-var clock = &clockWatch{stop: make(chan struct{})}
+func newClockWatch() *clockWatch { return &clockWatch{stop: make(chan struct{})} }
 
+// start samples until stop.
 func (c *clockWatch) start() {
 	c.sample()
 	go func() {
@@ -38,6 +39,9 @@ func (c *clockWatch) start() {
 		}
 	}()
 }
+
+// halt ends the sampling.
+func (c *clockWatch) halt() { close(c.stop) }
 
 func (c *clockWatch) sample() {
 	now := time.Now()

@@ -30,36 +30,48 @@ type template struct {
 	body          []byte
 }
 
-// unitTemplates are the events of one unit, in publishing order: 8 on pull_requests,
-// 6 on issues, 2 on pushes and 2 on installations.
-var unitKinds = []struct {
+// unitKind is one event of a unit.
+type unitKind struct {
 	event, action, objectKey string
 	idBase                   int
-}{
-	{"pull_request", "opened", "pull_request", 9_000_000},
-	{"issues", "opened", "issue", 8_000_000},
-	{"push", "", "", 0},
-	{"pull_request", "synchronize", "pull_request", 9_000_000},
-	{"pull_request_review", "submitted", "review", 7_000_000},
-	{"issue_comment", "created", "comment", 6_000_000},
-	{"installation", "created", "", 0},
-	{"pull_request", "closed", "pull_request", 9_000_000},
-	{"issues", "edited", "issue", 8_000_000},
-	{"pull_request_review_comment", "created", "comment", 5_000_000},
-	{"create", "", "", 0},
-	{"pull_request", "synchronize", "pull_request", 9_000_000},
-	{"issues", "closed", "issue", 8_000_000},
-	{"pull_request", "reopened", "pull_request", 9_000_000},
-	{"issues", "edited", "issue", 8_000_000},
-	{"installation_repositories", "added", "", 0},
-	{"pull_request", "closed", "pull_request", 9_000_000},
-	{"issues", "reopened", "issue", 8_000_000},
 }
 
-var templates []template
+// unitKinds are the events of one unit, in publishing order: 8 on pull_requests, 6 on
+// issues, 2 on pushes and 2 on installations.
+func unitKinds() []unitKind {
+	return []unitKind{
+		{"pull_request", "opened", "pull_request", 9_000_000},
+		{"issues", "opened", "issue", 8_000_000},
+		{"push", "", "", 0},
+		{"pull_request", "synchronize", "pull_request", 9_000_000},
+		{"pull_request_review", "submitted", "review", 7_000_000},
+		{"issue_comment", "created", "comment", 6_000_000},
+		{"installation", "created", "", 0},
+		{"pull_request", "closed", "pull_request", 9_000_000},
+		{"issues", "edited", "issue", 8_000_000},
+		{"pull_request_review_comment", "created", "comment", 5_000_000},
+		{"create", "", "", 0},
+		{"pull_request", "synchronize", "pull_request", 9_000_000},
+		{"issues", "closed", "issue", 8_000_000},
+		{"pull_request", "reopened", "pull_request", 9_000_000},
+		{"issues", "edited", "issue", 8_000_000},
+		{"installation_repositories", "added", "", 0},
+		{"pull_request", "closed", "pull_request", 9_000_000},
+		{"issues", "reopened", "issue", 8_000_000},
+	}
+}
 
-func buildTemplates() error {
-	for _, k := range unitKinds {
+// corpusMaker hands out events built from the templates, each entity numbered across the
+// whole run so that no two events of different figures collide, whatever database they
+// land in.
+type corpusMaker struct {
+	templates []template
+	entitySeq atomic.Int64
+}
+
+func newCorpusMaker() (*corpusMaker, error) {
+	c := &corpusMaker{}
+	for _, k := range unitKinds() {
 		t := template{event: k.event, action: k.action, objectKey: k.objectKey, idBase: k.idBase}
 		action := k.action
 		ev, err := payloads.Build(k.event, k.action, func(p map[string]any) {
@@ -70,11 +82,7 @@ func buildTemplates() error {
 			if obj == nil {
 				return
 			}
-			obj["node_id"] = phNode
-			obj["id"] = json.Number(phID)
-			if _, ok := obj["number"]; ok {
-				obj["number"] = json.Number(phNumber)
-			}
+			markIdentity(obj)
 			if _, ok := obj["title"]; ok {
 				obj["title"] = phTitle
 			}
@@ -87,32 +95,26 @@ func buildTemplates() error {
 			}
 		})
 		if err != nil {
-			return err
+			return nil, err
 		}
 		t.body = ev.Body
-		templates = append(templates, t)
+		c.templates = append(c.templates, t)
 	}
-	return nil
+	return c, nil
 }
 
-// entitySeq numbers entities across the whole run so that no two events of different runs
-// collide, whatever database they land in.
-var entitySeq atomic.Int64
-
 // corpus returns n events in publishing order.
-func corpus(n int) []payloads.Event {
+func (c *corpusMaker) corpus(n int) []payloads.Event {
 	out := make([]payloads.Event, 0, n)
 	for len(out) < n {
-		k := int(entitySeq.Add(1))
-		for _, t := range templates {
+		k := int(c.entitySeq.Add(1))
+		for _, t := range c.templates {
 			if len(out) == n {
 				break
 			}
 			body := t.body
 			if t.objectKey != "" {
-				body = bytes.ReplaceAll(body, []byte(phNode), fmt.Appendf(nil, "%s_bs_%d", t.objectKey, k))
-				body = bytes.ReplaceAll(body, []byte(phID), fmt.Appendf(nil, "%d", t.idBase+k))
-				body = bytes.ReplaceAll(body, []byte(phNumber), fmt.Appendf(nil, "%d", k))
+				body = fillIdentity(body, t.objectKey+"_bs", t.idBase, k)
 				body = bytes.ReplaceAll(body, []byte(phTitle), fmt.Appendf(nil, "%s %d", t.objectKey, k))
 			}
 			out = append(out, payloads.Event{
@@ -125,6 +127,21 @@ func corpus(n int) []payloads.Event {
 		}
 	}
 	return out
+}
+
+// markIdentity puts the placeholders of an entity's identity into its object.
+func markIdentity(obj map[string]any) {
+	obj["node_id"], obj["id"] = phNode, json.Number(phID)
+	if _, ok := obj["number"]; ok {
+		obj["number"] = json.Number(phNumber)
+	}
+}
+
+// fillIdentity gives a template's entity k its identity: node id prefix_k, id idBase+k.
+func fillIdentity(body []byte, prefix string, idBase, k int) []byte {
+	body = bytes.ReplaceAll(body, []byte(phNode), fmt.Appendf(nil, "%s_%d", prefix, k))
+	body = bytes.ReplaceAll(body, []byte(phID), fmt.Appendf(nil, "%d", idBase+k))
+	return bytes.ReplaceAll(body, []byte(phNumber), fmt.Appendf(nil, "%d", k))
 }
 
 // corpusStats describes a corpus: events per queue and body sizes.

@@ -8,12 +8,11 @@ import (
 	"slices"
 
 	commonpb "go.temporal.io/api/common/v1"
-	enumspb "go.temporal.io/api/enums/v1"
 	historypb "go.temporal.io/api/history/v1"
-	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/converter"
 
 	"github.com/brokerswitch/brokerswitch/activities"
+	"github.com/brokerswitch/brokerswitch/workflows"
 )
 
 // amqpFootprint is what rabbitmqctl shows of the service's connections ("brokerswitch")
@@ -95,27 +94,21 @@ type runHistory struct {
 
 // workflowRuns returns the runs of a workflow, oldest first, by following the
 // continue-as-new chain back from the current run.
-func workflowRuns(ctx context.Context, c client.Client, workflowID string) ([]runHistory, error) {
-	desc, err := c.DescribeWorkflowExecution(ctx, workflowID, "")
+func workflowRuns(ctx context.Context, st *stack, workflowID string) ([]runHistory, error) {
+	desc, err := st.Temporal.DescribeWorkflowExecution(ctx, workflowID, "")
 	if err != nil {
 		return nil, fmt.Errorf("describe %s: %w", workflowID, err)
 	}
 	var runs []runHistory
-	runID := desc.GetWorkflowExecutionInfo().GetExecution().GetRunId()
-	for runID != "" {
-		it := c.GetWorkflowHistory(ctx, workflowID, runID, false, enumspb.HISTORY_EVENT_FILTER_TYPE_ALL_EVENT)
-		run := runHistory{RunID: runID}
-		for it.HasNext() {
-			ev, err := it.Next()
-			if err != nil {
-				return nil, fmt.Errorf("history of %s/%s: %w", workflowID, runID, err)
-			}
-			run.Events = append(run.Events, ev)
+	for runID := desc.GetWorkflowExecutionInfo().GetExecution().GetRunId(); runID != ""; {
+		h, err := st.History(ctx, workflowID, runID)
+		if err != nil {
+			return nil, err
 		}
-		runs = append(runs, run)
+		runs = append(runs, runHistory{RunID: runID, Events: h.GetEvents()})
 		runID = ""
-		if len(run.Events) > 0 {
-			runID = run.Events[0].GetWorkflowExecutionStartedEventAttributes().GetContinuedExecutionRunId()
+		if len(h.GetEvents()) > 0 {
+			runID = h.GetEvents()[0].GetWorkflowExecutionStartedEventAttributes().GetContinuedExecutionRunId()
 		}
 	}
 	slices.Reverse(runs)
@@ -186,8 +179,8 @@ type historyCost struct {
 
 func collectHistory(ctx context.Context, st *stack) (historyCost, error) {
 	var hc historyCost
-	for _, q := range st.cfg.Queues {
-		runs, err := workflowRuns(ctx, st.temporal, windowID(q))
+	for _, q := range st.Config.Queues {
+		runs, err := workflowRuns(ctx, st, workflows.QueueWindowWorkflowID(q))
 		if err != nil {
 			return hc, err
 		}
@@ -199,7 +192,7 @@ func collectHistory(ctx context.Context, st *stack) (historyCost, error) {
 			hc.WindowEvents = append(hc.WindowEvents, float64(len(r.Events)))
 		}
 	}
-	runs, err := workflowRuns(ctx, st.temporal, switchID)
+	runs, err := workflowRuns(ctx, st, switchID)
 	if err != nil {
 		return hc, err
 	}

@@ -3,7 +3,6 @@ package main
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"fmt"
 	"slices"
 	"strings"
@@ -35,13 +34,18 @@ type entityClockResult struct {
 
 // entityClockKinds are the updates, one per clocked table with a lifecycle or a refresh:
 // the created event that makes the row and the event that changes it.
-var entityClockKinds = []struct {
+func entityClockKinds() []entityClockKind {
+	return []entityClockKind{
+		{"pull_request", "opened", "synchronize", "pull_request", 9_500_000},
+		{"issues", "opened", "edited", "issue", 8_500_000},
+		{"issue_comment", "created", "edited", "comment", 6_500_000},
+	}
+}
+
+// entityClockKind is one clocked table's created event and update.
+type entityClockKind struct {
 	event, create, update, objectKey string
 	idBase                           int
-}{
-	{"pull_request", "opened", "synchronize", "pull_request", 9_500_000},
-	{"issues", "opened", "edited", "issue", 8_500_000},
-	{"issue_comment", "created", "edited", "comment", 6_500_000},
 }
 
 // phClock stands for the clock field's value in the templates.
@@ -56,10 +60,7 @@ func entityClockTemplate(event, action, objectKey string, clocked bool) []byte {
 		if obj == nil {
 			return
 		}
-		obj["node_id"], obj["id"] = phNode, json.Number(phID)
-		if _, ok := obj["number"]; ok {
-			obj["number"] = json.Number(phNumber)
-		}
+		markIdentity(obj)
 		if action == "opened" || action == "synchronize" || action == "edited" {
 			if _, ok := obj["state"]; ok {
 				obj["state"] = "open"
@@ -89,12 +90,12 @@ type entityClockWorkload struct {
 }
 
 // entityClockEpoch is the clock of the rows at setup; update round r is r minutes later.
-var entityClockEpoch = time.Date(2019, 5, 15, 0, 0, 0, 0, time.UTC)
+func entityClockEpoch() time.Time { return time.Date(2019, 5, 15, 0, 0, 0, 0, time.UTC) }
 
 // entityClockFuture is the setup clock of the rows that every update of the half-older
 // workload is older than. Later than every update, yet in the past: a clock beyond now and
 // the allowed skew is distrusted, and its event applied as one without a clock.
-var entityClockFuture = time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC)
+func entityClockFuture() time.Time { return time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC) }
 
 // runEntityClock applies, in three fresh databases, the same updates to existing pull
 // requests, issues and comments, in batches of up to 100 per queue as a window commits
@@ -104,23 +105,23 @@ var entityClockFuture = time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC)
 func runEntityClock(s *figure, events, runs int) entityClockResult {
 	const entities = 100
 	res := entityClockResult{Entities: entities}
-	rounds := max(1, events/(entities*len(entityClockKinds)))
-	res.Events = rounds * entities * len(entityClockKinds)
-	newer := func(_, round int) time.Time { return entityClockEpoch.Add(time.Duration(round) * time.Minute) }
+	rounds := max(1, events/(entities*len(entityClockKinds())))
+	res.Events = rounds * entities * len(entityClockKinds())
+	newer := func(_, round int) time.Time { return entityClockEpoch().Add(time.Duration(round) * time.Minute) }
 	workloads := []*entityClockWorkload{
-		{name: "no clock (before)", clocked: false, setup: func(int) time.Time { return entityClockEpoch }, update: newer, rates: &res.NoClock},
-		{name: "newer by the clock", clocked: true, setup: func(int) time.Time { return entityClockEpoch }, update: newer, rates: &res.Newer},
+		{name: "no clock (before)", clocked: false, setup: func(int) time.Time { return entityClockEpoch() }, update: newer, rates: &res.NoClock},
+		{name: "newer by the clock", clocked: true, setup: func(int) time.Time { return entityClockEpoch() }, update: newer, rates: &res.Newer},
 		{name: "half older than the row", clocked: true, setup: func(e int) time.Time {
 			if e%2 == 1 {
-				return entityClockFuture
+				return entityClockFuture()
 			}
-			return entityClockEpoch
+			return entityClockEpoch()
 		}, update: newer, rates: &res.HalfOlder},
 	}
 	type template struct{ create, update []byte }
 	templates := map[bool][]template{}
 	for _, clocked := range []bool{false, true} {
-		for _, k := range entityClockKinds {
+		for _, k := range entityClockKinds() {
 			templates[clocked] = append(templates[clocked], template{
 				create: entityClockTemplate(k.event, k.create, k.objectKey, clocked),
 				update: entityClockTemplate(k.event, k.update, k.objectKey, clocked),
@@ -130,15 +131,13 @@ func runEntityClock(s *figure, events, runs int) entityClockResult {
 	build := func(w *entityClockWorkload, round int) []payloads.Event {
 		var out []payloads.Event
 		for e := range entities {
-			for i, k := range entityClockKinds {
+			for i, k := range entityClockKinds() {
 				body, clock, action := templates[w.clocked][i].update, w.update(e, round), k.update
 				if round == 0 {
 					body, clock, action = templates[w.clocked][i].create, w.setup(e), k.create
 				}
 				seq := 1_000_000 + e // the same entity in every workload and round
-				body = bytes.ReplaceAll(body, []byte(phNode), fmt.Appendf(nil, "%s_clock_%d", k.objectKey, seq))
-				body = bytes.ReplaceAll(body, []byte(phID), fmt.Appendf(nil, "%d", k.idBase+seq))
-				body = bytes.ReplaceAll(body, []byte(phNumber), fmt.Appendf(nil, "%d", seq))
+				body = fillIdentity(body, k.objectKey+"_clock", k.idBase, seq)
 				body = bytes.ReplaceAll(body, []byte(phClock), []byte(clock.Format(time.RFC3339)))
 				out = append(out, payloads.Event{Queue: payloads.QueueFor(k.event), Event: k.event, Action: action,
 					DeliveryID: payloads.NewDeliveryID(), Body: body})
@@ -166,24 +165,24 @@ func runEntityClock(s *figure, events, runs int) entityClockResult {
 		}
 		for _, w := range order {
 			rate := applyCorpus(s, w.database, batches[slices.Index(workloads, w)])
-			logf("entity clock: %s run %d: %.0f events/s", w.name, r, rate)
+			s.logf("entity clock: %s run %d: %.0f events/s", w.name, r, rate)
 			*w.rates = append(*w.rates, rate)
 		}
 	}
-	last := entityClockEpoch.Add(time.Duration(round-1) * time.Minute)
+	last := entityClockEpoch().Add(time.Duration(round-1) * time.Minute)
 	var newest int64
 	s.check(workloads[1].database.WithContext(context.Background()).
 		Raw("SELECT (SELECT count(*) FROM github_pull_requests WHERE entity_clock = ?) + (SELECT count(*) FROM github_issues WHERE entity_clock = ?) + (SELECT count(*) FROM github_comments WHERE entity_clock = ?)", last, last, last).
 		Scan(&newest).Error, "rows at the last round's clock")
-	if want := int64(entities * len(entityClockKinds)); newest != want {
+	if want := int64(entities * len(entityClockKinds())); newest != want {
 		s.Fatalf("entity clock: %d of the %d rows hold the last round's clock after the newer updates", newest, want)
 	}
 	half := workloads[2].database
-	res.Older = int64(entities/2) * int64(len(entityClockKinds))
+	res.Older = int64(entities/2) * int64(len(entityClockKinds()))
 	for _, table := range []string{"github_pull_requests", "github_issues", "github_comments"} {
 		var kept int64
 		// table comes from the list above.
-		s.check(half.WithContext(context.Background()).Raw("SELECT count(*) FROM "+table+" WHERE entity_clock = ?", entityClockFuture).
+		s.check(half.WithContext(context.Background()).Raw("SELECT count(*) FROM "+table+" WHERE entity_clock = ?", entityClockFuture()).
 			Scan(&kept).Error, "rows of "+table+" that kept their clock")
 		res.Kept += kept
 	}

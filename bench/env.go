@@ -2,8 +2,6 @@ package main
 
 import (
 	"bufio"
-	"context"
-	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -14,81 +12,8 @@ import (
 	"sync"
 	"time"
 
-	"go.temporal.io/sdk/client"
-
 	"github.com/brokerswitch/brokerswitch/internal/testenv"
 )
-
-// figure is the testenv.T of one figure of the report. As testing.T does for a test, it
-// collects the figure's cleanups and ends the figure's goroutine on a fatal error
-// (runtime.Goexit, so the cleanups still run); runFigure reports that error and the next
-// figure goes on.
-type figure struct {
-	name     string
-	cleanups []func()
-	err      error
-}
-
-func (s *figure) Helper()          {}
-func (s *figure) Cleanup(f func()) { s.cleanups = append(s.cleanups, f) }
-func (s *figure) Errorf(f string, args ...any) {
-	logf("WARN %s: "+f, append([]any{s.name}, args...)...)
-}
-
-// Fatalf records the error and ends the figure. Like testing.T's, it must be called from
-// the figure's own goroutine, not from one it started.
-func (s *figure) Fatalf(f string, args ...any) {
-	s.err = errors.Join(s.err, fmt.Errorf(f, args...))
-	runtime.Goexit()
-}
-
-// check ends the figure with err, if any, as Fatalf does.
-func (s *figure) check(err error, what string) {
-	if err != nil {
-		s.Fatalf("%s: %w", what, err)
-	}
-}
-
-// runFigure runs fn as one figure in a goroutine of its own, runs its cleanups (last first)
-// and returns the error that ended it, if any.
-func runFigure(name string, fn func(s *figure)) error {
-	s := &figure{name: name}
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		defer s.runCleanups()
-		fn(s)
-	}()
-	<-done
-	if s.err != nil {
-		return fmt.Errorf("%s: %w", name, s.err)
-	}
-	return nil
-}
-
-// runCleanups runs the cleanups, the last registered first; one that ends the figure
-// (testenv's cleanups call Fatalf when RabbitMQ refuses) leaves the others to run.
-func (s *figure) runCleanups() {
-	if n := len(s.cleanups); n > 0 {
-		f := s.cleanups[n-1]
-		s.cleanups = s.cleanups[:n-1]
-		defer s.runCleanups()
-		f()
-	}
-}
-
-var start = time.Now()
-
-func logf(format string, args ...any) {
-	fmt.Fprintf(os.Stderr, "[%6.1fs] %s\n", time.Since(start).Seconds(), fmt.Sprintf(format, args...))
-}
-
-// temporalServer is the dev server of this run; namespaces are handed out by testenv.
-var temporalServer *testenv.Temporal
-
-func namespace(s *figure) (string, client.Client) {
-	return temporalServer.Namespace(s)
-}
 
 // machine describes where the numbers were taken.
 type machine struct {
@@ -150,12 +75,19 @@ type procCPU struct {
 	seconds   float64
 }
 
-// components maps a process name (/proc/PID/comm) to the component it belongs to.
-var components = map[string]string{
-	"beam.smp":     "RabbitMQ",
-	"postgres":     "Postgres",
-	"temporal":     "Temporal dev server",
-	"brokerswitch": "worker (process)",
+// componentOf is the component a process name (/proc/PID/comm) belongs to, "" for none.
+func componentOf(comm string) string {
+	switch comm {
+	case "beam.smp":
+		return "RabbitMQ"
+	case "postgres":
+		return "Postgres"
+	case "temporal":
+		return "Temporal dev server"
+	case "brokerswitch":
+		return "worker (process)"
+	}
+	return ""
 }
 
 const (
@@ -163,7 +95,7 @@ const (
 	benchComponent = "bench + in-process worker"
 )
 
-func sampleCPU() cpuSample {
+func (c *classifier) sampleCPU() cpuSample {
 	s := cpuSample{at: time.Now(), byPID: map[int]procCPU{}}
 	entries, _ := os.ReadDir("/proc")
 	self := os.Getpid()
@@ -181,7 +113,7 @@ func sampleCPU() cpuSample {
 		if open < 0 || closing < 0 {
 			continue
 		}
-		comp, ok := classify(pid, string(stat[open+1:closing]), self)
+		comp, ok := c.classify(pid, string(stat[open+1:closing]), self)
 		if !ok {
 			continue
 		}
@@ -207,74 +139,84 @@ func sampleCPU() cpuSample {
 	return s
 }
 
-var (
-	classMu    sync.Mutex
-	classCache = map[int]string{} // pid → component, "" for someone else's process
-	myDBs      = map[string]bool{}
-	myChildren = map[int]bool{}
-)
-
-// ownDatabase and ownProcess tell classify what belongs to this benchmark: the machine
-// may run other developers' tests and servers on the same Postgres and beside it.
-func ownDatabase(dsn string) {
-	name := dsn[strings.LastIndex(dsn, "/")+1:]
-	name, _, _ = strings.Cut(name, "?")
-	classMu.Lock()
-	myDBs[name] = true
-	classMu.Unlock()
+// classifier tells which processes belong to this benchmark: the machine may run other
+// developers' tests and servers on the same Postgres and beside it.
+type classifier struct {
+	mu       sync.Mutex
+	cache    map[int]string // pid → component, "" for someone else's process
+	dbs      map[string]bool
+	children map[int]bool
+	// temporalPort is the port of this run's dev server, once it runs.
+	temporalPort string
 }
 
-func ownProcess(pid int) {
-	classMu.Lock()
-	myChildren[pid] = true
-	classMu.Unlock()
+func newClassifier() *classifier {
+	return &classifier{cache: map[int]string{}, dbs: map[string]bool{}, children: map[int]bool{}}
+}
+
+// ownDatabase and ownProcess tell classify what belongs to this benchmark.
+func (c *classifier) ownDatabase(dsn string) {
+	name := dsn[strings.LastIndex(dsn, "/")+1:]
+	name, _, _ = strings.Cut(name, "?")
+	c.mu.Lock()
+	c.dbs[name] = true
+	c.mu.Unlock()
+}
+
+func (c *classifier) ownProcess(pid int) {
+	c.mu.Lock()
+	c.children[pid] = true
+	c.mu.Unlock()
+}
+
+// ownTemporal counts the dev server at addr as this benchmark's.
+func (c *classifier) ownTemporal(addr string) {
+	c.mu.Lock()
+	c.temporalPort = addr[strings.LastIndex(addr, ":")+1:]
+	c.mu.Unlock()
 }
 
 // classify says which component a process is, counting only this benchmark's own
 // Temporal dev server and worker process, and, of Postgres, its background processes and
 // the backends of this benchmark's databases. RabbitMQ is one process for everyone.
-func classify(pid int, comm string, self int) (string, bool) {
+func (c *classifier) classify(pid int, comm string, self int) (string, bool) {
 	if pid == self {
 		return benchComponent, true
 	}
-	comp, ok := components[comm]
-	if !ok {
+	comp := componentOf(comm)
+	if comp == "" {
 		return "", false
 	}
-	classMu.Lock()
-	defer classMu.Unlock()
-	if c, seen := classCache[pid]; seen {
-		return c, c != ""
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if known, seen := c.cache[pid]; seen {
+		return known, known != ""
 	}
 	cmdline, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
 	args := strings.ReplaceAll(string(cmdline), "\x00", " ")
 	switch comm {
 	case "temporal":
-		if temporalServer == nil || !strings.Contains(args+" ", "--port "+temporalPort()+" ") {
+		if c.temporalPort == "" || !strings.Contains(args+" ", "--port "+c.temporalPort+" ") {
 			comp = ""
 		}
 	case "brokerswitch":
-		if !myChildren[pid] {
+		if !c.children[pid] {
 			comp = ""
 		}
 	case "postgres":
 		// A backend's title is "postgres: 15/main: USER DATABASE HOST(PORT) STATE".
-		if fields := strings.Fields(args); len(fields) >= 4 && strings.HasPrefix(fields[3], "bs_") && !myDBs[fields[3]] {
+		if fields := strings.Fields(args); len(fields) >= 4 && strings.HasPrefix(fields[3], "bs_") && !c.dbs[fields[3]] {
 			comp = ""
 		}
 	}
-	classCache[pid] = comp
+	c.cache[pid] = comp
 	return comp, comp != ""
-}
-
-func temporalPort() string {
-	addr := temporalServer.Address()
-	return addr[strings.LastIndex(addr, ":")+1:]
 }
 
 // cpuMeter samples every 100ms so that processes that exit meanwhile (a Postgres backend
 // whose pooled connection was closed) still count.
 type cpuMeter struct {
+	c     *classifier
 	first cpuSample
 	mu    sync.Mutex
 	last  map[int]procCPU
@@ -283,8 +225,8 @@ type cpuMeter struct {
 	done  chan struct{}
 }
 
-func startCPU() *cpuMeter {
-	m := &cpuMeter{first: sampleCPU(), last: map[int]procCPU{}, stop: make(chan struct{}), done: make(chan struct{})}
+func (c *classifier) startCPU() *cpuMeter {
+	m := &cpuMeter{c: c, first: c.sampleCPU(), last: map[int]procCPU{}, stop: make(chan struct{}), done: make(chan struct{})}
 	go func() {
 		defer close(m.done)
 		t := time.NewTicker(100 * time.Millisecond)
@@ -294,7 +236,7 @@ func startCPU() *cpuMeter {
 			case <-m.stop:
 				return
 			case <-t.C:
-				m.merge(sampleCPU())
+				m.merge(m.c.sampleCPU())
 			}
 		}
 	}()
@@ -314,7 +256,7 @@ func (m *cpuMeter) merge(s cpuSample) {
 func (m *cpuMeter) Stop() cpuUse {
 	close(m.stop)
 	<-m.done
-	m.merge(sampleCPU())
+	m.merge(m.c.sampleCPU())
 	u := cpuUse{Seconds: m.end.at.Sub(m.first.at).Seconds(), ByComponent: map[string]float64{}}
 	if m.end.total > m.first.total {
 		u.Busy = (m.end.busy - m.first.busy) / (m.end.total - m.first.total)
@@ -342,26 +284,4 @@ func (u cpuUse) String() string {
 		}
 	}
 	return fmt.Sprintf("machine %.0f%% busy over %.1fs; CPU: %s", 100*u.Busy, u.Seconds, strings.Join(parts, ", "))
-}
-
-// waitUntil polls cond every 50ms until it holds, ctx ends or within passes.
-func waitUntil(ctx context.Context, within time.Duration, what string, cond func() (bool, error)) error {
-	deadline := time.Now().Add(within)
-	for {
-		ok, err := cond()
-		if err != nil {
-			return fmt.Errorf("waiting for %s: %w", what, err)
-		}
-		if ok {
-			return nil
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("timed out after %s waiting for %s", within, what)
-		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(50 * time.Millisecond):
-		}
-	}
 }

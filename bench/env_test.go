@@ -3,6 +3,7 @@ package main
 import (
 	"errors"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -17,7 +18,8 @@ func TestGuardEndsAFigureAndRunsEveryCleanup(t *testing.T) {
 	boom := errors.New("boom")
 	var ran []string
 	reached := false
-	err := runFigure("figure", func(s *figure) {
+	r := &run{started: time.Now()}
+	err := r.runFigure("figure", func(s *figure) {
 		s.Cleanup(func() { ran = append(ran, "first") })
 		s.Cleanup(func() { ran = append(ran, "second"); s.Fatalf("cleanup %d failed", 2) })
 		s.Cleanup(func() { ran = append(ran, "third") })
@@ -31,5 +33,5 @@ func TestGuardEndsAFigureAndRunsEveryCleanup(t *testing.T) {
 	require.ErrorContains(t, err, "figure: a step: boom")
 	require.ErrorContains(t, err, "cleanup 2 failed")
 
-	require.NoError(t, runFigure("quiet", func(s *figure) { s.Cleanup(func() {}) }))
+	require.NoError(t, r.runFigure("quiet", func(s *figure) { s.Cleanup(func() {}) }))
 }

@@ -11,49 +11,36 @@ import (
 
 // On loopback a round trip costs microseconds, so one transaction per message is nearly
 // free and every figure is bound by CPU. A service reaches CloudAMQP and a managed Postgres
-// over a network; delayProxy adds a fixed one-way delay to every byte in both directions
-// (order kept, throughput not limited) to show what round trips cost.
-type delayProxy struct {
-	*testenv.Proxy
+// over a network; delay is a proxy's testenv.Copy that adds a fixed one-way delay to every
+// byte in both directions (order kept, throughput not limited) to show what round trips cost.
+type delay struct {
 	oneWay time.Duration
 	// counts are the round trips of each client connection, by the client's address.
 	counts sync.Map // string → *turnCount
 }
 
+func newDelay(rtt time.Duration) *delay { return &delay{oneWay: rtt / 2} }
+
 // turnsOf is how many round trips the client connection from addr has made.
-func (p *delayProxy) turnsOf(addr string) int64 {
+func (p *delay) turnsOf(addr string) int64 {
 	if c, ok := p.counts.Load(addr); ok {
 		return c.(*turnCount).turns.Load()
 	}
 	return 0
 }
 
-func newDelayProxy(s *figure, target string, rtt time.Duration) *delayProxy {
-	p := &delayProxy{oneWay: rtt / 2}
-	p.Proxy = listenProxy(s, target, p.copy)
-	return p
-}
-
-// throughDelay is rawURL, an AMQP URL or a Postgres DSN, reaching its host through a delay
-// proxy of rtt.
+// throughDelay is rawURL, an AMQP URL or a Postgres DSN, reaching its host through a
+// proxy that delays by rtt, cut when the figure ends.
 func throughDelay(s *figure, rawURL string, rtt time.Duration) string {
-	u, _ := throughDelayProxy(s, rawURL, rtt)
-	return u
-}
-
-// throughDelayProxy is throughDelay, and the proxy.
-func throughDelayProxy(s *figure, rawURL string, rtt time.Duration) (string, *delayProxy) {
 	u, err := url.Parse(rawURL)
 	s.check(err, "parse a URL to delay")
-	p := newDelayProxy(s, u.Host, rtt)
-	u.Host = p.Addr()
-	return u.String(), p
+	u.Host = delayProxy(s, u.Host, rtt).Addr()
+	return u.String()
 }
 
-// listenProxy is a proxy to target whose connections move their bytes with copy; it is
-// cut when the figure ends.
-func listenProxy(s *figure, target string, copy testenv.Copy) *testenv.Proxy {
-	p, err := testenv.ListenProxy(target, copy)
+// delayProxy is a proxy to target that delays by rtt, cut when the figure ends.
+func delayProxy(s *figure, target string, rtt time.Duration) *testenv.Proxy {
+	p, err := testenv.ListenProxy(target, newDelay(rtt).copy)
 	s.check(err, "proxy")
 	s.Cleanup(p.Cut)
 	return p
@@ -66,7 +53,7 @@ type chunk struct {
 
 // copy delays every chunk by the one-way time, keeping order: a reader stamps chunks
 // as they arrive and the writer releases each when it is due.
-func (p *delayProxy) copy(dst, src net.Conn, toServer bool) {
+func (p *delay) copy(dst, src net.Conn, toServer bool) {
 	client := dst
 	if toServer {
 		client = src
@@ -127,7 +114,7 @@ func measureRTT(s *figure, rtt time.Duration) time.Duration {
 			}
 		}
 	}()
-	p := newDelayProxy(s, l.Addr().String(), rtt)
+	p := delayProxy(s, l.Addr().String(), rtt)
 	c, err := net.Dial("tcp", p.Addr())
 	s.check(err, "dial delay proxy")
 	defer c.Close()

@@ -13,7 +13,7 @@ func TestDelayProxyAddsTheRoundTrip(t *testing.T) {
 	var dsn, amqpURL string
 	var rtt time.Duration
 	// runFigure runs the figure in a goroutine of its own: the assertions wait for it.
-	require.NoError(t, runFigure("delay", func(s *figure) {
+	require.NoError(t, (&run{started: time.Now()}).runFigure("delay", func(s *figure) {
 		dsn = throughDelay(s, "postgres://postgres@127.0.0.1:5432/bs_1?sslmode=disable", 2*time.Millisecond)
 		amqpURL = throughDelay(s, "amqp://guest:guest@127.0.0.1:5672/bs-test-x", 2*time.Millisecond)
 		rtt = measureRTT(s, 5*time.Millisecond)

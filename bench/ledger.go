@@ -12,8 +12,8 @@ import (
 
 	"github.com/brokerswitch/brokerswitch/broker"
 	"github.com/brokerswitch/brokerswitch/ingest"
-	"github.com/brokerswitch/brokerswitch/internal/testenv"
 	"github.com/brokerswitch/brokerswitch/models"
+	"github.com/brokerswitch/brokerswitch/models/modelstest"
 	"github.com/brokerswitch/brokerswitch/payloads"
 )
 
@@ -50,7 +50,7 @@ func runLedger(s *figure, events, runs int, rows int64, randomIDs bool) ledgerRe
 	res := ledgerResult{Rows: rows, RandomIDs: randomIDs, Events: 200}
 	res.Fill = fillLedger(s, full, rows, randomIDs)
 	corpusOf := func(n int) []payloads.Event {
-		evs := corpus(n)
+		evs := s.corpus(n)
 		if randomIDs {
 			for i := range evs {
 				evs[i].DeliveryID = uuid.NewString()
@@ -72,7 +72,7 @@ func runLedger(s *figure, events, runs int, rows int64, randomIDs bool) ledgerRe
 		slices.Reverse(sides)
 		for _, side := range sides {
 			rate := applyCorpus(s, side.db, corpusOf(events))
-			logf("ledger: %s run %d: %.0f events/s", side.name, r, rate)
+			s.logf("ledger: %s run %d: %.0f events/s", side.name, r, rate)
 			*side.rates = append(*side.rates, rate)
 		}
 		res.Events += events
@@ -90,14 +90,8 @@ func runLedger(s *figure, events, runs int, rows int64, randomIDs bool) ledgerRe
 
 // ledgerDatabase is a fresh migrated database, dropped when s closes.
 func ledgerDatabase(s *figure) *gorm.DB {
-	ctx := context.Background()
-	db, err := models.Open(ctx, testenv.NewDatabase(s))
-	s.check(err, "open database")
-	sqlDB, err := db.DB()
-	s.check(err, "database handle")
-	// Registered after NewDatabase's drop, so it runs first.
-	s.Cleanup(func() { _ = sqlDB.Close() })
-	s.check(models.Migrate(ctx, sqlDB), "migrate")
+	db, dsn := modelstest.NewDB(s)
+	s.cpu.ownDatabase(dsn)
 	return db
 }
 
@@ -131,16 +125,16 @@ func fillLedger(s *figure, db *gorm.DB, rows int64, randomIDs bool) time.Duratio
 			SELECT `+id+`, 'pull_request', 'synchronize', 'pull_requests', 0, 'applied', at, at, sha256(g::text::bytea)
 			  FROM generate_series(?::bigint, ?::bigint) g, LATERAL (SELECT now() - (? - g) * interval '50 milliseconds' AS at) AS received`,
 			from, to, rows).Error, "fill the ledger")
-		logf("ledger: %s of %s rows written (%s)", commas(to), commas(rows), time.Since(start).Round(time.Second))
+		s.logf("ledger: %s of %s rows written (%s)", commas(to), commas(rows), time.Since(start).Round(time.Second))
 	}
 	// The indexes of migrations 0001 and 0008, under their names.
 	s.check(db.WithContext(ctx).Exec(`CREATE UNIQUE INDEX github_deliveries_key_idx ON github_deliveries (github_delivery_key(delivery_id));
 		CREATE INDEX github_deliveries_received_at_idx ON github_deliveries (received_at);
 		CREATE INDEX github_deliveries_errors_idx ON github_deliveries (received_at) WHERE outcome = 'error'`).Error, "index the ledger")
-	logf("ledger: indexed (%s)", time.Since(start).Round(time.Second))
+	s.logf("ledger: indexed (%s)", time.Since(start).Round(time.Second))
 	s.check(db.WithContext(ctx).Exec("VACUUM ANALYZE github_deliveries").Error, "vacuum the ledger")
 	took := time.Since(start)
-	logf("ledger: %s rows written and vacuumed in %s", commas(rows), took.Round(time.Second))
+	s.logf("ledger: %s rows written and vacuumed in %s", commas(rows), took.Round(time.Second))
 	return took
 }
 

@@ -7,7 +7,7 @@
 package main
 
 import (
-	"context"
+	"encoding/json"
 	"flag"
 	"fmt"
 	"os"
@@ -52,7 +52,7 @@ func main() {
 	flag.IntVar(&o.catchUp, "catchup", 50000, "backlog on the old broker at rotation for the catch-up figure")
 	flag.IntVar(&o.drain, "drain", 3000, "messages per Leftover Drain throughput run")
 	flag.IntVar(&o.capLeftover, "cap-leftover", 1200, "leftover events for the 500-per-cycle cap demonstration")
-	flag.StringVar(&o.only, "only", "", "comma-separated figures to run (a,b,product,rtt,lag,drain,cap,actions,catchup,ledger,clock,rss); empty: all")
+	flag.StringVar(&o.only, "only", "", "comma-separated figures to run ("+strings.Join(figureNames(), ",")+"); empty: all")
 	flag.Int64Var(&o.ledgerRows, "ledger-rows", 10_000_000, "ledger rows written in SQL beside which the 'ledger' figure measures the apply rate (about 3 GB of disk while it runs)")
 	flag.BoolVar(&o.ledgerRandom, "ledger-random-ids", false, "the 'ledger' figure's delivery ids are random version-4 GUIDs instead of GitHub's time-based version-1 ones")
 	flag.IntVar(&o.rssMessages, "rss-messages", 12, "pushes of 25 MB in the peak-RSS figure's first two cases")
@@ -64,7 +64,11 @@ func main() {
 	flag.StringVar(&o.reportFrom, "report-from", "", "measure nothing: rewrite the table, the report and its charts from a -json file")
 	flag.StringVar(&o.keepLogs, "logs", "", "folder for the worker process's logs (default: a temporary folder)")
 	flag.Parse()
-	if err := run(o); err != nil {
+	r, err := newRun(o)
+	if err == nil {
+		err = r.measure()
+	}
+	if err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)
 		os.Exit(1)
 	}
@@ -82,214 +86,142 @@ func (o options) wants(figure string) bool {
 	return false
 }
 
-func run(o options) error {
-	if err := buildTemplates(); err != nil {
-		return err
-	}
-	if o.reportFrom != "" {
-		return rewriteReport(o)
-	}
-	res := &results{
-		Settings: settings{Runs: o.runs, Events: o.events, RTT: o.rtt, RTTEvents: o.rttEvents, LagBurst: o.lagBurst},
-		Machine:  describeMachine(), Command: commandLine(),
-	}
-	logf("machine: %d CPUs (%s), %.1f GiB, %s", res.Machine.CPUs, res.Machine.CPUModel, res.Machine.MemoryGiB, res.Machine.Go)
-
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	srv, err := testenv.StartTemporal(ctx)
-	cancel()
-	if err != nil {
-		return err
-	}
-	temporalServer = srv
-	defer func() { _ = srv.Stop() }()
-
-	clock.start()
-	// Other work on the machine skews every figure: measure it and say so.
-	idle := startCPU()
-	time.Sleep(3 * time.Second)
-	res.Background = idle.Stop()
-	res.LoadAvg = firstLine(exec.Command("cat", "/proc/loadavg"))
-	logf("background before measuring: %s; load average %s", res.Background, res.LoadAvg)
-	if others := res.Background.others(res.Machine.CPUs); others > 0.10 {
-		logf("WARNING: other processes keep %.0f%% of the CPUs busy before the benchmark starts; the figures will be low", 100*others)
-	}
-
-	logDir := o.keepLogs
-	if logDir == "" {
-		if logDir, err = os.MkdirTemp("", "brokerswitch-bench-"); err != nil {
-			return err
-		}
-		defer os.RemoveAll(logDir)
-	}
-
-	sample := corpus(o.events)
-	res.Corpus = describe(sample)
-	res.Events = o.events
-	logf("corpus: %d events, %v per queue, %.1f–%.1f KB (mean %.1f KB)",
-		len(sample), res.Corpus.PerQueue, res.Corpus.MinKB, res.Corpus.MaxKB, res.Corpus.AvgKB)
-
-	// Throughput: the runs are interleaved so that drift on the machine hits every figure.
-	for r := 1; r <= o.runs; r++ {
-		if o.wants("a") {
-			for _, pf := range []int{1, 100} {
-				res.record(runFigure(fmt.Sprintf("baseline A prefetch %d run %d", pf, r), func(s *figure) {
-					t := runBaselineA(s, corpus(o.events), pf)
-					logf("baseline A prefetch %d run %d: %.0f msg/s (%s)", pf, r, t.rate(), t.CPU)
-					if pf == 1 {
-						res.A1 = append(res.A1, t)
-					} else {
-						res.A100 = append(res.A100, t)
-					}
-				}))
-			}
-		}
-		if o.wants("b") {
-			res.record(runFigure(fmt.Sprintf("baseline B run %d", r), func(s *figure) {
-				t := runBaselineB(s, corpus(o.events), 0)
-				logf("baseline B run %d: %.0f msg/s (%s)", r, t.rate(), t.CPU)
-				res.B = append(res.B, t)
-			}))
-		}
-		if o.wants("product") {
-			res.record(runFigure(fmt.Sprintf("end to end run %d", r), func(s *figure) {
-				profile := ""
-				if r == o.runs {
-					profile = o.cpuProfile
-				}
-				t := runProduct(s, corpus(o.events), profile, 0)
-				logf("end to end run %d: %.0f msg/s, first applied %s after start (%s)", r, t.rate(), t.Startup.Round(time.Millisecond), t.CPU)
-				res.Product = append(res.Product, t)
-			}))
-		}
-		if o.wants("rtt") && o.rtt > 0 {
-			if res.MeasuredRTT == 0 {
-				res.record(runFigure("measure RTT", func(s *figure) {
-					res.MeasuredRTT = measureRTT(s, o.rtt)
-					logf("injected RTT %s measures %s", o.rtt, res.MeasuredRTT.Round(10*time.Microsecond))
-				}))
-			}
-			res.record(runFigure(fmt.Sprintf("baseline B with %s RTT run %d", o.rtt, r), func(s *figure) {
-				t := runBaselineB(s, corpus(o.rttEvents), o.rtt)
-				logf("baseline B with %s RTT run %d: %.0f msg/s (%s)", o.rtt, r, t.rate(), t.CPU)
-				res.BRTT = append(res.BRTT, t)
-			}))
-			res.record(runFigure(fmt.Sprintf("end to end with %s RTT run %d", o.rtt, r), func(s *figure) {
-				t := runProduct(s, corpus(o.events), "", o.rtt)
-				logf("end to end with %s RTT run %d: %.0f msg/s (%s)", o.rtt, r, t.rate(), t.CPU)
-				res.ProductRTT = append(res.ProductRTT, t)
-			}))
-		}
-	}
-
-	if o.wants("lag") {
-		perRun := (o.lagRotations + o.runs - 1) / o.runs
-		for _, cfg := range lagConfigs(o, perRun) {
-			for r := 1; r <= o.runs; r++ {
-				res.record(runFigure(fmt.Sprintf("switch lag %s run %d", cfg.Name, r), func(s *figure) {
-					lr := runLag(s, cfg)
-					logf("switch lag %s run %d: %s", cfg.Name, r, summarizeLags(lr.Rotations))
-					res.addLag(cfg, lr)
-				}))
-			}
-		}
-	}
-
-	if o.wants("drain") {
-		for r := 1; r <= o.runs; r++ {
-			res.record(runFigure(fmt.Sprintf("leftover drain run %d", r), func(s *figure) {
-				d := runDrain(s, o.drain)
-				logf("leftover drain run %d: ack only %.0f msg/s, with ingest %.0f msg/s", r, d.Raw.rate(), d.Ingest.rate())
-				res.Drain = append(res.Drain, d)
-			}))
-		}
-	}
-	if o.wants("cap") {
-		res.record(runFigure("leftover drain cap", func(s *figure) {
-			c := runCap(s, o.capLeftover, 5*time.Second)
-			logf("leftover cap: %d leftovers taken %v per cycle, cleared in %s", c.Leftover, c.PerCycle, c.Cleared.Round(time.Millisecond))
-			res.Cap = &c
-		}))
-	}
-
-	if o.wants("ledger") {
-		res.record(runFigure("ledger", func(s *figure) {
-			l := runLedger(s, o.events, o.runs, o.ledgerRows, o.ledgerRandom)
-			logf("ledger: empty %.0f events/s, beside %s rows %.0f events/s", median(l.Empty), commas(l.Rows), median(l.Full))
-			res.Ledger = &l
-		}))
-	}
-
-	if o.wants("clock") {
-		res.record(runFigure("entity clock", func(s *figure) {
-			c := runEntityClock(s, o.events, o.runs)
-			logf("entity clock: no clock %.0f events/s, newer %.0f, half older %.0f", median(c.NoClock), median(c.Newer), median(c.HalfOlder))
-			res.EntityClock = &c
-		}))
-	}
-
-	if o.wants("actions") {
-		res.record(runFigure("temporal actions", func(s *figure) {
-			a := runActions(s, 20, buildBinary(s, logDir), logDir)
-			logf("temporal actions: idle %s/month (%.0f over %s: %s; %.0f per window restart); per switch %.0f; take-over %s; straggler %s",
-				commas(int64(a.idlePerMonth())), total(a.Idle), a.IdlePeriod.Round(time.Second), byTypeOrNone(a.Idle), total(a.Turnover),
-				total(a.Switch), a.Takeover.Round(100*time.Millisecond), a.StragglerLag.Round(100*time.Millisecond))
-			res.Actions = &a
-		}))
-	}
-
-	if o.wants("catchup") {
-		res.record(runFigure("catch-up", func(s *figure) {
-			binary := buildBinary(s, logDir)
-			c := runCatchUp(s, o.catchUp, 1000, binary, logDir, 0)
-			logf("catch-up: %d backlog + %d new applied and switched in %s (old drained at %s, switch at %s), peak RSS %.0f MB (%s)",
-				c.Backlog, c.OnNew, c.Done.Round(time.Millisecond), c.OldApplied.Round(time.Millisecond),
-				c.SwitchDone.Round(time.Millisecond), c.PeakRSSMB, c.CPU)
-			res.CatchUp = &c
-			if o.rtt > 0 {
-				c := runCatchUp(s, o.catchUp, 1000, binary, logDir, o.rtt)
-				logf("catch-up with %s RTT: applied and switched in %s, peak RSS %.0f MB (%s)", o.rtt, c.Done.Round(time.Millisecond), c.PeakRSSMB, c.CPU)
-				res.CatchUpRTT = &c
-			}
-		}))
-	}
-
-	if o.wants("rss") {
-		res.record(runFigure("peak RSS", func(s *figure) {
-			binary := buildBinary(s, logDir)
-			for _, c := range rssCases(o.rssMessages) {
-				r := runRSS(s, c, binary, logDir)
-				logf("peak RSS, %s: PREFETCH %d, MEMORY_LIMIT %q (worst case %.0f MiB): peak RSS %.0f MB; %d applied and %d moved to -error in %s",
-					c.name, r.Prefetch, r.MemoryLimit, r.WorstCaseMB, r.PeakRSSMB, r.Messages, r.ToError, r.Done.Round(time.Millisecond))
-				res.RSS = append(res.RSS, r)
-			}
-		}))
-	}
-
-	res.ClockSteps, res.ClockLargestStep, res.ClockSlew = clock.steps()
-	if res.ClockSteps > 0 || res.ClockSlew.Abs() > time.Millisecond {
-		logf("the wall clock stepped %d times (largest %s) and was slewed by %s per second", res.ClockSteps, res.ClockLargestStep, res.ClockSlew)
-	}
-	if o.jsonOut != "" {
-		if err := res.save(o.jsonOut); err != nil {
-			return err
-		}
-	}
-	if err := res.publish(o); err != nil {
-		return err
-	}
-	logf("done in %s", time.Since(start).Round(time.Second))
-	if len(res.Failures) > 0 {
-		return fmt.Errorf("%d figure(s) failed: %s", len(res.Failures), strings.Join(res.Failures, "; "))
-	}
-	return nil
+// measurement is one named figure, as -only names it. A figure measured each round is
+// interleaved with the others, so that drift on the machine hits every figure; the others
+// run once, after them, in this order.
+type measurement struct {
+	name      string
+	eachRound bool
+	measure   func(r *run, round int)
 }
 
-// buildBinary builds `brokerswitch` into dir, for the figures that run it as a process.
-func buildBinary(s *figure, dir string) string {
-	binary, err := testenv.BuildWorker(dir)
-	s.check(err, "build ./cmd/brokerswitch")
-	return binary
+// figures are every measurement of the benchmark, by name.
+func figures() []measurement {
+	return []measurement{
+		{"a", true, (*run).baselineA},
+		{"b", true, (*run).baselineB},
+		{"product", true, (*run).product},
+		{"rtt", true, (*run).withRTT},
+		{"lag", false, (*run).lag},
+		{"drain", false, (*run).drain},
+		{"cap", false, (*run).leftoverCap},
+		{"ledger", false, (*run).ledger},
+		{"clock", false, (*run).entityClock},
+		{"actions", false, (*run).actions},
+		{"catchup", false, (*run).catchUp},
+		{"rss", false, (*run).peakRSS},
+	}
+}
+
+// figureNames are the figures' names, in the order they run.
+func figureNames() []string {
+	var out []string
+	for _, f := range figures() {
+		out = append(out, f.name)
+	}
+	return out
+}
+
+// picked are the figures -only asks for, in the order they run.
+func (o options) picked() []measurement {
+	var out []measurement
+	for _, f := range figures() {
+		if o.wants(f.name) {
+			out = append(out, f)
+		}
+	}
+	return out
+}
+
+// measure starts the dev server, measures the picked figures and writes the report.
+func (r *run) measure() error {
+	if r.o.reportFrom != "" {
+		return r.publish(nil)
+	}
+	r.res = &results{
+		Settings: settings{Runs: r.o.runs, Events: r.o.events, RTT: r.o.rtt, RTTEvents: r.o.rttEvents, LagBurst: r.o.lagBurst},
+		Machine:  describeMachine(), Command: commandLine(),
+	}
+	res := r.res
+	r.logf("machine: %d CPUs (%s), %.1f GiB, %s", res.Machine.CPUs, res.Machine.CPUModel, res.Machine.MemoryGiB, res.Machine.Go)
+	return testenv.WithTemporal(func(srv *testenv.Temporal) error {
+		r.temporal = srv
+		r.cpu.ownTemporal(srv.Address())
+		r.clock.start()
+		defer r.clock.halt()
+		// Other work on the machine skews every figure: measure it and say so.
+		idle := r.cpu.startCPU()
+		time.Sleep(3 * time.Second)
+		res.Background = idle.Stop()
+		res.LoadAvg = firstLine(exec.Command("cat", "/proc/loadavg"))
+		r.logf("background before measuring: %s; load average %s", res.Background, res.LoadAvg)
+		if others := res.Background.others(res.Machine.CPUs); others > 0.10 {
+			r.logf("WARNING: other processes keep %.0f%% of the CPUs busy before the benchmark starts; the figures will be low", 100*others)
+		}
+		r.logDir = r.o.keepLogs
+		if r.logDir == "" {
+			dir, err := os.MkdirTemp("", "brokerswitch-bench-")
+			if err != nil {
+				return err
+			}
+			defer os.RemoveAll(dir)
+			r.logDir = dir
+		}
+		res.Corpus = describe(r.corpus(r.o.events))
+		res.Events = r.o.events
+		r.logf("corpus: %d events, %v per queue, %.1f–%.1f KB (mean %.1f KB)",
+			r.o.events, res.Corpus.PerQueue, res.Corpus.MinKB, res.Corpus.MaxKB, res.Corpus.AvgKB)
+
+		picked := r.o.picked()
+		for round := 1; round <= r.o.runs; round++ {
+			for _, f := range picked {
+				if f.eachRound {
+					f.measure(r, round)
+				}
+			}
+		}
+		for _, f := range picked {
+			if !f.eachRound {
+				f.measure(r, 0)
+			}
+		}
+		res.ClockSteps, res.ClockLargestStep, res.ClockSlew = r.clock.steps()
+		if res.ClockSteps > 0 || res.ClockSlew.Abs() > time.Millisecond {
+			r.logf("the wall clock stepped %d times (largest %s) and was slewed by %s per second", res.ClockSteps, res.ClockLargestStep, res.ClockSlew)
+		}
+		if err := r.publish(res); err != nil {
+			return err
+		}
+		r.logf("done in %s", time.Since(r.started).Round(time.Second))
+		if len(res.Failures) > 0 {
+			return fmt.Errorf("%d figure(s) failed: %s", len(res.Failures), strings.Join(res.Failures, "; "))
+		}
+		return nil
+	})
+}
+
+// publish saves res (nil: the -report-from file's) as JSON and writes the report.
+func (r *run) publish(res *results) error {
+	if res == nil {
+		data, err := os.ReadFile(r.o.reportFrom)
+		if err != nil {
+			return err
+		}
+		res = &results{}
+		if err := json.Unmarshal(data, res); err != nil {
+			return fmt.Errorf("decode %s: %w", r.o.reportFrom, err)
+		}
+	} else if r.o.jsonOut != "" {
+		if err := res.save(r.o.jsonOut); err != nil {
+			return err
+		}
+		r.logf("raw figures written to %s", r.o.jsonOut)
+	}
+	if err := res.publish(r.o); err != nil {
+		return err
+	}
+	r.logf("report written to %s", r.o.out)
+	return nil
 }
 
 // lagConfigs are the switch-lag scenarios: the default drain check interval and a tuned

@@ -21,8 +21,8 @@ const producerConnection = "bench-producer"
 
 // newProducer is a producer on urls, broker 0 first, declaring queues as t says; it is
 // closed when the figure ends. It never notifies: the figures that rotate tell the service
-// themselves (stack.notify).
-func newProducer(s *figure, t broker.Topology, urls ...string) *simulate.Producer {
+// themselves (stack.Notify).
+func (s *figure) newProducer(t broker.Topology, urls ...string) *simulate.Producer {
 	eps, err := broker.ParseEndpoints(strings.Join(urls, ","))
 	s.check(err, "producer endpoints")
 	p, err := simulate.New(simulate.Config{
@@ -46,8 +46,8 @@ func messages(extra amqp.Table, events ...payloads.Event) []simulate.Message {
 
 // publishAll publishes events to a vhost of its own at url, declaring the service's
 // default topology there, and closes the producer once every message is confirmed.
-func publishAll(s *figure, url string, events []payloads.Event) {
-	p := newProducer(s, broker.Topology{}, url)
+func (s *figure) publishAll(url string, events []payloads.Event) {
+	p := s.newProducer(broker.Topology{}, url)
 	s.check(p.Publish(context.Background(), messages(nil, events...)...), "publish")
 	_ = p.Close()
 }

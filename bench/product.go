@@ -15,11 +15,10 @@ import (
 
 	"github.com/brokerswitch/brokerswitch/broker"
 	"github.com/brokerswitch/brokerswitch/ingest"
+	"github.com/brokerswitch/brokerswitch/internal/testenv"
 	"github.com/brokerswitch/brokerswitch/payloads"
 	"github.com/brokerswitch/brokerswitch/workflows"
 )
-
-var windowID = workflows.QueueWindowWorkflowID
 
 const switchID = workflows.BrokerSwitchWorkflowID
 
@@ -28,7 +27,7 @@ const switchID = workflows.BrokerSwitchWorkflowID
 // the ledger holds every one of them as applied.
 func runProduct(s *figure, events []payloads.Event, cpuProfile string, rtt time.Duration) throughput {
 	ctx := context.Background()
-	st := newStack(s, 1, stackOptions{rtt: rtt, env: map[string]string{"CONSUMER_WINDOW": "1m", "DRAIN_CHECK_INTERVAL": "250ms"}})
+	st := s.newStack(1, stackOptions{rtt: rtt, env: map[string]string{"CONSUMER_WINDOW": "1m", "DRAIN_CHECK_INTERVAL": "250ms"}})
 	st.publish(0, events, nil)
 	if cpuProfile != "" {
 		f, err := os.Create(cpuProfile)
@@ -36,9 +35,9 @@ func runProduct(s *figure, events []payloads.Event, cpuProfile string, rtt time.
 		s.check(pprof.StartCPUProfile(f), "cpu profile")
 		defer func() { pprof.StopCPUProfile(); f.Close() }()
 	}
-	meter := startCPU()
+	meter := s.cpu.startCPU()
 	began := time.Now()
-	stop := st.startWorker()
+	stop := st.StartWorker()
 	s.check(st.waitApplied(ctx, int64(len(events)), 5*time.Minute), "product")
 	elapsed := time.Since(began)
 	cpu := meter.Stop()
@@ -52,12 +51,12 @@ func runProduct(s *figure, events []payloads.Event, cpuProfile string, rtt time.
 		Queue string
 		Last  time.Time
 	}
-	s.check(st.db.WithContext(ctx).Raw("SELECT queue, max(applied_at) AS last FROM github_deliveries GROUP BY queue").Scan(&lasts).Error, "ledger")
+	s.check(st.DB.WithContext(ctx).Raw("SELECT queue, max(applied_at) AS last FROM github_deliveries GROUP BY queue").Scan(&lasts).Error, "ledger")
 	done := map[string]time.Duration{}
 	for _, l := range lasts {
-		done[l.Queue] = clock.mono(l.Last).Sub(began)
+		done[l.Queue] = s.clock.mono(l.Last).Sub(began)
 	}
-	return throughput{N: len(events), Elapsed: elapsed, CPU: cpu, Startup: clock.mono(first).Sub(began), QueueDone: done,
+	return throughput{N: len(events), Elapsed: elapsed, CPU: cpu, Startup: s.clock.mono(first).Sub(began), QueueDone: done,
 		Batches: st.batches.summary(st.pgCounted)}
 }
 
@@ -99,19 +98,19 @@ type lagResult struct {
 func runLag(s *figure, cfg lagConfig) lagResult {
 	ctx := context.Background()
 	const brokers = 3
-	st := newStack(s, brokers, stackOptions{count: true, env: map[string]string{"DRAIN_CHECK_INTERVAL": cfg.DrainInterval}})
-	stop := st.startWorker()
+	st := s.newStack(brokers, stackOptions{count: true, env: map[string]string{"DRAIN_CHECK_INTERVAL": cfg.DrainInterval}})
+	stop := st.StartWorker()
 
 	// One producer rotates over the brokers; each Publish returns once confirmed, so every
 	// publish to the old broker is confirmed before it moves on, as a producer that rotates
 	// because the broker refused it would have them.
 	producer := st.producer()
 	// Warm up: the windows are consuming broker 0 once one event went through.
-	s.check(producer.Publish(ctx, messages(nil, corpus(1)...)...), "warm-up")
+	s.check(producer.Publish(ctx, messages(nil, s.corpus(1)...)...), "warm-up")
 	s.check(st.waitApplied(ctx, 1, time.Minute), "warm-up")
 	trafficBefore := totalTraffic(st)
 	rpcBefore := st.rpc.snapshot()
-	meter := startCPU()
+	meter := s.cpu.startCPU()
 
 	// The producer goroutine publishes at cfg.Rate to the current broker; epochOf records,
 	// for each delivery id, the epoch (rotation count) it was published in.
@@ -132,7 +131,7 @@ func runLag(s *figure, cfg lagConfig) lagResult {
 		produced.Add(int64(len(evs)))
 		return producer.Publish(ctx, messages(nil, evs...)...)
 	}
-	stream := &eventStream{}
+	stream := &eventStream{c: s.corpusMaker}
 	go func() {
 		tick := time.NewTicker(time.Duration(float64(time.Second) / cfg.Rate))
 		defer tick.Stop()
@@ -156,7 +155,7 @@ func runLag(s *figure, cfg lagConfig) lagResult {
 	for i := 1; i <= cfg.Rotations; i++ {
 		time.Sleep(cfg.Epoch)
 		if cfg.Burst > 0 {
-			s.check(publish(corpus(cfg.Burst)...), "burst")
+			s.check(publish(s.corpus(cfg.Burst)...), "burst")
 		}
 		next := i % brokers
 		mu.Lock()
@@ -165,13 +164,13 @@ func runLag(s *figure, cfg lagConfig) lagResult {
 		rotatedAt[i] = time.Now()
 		mu.Unlock()
 		s.check(err, "rotate")
-		s.check(st.notify(next, rotatedAt[i]), "notify")
-		s.check(waitUntil(ctx, 2*time.Minute, fmt.Sprintf("switch %d to broker %d", i, next), func() (bool, error) {
+		st.Notify(next, rotatedAt[i])
+		s.check(testenv.WaitUntil(ctx, 2*time.Minute, fmt.Sprintf("switch %d to broker %d", i, next), func() (bool, error) {
 			return st.switched(ctx, next)
 		}), "switch")
 		committedAt[i] = time.Now()
 		// The next rotation starts once the new broker's events are being applied.
-		s.check(waitUntil(ctx, 2*time.Minute, "first event of the new broker applied", func() (bool, error) {
+		s.check(testenv.WaitUntil(ctx, 2*time.Minute, "first event of the new broker applied", func() (bool, error) {
 			var n int64
 			mu.Lock()
 			var ids []string
@@ -184,10 +183,10 @@ func runLag(s *figure, cfg lagConfig) lagResult {
 			if len(ids) == 0 {
 				return false, nil
 			}
-			err := st.db.WithContext(ctx).Raw("SELECT count(*) FROM github_deliveries WHERE delivery_id IN ? AND applied_at IS NOT NULL", ids).Scan(&n).Error
+			err := st.DB.WithContext(ctx).Raw("SELECT count(*) FROM github_deliveries WHERE delivery_id IN ? AND applied_at IS NOT NULL", ids).Scan(&n).Error
 			return n > 0, err
 		}), "new broker")
-		logf("  %s: rotation %d/%d to broker %d committed after %s", cfg.Name, i, cfg.Rotations, next, committedAt[i].Sub(rotatedAt[i]).Round(time.Millisecond))
+		s.logf("  %s: rotation %d/%d to broker %d committed after %s", cfg.Name, i, cfg.Rotations, next, committedAt[i].Sub(rotatedAt[i]).Round(time.Millisecond))
 	}
 	time.Sleep(cfg.Epoch)
 	close(stopProd)
@@ -207,7 +206,7 @@ func runLag(s *figure, cfg lagConfig) lagResult {
 			heartbeats += n
 		}
 	}
-	footprint, err := rabbitFootprint(st.vhosts)
+	footprint, err := rabbitFootprint(st.Vhosts)
 	s.check(err, "rabbitmqctl")
 
 	applied, err := st.appliedTimes(ctx)
@@ -220,7 +219,7 @@ func runLag(s *figure, cfg lagConfig) lagResult {
 		if !ok {
 			s.Fatalf("delivery %s of epoch %d not applied", id, e)
 		}
-		at := clock.mono(wall)
+		at := s.clock.mono(wall)
 		if l, ok := lastOf[e]; !ok || at.After(l) {
 			lastOf[e] = at
 		}
@@ -244,11 +243,14 @@ func runLag(s *figure, cfg lagConfig) lagResult {
 
 // eventStream hands out the corpus one event at a time, in publishing order, so that a
 // steady producer feeds every queue as the corpus does.
-type eventStream struct{ buf []payloads.Event }
+type eventStream struct {
+	c   *corpusMaker
+	buf []payloads.Event
+}
 
 func (e *eventStream) next() payloads.Event {
 	if len(e.buf) == 0 {
-		e.buf = corpus(len(templates))
+		e.buf = e.c.corpus(len(e.c.templates))
 	}
 	ev := e.buf[0]
 	e.buf = e.buf[1:]
@@ -257,17 +259,17 @@ func (e *eventStream) next() payloads.Event {
 
 // dialed is how many TCP connections went through each broker's proxy.
 func dialed(st *stack) []int {
-	out := make([]int, len(st.proxies))
-	for i, p := range st.proxies {
-		out[i] = int(p.counts.Connections.Load())
+	out := make([]int, len(st.frames))
+	for i, p := range st.frames {
+		out[i] = int(p.Connections.Load())
 	}
 	return out
 }
 
 func totalTraffic(st *stack) snapshot {
 	var t snapshot
-	for _, p := range st.proxies {
-		t = t.plus(p.counts.snapshot())
+	for _, p := range st.frames {
+		t = t.plus(p.snapshot())
 	}
 	return t
 }
@@ -292,40 +294,40 @@ type catchUpResult struct {
 // default settings and waits until everything is applied and the switch completed. With
 // rtt > 0 the worker reaches RabbitMQ and Postgres through delay proxies instead of the
 // counting ones, so the frame counts stay empty.
-func runCatchUp(s *figure, backlog, onNew int, binary, logDir string, rtt time.Duration) catchUpResult {
+func runCatchUp(s *figure, backlog, onNew int, rtt time.Duration) catchUpResult {
 	ctx := context.Background()
 	// Default CONSUMER_WINDOW, DRAIN_CHECK_INTERVAL, PREFETCH.
-	st := newStack(s, 2, stackOptions{count: rtt == 0, rtt: rtt})
+	st := s.newStack(2, stackOptions{count: rtt == 0, rtt: rtt})
 	res := catchUpResult{Backlog: backlog, OnNew: onNew}
 	began := time.Now()
 	// Published in chunks so the corpus never sits whole in memory.
 	p := st.producer()
 	for left := backlog; left > 0; left -= 1000 {
-		s.check(p.PublishTo(ctx, 0, messages(nil, corpus(min(left, 1000))...)...), "publish backlog")
+		s.check(p.PublishTo(ctx, 0, messages(nil, s.corpus(min(left, 1000))...)...), "publish backlog")
 	}
-	s.check(p.PublishTo(ctx, 1, messages(nil, corpus(onNew)...)...), "publish to the new broker")
+	s.check(p.PublishTo(ctx, 1, messages(nil, s.corpus(onNew)...)...), "publish to the new broker")
 	_ = p.Close()
 	res.Publish = time.Since(began)
-	logf("  published %d + %d events in %s", backlog, onNew, res.Publish.Round(time.Millisecond))
+	s.logf("  published %d + %d events in %s", backlog, onNew, res.Publish.Round(time.Millisecond))
 	rotated := time.Now()
-	s.check(st.notify(1, rotated), "notify")
+	st.Notify(1, rotated)
 
-	meter := startCPU()
+	meter := s.cpu.startCPU()
 	began = time.Now()
-	w := st.startWorkerProcess(binary, logDir)
+	w := st.startWorkerProcess()
 	var footprint amqpFootprint
 	var sawFootprint atomic.Bool
 	go func() {
 		// While the backlog is consumed: the steady footprint of one worker process.
 		time.Sleep(5 * time.Second)
-		if fp, err := rabbitFootprint(st.vhosts); err == nil {
+		if fp, err := rabbitFootprint(st.Vhosts); err == nil {
 			footprint = fp
 			sawFootprint.Store(true)
 		}
 	}()
 	total := int64(backlog + onNew)
 	var switchSeen time.Time
-	s.check(waitUntil(ctx, 10*time.Minute, "the catch-up", func() (bool, error) {
+	s.check(testenv.WaitUntil(ctx, 10*time.Minute, "the catch-up", func() (bool, error) {
 		if switchSeen.IsZero() {
 			if ok, err := st.switched(ctx, 1); err != nil || !ok {
 				return false, err
@@ -342,11 +344,11 @@ func runCatchUp(s *figure, backlog, onNew int, binary, logDir string, rtt time.D
 	res.Dialed = dialed(st)
 	res.SwitchDone = switchSeen.Sub(began) // seen by polling every 50 ms
 	var last time.Time
-	err := st.db.WithContext(ctx).Raw("SELECT max(applied_at) FROM github_deliveries WHERE broker_index = 0").Scan(&last).Error
+	err := st.DB.WithContext(ctx).Raw("SELECT max(applied_at) FROM github_deliveries WHERE broker_index = 0").Scan(&last).Error
 	s.check(err, "ledger")
-	res.OldApplied = clock.mono(last).Sub(began)
+	res.OldApplied = s.clock.mono(last).Sub(began)
 	if !sawFootprint.Load() {
-		footprint, err = rabbitFootprint(st.vhosts)
+		footprint, err = rabbitFootprint(st.Vhosts)
 		s.check(err, "rabbitmqctl")
 	}
 	res.Footprint = footprint
@@ -376,14 +378,10 @@ func (ackAll) HandleBatch(_ context.Context, _ string, ds []amqp.Delivery) ([]br
 // acks, once with the service's ingest handler writing the typed tables.
 func runDrain(s *figure, n int) drainResult {
 	ctx := context.Background()
-	st := newStack(s, 1, stackOptions{})
-	eps, err := broker.ParseEndpoints(st.direct[0])
-	s.check(err, "endpoints")
-	pool := broker.NewPool(eps, nil)
-	defer pool.Close()
+	st := s.newStack(1, stackOptions{})
 	const queue = "pull_requests"
 	fill := func() []payloads.Event {
-		evs := corpus(n)
+		evs := s.corpus(n)
 		for i := range evs {
 			evs[i].Queue = queue
 		}
@@ -396,12 +394,12 @@ func runDrain(s *figure, n int) drainResult {
 		handler broker.BatchHandler
 	}{
 		{&res.Raw, ackAll{}},
-		{&res.Ingest, (&ingest.Ingester{DB: st.db, MaxRetryCycles: 3, Now: time.Now}).ForBroker(0)},
+		{&res.Ingest, (&ingest.Ingester{DB: st.DB, MaxRetryCycles: 3, Now: time.Now}).ForBroker(0)},
 	} {
 		fill()
-		meter := startCPU()
+		meter := s.cpu.startCPU()
 		began := time.Now()
-		taken, err := pool.Drain(ctx, 0, queue, n, st.cfg.Prefetch, h.handler)
+		taken, err := st.Direct.Drain(ctx, 0, queue, n, st.Config.Prefetch, h.handler)
 		s.check(err, "drain")
 		*h.into = throughput{N: taken, Elapsed: time.Since(began), CPU: meter.Stop()}
 		if taken != n {
@@ -425,9 +423,9 @@ type capResult struct {
 // rest of the window.
 func runCap(s *figure, leftover int, window time.Duration) capResult {
 	ctx := context.Background()
-	st := newStack(s, 2, stackOptions{env: map[string]string{"CONSUMER_WINDOW": window.String()}})
+	st := s.newStack(2, stackOptions{env: map[string]string{"CONSUMER_WINDOW": window.String()}})
 	const queue = "pull_requests"
-	evs := corpus(leftover)
+	evs := s.corpus(leftover)
 	for i := range evs {
 		evs[i].Queue = queue
 	}
@@ -437,7 +435,7 @@ func runCap(s *figure, leftover int, window time.Duration) capResult {
 	st.publish(1, evs, amqp.Table{broker.HeaderRetryCycles: int64(1), broker.HeaderErrorQueue: queue,
 		broker.HeaderErrorAt: time.Now().UTC().Format(time.RFC3339), broker.HeaderErrorReason: "moved back by an operator"})
 	began := time.Now()
-	stop := st.startWorker()
+	stop := st.StartWorker()
 	s.check(st.waitApplied(ctx, int64(leftover), 5*time.Minute), "leftovers applied")
 	cleared := time.Since(began)
 	stop()

@@ -24,7 +24,6 @@ func (r *results) save(path string) error {
 	if err := os.WriteFile(path, data, 0o644); err != nil {
 		return fmt.Errorf("write results: %w", err)
 	}
-	logf("raw figures written to %s", path)
 	return nil
 }
 
@@ -35,19 +34,5 @@ func (r *results) publish(o options) error {
 	if err := r.writeMarkdown(o.out, report); err != nil {
 		return err
 	}
-	logf("report written to %s", o.out)
 	return nil
-}
-
-// rewriteReport regenerates the outputs from saved figures.
-func rewriteReport(o options) error {
-	data, err := os.ReadFile(o.reportFrom)
-	if err != nil {
-		return err
-	}
-	var r results
-	if err := json.Unmarshal(data, &r); err != nil {
-		return fmt.Errorf("decode %s: %w", o.reportFrom, err)
-	}
-	return r.publish(o)
 }

@@ -47,13 +47,6 @@ type results struct {
 	Failures []string
 }
 
-func (r *results) record(err error) {
-	if err != nil {
-		logf("FAILED %v", err)
-		r.Failures = append(r.Failures, err.Error())
-	}
-}
-
 func (r *results) addLag(cfg lagConfig, lr lagResult) {
 	if r.Lag == nil {
 		r.Lag, r.LagCfg = map[string][]lagResult{}, map[string]lagConfig{}

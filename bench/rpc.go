@@ -36,10 +36,10 @@ func (c *rpcCounter) snapshot() map[string]int64 {
 }
 
 // countingClient dials the namespace with every unary RPC counted.
-func countingClient(s *figure, ns string) (client.Client, *rpcCounter) {
+func (s *figure) countingClient(ns string) (client.Client, *rpcCounter) {
 	counter := &rpcCounter{calls: map[string]int64{}}
 	c, err := client.Dial(client.Options{
-		HostPort:  temporalServer.Address(),
+		HostPort:  s.temporal.Address(),
 		Namespace: ns,
 		Logger:    testenv.QuietLogger{},
 		ConnectionOptions: client.ConnectionOptions{

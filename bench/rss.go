@@ -3,12 +3,12 @@ package main
 import (
 	"context"
 	"fmt"
-	"log/slog"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/brokerswitch/brokerswitch/broker"
+	"github.com/brokerswitch/brokerswitch/internal/testenv"
 	"github.com/brokerswitch/brokerswitch/payloads"
 	"github.com/brokerswitch/brokerswitch/simulate"
 )
@@ -117,18 +117,18 @@ func publish(s *figure, p *simulate.Producer, ev payloads.Event) {
 
 // runRSS publishes a case's messages, starts `brokerswitch worker` as its own process with
 // the case's environment, and samples its resident set until all are applied or moved.
-func runRSS(s *figure, c rssCase, binary, logDir string) rssResult {
+func runRSS(s *figure, c rssCase) rssResult {
 	ctx := context.Background()
-	st := newStack(s, 1, stackOptions{env: c.env})
+	st := s.newStack(1, stackOptions{env: c.env})
 	p := st.producer()
 	applied, toError := c.fill(s, p)
 	_ = p.Close()
 
-	worst, _ := st.cfg.WorstCaseMemory()
-	res := rssResult{Case: c.name, Messages: applied, ToError: toError, Prefetch: st.cfg.Prefetch, MemoryLimit: c.env["MEMORY_LIMIT"],
-		LimitMB: float64(st.cfg.MemoryLimit) / (1 << 20), WorstCaseMB: float64(worst) / (1 << 20)}
+	worst, _ := st.Config.WorstCaseMemory()
+	res := rssResult{Case: c.name, Messages: applied, ToError: toError, Prefetch: st.Config.Prefetch, MemoryLimit: c.env["MEMORY_LIMIT"],
+		LimitMB: float64(st.Config.MemoryLimit) / (1 << 20), WorstCaseMB: float64(worst) / (1 << 20)}
 	began := time.Now()
-	w := st.startWorkerProcess(binary, logDir)
+	w := st.startWorkerProcess()
 	s.check(st.waitApplied(ctx, int64(applied), 10*time.Minute), "apply the messages (worker log: "+w.Log+")")
 	s.check(st.waitMovedToError(ctx, toError, 5*time.Minute), "move the large messages (worker log: "+w.Log+")")
 	res.Done = time.Since(began)
@@ -142,26 +142,17 @@ func runRSS(s *figure, c rssCase, binary, logDir string) rssResult {
 
 // waitMovedToError waits until the -error queues of broker 0 hold n messages in all.
 func (st *stack) waitMovedToError(ctx context.Context, n int, within time.Duration) error {
-	eps, err := broker.ParseEndpoints(st.direct[0])
-	if err != nil {
-		return err
-	}
-	pool := broker.NewPool(eps, slog.New(slog.DiscardHandler))
-	defer pool.Close()
 	var queues []string
-	for _, q := range st.cfg.Queues {
+	for _, q := range st.Config.Queues {
 		queues = append(queues, broker.ErrorQueue(q))
 	}
-	return waitUntil(ctx, within, fmt.Sprintf("%d messages in -error", n), func() (bool, error) {
-		counts, err := pool.ReadyCounts(ctx, 0, queues)
-		if err != nil {
-			return false, err
-		}
+	return testenv.WaitUntil(ctx, within, fmt.Sprintf("%d messages in -error", n), func() (bool, error) {
+		counts, err := st.Direct.ReadyCounts(ctx, 0, queues)
 		total := 0
 		for _, c := range counts {
 			total += c
 		}
-		return total >= n, nil
+		return err == nil && total >= n, err
 	})
 }
 

@@ -19,8 +19,8 @@ func TestRedeliveryHasNoSecondEffect(t *testing.T) {
 	s := newStack(t, 1, nil)
 	events, err := payloads.Lifecycle(1)
 	require.NoError(t, err)
-	s.publish(0, events...)
-	s.startWorker()
+	s.Publish(0, events...)
+	s.StartWorker()
 	s.waitFor("the lifecycle applied", time.Minute, func() bool { return s.deliveries() == int64(len(events)) })
 	before := loadPR(t, s, events[0].Entity)
 	require.Equal(t, "closed", before.State)
@@ -30,11 +30,11 @@ func TestRedeliveryHasNoSecondEffect(t *testing.T) {
 	closed := events[5]
 	require.Equal(t, "closed", closed.Action)
 	require.Equal(t, events[0].Entity, closed.Entity)
-	s.publish(0, closed)
+	s.Publish(0, closed)
 	marker, err := payloads.Build("push", "", nil)
 	require.NoError(t, err)
 	marker.Queue = "pull_requests" // behind the redelivery on the same queue
-	s.publish(0, marker)
+	s.Publish(0, marker)
 	s.waitFor("the marker behind the redelivery", time.Minute, func() bool { return s.deliveries() == int64(len(events))+1 })
 
 	after := loadPR(t, s, events[0].Entity)
@@ -42,7 +42,7 @@ func TestRedeliveryHasNoSecondEffect(t *testing.T) {
 	require.Equal(t, before.LastDeliveryID, after.LastDeliveryID)
 	require.Equal(t, before.ProcessingState, after.ProcessingState)
 	require.True(t, before.UpdatedAt.Equal(after.UpdatedAt), "the row was not written again")
-	require.Equal(t, 0, s.counts(0, "pull_requests")["pull_requests"])
+	require.Equal(t, 0, s.Counts(0, "pull_requests")["pull_requests"])
 }
 
 // TestTransientFailureComesBackThroughRetry makes one delivery fail on its own (a trigger
@@ -52,7 +52,7 @@ func TestRedeliveryHasNoSecondEffect(t *testing.T) {
 func TestTransientFailureComesBackThroughRetry(t *testing.T) {
 	t.Parallel()
 	s := newStack(t, 1, nil)
-	require.NoError(t, s.db.Exec(`
+	require.NoError(t, s.DB.Exec(`
 		CREATE TABLE test_refuse (delivery_id text primary key);
 		CREATE FUNCTION test_refuse() RETURNS trigger LANGUAGE plpgsql AS $$
 		BEGIN
@@ -70,29 +70,29 @@ func TestTransientFailureComesBackThroughRetry(t *testing.T) {
 	require.NoError(t, err)
 	other, err := payloads.Build("push", "", nil)
 	require.NoError(t, err)
-	require.NoError(t, s.db.Exec("INSERT INTO test_refuse VALUES (?), (?)", transient.DeliveryID, permanent.DeliveryID).Error)
+	require.NoError(t, s.DB.Exec("INSERT INTO test_refuse VALUES (?), (?)", transient.DeliveryID, permanent.DeliveryID).Error)
 
-	s.publish(0, transient, permanent, other)
-	s.startWorker()
+	s.Publish(0, transient, permanent, other)
+	s.StartWorker()
 	s.waitFor("the healthy neighbour applied", time.Minute, func() bool { return outcome(s, other.DeliveryID) == models.OutcomeApplied })
 	s.waitFor("the transient failure retried once", time.Minute, func() bool { return retried(t, s, transient.DeliveryID) })
-	require.NoError(t, s.db.Exec("DELETE FROM test_refuse WHERE delivery_id = ?", transient.DeliveryID).Error)
+	require.NoError(t, s.DB.Exec("DELETE FROM test_refuse WHERE delivery_id = ?", transient.DeliveryID).Error)
 
 	s.waitFor("the transient failure applied after its retry", time.Minute, func() bool {
 		return outcome(s, transient.DeliveryID) == models.OutcomeApplied
 	})
 	var d models.Delivery
-	require.NoError(t, s.db.First(&d, "delivery_id = ?", transient.DeliveryID).Error)
+	require.NoError(t, s.DB.First(&d, "delivery_id = ?", transient.DeliveryID).Error)
 	require.GreaterOrEqual(t, d.RetryCycles, 1, "it came back through pushes-retry")
 
-	s.waitFor("the permanent failure in -error", time.Minute, func() bool { return s.counts(0, "pushes-error")["pushes-error"] == 1 })
+	s.waitFor("the permanent failure in -error", time.Minute, func() bool { return s.Counts(0, "pushes-error")["pushes-error"] == 1 })
 	require.Contains(t, errorReason(t, s, "pushes-error"), "refused by test")
-	require.Equal(t, 0, s.counts(0, "pushes-retry")["pushes-retry"])
+	require.Equal(t, 0, s.Counts(0, "pushes-retry")["pushes-retry"])
 }
 
 func outcome(s *stack, id string) models.DeliveryOutcome {
 	var d models.Delivery
-	if err := s.db.Where("delivery_id = ?", id).Limit(1).Find(&d).Error; err != nil {
+	if err := s.DB.Where("delivery_id = ?", id).Limit(1).Find(&d).Error; err != nil {
 		return ""
 	}
 	return d.Outcome
@@ -101,17 +101,17 @@ func outcome(s *stack, id string) models.DeliveryOutcome {
 // retried tells whether a message has been through the -retry queue: it is either waiting
 // there now or already back with an x-death count.
 func retried(t *testing.T, s *stack, id string) bool {
-	if s.counts(0, "pushes-retry")["pushes-retry"] > 0 {
+	if s.Counts(0, "pushes-retry")["pushes-retry"] > 0 {
 		return true
 	}
 	var d models.Delivery
-	return s.db.Where("delivery_id = ? AND retry_cycles > 0", id).Limit(1).Find(&d).Error == nil && d.DeliveryID != ""
+	return s.DB.Where("delivery_id = ? AND retry_cycles > 0", id).Limit(1).Find(&d).Error == nil && d.DeliveryID != ""
 }
 
 func loadPR(t *testing.T, s *stack, entity string) models.PullRequest {
 	t.Helper()
 	var pr models.PullRequest
-	require.NoError(t, s.db.First(&pr, "node_id = ?", strings.TrimPrefix(entity, "pull_request:")).Error)
+	require.NoError(t, s.DB.First(&pr, "node_id = ?", strings.TrimPrefix(entity, "pull_request:")).Error)
 	return pr
 }
 
@@ -119,7 +119,7 @@ func loadPR(t *testing.T, s *stack, entity string) models.PullRequest {
 // the message back.
 func errorReason(t *testing.T, s *stack, queue string) string {
 	t.Helper()
-	ch, err := s.direct.Channel(context.Background(), 0)
+	ch, err := s.Direct.Channel(context.Background(), 0)
 	require.NoError(t, err)
 	defer ch.Close()
 	msg, ok, err := ch.Get(queue, false)

@@ -43,12 +43,12 @@ func TestHostileBodiesGoToError(t *testing.T) {
 		require.NoError(t, err)
 		after, err := payloads.Build(h.event, "", nil)
 		require.NoError(t, err)
-		s.publish(0, before)
-		s.publishRaw(0, h.queue, amqp.Table{"x-github-event": h.event, "x-github-delivery": h.id}, []byte(h.body))
-		s.publish(0, after)
+		s.Publish(0, before)
+		s.PublishRaw(0, h.queue, amqp.Table{"x-github-event": h.event, "x-github-delivery": h.id}, []byte(h.body))
+		s.Publish(0, after)
 		good = append(good, before, after)
 	}
-	s.startWorker()
+	s.StartWorker()
 
 	s.waitFor("every good event applied and every hostile one recorded", 2*time.Minute, func() bool {
 		return s.deliveries() == int64(len(good)+len(hostile))
@@ -71,7 +71,7 @@ func TestHostileBodiesGoToError(t *testing.T) {
 	// The worker is still up: an event published now is applied.
 	later, err := payloads.Build("issues", "", nil)
 	require.NoError(t, err)
-	s.publish(0, later)
+	s.Publish(0, later)
 	s.waitFor("an event after the hostile ones", time.Minute, func() bool { return outcome(s, later.DeliveryID) == models.OutcomeApplied })
 }
 
@@ -79,7 +79,7 @@ func TestHostileBodiesGoToError(t *testing.T) {
 // delivery id, and leaves them there.
 func errorReasons(t *testing.T, s *stack, queue string) map[string]string {
 	t.Helper()
-	ch, err := s.direct.Channel(context.Background(), 0)
+	ch, err := s.Direct.Channel(context.Background(), 0)
 	require.NoError(t, err)
 	defer ch.Close() // puts back what it got
 	out := map[string]string{}

@@ -31,7 +31,7 @@ func TestAKilledWorkersQueuesAreTakenOverWithinSeconds(t *testing.T) {
 	a := s.startWorkerProcess("a")
 	b := s.startWorkerProcess("b")
 	workers := map[string]*process{a.identity(): a, b.identity(): b}
-	s.waitFor("every queue consumed", time.Minute, func() bool { return len(s.windowsHeld()) == len(s.cfg.Queues) })
+	s.waitFor("every queue consumed", time.Minute, func() bool { return len(s.windowsHeld()) == len(s.Config.Queues) })
 
 	third := len(msgs) / 3
 	require.NoError(t, p.Publish(ctx, msgs[:2*third]...))
@@ -83,7 +83,7 @@ func TestAKilledWorkersQueuesAreTakenOverWithinSeconds(t *testing.T) {
 func (s *stack) windowsHeld() map[string]string {
 	s.t.Helper()
 	var rows []struct{ Queue, Identity string }
-	require.NoError(s.t, s.workerDB.Raw(`SELECT a.queue, l.identity FROM lease_attempts a JOIN worker_leases l USING (lease_id)
+	require.NoError(s.t, s.WorkerDB.Raw(`SELECT a.queue, l.identity FROM lease_attempts a JOIN worker_leases l USING (lease_id)
 		WHERE a.activity_type = 'Consume' AND l.expires_at > now()`).Scan(&rows).Error)
 	out := map[string]string{}
 	for _, r := range rows {
@@ -97,7 +97,7 @@ func (s *stack) waitAllHeldBy(who string, w *process, within time.Duration) {
 	s.t.Helper()
 	s.waitFor(who+" to hold every window", within, func() bool {
 		now := s.windowsHeld()
-		for _, q := range s.cfg.Queues {
+		for _, q := range s.Config.Queues {
 			if now[q] != w.identity() {
 				return false
 			}
@@ -130,15 +130,15 @@ func TestAStragglerOnASpareIsAppliedWithinAMinute(t *testing.T) {
 	p, log := s.producer(nil)
 	msgs := s.workload(mixed(4, 94))
 	ctx := context.Background()
-	s.startWorker()
+	s.StartWorker()
 	require.NoError(t, p.Publish(ctx, msgs...))
 	n, err := p.Rotate(ctx, 1)
 	require.NoError(t, err)
 	_, err = p.Notify(ctx, n)
 	require.NoError(t, err)
-	s.waitFor("the switch to broker 1", time.Minute, func() bool { return s.state().ActiveIndex == 1 && s.state().Pending == nil })
+	s.waitFor("the switch to broker 1", time.Minute, func() bool { return s.State().ActiveIndex == 1 && s.State().Pending == nil })
 	s.waitFor("every window on broker 1", time.Minute, func() bool {
-		for _, q := range s.cfg.Queues {
+		for _, q := range s.Config.Queues {
 			if len(s.consumers(1)[q]) != 1 {
 				return false
 			}
@@ -156,7 +156,7 @@ func TestAStragglerOnASpareIsAppliedWithinAMinute(t *testing.T) {
 	published := time.Now()
 	s.waitFor("the straggler applied", 2*stragglerBound, func() bool { return s.deliveries() == int64(len(msgs)+1) })
 	took := time.Since(published)
-	t.Logf("the straggler on broker 0 was applied %s after its publish to issues-retry (RETRY_TTL %s)", took.Round(100*time.Millisecond), s.cfg.RetryTTL)
+	t.Logf("the straggler on broker 0 was applied %s after its publish to issues-retry (RETRY_TTL %s)", took.Round(100*time.Millisecond), s.Config.RetryTTL)
 	require.Less(t, took, stragglerBound)
 	s.report(s.verify(log, time.Minute), "-")
 }

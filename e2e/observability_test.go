@@ -69,32 +69,32 @@ func (s *stack) startObservedWorker() *observed {
 	t := s.t
 	o := &observed{reg: prometheus.NewRegistry(), pings: newPingCounter(t)}
 	o.m = metrics.New(o.reg)
-	require.NoError(t, o.m.WatchState(worker.StateReader(s.store, s.cfg.Queues)))
+	require.NoError(t, o.m.WatchState(worker.StateReader(s.Store, s.Config.Queues)))
 	handler, err := temporalmetrics.NewHandler(o.reg, func(err error) { t.Errorf("temporal metric refused: %v", err) })
 	require.NoError(t, err)
 	tc, err := client.Dial(client.Options{
-		HostPort: temporalServer.Address(), Namespace: s.cfg.TemporalNamespace, MetricsHandler: handler,
+		HostPort: temporalServer.Address(), Namespace: s.Config.TemporalNamespace, MetricsHandler: handler,
 		Logger: quietTemporalLogger{},
 	})
 	require.NoError(t, err)
 	t.Cleanup(tc.Close)
 
-	sqlDB, err := s.db.DB()
+	sqlDB, err := s.DB.DB()
 	require.NoError(t, err)
 	logger := slog.New(activities.LogHandler(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError})))
 	o.api = httptest.NewServer(api.Router(api.Deps{
-		Config: s.cfg, Temporal: tc, Store: s.store, Ping: sqlDB.PingContext, Logger: logger,
+		Config: s.Config, Temporal: tc, Store: s.Store, Ping: sqlDB.PingContext, Logger: logger,
 	}))
 	t.Cleanup(o.api.Close)
 
-	pool := broker.NewPool(s.cfg.Brokers, logger)
+	pool := broker.NewPool(s.Config.Brokers, logger)
 	pool.Metrics = o.m
 	pinger := &healthchecks.Pinger{URL: o.pings.URL + "/check", OnFailure: o.m.PingFailed}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() {
 		done <- worker.Run(ctx, worker.Deps{
-			Config: s.cfg, Client: tc, Pool: pool, DB: s.db, Logger: logger, Metrics: o.m, Pings: pinger,
+			Config: s.Config, Client: tc, Pool: pool, DB: s.DB, Logger: logger, Metrics: o.m, Pings: pinger,
 		})
 	}()
 	t.Cleanup(func() {
@@ -145,9 +145,9 @@ func TestMetricsAndPingsFollowRealWork(t *testing.T) {
 	s := newStack(t, 2, map[string]string{"CONSUMER_WINDOW": "2s"})
 	events, err := payloads.Lifecycle(4)
 	require.NoError(t, err)
-	s.publish(0, events...)
-	s.publishRaw(0, "issues", amqp.Table{"x-github-event": "issues", "x-github-delivery": "poison-json"}, []byte("{not json"))
-	s.proxies[1].Cut() // a spare that is down: a warning, never a failed window or ping
+	s.Publish(0, events...)
+	s.PublishRaw(0, "issues", amqp.Table{"x-github-event": "issues", "x-github-delivery": "poison-json"}, []byte("{not json"))
+	s.Proxies[1].Cut() // a spare that is down: a warning, never a failed window or ping
 
 	o := s.startObservedWorker()
 	s.waitFor("every event in the ledger", time.Minute, func() bool { return s.deliveries() == int64(len(events))+1 })
@@ -175,11 +175,11 @@ func TestMetricsAndPingsFollowRealWork(t *testing.T) {
 	// Leftovers on the spare, once it is back, are taken by the Leftover Drain. The
 	// producer never announced broker 1, so only stragglers are: these an operator moved
 	// back from -error, as their header says.
-	s.proxies[1].Restore(t)
+	s.Proxies[1].Restore(t)
 	leftovers, err := payloads.Lifecycle(1)
 	require.NoError(t, err)
 	for _, ev := range leftovers {
-		s.publishRaw(1, ev.Queue, amqp.Table{"x-github-event": ev.Event, "x-github-delivery": ev.DeliveryID,
+		s.PublishRaw(1, ev.Queue, amqp.Table{"x-github-event": ev.Event, "x-github-delivery": ev.DeliveryID,
 			broker.HeaderRetryCycles: int64(1),
 			broker.HeaderErrorQueue:  ev.Queue, broker.HeaderErrorAt: time.Now().UTC().Format(time.RFC3339),
 			broker.HeaderErrorReason: "moved back by an operator"}, ev.Body)
@@ -189,8 +189,8 @@ func TestMetricsAndPingsFollowRealWork(t *testing.T) {
 	o.requireCount(s, float64(len(leftovers)), "brokerswitch_leftover_drain_messages_total", "broker", "1")
 
 	// A drained switch: counted, with its lags, and the gauges read from Postgres.
-	s.notify(1, time.Now())
-	s.waitFor("the switch to broker 1", 30*time.Second, func() bool { return s.state().ActiveIndex == 1 })
+	s.Notify(1, time.Now())
+	s.waitFor("the switch to broker 1", 30*time.Second, func() bool { return s.State().ActiveIndex == 1 })
 	// Counted once CommitHop's transaction committed, after the state shows the switch.
 	o.requireCount(s, 1, "brokerswitch_switches_total", "forced", "false")
 	o.requireCount(s, 1, "brokerswitch_switch_commit_lag_seconds")
@@ -211,7 +211,7 @@ func TestMetricsAndPingsFollowRealWork(t *testing.T) {
 	})
 	// Read from the workers' leases: every queue is read again, by one consume attempt.
 	s.waitFor("every queue consumed, by the leases", 30*time.Second, func() bool {
-		for _, q := range s.cfg.Queues {
+		for _, q := range s.Config.Queues {
 			if o.value(t, "brokerswitch_windows_consuming", "queue", q) != 1 {
 				return false
 			}
@@ -220,8 +220,8 @@ func TestMetricsAndPingsFollowRealWork(t *testing.T) {
 	})
 
 	// A Pending Switch that cannot complete (broker 1 is down) ages; a forced switch ends it.
-	s.proxies[1].Cut()
-	s.notify(0, time.Now().Add(time.Minute))
+	s.Proxies[1].Cut()
+	s.Notify(0, time.Now().Add(time.Minute))
 	s.waitFor("an unreachable drain check", 30*time.Second, func() bool {
 		return o.value(t, "brokerswitch_drain_checks_total", "broker", "1", "result", "unreachable") >= 1
 	})
@@ -240,8 +240,8 @@ func TestMetricsAndPingsFollowRealWork(t *testing.T) {
 	// Counted by the pool's watcher of the connection, beside the window that failed.
 	o.waitMetric(s, "the lost connection counted", positive, "brokerswitch_amqp_connections_lost_total", "broker", "1")
 
-	s.signal(workflows.SignalForceSwitch, activities.ForceSwitchInput{Index: 0})
-	s.waitFor("the forced switch", 30*time.Second, func() bool { st := s.state(); return st.ActiveIndex == 0 && st.Pending == nil })
+	s.Signal(workflows.SignalForceSwitch, activities.ForceSwitchInput{Index: 0})
+	s.waitFor("the forced switch", 30*time.Second, func() bool { st := s.State(); return st.ActiveIndex == 0 && st.Pending == nil })
 	s.waitFor("the forced switch counted", 10*time.Second, func() bool {
 		return o.value(t, "brokerswitch_switches_total", "forced", "true") == 1
 	})
@@ -249,7 +249,7 @@ func TestMetricsAndPingsFollowRealWork(t *testing.T) {
 	s.waitFor("the pending switch's age cleared", 10*time.Second, func() bool {
 		return o.value(t, "brokerswitch_pending_switch_age_seconds") == 0
 	})
-	s.proxies[1].Restore(t)
+	s.Proxies[1].Restore(t)
 
 	// The Temporal SDK's metrics share the registry, and METRICS_ADDR serves it all on /metrics.
 	require.Positive(t, o.value(t, "temporal_request_total"))

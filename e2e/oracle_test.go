@@ -620,7 +620,7 @@ func peek(t *testing.T, pool *broker.Pool, index int, queue string) []amqp.Deliv
 // again and acknowledged as duplicates, which the oracle would otherwise catch half done.
 func (s *stack) settled(e expectation) bool {
 	var n int64
-	if err := s.db.Raw("SELECT count(*) FROM github_deliveries WHERE outcome <> 'error'").Scan(&n).Error; err != nil {
+	if err := s.DB.Raw("SELECT count(*) FROM github_deliveries WHERE outcome <> 'error'").Scan(&n).Error; err != nil {
 		return false
 	}
 	if n < int64(len(e.good)) {
@@ -632,10 +632,10 @@ func (s *stack) settled(e expectation) bool {
 	}
 	for b, want := range perBroker {
 		var names []string
-		for _, q := range s.cfg.Queues {
+		for _, q := range s.Config.Queues {
 			names = append(names, broker.ErrorQueue(q))
 		}
-		c, err := s.direct.ReadyCounts(context.Background(), b, names)
+		c, err := s.Direct.ReadyCounts(context.Background(), b, names)
 		if err != nil {
 			return false
 		}
@@ -661,7 +661,7 @@ func withRetryQueues(queues []string) []string {
 
 // queuesEmpty tells whether no broker holds a message ready in a queue or -retry queue.
 func (s *stack) queuesEmpty() bool {
-	for b := range s.cfg.Brokers {
+	for b := range s.Config.Brokers {
 		if !s.drained(b) {
 			return false
 		}
@@ -687,7 +687,7 @@ func (s *stack) verifyExcusing(log string, within time.Duration, excuses []excus
 	}
 	// Let a message still in flight, if there were one too many, show itself.
 	time.Sleep(300 * time.Millisecond)
-	return e.checkExcusing(s.t, s.db, s.direct, len(s.cfg.Brokers), s.cfg.Queues, excuses)
+	return e.checkExcusing(s.t, s.DB, s.Direct, len(s.Config.Brokers), s.Config.Queues, excuses)
 }
 
 // expectFromFile reads a simulator log and computes its expectation.

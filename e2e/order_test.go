@@ -14,6 +14,7 @@ import (
 
 	"github.com/brokerswitch/brokerswitch/brokerstate"
 	"github.com/brokerswitch/brokerswitch/config"
+	"github.com/brokerswitch/brokerswitch/internal/stacktest"
 	"github.com/brokerswitch/brokerswitch/simulate"
 )
 
@@ -57,11 +58,11 @@ func TestScenario14ReversedNotificationsKeepTheMiddleBroker(t *testing.T) {
 	toC, err := p.Rotate(ctx, 2)
 	require.NoError(t, err)
 	outcomes := s.notifyAll(p, toC, toB, toB)
-	route := routeOf(s.state())
+	route := routeOf(s.State())
 
-	s.startWorker()
+	s.StartWorker()
 	require.NoError(t, p.Publish(ctx, msgs[2*third:]...))
-	s.waitFor("both hops", time.Minute, func() bool { st := s.state(); return st.ActiveIndex == 2 && st.Pending == nil })
+	s.waitFor("both hops", time.Minute, func() bool { st := s.State(); return st.ActiveIndex == 2 && st.Pending == nil })
 	v := s.verify(log, time.Minute)
 	s.requireFlipAfterDrain(0, 1)
 	s.requireFlipAfterDrain(1, 2)
@@ -79,8 +80,8 @@ func TestScenario15SparesInTheProducersOrder(t *testing.T) {
 	s := newStack(t, 4, map[string]string{"CONSUMER_WINDOW": "3s"})
 	p, log := s.producer(func(c *simulate.Config) { c.Notify = simulate.NotifyNow })
 	ctx := context.Background()
-	stop := s.startWorker()
-	status, body := s.call(http.MethodPost, "/api/v1/broker/switch/3", operatorToken, "")
+	stop := s.StartWorker()
+	status, body := s.Call(http.MethodPost, "/api/v1/broker/switch/3", stacktest.OperatorToken, "")
 	require.Equal(t, http.StatusOK, status, body)
 	stop() // nothing reads while the producer rotates
 
@@ -92,11 +93,11 @@ func TestScenario15SparesInTheProducersOrder(t *testing.T) {
 	}
 	_, err := p.Rotate(ctx, 3) // back to the broker we read: no route
 	require.NoError(t, err)
-	st := s.state()
+	st := s.State()
 	require.Equal(t, 3, st.ActiveIndex)
 	require.Nil(t, st.Pending)
 
-	s.startWorker()
+	s.StartWorker()
 	s.waitFor("the spares drained", time.Minute, func() bool { return s.drained(0) && s.drained(1) && s.drained(2) })
 	require.NoError(t, p.Publish(ctx, s.workload(mixed(8, 155))...))
 	v := s.verify(log, time.Minute)
@@ -116,7 +117,7 @@ func TestScenario16ACancelDoesNotReadTheFutureFirst(t *testing.T) {
 	p, log := s.producer(func(c *simulate.Config) { c.Notify = simulate.NotifyNow })
 	msgs := s.workload(mixed(30, 161))
 	ctx := context.Background()
-	s.startWorker()
+	s.StartWorker()
 	require.NoError(t, p.Publish(ctx, msgs[:4]...))
 	s.waitFor("the first events applied", time.Minute, func() bool { return s.deliveries() == 4 })
 
@@ -127,13 +128,13 @@ func TestScenario16ACancelDoesNotReadTheFutureFirst(t *testing.T) {
 	require.NoError(t, p.Publish(ctx, msgs[4:half]...))
 	_, err := p.Rotate(ctx, 1)
 	require.NoError(t, err)
-	s.waitFor("the pending switch", time.Minute, func() bool { return s.state().Pending != nil })
+	s.waitFor("the pending switch", time.Minute, func() bool { return s.State().Pending != nil })
 	asked := time.Now()
-	status, body := s.call(http.MethodDelete, "/api/v1/broker/pending-switch", operatorToken, "")
+	status, body := s.Call(http.MethodDelete, "/api/v1/broker/pending-switch", stacktest.OperatorToken, "")
 	t.Logf("the cancel was answered %d in %s", status, time.Since(asked).Round(time.Millisecond))
 	require.Contains(t, []int{http.StatusOK, http.StatusAccepted}, status, body)
 	s.requireOrdersAnsweredInTheirTask()
-	s.waitFor("the cancel", time.Minute, func() bool { return s.state().Pending == nil })
+	s.waitFor("the cancel", time.Minute, func() bool { return s.State().Pending == nil })
 	require.NoError(t, p.Publish(ctx, msgs[half:]...)) // the producer goes on, on broker 1
 	// The fault outlasts two windows, so that the next window starts while broker 0 still
 	// has its backlog: that window's Leftover Drain is what this scenario is about.
@@ -142,7 +143,7 @@ func TestScenario16ACancelDoesNotReadTheFutureFirst(t *testing.T) {
 	release()
 
 	v := s.verify(log, 2*time.Minute)
-	require.Equal(t, 0, s.state().ActiveIndex, "a cancel does not move")
+	require.Equal(t, 0, s.State().ActiveIndex, "a cancel does not move")
 	s.requireBrokerOrder(0, 1)
 	s.report(v, "-")
 }
@@ -170,11 +171,11 @@ func TestScenario17DuplicateAndEqualTimeNotifications(t *testing.T) {
 	toB, toC, toD := notices[0], notices[1], notices[2]
 	// C before D: at an equal time, arrival order is the only order there is.
 	outcomes := s.notifyAll(p, toC, toD, toB, toD, toC, toB)
-	route := routeOf(s.state())
+	route := routeOf(s.State())
 
-	s.startWorker()
+	s.StartWorker()
 	require.NoError(t, p.Publish(ctx, s.workload(mixed(8, 174))...))
-	s.waitFor("three hops", time.Minute, func() bool { st := s.state(); return st.ActiveIndex == 3 && st.Pending == nil })
+	s.waitFor("three hops", time.Minute, func() bool { st := s.State(); return st.ActiveIndex == 3 && st.Pending == nil })
 	v := s.verify(log, time.Minute)
 	s.requireFlipAfterDrain(0, 1)
 	s.requireFlipAfterDrain(1, 2)
@@ -214,16 +215,16 @@ func publishBeforeNotify(t *testing.T, late time.Duration, grace time.Duration) 
 		s.waitFor("the notification's delay", late+time.Minute, func() bool { return time.Since(started) >= late })
 		require.Zero(t, s.appliedFrom(1), "broker 1's events were applied before its notification")
 		require.Equal(t, []string{brokerstate.NotificationRecorded}, s.notifyAll(p, toB))
-		s.waitFor("the switch to broker 1", time.Minute, func() bool { return s.state().ActiveIndex == 1 })
+		s.waitFor("the switch to broker 1", time.Minute, func() bool { return s.State().ActiveIndex == 1 })
 	}
 	v := s.verify(log, 2*time.Minute)
 	s.requireBrokerOrder(0, 1)
 	lag := s.lagOf()
 	if late < 0 {
 		lag = "-"
-		require.Equal(t, 0, s.state().ActiveIndex, "nothing moves without a notification")
+		require.Equal(t, 0, s.State().ActiveIndex, "nothing moves without a notification")
 		var first time.Time
-		require.NoError(t, s.db.Raw("SELECT min(applied_at) FROM github_deliveries WHERE broker_index = 1").Scan(&first).Error)
+		require.NoError(t, s.DB.Raw("SELECT min(applied_at) FROM github_deliveries WHERE broker_index = 1").Scan(&first).Error)
 		require.False(t, first.Before(began.Add(grace)), "broker 1's first event was applied at %s, before the grace ended at %s",
 			first, began.Add(grace))
 		o.waitMetric(s, "the unannounced messages counted", positive, "brokerswitch_unannounced_messages_total", held...)
@@ -264,8 +265,8 @@ func TestScenario20AForceAHopOutAndAReturn(t *testing.T) {
 	s := newStack(t, 3, map[string]string{"CONSUMER_WINDOW": "2s", "PREFETCH": "10"})
 	p, log := s.producer(nil) // notifications by hand
 	ctx := context.Background()
-	stop := s.startWorker()
-	status, body := s.call(http.MethodPost, "/api/v1/broker/switch/1", operatorToken, "")
+	stop := s.StartWorker()
+	status, body := s.Call(http.MethodPost, "/api/v1/broker/switch/1", stacktest.OperatorToken, "")
 	require.Equal(t, http.StatusOK, status, body)
 	require.NoError(t, p.Publish(ctx, s.workload(mixed(8, 201))...))
 	s.waitFor("the producer's events on 0 read by the Leftover Drain", time.Minute, func() bool {
@@ -276,20 +277,20 @@ func TestScenario20AForceAHopOutAndAReturn(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, []string{brokerstate.NotificationRecorded}, s.notifyAll(p, toC))
 	require.NoError(t, p.Publish(ctx, s.workload(mixed(8, 202))...))
-	s.waitFor("the switch to 2", time.Minute, func() bool { st := s.state(); return st.ActiveIndex == 2 && st.Pending == nil })
+	s.waitFor("the switch to 2", time.Minute, func() bool { st := s.State(); return st.ActiveIndex == 2 && st.Pending == nil })
 	// A window after the producer's move finds 0 empty and takes nothing; that is what its
 	// mark must say from now on, on every queue: a queue whose last mark is older than the
 	// move's record was last seen while the producer was still on 0, and what 0 holds later
 	// may be what it published before it left, which is applied at once.
-	moved := s.state().Trail.Visits
+	moved := s.State().Trail.Visits
 	left := moved[len(moved)-1].SeenAt // the visit to 2, on Postgres' clock
 	require.Equal(t, 2, moved[len(moved)-1].Index)
 	require.False(t, left.IsZero())
 	s.waitFor("0 seen empty after the producer left it, on every queue", time.Minute, func() bool {
 		var n int64
-		require.NoError(t, s.db.Raw(`SELECT count(DISTINCT queue) FROM spare_marks WHERE vhost = ? AND queue <> ''
-			AND drained_at >= ?`, s.cfg.Brokers[0].Vhost, left).Scan(&n).Error)
-		return n == int64(len(s.cfg.Queues))
+		require.NoError(t, s.DB.Raw(`SELECT count(DISTINCT queue) FROM spare_marks WHERE vhost = ? AND queue <> ''
+			AND drained_at >= ?`, s.Config.Brokers[0].Vhost, left).Scan(&n).Error)
+		return n == int64(len(s.Config.Queues))
 	})
 	stop() // nothing reads while 2 fills and the producer returns to 0
 
@@ -297,10 +298,10 @@ func TestScenario20AForceAHopOutAndAReturn(t *testing.T) {
 	toA, err := p.Rotate(ctx, 0)
 	require.NoError(t, err)
 	require.NoError(t, p.Publish(ctx, s.workload(mixed(8, 204))...)) // before its notification
-	s.startWorker()
+	s.StartWorker()
 	s.waitFor("2's backlog applied", time.Minute, func() bool { return s.drained(2) && s.appliedFrom(2) > 0 })
 	require.Equal(t, []string{brokerstate.NotificationRecorded}, s.notifyAll(p, toA))
-	s.waitFor("the switch back to 0", time.Minute, func() bool { st := s.state(); return st.ActiveIndex == 0 && st.Pending == nil })
+	s.waitFor("the switch back to 0", time.Minute, func() bool { st := s.State(); return st.ActiveIndex == 0 && st.Pending == nil })
 	v := s.verify(log, 2*time.Minute)
 	s.report(v, s.lagOf())
 }

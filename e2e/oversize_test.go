@@ -29,19 +29,19 @@ func TestMessagesOverMaxMessageBytesCostTheWindowNoRetry(t *testing.T) {
 		good, err := payloads.Build("push", "", nil)
 		require.NoError(t, err)
 		goods = append(goods, good)
-		s.publish(0, good)
+		s.Publish(0, good)
 		if i < large {
 			big, err := payloads.Build("push", "", func(p map[string]any) { p["padding"] = strings.Repeat("x", 4*limit) })
 			require.NoError(t, err)
-			s.publish(0, big)
+			s.Publish(0, big)
 		}
 	}
-	s.startWorker()
+	s.StartWorker()
 	s.waitFor("the good pushes applied and the large ones moved", 2*time.Minute, func() bool {
-		return s.deliveries() == int64(len(goods)) && s.counts(0, broker.ErrorQueue("pushes"))[broker.ErrorQueue("pushes")] == large
+		return s.deliveries() == int64(len(goods)) && s.Counts(0, broker.ErrorQueue("pushes"))[broker.ErrorQueue("pushes")] == large
 	})
 
-	desc, err := s.temporal.DescribeWorkflowExecution(context.Background(), workflows.QueueWindowWorkflowID("pushes"), "")
+	desc, err := s.Temporal.DescribeWorkflowExecution(context.Background(), workflows.QueueWindowWorkflowID("pushes"), "")
 	require.NoError(t, err)
 	var attempts []int32
 	for _, pa := range desc.GetPendingActivities() {
@@ -50,5 +50,5 @@ func TestMessagesOverMaxMessageBytesCostTheWindowNoRetry(t *testing.T) {
 		}
 	}
 	require.Equal(t, []int32{1}, attempts, "the window that moved the large messages consumes on, never retried")
-	require.Equal(t, 0, s.counts(0, "pushes")["pushes"])
+	require.Equal(t, 0, s.Counts(0, "pushes")["pushes"])
 }

@@ -1,7 +1,6 @@
 package e2e
 
 import (
-	"maps"
 	"os"
 	"path/filepath"
 
@@ -51,9 +50,7 @@ func (s *stack) startWorkerProcess(name string) *process {
 func (s *stack) startWorkerProcessWith(name string, env map[string]string) *process {
 	s.t.Helper()
 	require.NoError(s.t, workerBinaryErr, "the worker binary was not built")
-	vars := maps.Clone(s.env)
-	maps.Copy(vars, env)
-	p := &process{Process: testenv.StartWorker(s.t, workerBinary, vars, filepath.Join(s.t.TempDir(), name+".log")), name: name}
+	p := &process{Process: s.StartWorkerProcess(workerBinary, filepath.Join(s.t.TempDir(), name+".log"), env), name: name}
 	s.t.Cleanup(func() {
 		p.Stop()
 		if s.t.Failed() {
@@ -66,5 +63,5 @@ func (s *stack) startWorkerProcessWith(name string, env map[string]string) *proc
 // consumers lists, per queue, the consumers RabbitMQ reports on broker index.
 func (s *stack) consumers(index int) map[string][]string {
 	s.t.Helper()
-	return testenv.Consumers(s.t, s.vhosts[index])
+	return testenv.Consumers(s.t, s.Vhosts[index])
 }

@@ -18,9 +18,9 @@ import (
 // can never consume.
 func TestAStartAgainstQueuesOfTheOtherTypeFails(t *testing.T) {
 	s := newStack(t, 2, nil)
-	cfg := s.cfg
+	cfg := s.Config
 	cfg.QueueType = broker.Quorum
-	if s.cfg.QueueType == broker.Quorum {
+	if s.Config.QueueType == broker.Quorum {
 		cfg.QueueType = broker.Classic
 	}
 	pool := broker.NewPool(cfg.Brokers, nil)
@@ -28,8 +28,8 @@ func TestAStartAgainstQueuesOfTheOtherTypeFails(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	err := worker.Run(ctx, worker.Deps{Config: cfg, Client: s.temporal, Pool: pool, DB: s.workerDB, Logger: logger})
+	err := worker.Run(ctx, worker.Deps{Config: cfg, Client: s.Temporal, Pool: pool, DB: s.WorkerDB, Logger: logger})
 	require.ErrorIs(t, err, broker.ErrQueueType)
-	require.ErrorContains(t, err, "queue "+cfg.Queues[0]+" is a "+string(s.cfg.QueueType)+" queue, but QUEUE_TYPE is "+string(cfg.QueueType))
+	require.ErrorContains(t, err, "queue "+cfg.Queues[0]+" is a "+string(s.Config.QueueType)+" queue, but QUEUE_TYPE is "+string(cfg.QueueType))
 	t.Log(err)
 }

@@ -41,7 +41,7 @@ func (s *stack) replayHistories() {
 	var token []byte
 	windowRecorded := false
 	for {
-		resp, err := s.temporal.ListWorkflow(ctx, &workflowservice.ListWorkflowExecutionsRequest{NextPageToken: token})
+		resp, err := s.Temporal.ListWorkflow(ctx, &workflowservice.ListWorkflowExecutionsRequest{NextPageToken: token})
 		require.NoError(s.t, err)
 		for _, e := range resp.GetExecutions() {
 			id, run := e.GetExecution().GetWorkflowId(), e.GetExecution().GetRunId()
@@ -71,13 +71,8 @@ func (s *stack) replayHistories() {
 
 func (s *stack) history(id, run string) *historypb.History {
 	s.t.Helper()
-	it := s.temporal.GetWorkflowHistory(context.Background(), id, run, false, enumspb.HISTORY_EVENT_FILTER_TYPE_ALL_EVENT)
-	h := &historypb.History{}
-	for it.HasNext() {
-		ev, err := it.Next()
-		require.NoError(s.t, err)
-		h.Events = append(h.Events, ev)
-	}
+	h, err := s.History(context.Background(), id, run)
+	require.NoError(s.t, err)
 	return h
 }
 
@@ -145,7 +140,7 @@ func (s *stack) showSlowTasks(run string, h *historypb.History) {
 // after the API's 45 s.
 func (s *stack) requireOrdersAnsweredInTheirTask() {
 	s.t.Helper()
-	desc, err := s.temporal.DescribeWorkflowExecution(context.Background(), workflows.BrokerSwitchWorkflowID, "")
+	desc, err := s.Temporal.DescribeWorkflowExecution(context.Background(), workflows.BrokerSwitchWorkflowID, "")
 	require.NoError(s.t, err)
 	run := desc.GetWorkflowExecutionInfo().GetExecution().GetRunId()
 	h := s.history(workflows.BrokerSwitchWorkflowID, run)

@@ -26,6 +26,7 @@ import (
 	"go.temporal.io/sdk/testsuite"
 
 	"github.com/brokerswitch/brokerswitch/brokerstate"
+	"github.com/brokerswitch/brokerswitch/internal/stacktest"
 	"github.com/brokerswitch/brokerswitch/internal/testenv"
 	"github.com/brokerswitch/brokerswitch/models"
 	"github.com/brokerswitch/brokerswitch/simulate"
@@ -45,7 +46,7 @@ func TestScenario01SteadyStateOnOneBroker(t *testing.T) {
 	p, log := s.producer(nil)
 	msgs := s.workload(simulate.Workload{PullRequests: 60, Issues: 80, Pushes: 400, Branches: 60, Installations: 60, Ignored: 60, Seed: 1})
 	ctx := context.Background()
-	s.startWorker()
+	s.StartWorker()
 	require.NoError(t, p.Publish(ctx, msgs[:len(msgs)/2]...))
 	require.NoError(t, p.Publish(ctx, msgs[len(msgs)/2:]...))
 	s.report(s.verify(log, 2*time.Minute), "-")
@@ -65,9 +66,9 @@ func TestScenario02RotationWithABacklog(t *testing.T) {
 	_, err = p.Notify(ctx, n)
 	require.NoError(t, err)
 
-	s.startWorker()
+	s.StartWorker()
 	require.NoError(t, p.Publish(ctx, msgs[backlog:]...)) // the new broker fills while the old drains
-	s.waitFor("the switch to broker 1", time.Minute, func() bool { st := s.state(); return st.ActiveIndex == 1 && st.Pending == nil })
+	s.waitFor("the switch to broker 1", time.Minute, func() bool { st := s.State(); return st.ActiveIndex == 1 && st.Pending == nil })
 	v := s.verify(log, time.Minute)
 	s.requireFlipAfterDrain(0, 1)
 	lag := s.lagOf()
@@ -95,10 +96,10 @@ func TestScenario03RetryTailHoldsTheSwitch(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, p.Publish(ctx, s.workload(mixed(8, 4))...))
 
-	s.startWorker()
+	s.StartWorker()
 	sawTail := false
 	s.waitFor("the switch once the tail is applied", time.Minute, func() bool {
-		st := s.state()
+		st := s.State()
 		if c := st.LastDrainCheck; c != nil && c.Counts["issues-retry"] == 1 && st.ActiveIndex == 0 {
 			sawTail = true
 		}
@@ -108,8 +109,8 @@ func TestScenario03RetryTailHoldsTheSwitch(t *testing.T) {
 
 	v := s.verify(log, time.Minute)
 	var tailRow models.Delivery
-	require.NoError(t, s.db.First(&tailRow, "delivery_id = ?", tail.DeliveryID).Error)
-	last := s.state().LastSwitch
+	require.NoError(t, s.DB.First(&tailRow, "delivery_id = ?", tail.DeliveryID).Error)
+	last := s.State().LastSwitch
 	require.Equal(t, 0, tailRow.BrokerIndex, "the tail was read from the old broker")
 	require.True(t, last.CompletedAt.After(tailAt.Add(retryTTL)), "the switch waited for the tail to come back from -retry")
 	// A drain check counts ready messages, so the switch may commit while the tail is in
@@ -117,7 +118,7 @@ func TestScenario03RetryTailHoldsTheSwitch(t *testing.T) {
 	// issues-retry, while it waits in issues for the Leftover Drain. Either way it is
 	// applied before anything from the new broker on its queue: that is the promise.
 	var firstNew *time.Time
-	require.NoError(t, s.db.Raw("SELECT min(applied_at) FROM github_deliveries WHERE broker_index = 1 AND queue = ? AND outcome <> 'error'",
+	require.NoError(t, s.DB.Raw("SELECT min(applied_at) FROM github_deliveries WHERE broker_index = 1 AND queue = ? AND outcome <> 'error'",
 		tailRow.Queue).Scan(&firstNew).Error)
 	require.NotNil(t, firstNew, "broker 1's events on %s were applied", tailRow.Queue)
 	t.Logf("tail applied at %s, switch committed at %s, first event from broker 1 on %s applied at %s",
@@ -139,8 +140,8 @@ func TestScenario04LeftoverDrainCollectsAStraggler(t *testing.T) {
 	require.NoError(t, err)
 	_, err = p.Notify(ctx, n)
 	require.NoError(t, err)
-	s.startWorker()
-	s.waitFor("the switch to broker 1", 30*time.Second, func() bool { return s.state().ActiveIndex == 1 })
+	s.StartWorker()
+	s.waitFor("the switch to broker 1", 30*time.Second, func() bool { return s.State().ActiveIndex == 1 })
 	require.NoError(t, p.Publish(ctx, s.workload(mixed(8, 6))...))
 
 	straggler := s.workload(simulate.Workload{Issues: 1, RunID: "straggler"})[0]
@@ -148,9 +149,9 @@ func TestScenario04LeftoverDrainCollectsAStraggler(t *testing.T) {
 	require.NoError(t, p.PublishTo(ctx, 0, straggler))
 	v := s.verify(log, time.Minute)
 	var row models.Delivery
-	require.NoError(t, s.db.First(&row, "delivery_id = ?", straggler.DeliveryID).Error)
+	require.NoError(t, s.DB.First(&row, "delivery_id = ?", straggler.DeliveryID).Error)
 	require.Equal(t, 0, row.BrokerIndex, "the straggler was taken from the old broker")
-	require.True(t, row.AppliedAt.After(s.state().LastSwitch.CompletedAt), "after the flip")
+	require.True(t, row.AppliedAt.After(s.State().LastSwitch.CompletedAt), "after the flip")
 	s.report(v, s.lagOf())
 }
 
@@ -164,12 +165,12 @@ func TestScenario05DoubleRotationHopByHop(t *testing.T) {
 	require.NoError(t, p.Publish(context.Background(), msgs...))
 	require.Equal(t, 2, p.Active())
 
-	s.startWorker()
-	s.waitFor("both hops", time.Minute, func() bool { st := s.state(); return st.ActiveIndex == 2 && st.Pending == nil })
+	s.StartWorker()
+	s.waitFor("both hops", time.Minute, func() bool { st := s.State(); return st.ActiveIndex == 2 && st.Pending == nil })
 	v := s.verify(log, time.Minute)
 	s.requireFlipAfterDrain(0, 1)
 	s.requireFlipAfterDrain(1, 2)
-	require.Equal(t, 1, s.state().LastSwitch.From, "the last hop left broker 1")
+	require.Equal(t, 1, s.State().LastSwitch.From, "the last hop left broker 1")
 	s.report(v, s.lagOf())
 }
 
@@ -180,19 +181,19 @@ func TestScenario06NotificationsThatMoveNothing(t *testing.T) {
 	s := newStack(t, 3, nil)
 	p, log := s.producer(func(c *simulate.Config) { c.Notify = simulate.NotifyTwice; c.NotifyUnknown = true })
 	ctx := context.Background()
-	s.startWorker()
+	s.StartWorker()
 	require.NoError(t, p.Publish(ctx, s.workload(mixed(10, 8))...))
 	before := time.Now().Add(-time.Minute)
 	toB, err := p.Rotate(ctx, 1) // notified twice, then an unknown endpoint: 202, 200 stale, 404
 	require.NoError(t, err)
 	require.NoError(t, p.Publish(ctx, s.workload(mixed(10, 9))...))
-	s.waitFor("the switch to broker 1", 30*time.Second, func() bool { st := s.state(); return st.ActiveIndex == 1 && st.Pending == nil })
+	s.waitFor("the switch to broker 1", 30*time.Second, func() bool { st := s.State(); return st.ActiveIndex == 1 && st.Pending == nil })
 	notes := p.Log().Notifications
 	require.Len(t, notes, 3)
 	require.Equal(t, []string{"recorded", "stale", ""}, []string{notes[0].Outcome, notes[1].Outcome, notes[2].Outcome})
 	require.Equal(t, http.StatusNotFound, notes[2].Status)
 
-	settled := s.state()
+	settled := s.State()
 	for _, n := range []simulate.Notice{
 		toB,                         // a late duplicate from the producer's retry queue
 		p.NoticeFor(2, before),      // out of order: older than the switch on record
@@ -202,7 +203,7 @@ func TestScenario06NotificationsThatMoveNothing(t *testing.T) {
 		_, err := p.Notify(ctx, n)
 		require.NoError(t, err)
 	}
-	st := s.state()
+	st := s.State()
 	require.Equal(t, settled.ActiveIndex, st.ActiveIndex)
 	require.Nil(t, st.Pending)
 	require.Equal(t, settled.LastSwitch, st.LastSwitch)
@@ -231,17 +232,17 @@ func TestScenario07ForcedSwitchMidDrainAndCancel(t *testing.T) {
 	_, err = p.Notify(ctx, n)
 	require.NoError(t, err)
 	require.NoError(t, p.Publish(ctx, s.workload(mixed(10, 12))...))
-	s.startWorker()
+	s.StartWorker()
 	s.waitFor("broker 0 draining", 30*time.Second, func() bool { return s.appliedFrom(0) >= 50 })
 	// The ledger is held while the operator forces, so that the force is mid-drain
 	// however fast the rest of the backlog would otherwise go.
 	release := s.holdLedger()
-	status, body := s.call(http.MethodPost, "/api/v1/broker/switch/1", producerToken, "")
+	status, body := s.Call(http.MethodPost, "/api/v1/broker/switch/1", stacktest.ProducerToken, "")
 	require.Equal(t, http.StatusForbidden, status, body)
-	status, body = s.call(http.MethodPost, "/api/v1/broker/switch/1", operatorToken, "")
+	status, body = s.Call(http.MethodPost, "/api/v1/broker/switch/1", stacktest.OperatorToken, "")
 	release()
 	require.Equal(t, http.StatusOK, status, body)
-	st := s.state()
+	st := s.State()
 	require.Equal(t, 1, st.ActiveIndex, "answered once committed")
 	require.True(t, st.LastSwitch.Forced)
 	require.Nil(t, st.Pending)
@@ -260,7 +261,7 @@ func TestScenario07ForcedSwitchMidDrainAndCancel(t *testing.T) {
 	require.NoError(t, p.Publish(ctx, s.workload(mixed(6, 14))...))
 	s.temporalCLI("workflow", "signal", "--workflow-id", workflows.BrokerSwitchWorkflowID,
 		"--name", workflows.SignalForceSwitch, "--input", `{"index": 2}`)
-	s.waitFor("the forced switch to 2", 30*time.Second, func() bool { st := s.state(); return st.ActiveIndex == 2 && st.Pending == nil })
+	s.waitFor("the forced switch to 2", 30*time.Second, func() bool { st := s.State(); return st.ActiveIndex == 2 && st.Pending == nil })
 
 	// Cancelled, over HTTP and from the CLI: the producer went back to 0, broker 2 cannot be
 	// checked meanwhile, and the operator drops the Pending Switch; nothing moves, and the
@@ -270,25 +271,25 @@ func TestScenario07ForcedSwitchMidDrainAndCancel(t *testing.T) {
 	s.waitFor("broker 2 drained", 30*time.Second, func() bool {
 		return s.drained(2) && s.appliedFrom(0)+s.appliedFrom(1)+s.appliedFrom(2) == int64(len(p.Records()))
 	})
-	s.proxies[2].Cut()
+	s.Proxies[2].Cut()
 	n, err = p.Rotate(ctx, 0)
 	require.NoError(t, err)
 	_, err = p.Notify(ctx, n)
 	require.NoError(t, err)
 	require.NoError(t, p.Publish(ctx, s.workload(mixed(6, 15))...))
-	s.waitFor("the pending switch to 0", 30*time.Second, func() bool { return s.state().Pending != nil })
+	s.waitFor("the pending switch to 0", 30*time.Second, func() bool { return s.State().Pending != nil })
 	for range 2 { // idempotent
-		status, body = s.call(http.MethodDelete, "/api/v1/broker/pending-switch", operatorToken, "")
+		status, body = s.Call(http.MethodDelete, "/api/v1/broker/pending-switch", stacktest.OperatorToken, "")
 		require.Contains(t, []int{http.StatusOK, http.StatusAccepted}, status, body)
 	}
-	s.waitFor("the cancel", 30*time.Second, func() bool { return s.state().Pending == nil })
+	s.waitFor("the cancel", 30*time.Second, func() bool { return s.State().Pending == nil })
 	_, err = p.Notify(ctx, p.NoticeFor(0, time.Now())) // the producer's word again, newer
 	require.NoError(t, err)
-	s.waitFor("another pending switch to 0", 30*time.Second, func() bool { return s.state().Pending != nil })
+	s.waitFor("another pending switch to 0", 30*time.Second, func() bool { return s.State().Pending != nil })
 	s.temporalCLI("workflow", "signal", "--workflow-id", workflows.BrokerSwitchWorkflowID, "--name", workflows.SignalCancelPendingSwitch)
-	s.waitFor("the CLI's cancel", 30*time.Second, func() bool { return s.state().Pending == nil })
-	require.Equal(t, 2, s.state().ActiveIndex, "a cancel does not move")
-	s.proxies[2].Restore(t)
+	s.waitFor("the CLI's cancel", 30*time.Second, func() bool { return s.State().Pending == nil })
+	require.Equal(t, 2, s.State().ActiveIndex, "a cancel does not move")
+	s.Proxies[2].Restore(t)
 
 	v := s.verify(log, time.Minute)
 	s.report(v, "forced")
@@ -300,14 +301,14 @@ func TestScenario07ForcedSwitchMidDrainAndCancel(t *testing.T) {
 func TestScenario08UnreachableBrokers(t *testing.T) {
 	t.Parallel()
 	s := newStack(t, 3, map[string]string{"CONSUMER_WINDOW": "2s"})
-	s.proxies[2].Cut() // the spare, for the whole run
+	s.Proxies[2].Cut() // the spare, for the whole run
 	p, log := s.producer(nil)
 	ctx := context.Background()
-	s.startWorker()
+	s.StartWorker()
 	require.NoError(t, p.Publish(ctx, s.workload(mixed(10, 16))...))
 	s.waitFor("several windows past the dead spare", 30*time.Second, func() bool { return s.windowRuns("issues") >= 3 })
 
-	s.proxies[0].Cut()
+	s.Proxies[0].Cut()
 	require.NoError(t, p.Publish(ctx, s.workload(mixed(10, 17))...)) // published while we cannot see it
 	n, err := p.Rotate(ctx, 1)
 	require.NoError(t, err)
@@ -315,18 +316,18 @@ func TestScenario08UnreachableBrokers(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, p.Publish(ctx, s.workload(mixed(10, 18))...))
 	s.waitFor("a drain check that finds broker 0 unreachable", 30*time.Second, func() bool {
-		c := s.state().LastDrainCheck
+		c := s.State().LastDrainCheck
 		return c != nil && !c.Reachable
 	})
-	require.Equal(t, 0, s.state().ActiveIndex)
+	require.Equal(t, 0, s.State().ActiveIndex)
 	// The activity records the check in Postgres before the workflow sees its result.
 	s.waitUntil("the workflow to say it waits for the unreachable broker", 30*time.Second, func() (bool, string) {
 		waiting := s.switchStatus().Waiting
 		return strings.Contains(waiting, "unreachable"), "waiting: " + waiting
 	})
 
-	s.proxies[0].Restore(t)
-	s.waitFor("the switch once broker 0 is back and drained", time.Minute, func() bool { return s.state().ActiveIndex == 1 })
+	s.Proxies[0].Restore(t)
+	s.waitFor("the switch once broker 0 is back and drained", time.Minute, func() bool { return s.State().ActiveIndex == 1 })
 	v := s.verify(log, time.Minute)
 	s.requireFlipAfterDrain(0, 1)
 	require.Empty(t, s.failedWindowRuns(), "no window failed")
@@ -359,14 +360,14 @@ func TestScenario09WorkerKilledMidWindow(t *testing.T) {
 // consuming pauses, nothing is pushed into -retry, and the order holds once it is back.
 func TestScenario10PostgresRestartedMidWindow(t *testing.T) {
 	t.Parallel()
-	s := newStackWith(t, stackOptions{brokers: 1, pgProxy: true})
+	s := newStackWith(t, stacktest.Options{Brokers: 1, PGProxy: true})
 	p, log := s.producer(nil)
 	ctx := context.Background()
 	require.NoError(t, p.Publish(ctx, s.workload(mixed(36, 21))...))
-	s.startWorker()
+	s.StartWorker()
 	s.waitFor("the worker consuming", time.Minute, func() bool { return s.appliedFrom(0) >= 150 })
 
-	s.pgProxy.Cut() // closes every connection of the worker: its backends end as in a restart
+	s.PGProxy.Cut() // closes every connection of the worker: its backends end as in a restart
 	// A COMMIT a backend had already read still lands; once the backends are gone, nothing can.
 	s.waitUntil("the worker's Postgres backends to end", 30*time.Second, func() (bool, string) {
 		n := s.workerBackends()
@@ -379,7 +380,7 @@ func TestScenario10PostgresRestartedMidWindow(t *testing.T) {
 		time.Sleep(250 * time.Millisecond)
 	}
 	require.Equal(t, during, s.appliedFrom(0), "consuming pauses")
-	s.pgProxy.Restore(t)
+	s.PGProxy.Restore(t)
 
 	require.NoError(t, p.Publish(ctx, s.workload(mixed(8, 22))...))
 	v := s.verify(log, 2*time.Minute)
@@ -392,7 +393,7 @@ func TestScenario10PostgresRestartedMidWindow(t *testing.T) {
 func TestScenario11TemporalRestartedWhileASwitchIsPending(t *testing.T) {
 	t.Parallel() // it mostly waits for its own dev server
 	dev := startDedicatedTemporal(t)
-	s := newStackWith(t, stackOptions{brokers: 2, temporal: dev.target(t)})
+	s := newStackWith(t, stacktest.Options{Brokers: 2, Temporal: dev.target(t)})
 	p, log := s.producer(nil)
 	ctx := context.Background()
 	require.NoError(t, p.Publish(ctx, s.workload(mixed(40, 23))...))
@@ -401,22 +402,22 @@ func TestScenario11TemporalRestartedWhileASwitchIsPending(t *testing.T) {
 	_, err = p.Notify(ctx, n)
 	require.NoError(t, err)
 	require.NoError(t, p.Publish(ctx, s.workload(mixed(10, 24))...))
-	s.startWorker()
+	s.StartWorker()
 	// Every queue's window must be consuming before Temporal goes: one that has not
 	// started by then cannot start until Temporal is back, which a loaded machine showed.
 	s.waitFor("every queue's window draining broker 0 under a pending switch", time.Minute, func() bool {
 		var queues int64
-		require.NoError(t, s.db.Raw("SELECT count(DISTINCT queue) FROM github_deliveries WHERE broker_index = 0").Scan(&queues).Error)
-		return s.state().Pending != nil && queues == int64(len(s.cfg.Queues))
+		require.NoError(t, s.DB.Raw("SELECT count(DISTINCT queue) FROM github_deliveries WHERE broker_index = 0").Scan(&queues).Error)
+		return s.State().Pending != nil && queues == int64(len(s.Config.Queues))
 	})
 
 	dev.stop(t)
 	before := s.appliedFrom(0)
 	s.waitFor("consuming to go on without Temporal", 30*time.Second, func() bool { return s.appliedFrom(0) > before+50 || s.drained(0) })
-	require.Equal(t, 0, s.state().ActiveIndex, "nothing commits a switch while Temporal is down")
+	require.Equal(t, 0, s.State().ActiveIndex, "nothing commits a switch while Temporal is down")
 	dev.start(t)
 
-	s.waitFor("the switch after the restart", 90*time.Second, func() bool { st := s.state(); return st.ActiveIndex == 1 && st.Pending == nil })
+	s.waitFor("the switch after the restart", 90*time.Second, func() bool { st := s.State(); return st.ActiveIndex == 1 && st.Pending == nil })
 	v := s.verify(log, time.Minute)
 	s.requireFlipAfterDrain(0, 1)
 	s.report(v, s.lagOf())
@@ -431,7 +432,7 @@ func TestScenario12PoisonAmongGoodMessages(t *testing.T) {
 	w := mixed(16, 25)
 	w.Poison = 30
 	require.NoError(t, p.Publish(context.Background(), s.workload(w)...))
-	s.startWorker()
+	s.StartWorker()
 	v := s.verify(log, time.Minute)
 	require.Equal(t, 30, v.Poison)
 	s.report(v, "-")
@@ -455,9 +456,9 @@ func TestScenario19GitHubDeliveredOutOfOrder(t *testing.T) {
 	require.NoError(t, err)
 	_, err = p.Notify(ctx, n)
 	require.NoError(t, err)
-	s.startWorker()
+	s.StartWorker()
 	require.NoError(t, p.Publish(ctx, msgs[backlog:]...))
-	s.waitFor("the switch to broker 1", time.Minute, func() bool { st := s.state(); return st.ActiveIndex == 1 && st.Pending == nil })
+	s.waitFor("the switch to broker 1", time.Minute, func() bool { st := s.State(); return st.ActiveIndex == 1 && st.Pending == nil })
 	v := s.verify(log, time.Minute)
 
 	// The oracle applied its clock rule to the publish order; the rows must also be those
@@ -506,7 +507,7 @@ func TestScenario13bTwoWorkersOnAProducersQuorumQueues(t *testing.T) {
 	if testenv.QueueType() != "quorum" {
 		t.Skip("BROKERSWITCH_TEST_QUEUE_TYPE is not quorum")
 	}
-	twoWorkerProcesses(t, newStackWith(t, stackOptions{brokers: 2, env: map[string]string{"CONSUMER_WINDOW": "3s"}, producerQueues: true}))
+	twoWorkerProcesses(t, newStackWith(t, stacktest.Options{Brokers: 2, Env: map[string]string{"CONSUMER_WINDOW": "3s"}, Predeclare: declareProducersQuorumQueues}))
 }
 
 func twoWorkerProcesses(t *testing.T, s *stack) {
@@ -535,7 +536,7 @@ func twoWorkerProcesses(t *testing.T, s *stack) {
 				}
 			}
 		}
-		for _, q := range s.cfg.Queues {
+		for _, q := range s.Config.Queues {
 			if !consumed[q] {
 				return false
 			}
@@ -544,7 +545,7 @@ func twoWorkerProcesses(t *testing.T, s *stack) {
 	}
 	s.waitFor("the switch to broker 1", time.Minute, func() bool {
 		requireOneConsumer()
-		st := s.state()
+		st := s.State()
 		return st.ActiveIndex == 1 && st.Pending == nil
 	})
 	clear(consumed) // consumed since the switch
@@ -558,7 +559,7 @@ func twoWorkerProcesses(t *testing.T, s *stack) {
 func (s *stack) appliedFrom(index int) int64 {
 	s.t.Helper()
 	var n int64
-	require.NoError(s.t, s.db.Raw("SELECT count(*) FROM github_deliveries WHERE broker_index = ? AND outcome <> 'error'", index).Scan(&n).Error)
+	require.NoError(s.t, s.DB.Raw("SELECT count(*) FROM github_deliveries WHERE broker_index = ? AND outcome <> 'error'", index).Scan(&n).Error)
 	return n
 }
 
@@ -566,7 +567,7 @@ func (s *stack) appliedFrom(index int) int64 {
 func (s *stack) appliedFromUntil(index int, until time.Time) int64 {
 	s.t.Helper()
 	var n int64
-	require.NoError(s.t, s.db.Raw("SELECT count(*) FROM github_deliveries WHERE broker_index = ? AND outcome <> 'error' AND applied_at <= ?",
+	require.NoError(s.t, s.DB.Raw("SELECT count(*) FROM github_deliveries WHERE broker_index = ? AND outcome <> 'error' AND applied_at <= ?",
 		index, until).Scan(&n).Error)
 	return n
 }
@@ -575,11 +576,11 @@ func (s *stack) appliedFromUntil(index int, until time.Time) int64 {
 func (s *stack) retryAndErrorCount(index int) int {
 	s.t.Helper()
 	var names []string
-	for _, q := range s.cfg.Queues {
+	for _, q := range s.Config.Queues {
 		names = append(names, q+"-retry", q+"-error")
 	}
 	total := 0
-	for _, n := range s.counts(index, names...) {
+	for _, n := range s.Counts(index, names...) {
 		total += n
 	}
 	return total
@@ -596,7 +597,7 @@ func (s *stack) requireFlipAfterDrain(from, to int) {
 	s.requireBrokerOrder(from, to)
 	commit := s.switchCommitted(from, to)
 	var first *time.Time
-	require.NoError(s.t, s.db.Raw("SELECT min(applied_at) FROM github_deliveries WHERE broker_index = ? AND outcome <> 'error'", to).Scan(&first).Error)
+	require.NoError(s.t, s.DB.Raw("SELECT min(applied_at) FROM github_deliveries WHERE broker_index = ? AND outcome <> 'error'", to).Scan(&first).Error)
 	require.NotNil(s.t, first, "broker %d's events were applied", to)
 	require.False(s.t, first.Before(commit.CompletedAt),
 		"an event from broker %d was applied at %s, before the switch to it was committed at %s", to, first, commit.CompletedAt)
@@ -607,7 +608,7 @@ func (s *stack) requireFlipAfterDrain(from, to int) {
 func (s *stack) switchCommitted(from, to int) brokerstate.LastSwitch {
 	s.t.Helper()
 	var values []string
-	require.NoError(s.t, s.db.Raw("SELECT value FROM test_switches ORDER BY id").Scan(&values).Error)
+	require.NoError(s.t, s.DB.Raw("SELECT value FROM test_switches ORDER BY id").Scan(&values).Error)
 	var seen []string
 	for _, v := range values {
 		var ls brokerstate.LastSwitch
@@ -678,12 +679,12 @@ func (d *dedicatedTemporal) stop(t *testing.T) {
 }
 
 // target is the server's default namespace and a client for it that outlives restarts.
-func (d *dedicatedTemporal) target(t *testing.T) *temporalTarget {
+func (d *dedicatedTemporal) target(t *testing.T) *stacktest.Target {
 	t.Helper()
 	c, err := client.Dial(client.Options{HostPort: d.opts.ClientOptions.HostPort, Namespace: "default", Logger: quietLogger{}})
 	require.NoError(t, err)
 	t.Cleanup(c.Close)
-	return &temporalTarget{address: d.opts.ClientOptions.HostPort, namespace: "default", client: c}
+	return &stacktest.Target{Address: d.opts.ClientOptions.HostPort, Namespace: "default", Client: c}
 }
 
 // quietLogger keeps the SDK's logs out of the test output.

@@ -32,22 +32,22 @@ func TestABurstOfScrapesDuringConsumption(t *testing.T) {
 	ctx := t.Context()
 	// The process's pool as `brokerswitch worker` opens it, tagged so that its
 	// connections can be counted apart from the test's own.
-	db, err := models.OpenPool(ctx, s.env["DATABASE_URL"]+"&application_name=capped-process", models.PoolConfig{
-		MaxOpenConns: s.cfg.DBMaxOpenConns, StatementTimeout: s.cfg.DBStatementTimeout, LockTimeout: s.cfg.DBLockTimeout,
+	db, err := models.OpenPool(ctx, s.Env["DATABASE_URL"]+"&application_name=capped-process", models.PoolConfig{
+		MaxOpenConns: s.Config.DBMaxOpenConns, StatementTimeout: s.Config.DBStatementTimeout, LockTimeout: s.Config.DBLockTimeout,
 	})
 	require.NoError(t, err)
 	sqlDB, err := db.DB()
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = sqlDB.Close() })
-	s.workerDB = db
+	s.WorkerDB = db
 	m := metrics.New(prometheus.NewRegistry())
-	require.NoError(t, m.WatchState(worker.StateReader(brokerstate.NewStore(db, s.cfg.Brokers), s.cfg.Queues)))
+	require.NoError(t, m.WatchState(worker.StateReader(brokerstate.NewStore(db, s.Config.Brokers), s.Config.Queues)))
 	scrape := httptest.NewServer(m.Handler())
 	t.Cleanup(scrape.Close)
 
 	events, err := payloads.Lifecycle(30)
 	require.NoError(t, err)
-	s.publish(0, events...)
+	s.Publish(0, events...)
 
 	var peak atomic.Int64
 	watchCtx, stopWatching := context.WithCancel(ctx)
@@ -56,14 +56,14 @@ func TestABurstOfScrapesDuringConsumption(t *testing.T) {
 		defer close(watched)
 		for watchCtx.Err() == nil {
 			var n int64
-			if s.db.WithContext(watchCtx).Raw(`SELECT count(*) FROM pg_stat_activity WHERE application_name = 'capped-process'`).Scan(&n).Error == nil && n > peak.Load() {
+			if s.DB.WithContext(watchCtx).Raw(`SELECT count(*) FROM pg_stat_activity WHERE application_name = 'capped-process'`).Scan(&n).Error == nil && n > peak.Load() {
 				peak.Store(n)
 			}
 			time.Sleep(5 * time.Millisecond)
 		}
 	}()
 
-	s.startWorker()
+	s.StartWorker()
 	var ok, refused, waves atomic.Int64
 	for waves.Load() == 0 || s.deliveries() < int64(len(events)) {
 		var wg sync.WaitGroup
@@ -91,16 +91,16 @@ func TestABurstOfScrapesDuringConsumption(t *testing.T) {
 
 	require.EqualValues(t, len(events), s.deliveries(), "every event applied")
 	var notApplied int64
-	require.NoError(t, s.db.Model(&models.Delivery{}).Where("outcome NOT IN ?", []string{"applied", "ignored"}).Count(&notApplied).Error)
+	require.NoError(t, s.DB.Model(&models.Delivery{}).Where("outcome NOT IN ?", []string{"applied", "ignored"}).Count(&notApplied).Error)
 	require.Zero(t, notApplied)
 	var retried int64
-	require.NoError(t, s.db.Model(&models.Delivery{}).Where("retry_cycles > 0").Count(&retried).Error)
+	require.NoError(t, s.DB.Model(&models.Delivery{}).Where("retry_cycles > 0").Count(&retried).Error)
 	require.Zero(t, retried, "nothing went through -retry")
-	for q, n := range s.counts(0, "pull_requests-retry", "issues-retry", "pushes-retry", "installations-retry") {
+	for q, n := range s.Counts(0, "pull_requests-retry", "issues-retry", "pushes-retry", "installations-retry") {
 		require.Zero(t, n, q)
 	}
 	require.Positive(t, ok.Load(), "some scrapes were served")
-	require.LessOrEqual(t, peak.Load(), int64(s.cfg.DBMaxOpenConns), "the process stayed within DB_MAX_OPEN_CONNS")
+	require.LessOrEqual(t, peak.Load(), int64(s.Config.DBMaxOpenConns), "the process stayed within DB_MAX_OPEN_CONNS")
 	t.Logf("%d waves of %d scrapes: %d served, %d refused (in flight limit); peak %d connections (cap %d)",
-		waves.Load(), scrapesPerWave, ok.Load(), refused.Load(), peak.Load(), s.cfg.DBMaxOpenConns)
+		waves.Load(), scrapesPerWave, ok.Load(), refused.Load(), peak.Load(), s.Config.DBMaxOpenConns)
 }

@@ -31,6 +31,7 @@ import (
 	"github.com/brokerswitch/brokerswitch/activities"
 	"github.com/brokerswitch/brokerswitch/brokerstate"
 	"github.com/brokerswitch/brokerswitch/config"
+	"github.com/brokerswitch/brokerswitch/internal/stacktest"
 	"github.com/brokerswitch/brokerswitch/internal/testenv"
 	"github.com/brokerswitch/brokerswitch/simulate"
 	"github.com/brokerswitch/brokerswitch/workflows"
@@ -298,7 +299,7 @@ func playSchedule(t *testing.T, sc schedule, tally *soakTally) {
 	})
 	t.Logf("%s", sc)
 	dev := startDedicatedTemporal(t)
-	s := newStackWith(t, stackOptions{brokers: soakBrokers, pgProxy: true, temporal: dev.target(t), env: soakEnv()})
+	s := newStackWith(t, stacktest.Options{Brokers: soakBrokers, PGProxy: true, Temporal: dev.target(t), Env: soakEnv()})
 	// The stack's cleanups replay the histories: Temporal must run, whatever the schedule
 	// left when it failed.
 	t.Cleanup(func() {
@@ -374,7 +375,7 @@ func (r *soakRun) do(i int, st step) {
 	case stepCutBroker:
 		if st.role == roleLeftovers {
 			held := 0
-			for _, n := range s.counts(st.broker, s.cfg.Queues...) {
+			for _, n := range s.Counts(st.broker, s.Config.Queues...) {
 				held += n
 			}
 			t.Logf("broker %d holds %d messages as it is cut", st.broker, held)
@@ -383,9 +384,9 @@ func (r *soakRun) do(i int, st step) {
 	case stepRestoreBroker:
 		r.restoreBroker(st.broker)
 	case stepCutPostgres:
-		s.pgProxy.Cut()
+		s.PGProxy.Cut()
 	case stepRestorePostgres:
-		s.pgProxy.Restore(t)
+		s.PGProxy.Restore(t)
 	case stepRestartPostgres:
 		r.restartPostgres()
 	case stepStopTemporal:
@@ -439,7 +440,7 @@ func (r *soakRun) waitActive(b int) {
 	r.t.Helper()
 	r.s.waitUntil(fmt.Sprintf("broker %d active, nothing pending", b), 2*time.Minute, func() (bool, string) {
 		r.supervise()
-		st := r.s.state()
+		st := r.s.State()
 		return st.ActiveIndex == b && st.Pending == nil, fmt.Sprintf("active %d, pending %v", st.ActiveIndex, st.Pending != nil)
 	})
 }
@@ -495,10 +496,10 @@ func (r *soakRun) waitSeenEmpty(b int) {
 	began := time.Now()
 	s.waitUntil(fmt.Sprintf("broker %d seen empty since the producer left it, on every queue", b), 2*time.Minute, func() (bool, string) {
 		r.supervise()
-		state := s.state()
+		state := s.State()
 		var waiting []string
-		for _, q := range s.cfg.Queues {
-			marks, reached, err := s.store.SpareMarks(context.Background(), q)
+		for _, q := range s.Config.Queues {
+			marks, reached, err := s.Store.SpareMarks(context.Background(), q)
 			require.NoError(t, err)
 			reading := state.ReadSpare(b, state.CurrentMark(b, marks[b]), state.CurrentMark(b, reached[b]), time.Now(), config.DefaultUnnotifiedBrokerGrace)
 			if reading == brokerstate.ReadStragglers {
@@ -541,12 +542,12 @@ func (r *soakRun) notify(n simulate.Notice) {
 // again as a signal, which the workflow applies once it runs.
 func (r *soakRun) force(to int) {
 	r.t.Helper()
-	status, body := r.s.call(http.MethodPost, fmt.Sprintf("/api/v1/broker/switch/%d", to), operatorToken, "")
+	status, body := r.s.Call(http.MethodPost, fmt.Sprintf("/api/v1/broker/switch/%d", to), stacktest.OperatorToken, "")
 	switch status {
 	case http.StatusOK:
 	case http.StatusGatewayTimeout, http.StatusBadGateway:
 		r.t.Logf("forced switch answered %d (%s); sent again as a signal", status, strings.TrimSpace(body))
-		r.s.signal(workflows.SignalForceSwitch, activities.ForceSwitchInput{Index: to, AskedAt: time.Now().UTC()})
+		r.s.Signal(workflows.SignalForceSwitch, activities.ForceSwitchInput{Index: to, AskedAt: time.Now().UTC()})
 	default:
 		r.t.Fatalf("forced switch to %d answered %d: %s", to, status, body)
 	}
@@ -564,21 +565,21 @@ func (r *soakRun) cancel(st step) {
 		r.cutBroker(active)
 	}
 	r.notify(r.rotate(st.broker))
-	s.waitFor("the pending switch recorded", 30*time.Second, func() bool { return s.state().Pending != nil })
+	s.waitFor("the pending switch recorded", 30*time.Second, func() bool { return s.State().Pending != nil })
 	require.NoError(r.t, r.p.Publish(context.Background(), s.workload(st.burst)...))
 	// The operator asks again when the workflow has not answered within the API's wait (a
 	// starved worker fails its workflow tasks meanwhile): a cancel names the switch it
 	// cancels, and with nothing pending it changes nothing.
 	s.waitUntil("the cancel", time.Minute, func() (bool, string) {
-		status, body := s.call(http.MethodDelete, "/api/v1/broker/pending-switch", operatorToken, "")
+		status, body := s.Call(http.MethodDelete, "/api/v1/broker/pending-switch", stacktest.OperatorToken, "")
 		switch status {
 		case http.StatusOK, http.StatusAccepted, http.StatusGatewayTimeout:
 		default:
 			r.t.Fatalf("the cancel answered %d: %s", status, body)
 		}
-		return s.state().Pending == nil, fmt.Sprintf("the cancel answered %d: %s", status, strings.TrimSpace(body))
+		return s.State().Pending == nil, fmt.Sprintf("the cancel answered %d: %s", status, strings.TrimSpace(body))
 	})
-	require.Equal(r.t, active, s.state().ActiveIndex, "a cancel does not move")
+	require.Equal(r.t, active, s.State().ActiveIndex, "a cancel does not move")
 	if !already {
 		r.restoreBroker(active)
 	}
@@ -591,10 +592,10 @@ func (r *soakRun) cancel(st step) {
 func (r *soakRun) cutActive(drawn int) (active int, already bool) {
 	r.t.Helper()
 	for {
-		active = r.s.state().ActiveIndex
+		active = r.s.State().ActiveIndex
 		already = r.cut[active]
 		r.cutBroker(active)
-		if r.s.state().ActiveIndex == active {
+		if r.s.State().ActiveIndex == active {
 			if active != drawn {
 				r.t.Logf("the service reads broker %d, not broker %d as drawn: the switch away from %d committed", active, drawn, drawn)
 			}
@@ -608,14 +609,14 @@ func (r *soakRun) cutActive(drawn int) (active int, already bool) {
 
 // cutBroker cuts broker b's proxy, noting it; restoreBroker restores it.
 func (r *soakRun) cutBroker(b int) {
-	r.s.proxies[b].Cut()
+	r.s.Proxies[b].Cut()
 	r.cut[b] = true
 }
 
 func (r *soakRun) restoreBroker(b int) {
 	r.t.Helper()
 	if r.cut[b] {
-		r.s.proxies[b].Restore(r.t)
+		r.s.Proxies[b].Restore(r.t)
 		delete(r.cut, b)
 	}
 }
@@ -625,12 +626,12 @@ func (r *soakRun) restoreBroker(b int) {
 // restarted: to the workers the two look the same.
 func (r *soakRun) restartPostgres() {
 	s := r.s
-	s.pgProxy.Cut()
+	s.PGProxy.Cut()
 	s.waitUntil("the worker's Postgres backends to end", 30*time.Second, func() (bool, string) {
 		n := s.workerBackends()
 		return n == 0, fmt.Sprintf("%d left", n)
 	})
-	s.pgProxy.Restore(r.t)
+	s.PGProxy.Restore(r.t)
 }
 
 // startWorker starts worker num with a Temporal proxy of its own.
@@ -694,7 +695,7 @@ func (r *soakRun) keep(dir string) {
 	}
 	_ = os.WriteFile(filepath.Join(dir, "steps.txt"), []byte(steps.String()), 0o644)
 	dump := func(name, query string) {
-		rows, err := r.s.db.Raw(query).Rows()
+		rows, err := r.s.DB.Raw(query).Rows()
 		if err != nil {
 			t.Logf("SOAK_KEEP %s: %v", name, err)
 			return
@@ -732,7 +733,7 @@ func (r *soakRun) keep(dir string) {
 	dump("spare_marks.tsv", "SELECT * FROM spare_marks")
 	if r.dev.server != nil {
 		var trails strings.Builder
-		for _, q := range r.s.cfg.Queues {
+		for _, q := range r.s.Config.Queues {
 			fmt.Fprintf(&trails, "%s:\n  %s\n", q, strings.Join(r.s.windowTrail(q), "\n  "))
 		}
 		_ = os.WriteFile(filepath.Join(dir, "windows.txt"), []byte(trails.String()), 0o644)
@@ -765,7 +766,7 @@ func (r *soakRun) waitSettled(active int) {
 	s.waitUntil(fmt.Sprintf("everything published applied and broker %d active", active), 2*time.Minute, func() (bool, string) {
 		r.supervise()
 		e := expect(r.p.Records())
-		st := s.state()
+		st := s.State()
 		pending := "none"
 		if st.Pending != nil {
 			pending = fmt.Sprintf("%v", st.Pending.Route)
@@ -1094,11 +1095,11 @@ func (r *soakRun) cutOffHolder(activityType string, ledger *ledgerHold) {
 	s.waitUntil("a worker's "+cmp.Or(activityType, "window")+" to hold a batch the held ledger keeps unsettled", 2*time.Minute, func() (bool, string) {
 		r.supervise()
 		inHand := r.unacknowledged()
-		for _, q := range s.cfg.Queues {
+		for _, q := range s.Config.Queues {
 			if inHand[q] == 0 {
 				continue
 			}
-			desc, err := s.temporal.DescribeWorkflowExecution(context.Background(), workflows.QueueWindowWorkflowID(q), "")
+			desc, err := s.Temporal.DescribeWorkflowExecution(context.Background(), workflows.QueueWindowWorkflowID(q), "")
 			if err != nil {
 				return false, err.Error()
 			}
@@ -1121,7 +1122,7 @@ func (r *soakRun) cutOffHolder(activityType string, ledger *ledgerHold) {
 	cut := time.Now()
 	s.waitUntil("the cut-off window to run on another worker", 3*time.Minute, func() (bool, string) {
 		r.supervise()
-		desc, err := s.temporal.DescribeWorkflowExecution(context.Background(), workflows.QueueWindowWorkflowID(queue), "")
+		desc, err := s.Temporal.DescribeWorkflowExecution(context.Background(), workflows.QueueWindowWorkflowID(queue), "")
 		if err != nil {
 			return false, err.Error()
 		}
@@ -1143,7 +1144,7 @@ func (r *soakRun) cutOffHolder(activityType string, ledger *ledgerHold) {
 func (r *soakRun) unacknowledged() map[string]int {
 	r.t.Helper()
 	out := map[string]int{}
-	for _, vhost := range r.s.vhosts {
+	for _, vhost := range r.s.Vhosts {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		text, err := exec.CommandContext(ctx, "rabbitmqctl", "--quiet", "list_queues", "-p", vhost, "name", "messages_unacknowledged").Output()
 		cancel()

@@ -16,6 +16,7 @@ import (
 	"go.temporal.io/api/workflowservice/v1"
 	"go.temporal.io/sdk/converter"
 
+	"github.com/brokerswitch/brokerswitch/internal/stacktest"
 	"github.com/brokerswitch/brokerswitch/simulate"
 	"github.com/brokerswitch/brokerswitch/workflows"
 )
@@ -48,13 +49,13 @@ func (s *stack) producer(modify func(*simulate.Config)) (*simulate.Producer, str
 	require.NoError(s.t, err)
 	s.t.Cleanup(func() { f.Close() })
 	cfg := simulate.Config{
-		Brokers:    s.direct.Endpoints(),
-		Queues:     s.cfg.Queues,
-		RetryTTL:   s.cfg.RetryTTL,
-		QueueType:  s.cfg.QueueType,
-		APIURL:     s.api.URL,
-		Token:      producerToken,
-		HTTPClient: s.api.Client(),
+		Brokers:    s.Direct.Endpoints(),
+		Queues:     s.Config.Queues,
+		RetryTTL:   s.Config.RetryTTL,
+		QueueType:  s.Config.QueueType,
+		APIURL:     s.API.URL,
+		Token:      stacktest.ProducerToken,
+		HTTPClient: s.API.Client(),
 		Notify:     simulate.NotifyNone,
 		Log:        f,
 	}
@@ -81,7 +82,7 @@ func (s *stack) report(v verdict, lag string) {
 	s.t.Helper()
 	line := summary{
 		Scenario: s.t.Name(), Published: v.Published, Poison: v.Poison, Applied: v.Applied, Dups: v.Duplicates,
-		Order: v.OrderViolations, Lost: v.Lost, Lag: lag, Took: time.Since(s.began).Round(100 * time.Millisecond),
+		Order: v.OrderViolations, Lost: v.Lost, Lag: lag, Took: time.Since(s.Began).Round(100 * time.Millisecond),
 		Passed: len(v.Diffs) == 0,
 	}
 	summariesMu.Lock()
@@ -90,7 +91,7 @@ func (s *stack) report(v verdict, lag string) {
 	s.t.Logf("SUMMARY published=%d (poison %d) applied=%d duplicates=%d order-violations=%d lost=%d switch-lag=%s took=%s",
 		line.Published, line.Poison, line.Applied, line.Dups, line.Order, line.Lost, line.Lag, line.Took)
 	if v.OrderViolations > 0 {
-		for _, q := range s.cfg.Queues {
+		for _, q := range s.Config.Queues {
 			s.t.Logf("window workflow of %s:\n  %s", q, strings.Join(s.windowTrail(q), "\n  "))
 		}
 	}
@@ -100,12 +101,12 @@ func (s *stack) report(v verdict, lag string) {
 // lagOf is how long after the last event from broker `from` was applied the switch away
 // from it was committed, for the summary: "-" when there was no switch.
 func (s *stack) lagOf() string {
-	st := s.state()
+	st := s.State()
 	if st.LastSwitch == nil || st.LastSwitch.Forced {
 		return "-"
 	}
 	var last *time.Time
-	require.NoError(s.t, s.db.Raw("SELECT max(applied_at) FROM github_deliveries WHERE broker_index = ? AND applied_at <= ?",
+	require.NoError(s.t, s.DB.Raw("SELECT max(applied_at) FROM github_deliveries WHERE broker_index = ? AND applied_at <= ?",
 		st.LastSwitch.From, st.LastSwitch.CompletedAt).Scan(&last).Error)
 	if last == nil {
 		return "-"
@@ -137,7 +138,7 @@ func printSummaries(w io.Writer) {
 
 // drained is true when the queues and -retry queues of broker index hold nothing ready.
 func (s *stack) drained(index int) bool {
-	c, err := s.direct.ReadyCounts(context.Background(), index, withRetryQueues(s.cfg.Queues))
+	c, err := s.Direct.ReadyCounts(context.Background(), index, withRetryQueues(s.Config.Queues))
 	if err != nil {
 		return false
 	}
@@ -159,7 +160,7 @@ func (s *stack) windowTrail(queue string) []string {
 	var token []byte
 	var runs []string
 	for {
-		resp, err := s.temporal.ListWorkflow(ctx, &workflowservice.ListWorkflowExecutionsRequest{Query: query, NextPageToken: token})
+		resp, err := s.Temporal.ListWorkflow(ctx, &workflowservice.ListWorkflowExecutionsRequest{Query: query, NextPageToken: token})
 		require.NoError(s.t, err)
 		for _, e := range resp.GetExecutions() {
 			runs = append(runs, e.GetExecution().GetRunId())

@@ -16,6 +16,7 @@ import (
 	"github.com/brokerswitch/brokerswitch/activities"
 	"github.com/brokerswitch/brokerswitch/broker"
 	"github.com/brokerswitch/brokerswitch/brokerstate"
+	"github.com/brokerswitch/brokerswitch/internal/stacktest"
 	"github.com/brokerswitch/brokerswitch/internal/testenv"
 	"github.com/brokerswitch/brokerswitch/payloads"
 	"github.com/brokerswitch/brokerswitch/simulate"
@@ -36,12 +37,12 @@ func TestLeftoverDrainStopsAtItsCap(t *testing.T) {
 	// The producer never announced broker 1, so only stragglers are read there before the
 	// grace: these an operator moved back from -error, as their header says.
 	for _, ev := range leftovers {
-		s.publishRaw(1, ev.Queue, amqp.Table{"x-github-event": ev.Event, "x-github-delivery": ev.DeliveryID,
+		s.PublishRaw(1, ev.Queue, amqp.Table{"x-github-event": ev.Event, "x-github-delivery": ev.DeliveryID,
 			broker.HeaderRetryCycles: int64(1),
 			broker.HeaderErrorQueue:  ev.Queue, broker.HeaderErrorAt: time.Now().UTC().Format(time.RFC3339),
 			broker.HeaderErrorReason: "moved back by an operator"}, ev.Body)
 	}
-	s.startWorker()
+	s.StartWorker()
 	s.waitFor("the leftovers applied over two windows", time.Minute, func() bool { return s.deliveries() == 700 })
 	// The rows commit inside the second Leftover Drain; its result reaches the history, and
 	// a new run the visibility store, only after that.
@@ -63,7 +64,7 @@ func (s *stack) leftoverDrainTakes(queue string, brokerIndex int) []int {
 	s.t.Helper()
 	ctx := context.Background()
 	query := fmt.Sprintf("WorkflowId = '%s'", workflows.QueueWindowWorkflowID(queue))
-	resp, err := s.temporal.ListWorkflow(ctx, listRequest(query))
+	resp, err := s.Temporal.ListWorkflow(ctx, listRequest(query))
 	require.NoError(s.t, err)
 	var takes []int
 	runs := resp.GetExecutions()
@@ -92,7 +93,7 @@ func (s *stack) leftoverDrainTakes(queue string, brokerIndex int) []int {
 // switchStatus queries the BrokerSwitch workflow.
 func (s *stack) switchStatus() workflows.Status {
 	s.t.Helper()
-	v, err := s.temporal.QueryWorkflow(context.Background(), workflows.BrokerSwitchWorkflowID, "", workflows.QueryStatus)
+	v, err := s.Temporal.QueryWorkflow(context.Background(), workflows.BrokerSwitchWorkflowID, "", workflows.QueryStatus)
 	require.NoError(s.t, err)
 	var st workflows.Status
 	require.NoError(s.t, v.Get(&st))
@@ -103,7 +104,7 @@ func (s *stack) switchStatus() workflows.Status {
 func (s *stack) windowRuns(queue string) int {
 	s.t.Helper()
 	query := fmt.Sprintf("WorkflowId = '%s'", workflows.QueueWindowWorkflowID(queue))
-	n, err := s.temporal.CountWorkflow(context.Background(), countRequest(query))
+	n, err := s.Temporal.CountWorkflow(context.Background(), countRequest(query))
 	require.NoError(s.t, err)
 	return int(n.GetCount())
 }
@@ -112,9 +113,9 @@ func (s *stack) windowRuns(queue string) int {
 func (s *stack) failedWindowRuns() []string {
 	s.t.Helper()
 	var failed []string
-	for _, q := range s.cfg.Queues {
+	for _, q := range s.Config.Queues {
 		query := fmt.Sprintf("WorkflowId = '%s' AND ExecutionStatus != 'Running' AND ExecutionStatus != 'ContinuedAsNew'", workflows.QueueWindowWorkflowID(q))
-		resp, err := s.temporal.ListWorkflow(context.Background(), listRequest(query))
+		resp, err := s.Temporal.ListWorkflow(context.Background(), listRequest(query))
 		require.NoError(s.t, err)
 		for _, e := range resp.GetExecutions() {
 			if e.GetStatus() != enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING {
@@ -130,7 +131,7 @@ func (s *stack) temporalCLI(args ...string) {
 	s.t.Helper()
 	exe, err := testenv.TemporalCLI()
 	require.NoError(s.t, err)
-	args = append(args, "--address", temporalServer.Address(), "--namespace", s.cfg.TemporalNamespace)
+	args = append(args, "--address", temporalServer.Address(), "--namespace", s.Config.TemporalNamespace)
 	out, err := exec.Command(exe, args...).CombinedOutput()
 	require.NoError(s.t, err, "temporal %v: %s", args, out)
 }
@@ -141,8 +142,8 @@ func (s *stack) temporalCLI(args ...string) {
 // Now a drain that did not see its spare empty ends the window as the cap does.
 func TestASlowSpareIsNotOvertaken(t *testing.T) {
 	t.Parallel()
-	s := newStackWith(t, stackOptions{brokers: 2, copies: map[int]testenv.Copy{0: testenv.SlowLargeFrames(2 * time.Second)},
-		env: map[string]string{"CONSUMER_WINDOW": "2s", "PREFETCH": "5"}})
+	s := newStackWith(t, stacktest.Options{Brokers: 2, Copies: map[int]testenv.Copy{0: testenv.SlowLargeFrames(2 * time.Second)},
+		Env: map[string]string{"CONSUMER_WINDOW": "2s", "PREFETCH": "5"}})
 	p, log := s.producer(func(c *simulate.Config) { c.Notify = simulate.NotifyNow })
 	ctx := context.Background()
 	msgs := s.workload(mixed(3, 193))
@@ -155,7 +156,7 @@ func TestASlowSpareIsNotOvertaken(t *testing.T) {
 	require.NoError(t, p.Publish(ctx, msgs[:half]...))
 	// The operator forced broker 1 before anything read broker 0: what it holds are a
 	// spare's leftovers.
-	_, err := s.store.Update(ctx, func(st brokerstate.State) (brokerstate.State, error) {
+	_, err := s.Store.Update(ctx, func(st brokerstate.State) (brokerstate.State, error) {
 		return st.Force(1, time.Now(), time.Now()), nil
 	})
 	require.NoError(t, err)
@@ -164,7 +165,7 @@ func TestASlowSpareIsNotOvertaken(t *testing.T) {
 	require.NoError(t, p.Publish(ctx, msgs[half:]...))
 	require.False(t, s.drained(0), "broker 0 holds leftovers")
 
-	s.startWorker()
+	s.StartWorker()
 	v := s.verify(log, 3*time.Minute)
 	s.requireBrokerOrder(0, 1)
 	s.report(v, "-")

@@ -38,11 +38,11 @@ func TestTheWorkerConnectsToTemporalOverMutualTLS(t *testing.T) {
 	addr := tlsFrontend(t, ca, server, temporalServer.Address())
 
 	s := newStack(t, 1, nil)
-	s.env["TEMPORAL_ADDRESS"] = addr
-	s.env["TEMPORAL_TLS_SERVER_CA_CERT_PATH"] = caPath
-	s.env["TEMPORAL_TLS_SERVER_NAME"] = "localhost"
-	s.env["TEMPORAL_TLS_CLIENT_CERT_PATH"] = clientCert
-	s.env["TEMPORAL_TLS_CLIENT_KEY_PATH"] = clientKey
+	s.Env["TEMPORAL_ADDRESS"] = addr
+	s.Env["TEMPORAL_TLS_SERVER_CA_CERT_PATH"] = caPath
+	s.Env["TEMPORAL_TLS_SERVER_NAME"] = "localhost"
+	s.Env["TEMPORAL_TLS_CLIENT_CERT_PATH"] = clientCert
+	s.Env["TEMPORAL_TLS_CLIENT_KEY_PATH"] = clientKey
 	p, log := s.producer(nil)
 	s.startWorkerProcess("mtls")
 	require.NoError(t, p.Publish(context.Background(), s.workload(mixed(5, 93))...))
@@ -64,7 +64,7 @@ func TestTheWorkerConnectsToTemporalOverMutualTLS(t *testing.T) {
 func runWithEnv(ctx context.Context, s *stack, cert, key, apiKey string) (string, error) {
 	cmd := exec.CommandContext(ctx, workerBinary, "worker")
 	cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "HOME=" + os.Getenv("HOME")}
-	for k, v := range s.env {
+	for k, v := range s.Env {
 		cmd.Env = append(cmd.Env, k+"="+v)
 	}
 	cmd.Env = append(cmd.Env, "TEMPORAL_TLS_CLIENT_CERT_PATH="+cert, "TEMPORAL_TLS_CLIENT_KEY_PATH="+key,

@@ -11,6 +11,7 @@ import (
 	enumspb "go.temporal.io/api/enums/v1"
 
 	"github.com/brokerswitch/brokerswitch/brokerstate"
+	"github.com/brokerswitch/brokerswitch/internal/stacktest"
 	"github.com/brokerswitch/brokerswitch/internal/testenv"
 	"github.com/brokerswitch/brokerswitch/workflows"
 )
@@ -25,7 +26,7 @@ func TestAWindowStuckSettlingIsReadAgain(t *testing.T) {
 	p, log := s.producer(nil)
 	msgs := s.workload(mixed(8, 91))
 	ctx := context.Background()
-	s.startWorker()
+	s.StartWorker()
 	require.NoError(t, p.Publish(ctx, msgs[:4]...))
 	s.waitFor("the first events applied", time.Minute, func() bool { return s.deliveries() == 4 })
 
@@ -35,14 +36,14 @@ func TestAWindowStuckSettlingIsReadAgain(t *testing.T) {
 	require.NoError(t, p.Publish(ctx, msgs[4:half]...))
 	s.waitFor("the windows to hold their batch", time.Minute, func() bool {
 		total := 0
-		for _, n := range s.counts(0, s.cfg.Queues...) {
+		for _, n := range s.Counts(0, s.Config.Queues...) {
 			total += n
 		}
 		return total == 0
 	})
 	_, err := p.Rotate(ctx, 1)
 	require.NoError(t, err)
-	status, answer := s.call(http.MethodPost, "/api/v1/broker/switch/1", operatorToken, "")
+	status, answer := s.Call(http.MethodPost, "/api/v1/broker/switch/1", stacktest.OperatorToken, "")
 	require.Equal(t, http.StatusOK, status, answer)
 
 	// The fault lasts three lease TTLs: the worker's lease, renewed beside the stuck
@@ -101,8 +102,8 @@ func TestARollingRestartOfTwoWorkersLosesNothing(t *testing.T) {
 // would leave its queue unread.
 func (s *stack) requireWindowsRunning() {
 	s.t.Helper()
-	for _, q := range s.cfg.Queues {
-		desc, err := s.temporal.DescribeWorkflowExecution(context.Background(), workflows.QueueWindowWorkflowID(q), "")
+	for _, q := range s.Config.Queues {
+		desc, err := s.Temporal.DescribeWorkflowExecution(context.Background(), workflows.QueueWindowWorkflowID(q), "")
 		require.NoError(s.t, err)
 		require.Equal(s.t, enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING, desc.GetWorkflowExecutionInfo().GetStatus(),
 			"window workflow of %s", q)
@@ -130,7 +131,7 @@ func TestAWindowCutOffFromTemporalGivesItsBatchBack(t *testing.T) {
 	require.NoError(t, p.Publish(ctx, msgs[4:half]...))
 	inHand := func() int {
 		total := 0
-		for _, n := range s.counts(0, s.cfg.Queues...) {
+		for _, n := range s.Counts(0, s.Config.Queues...) {
 			total += n
 		}
 		return half - 4 - total
@@ -149,7 +150,7 @@ func TestAWindowCutOffFromTemporalGivesItsBatchBack(t *testing.T) {
 	}
 
 	release()
-	s.startWorker() // the successor
+	s.StartWorker() // the successor
 	require.NoError(t, p.Publish(ctx, msgs[half:]...))
 	s.report(s.verify(log, 2*time.Minute), "-")
 	t.Logf("the cut-off worker's windows gave their batches back %s after the cut", back.Round(100*time.Millisecond))
@@ -160,7 +161,7 @@ func TestAWindowCutOffFromTemporalGivesItsBatchBack(t *testing.T) {
 func (s *stack) leaseLive(identity string) bool {
 	s.t.Helper()
 	var live bool
-	require.NoError(s.t, s.workerDB.Raw(`SELECT coalesce(bool_or(expires_at > now()), false) FROM worker_leases WHERE identity = ?`, identity).Scan(&live).Error)
+	require.NoError(s.t, s.WorkerDB.Raw(`SELECT coalesce(bool_or(expires_at > now()), false) FROM worker_leases WHERE identity = ?`, identity).Scan(&live).Error)
 	return live
 }
 
@@ -177,13 +178,13 @@ func TestALeftoverDrainCutOffFromTemporalGivesItsBatchBack(t *testing.T) {
 	// Broker 0 holds the backlog; an operator's force made 1 active, so that backlog is
 	// left for the Leftover Drain.
 	require.NoError(t, p.Publish(ctx, msgs...))
-	_, err := s.store.Update(ctx, func(st brokerstate.State) (brokerstate.State, error) {
+	_, err := s.Store.Update(ctx, func(st brokerstate.State) (brokerstate.State, error) {
 		return st.Force(1, time.Time{}, time.Now()), nil
 	})
 	require.NoError(t, err)
 	ready := func() int {
 		total := 0
-		for _, n := range s.counts(0, s.cfg.Queues...) {
+		for _, n := range s.Counts(0, s.Config.Queues...) {
 			total += n
 		}
 		return total
@@ -203,6 +204,6 @@ func TestALeftoverDrainCutOffFromTemporalGivesItsBatchBack(t *testing.T) {
 	t.Logf("the cut-off worker's drains gave their batches back %s after the cut", back.Round(100*time.Millisecond))
 
 	release()
-	s.startWorker() // the successor
+	s.StartWorker() // the successor
 	s.report(s.verify(log, 2*time.Minute), "-")
 }

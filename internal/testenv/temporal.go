@@ -51,6 +51,24 @@ func StartTemporal(ctx context.Context) (*Temporal, error) {
 	return &Temporal{server: srv, metrics: "http://127.0.0.1:" + metricsPort + "/metrics"}, nil
 }
 
+// WithTemporal starts a dev server, runs run with it and stops it: how every TestMain
+// that needs one, and the benchmark, gets its server. A failed start is returned, and so
+// is a failed stop when run succeeded.
+func WithTemporal(run func(*Temporal) error) (err error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	srv, err := StartTemporal(ctx)
+	cancel()
+	if err != nil {
+		return err
+	}
+	defer func() {
+		if stopErr := srv.Stop(); stopErr != nil && err == nil {
+			err = fmt.Errorf("stop temporal dev server: %w", stopErr)
+		}
+	}()
+	return run(srv)
+}
+
 // MetricsURL is where the dev server serves its own Prometheus metrics.
 func (t *Temporal) MetricsURL() string { return t.metrics }
 

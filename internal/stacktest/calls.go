@@ -1,0 +1,119 @@
+package stacktest
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strings"
+	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+	enumspb "go.temporal.io/api/enums/v1"
+	historypb "go.temporal.io/api/history/v1"
+
+	"github.com/brokerswitch/brokerswitch/brokerstate"
+	"github.com/brokerswitch/brokerswitch/payloads"
+	"github.com/brokerswitch/brokerswitch/workflows"
+)
+
+// Notify posts the producer's notification that it now publishes to broker index, through
+// the HTTP API as a producer does: the host in capitals, since hosts match without case.
+func (s *Stack) Notify(index int, switchedAt time.Time) {
+	s.T.Helper()
+	ep := s.Config.Brokers[index]
+	body := fmt.Sprintf(`{"host": %q, "vhost": %q, "switchedAt": %q}`, strings.ToUpper(ep.Host), url.PathEscape(ep.Vhost),
+		switchedAt.UTC().Format(time.RFC3339Nano))
+	status, answer := s.Call(http.MethodPost, "/api/v1/broker/pending-switch", ProducerToken, body)
+	if status != http.StatusOK && status != http.StatusAccepted {
+		s.T.Fatalf("notification answered %d: %s", status, answer)
+	}
+}
+
+// Call sends a request to the API with a bearer token and returns the status and body.
+func (s *Stack) Call(method, path, token, body string) (int, string) {
+	s.T.Helper()
+	req, err := http.NewRequest(method, s.API.URL+path, strings.NewReader(body))
+	check(s.T, err, "request")
+	req.Header.Set("Authorization", "Bearer "+token)
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := s.API.Client().Do(req)
+	check(s.T, err, method+" "+path)
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	check(s.T, err, method+" "+path)
+	return resp.StatusCode, string(b)
+}
+
+// Signal sends a signal to the BrokerSwitch workflow, starting it if needed, as the API does.
+func (s *Stack) Signal(name string, arg any) {
+	s.T.Helper()
+	_, err := s.Temporal.SignalWithStartWorkflow(context.Background(), workflows.BrokerSwitchWorkflowID, name, arg,
+		workflows.BrokerSwitchStartOptions(s.Config.TaskQueue), workflows.BrokerSwitch, workflows.BrokerSwitchInput{})
+	check(s.T, err, "signal "+name)
+}
+
+// State reads the broker state from Postgres.
+func (s *Stack) State() brokerstate.State {
+	s.T.Helper()
+	st, err := s.Store.Load(context.Background())
+	check(s.T, err, "load the broker state")
+	return st
+}
+
+// Counts reads the ready counts of queues on broker index, directly.
+func (s *Stack) Counts(index int, queues ...string) map[string]int {
+	s.T.Helper()
+	c, err := s.Direct.ReadyCounts(context.Background(), index, queues)
+	check(s.T, err, "ready counts")
+	return c
+}
+
+// Publish sends events to broker index as the producer does, each confirmed.
+func (s *Stack) Publish(index int, events ...payloads.Event) {
+	s.T.Helper()
+	ctx := context.Background()
+	ch, err := s.Direct.Channel(ctx, index)
+	check(s.T, err, "channel")
+	defer ch.Close()
+	check(s.T, ch.Confirm(false), "confirm mode")
+	for _, ev := range events {
+		conf, err := ch.PublishWithDeferredConfirmWithContext(ctx, "", ev.Queue, false, false, amqp.Publishing{
+			ContentType:  "application/json",
+			DeliveryMode: amqp.Persistent,
+			Headers:      amqp.Table{"x-github-event": ev.Event, "x-github-delivery": ev.DeliveryID},
+			Body:         ev.Body,
+		})
+		check(s.T, err, "publish")
+		ok, err := conf.WaitContext(ctx)
+		check(s.T, err, "publish")
+		if !ok {
+			s.T.Fatalf("broker nacked a publish")
+		}
+	}
+}
+
+// PublishRaw sends one message with the given headers and body to queue on broker index.
+func (s *Stack) PublishRaw(index int, queue string, headers amqp.Table, body []byte) {
+	s.T.Helper()
+	ch, err := s.Direct.Channel(context.Background(), index)
+	check(s.T, err, "channel")
+	defer ch.Close()
+	check(s.T, ch.PublishWithContext(context.Background(), "", queue, false, false,
+		amqp.Publishing{ContentType: "application/json", DeliveryMode: amqp.Persistent, Headers: headers, Body: body}), "publish")
+}
+
+// History is the history of one run of a workflow of the stack's namespace.
+func (s *Stack) History(ctx context.Context, id, run string) (*historypb.History, error) {
+	it := s.Temporal.GetWorkflowHistory(ctx, id, run, false, enumspb.HISTORY_EVENT_FILTER_TYPE_ALL_EVENT)
+	h := &historypb.History{}
+	for it.HasNext() {
+		ev, err := it.Next()
+		if err != nil {
+			return nil, fmt.Errorf("history of %s/%s: %w", id, run, err)
+		}
+		h.Events = append(h.Events, ev)
+	}
+	return h, nil
+}

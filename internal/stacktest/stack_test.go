@@ -1,0 +1,53 @@
+package stacktest
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/brokerswitch/brokerswitch/internal/testenv"
+	"github.com/brokerswitch/brokerswitch/payloads"
+)
+
+var server *testenv.Temporal
+
+func TestMain(m *testing.M) {
+	code := 1
+	if err := testenv.WithTemporal(func(srv *testenv.Temporal) error {
+		server = srv
+		code = m.Run()
+		return nil
+	}); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		code = 1
+	}
+	testenv.Exit(code)
+}
+
+// A stack takes a producer's notification through its API into the broker state, and
+// what is published to a broker shows in its counts; no worker runs, so nothing moves.
+func TestAStackTakesANotificationThroughItsAPI(t *testing.T) {
+	s := New(t, Options{Brokers: 2, Server: server})
+	st := s.State()
+	require.Equal(t, 0, st.ActiveIndex)
+	require.Nil(t, st.Pending)
+
+	s.Notify(1, time.Now())
+	st = s.State()
+	require.NotNil(t, st.Pending, "the notification is recorded")
+	require.Equal(t, 1, st.Pending.Next().Index)
+
+	ev, err := payloads.Build("push", "", nil)
+	require.NoError(t, err)
+	s.Publish(0, ev)
+	require.NoError(t, testenv.WaitUntil(context.Background(), 30*time.Second, "the event on broker 0", func() (bool, error) {
+		return s.Counts(0, ev.Queue)[ev.Queue] == 1, nil
+	}))
+	require.Equal(t, 0, s.Counts(1, ev.Queue)[ev.Queue])
+	require.Len(t, s.Proxies, 2, "the service reaches every broker through a proxy")
+	require.Equal(t, s.Env["TEMPORAL_NAMESPACE"], s.Config.TemporalNamespace)
+}
