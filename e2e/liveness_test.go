@@ -35,7 +35,10 @@ func TestAKilledWorkersQueuesAreTakenOverWithinSeconds(t *testing.T) {
 
 	third := len(msgs) / 3
 	require.NoError(t, p.Publish(ctx, msgs[:2*third]...))
-	s.waitFor("part of the backlog applied", time.Minute, func() bool { return s.deliveries() >= int64(third/4) })
+	// The first event applied is enough: the kill must find most of the backlog still to
+	// apply, and the faster the consumers, the less a later mark leaves (at a quarter of a
+	// third, a loaded run once found all of it applied by the kill).
+	s.waitFor("the backlog being applied", time.Minute, func() bool { return s.deliveries() >= 1 })
 
 	// The worker that holds the most windows dies.
 	held := s.windowsHeld()
