@@ -137,10 +137,7 @@ func (p *Pool) moveOversize(ctx context.Context, ep Endpoint, queue string) (id 
 		left -= uint64(len(body))
 	}
 	_ = c.conn.SetReadDeadline(time.Time{})
-	if err := c.ack(tag); err != nil {
-		return id, 0, fmt.Errorf("ack in %s: %w", queue, err)
-	}
-	if err := c.commit(); err != nil {
+	if err := c.settleMove(tag); err != nil {
 		return id, 0, fmt.Errorf("commit the move to %s: %w", ErrorQueue(queue), err)
 	}
 	return id, size, nil

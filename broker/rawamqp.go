@@ -24,6 +24,8 @@ type rawConn struct {
 	frameMax int // negotiated; the largest frame it sends
 	// pending are deliveries that came while a method's answer was awaited, in order.
 	pending []*rawDelivery
+	// tag is the consumer's tag, once consume has started it.
+	tag string
 }
 
 // AMQP frame types and the frame end octet.
@@ -57,6 +59,8 @@ const (
 	mBasicQosOk    = 60<<16 | 11
 	mBasicConsume  = 60<<16 | 20
 	mBasicConsOk   = 60<<16 | 21
+	mBasicCancel   = 60<<16 | 30
+	mBasicCancelOk = 60<<16 | 31
 	mBasicPublish  = 60<<16 | 40
 	mBasicReturn   = 60<<16 | 50
 	mBasicDeliver  = 60<<16 | 60
@@ -346,6 +350,7 @@ func (c *rawConn) consume(queue, tag string, prefetch int) error {
 	if err := c.call(mBasicConsume, w.b.Bytes(), mBasicConsOk); err != nil {
 		return fmt.Errorf("basic.consume: %w", err)
 	}
+	c.tag = tag
 	return nil
 }
 
@@ -375,17 +380,28 @@ func (c *rawConn) publish(queue string, header, body []byte) error {
 	return nil
 }
 
-// ack acknowledges the delivery tag, within the channel's transaction.
-func (c *rawConn) ack(tag uint64) error {
+// settleMove ends a move to -error, in the channel's transaction with the copy published
+// before it: it cancels the consumer, then acknowledges tag and commits. Cancelled first,
+// the consumer gets nothing when the commit frees its prefetch: a message delivered to a
+// connection about to close would be neither ready nor settled until the broker put it
+// back, and a drain just ended could read its queue as emptier than it is.
+func (c *rawConn) settleMove(tag uint64) error {
 	var w rawWriter
+	w.shortstr(c.tag)
+	w.u8(0) // not no-wait
+	if err := c.call(mBasicCancel, w.b.Bytes(), mBasicCancelOk); err != nil {
+		return fmt.Errorf("basic.cancel: %w", err)
+	}
+	w = rawWriter{}
 	w.u64(tag)
-	w.u8(0)
-	return c.method(rawChannel, mBasicAck, w.b.Bytes())
-}
-
-// commit commits the channel's transaction.
-func (c *rawConn) commit() error {
-	return c.call(mTxCommit, nil, mTxCommitOk)
+	w.u8(0) // not multiple
+	if err := c.method(rawChannel, mBasicAck, w.b.Bytes()); err != nil {
+		return fmt.Errorf("basic.ack: %w", err)
+	}
+	if err := c.call(mTxCommit, nil, mTxCommitOk); err != nil {
+		return fmt.Errorf("tx.commit: %w", err)
+	}
+	return nil
 }
 
 // call sends a method on the channel and waits for its answer.

@@ -113,10 +113,7 @@ func (p *Pool) moveUnreadable(ctx context.Context, ep Endpoint, queue string, fr
 		if err := c.publish(ErrorQueue(queue), header, d.body); err != nil {
 			return id, "", fmt.Errorf("copy to %s: %w", ErrorQueue(queue), err)
 		}
-		if err := c.ack(d.tag); err != nil {
-			return id, "", fmt.Errorf("ack in %s: %w", queue, err)
-		}
-		if err := c.commit(); err != nil {
+		if err := c.settleMove(d.tag); err != nil {
 			return id, "", fmt.Errorf("commit the move to %s: %w", ErrorQueue(queue), err)
 		}
 		return id, reason, nil
