@@ -19,8 +19,10 @@ var ErrExclusiveConsumer = errors.New("queue already has a consumer")
 var ErrConsumerCancelled = errors.New("consumer cancelled by the broker (queue deleted, or its node down)")
 
 const (
-	// DefaultPrefetch is the prefetch when ConsumeOptions.Prefetch is 0.
-	DefaultPrefetch = 100
+	// DefaultPrefetch is the prefetch when ConsumeOptions.Prefetch is 0. The batch ahead,
+	// settling while the next is handled, holds its deliveries until its acks are in, so
+	// the batch in hand gets about half the prefetch: 200 keeps batches near 100.
+	DefaultPrefetch = 200
 	// MaxPrefetch caps ConsumeOptions.Prefetch. It stays far below 1000 so a
 	// window never holds more unacknowledged messages than one batch of the
 	// store can take in a reasonable time.

@@ -72,8 +72,9 @@ type Config struct {
 	// ledger rows whose last attempt is older. A delivery that comes back later is applied
 	// again, so it must outlast every redelivery path; see MinLedgerRetention.
 	LedgerRetention time.Duration
-	// Prefetch from PREFETCH (default 100, at most 500): unacknowledged messages per consumer,
-	// also the largest batch committed in one transaction. CloudAMQP's shared plans close a
+	// Prefetch from PREFETCH (default 200, at most 500): unacknowledged messages per consumer,
+	// also the largest batch committed in one transaction; the batch settling ahead holds
+	// about half of them, so batches run near half of it. CloudAMQP's shared plans close a
 	// connection with more than 1,000 unacknowledged messages, so it stays well below that.
 	Prefetch int
 	// MaxMessageBytes from MAX_MESSAGE_BYTES (default 26214400, 25 MiB: GitHub's own cap

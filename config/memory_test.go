@@ -6,15 +6,15 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// The defaults hold 10 GiB of bodies in flight (4 queues × 100 × 25 MiB): against a 512 MiB
+// The defaults hold 19.5 GiB of bodies in flight (4 queues × 200 × 25 MiB): against a 512 MiB
 // container limit that is an OOM kill and a crash loop. With MEMORY_LIMIT set, start-up
 // refuses them and shows the arithmetic.
 func TestMemoryLimitRefusesAWorstCaseAboveIt(t *testing.T) {
 	_, err := FromEnv(env(map[string]string{"MEMORY_LIMIT": "512Mi"}))
-	require.EqualError(t, err, "config: MEMORY_LIMIT: is 512 MiB, but the consumers may hold 10.8 GiB: "+
-		"QUEUES (4) × PREFETCH (100) × MAX_MESSAGE_BYTES (25 MiB) in flight"+
+	require.EqualError(t, err, "config: MEMORY_LIMIT: is 512 MiB, but the consumers may hold 20.6 GiB: "+
+		"QUEUES (4) × PREFETCH (200) × MAX_MESSAGE_BYTES (25 MiB) in flight"+
 		" + QUEUES (4) × 10 × max(MAX_BATCH_BYTES, MAX_MESSAGE_BYTES) (25 MiB) being handled"+
-		" + 64 MiB for the rest of the process = 10.8 GiB; lower PREFETCH, MAX_MESSAGE_BYTES or MAX_BATCH_BYTES, or raise the limit")
+		" + 64 MiB for the rest of the process = 20.6 GiB; lower PREFETCH, MAX_MESSAGE_BYTES or MAX_BATCH_BYTES, or raise the limit")
 
 	// The Kubernetes sample's settings fit its limit, given in bytes as the downward API does.
 	c, err := FromEnv(env(map[string]string{
@@ -36,7 +36,7 @@ func TestMemoryLimitMustBeASize(t *testing.T) {
 		_, err := FromEnv(env(map[string]string{"MEMORY_LIMIT": v}))
 		require.ErrorContains(t, err, "config: MEMORY_LIMIT: \""+v+"\" is not a positive size in bytes", v)
 	}
-	c, err := FromEnv(env(map[string]string{"MEMORY_LIMIT": "11Gi"}))
+	c, err := FromEnv(env(map[string]string{"MEMORY_LIMIT": "21Gi"}))
 	require.NoError(t, err)
-	require.Equal(t, int64(11<<30), c.MemoryLimit)
+	require.Equal(t, int64(21<<30), c.MemoryLimit)
 }

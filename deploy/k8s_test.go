@@ -472,7 +472,7 @@ func selects(sel, labels map[string]string) bool {
 }
 
 // The worker's settings fit its memory limit: config refuses them at start otherwise, as
-// it refuses the defaults (10 GiB in flight) against 512Mi.
+// it refuses the defaults (19.5 GiB in flight) against 512Mi.
 func TestKubernetesWorkerFitsItsMemoryLimit(t *testing.T) {
 	m := loadManifests(t)
 	c := m.deployments["brokerswitch-worker"].Spec.Template.Spec.Containers[0]
