@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"maps"
@@ -15,7 +16,6 @@ import (
 
 	"github.com/brokerswitch/brokerswitch/broker"
 	"github.com/brokerswitch/brokerswitch/internal/testenv"
-	"github.com/brokerswitch/brokerswitch/worker"
 )
 
 // month is the 30 days the Actions figures are extrapolated to.
@@ -47,9 +47,6 @@ type actionsResult struct {
 	Turnover map[string]float64
 	// StragglerLag is from the straggler's publish on that spare to its row applied.
 	StragglerLag time.Duration
-	// Takeover is from the SIGKILL of the worker process holding the most windows, in the
-	// middle of a backlog, until the other process holds every queue's window.
-	Takeover time.Duration
 }
 
 // idleFallbackActions is what the idle BrokerSwitch workflow's fallback costs each
@@ -77,37 +74,22 @@ func (a actionsResult) betweenWindows() float64 {
 	return windows*total(a.Turnover) + idleFallbackActions*float64(month)/float64(idleFallbackEvery)
 }
 
-// idlePerMonth extrapolates the idle count to 30 days.
-func (a actionsResult) idlePerMonth() float64 {
-	return total(a.Idle)*float64(month)/float64(a.IdlePeriod) + a.betweenWindows()
-}
-
-// steadyPerMonth extrapolates the steady-traffic count to 30 days.
-func (a actionsResult) steadyPerMonth() float64 {
-	return total(a.Steady)*float64(month)/float64(a.SteadyPeriod) + a.betweenWindows()
+// perMonth extrapolates a count over period (Idle, Steady) to 30 days.
+func (a actionsResult) perMonth(count map[string]float64, period time.Duration) float64 {
+	return total(count)*float64(month)/float64(period) + a.betweenWindows()
 }
 
 // actionsPeriod is how long the idle and the steady counts run.
 const actionsPeriod = 3 * time.Minute
 
 // runActions measures the Actions of one deployment with two brokers and the defaults,
-// a straggler on a spare, and the take-over after a worker process is killed.
+// and a straggler on a spare.
 func runActions(s *figure, rate float64) actionsResult {
 	ctx := context.Background()
 	st := s.newStack(2, stackOptions{})
-	count := func() map[string]float64 {
-		m, err := actionCounts(ctx, s.temporal.MetricsURL(), st.ns)
-		s.check(err, "read the dev server's action counter")
-		return m
-	}
-	consuming := func(broker int) func() (bool, error) {
-		return func() (bool, error) {
-			fp, err := rabbitFootprint(st.Vhosts)
-			return err == nil && fp.Consumers[broker] == len(st.Config.Queues), err
-		}
-	}
+	count := func() map[string]float64 { return actionCounts(s, st.Config.TemporalNamespace) }
 	stopWorker := st.StartWorker()
-	s.check(testenv.WaitUntil(ctx, time.Minute, "the windows consume", consuming(0)), "start")
+	s.check(testenv.WaitUntil(ctx, time.Minute, "the windows consume", func() (bool, error) { return st.Consumed(0) }), "start")
 	// The BrokerSwitch workflow's first read and watch are part of the start, not of the
 	// idle cost: each window's prepare and consume, and the watch (its reads are local
 	// activities, markers rather than activity tasks).
@@ -131,36 +113,18 @@ func runActions(s *figure, rate float64) actionsResult {
 	res.Idle, res.IdlePeriod = over(actionsPeriod)
 
 	// Steady traffic: events do not travel through Temporal.
-	p := st.producer()
-	stop, published := make(chan struct{}), make(chan int, 1)
-	go func() {
-		n := 0
-		tick := time.NewTicker(time.Duration(float64(time.Second) / rate))
-		defer tick.Stop()
-		events := s.corpus(int(rate * (actionsPeriod + time.Minute).Seconds()))
-		for ; n < len(events); n++ {
-			select {
-			case <-stop:
-				published <- n
-				return
-			case <-tick.C:
-			}
-			if p.Publish(ctx, messages(nil, events[n])...) != nil {
-				break
-			}
-		}
-		published <- n
-	}()
+	p, next := st.producer(), s.stream()
+	stop := atRate(rate, func() error { return p.Publish(ctx, messages(nil, next())...) })
 	res.Steady, res.SteadyPeriod = over(actionsPeriod)
-	close(stop)
-	n := <-published
-	s.check(st.waitApplied(ctx, int64(n), time.Minute), "steady traffic applied")
+	n, err := stop()
+	s.check(err, "steady traffic")
+	s.check(st.waitApplied(int64(n), time.Minute), "steady traffic applied")
 
 	// One rotation to broker 1, as the producer announces it.
 	before := count()
 	st.Notify(1, time.Now())
-	s.check(testenv.WaitUntil(ctx, time.Minute, "the switch", func() (bool, error) { return st.switched(ctx, 1) }), "switch")
-	s.check(testenv.WaitUntil(ctx, time.Minute, "the windows to consume broker 1", consuming(1)), "switch")
+	s.check(testenv.WaitUntil(ctx, time.Minute, "the switch", func() (bool, error) { return st.Switched(1), nil }), "switch")
+	s.check(testenv.WaitUntil(ctx, time.Minute, "the windows to consume broker 1", func() (bool, error) { return st.Consumed(1) }), "switch")
 	// The committed switch ends every window early, so its cost is complete once each has
 	// continued as new and scheduled its next prepare and consume; waiting on the counter
 	// itself, since the server's metrics may trail the consumers RabbitMQ already shows.
@@ -173,86 +137,28 @@ func runActions(s *figure, rate float64) actionsResult {
 	// A straggler on broker 0, which the switch left: a message an operator moved back from
 	// -error there, with its stamps (a message back from -retry is read alike), and one
 	// window ends for it.
-	applied, err := st.applied(ctx)
-	s.check(err, "applied")
+	applied := st.Applied()
 	ev := s.corpus(1)
 	before, t0 := count(), time.Now()
 	st.publish(0, ev, amqp.Table{broker.HeaderRetryCycles: int64(1), broker.HeaderErrorQueue: ev[0].Queue,
 		broker.HeaderErrorAt: time.Now().UTC().Format(time.RFC3339), broker.HeaderErrorReason: "moved back by an operator"})
-	s.check(st.waitApplied(ctx, applied+1, 2*time.Minute), "the straggler applied")
+	s.check(st.waitApplied(applied+1, 2*time.Minute), "the straggler applied")
 	res.StragglerLag = time.Since(t0)
 	s.check(testenv.WaitUntil(ctx, time.Minute, "the straggler's window counted", windowsEnded(before, 1, 0)), "straggler")
-	s.check(testenv.WaitUntil(ctx, time.Minute, "the windows consume broker 1 again", consuming(1)), "straggler")
+	s.check(testenv.WaitUntil(ctx, time.Minute, "the windows consume broker 1 again", func() (bool, error) { return st.Consumed(1) }), "straggler")
 	res.Turnover = diff(count(), before)
 	stopWorker()
-
-	res.Takeover = runTakeover(s, st)
 	return res
 }
 
-// runTakeover runs two worker processes on st, kills the one holding the most windows in
-// the middle of a backlog, and times how long until the other holds every window.
-func runTakeover(s *figure, st *stack) time.Duration {
-	ctx := context.Background()
-	a, b := st.startWorkerProcess(), st.startWorkerProcess()
-	held := func() map[string]string {
-		var rows []struct{ Queue, Identity string }
-		s.check(st.DB.Raw(`SELECT a.queue, l.identity FROM lease_attempts a JOIN worker_leases l USING (lease_id)
-			WHERE a.activity_type = 'Consume' AND l.expires_at > now()`).Scan(&rows).Error, "read the leases")
-		out := map[string]string{}
-		for _, r := range rows {
-			out[r.Queue] = r.Identity
-		}
-		return out
-	}
-	s.check(testenv.WaitUntil(ctx, time.Minute, "both workers' windows consume", func() (bool, error) {
-		return len(held()) == len(st.Config.Queues), nil
-	}), "take-over")
-	applied, err := st.applied(ctx)
-	s.check(err, "applied")
-	backlog := s.corpus(4000)
-	st.publish(1, backlog, nil)
-	s.check(st.waitApplied(ctx, applied+int64(len(backlog)/10), time.Minute), "part of the backlog applied")
-	victim, survivor := a, b
-	counts := map[string]int{}
-	for _, w := range held() {
-		counts[w]++
-	}
-	if counts[worker.IdentityOf(b.Pid())] > counts[worker.IdentityOf(a.Pid())] {
-		victim, survivor = b, a
-	}
-	victim.Kill()
-	killed := time.Now()
-	s.check(testenv.WaitUntil(ctx, time.Minute, "the survivor to hold every window", func() (bool, error) {
-		h := held()
-		for _, q := range st.Config.Queues {
-			if h[q] != worker.IdentityOf(survivor.Pid()) {
-				return false, nil
-			}
-		}
-		return true, nil
-	}), fmt.Sprintf("take-over: the leases show %v, the survivor is %s (log %s)", held(), worker.IdentityOf(survivor.Pid()), survivor.Log))
-	took := time.Since(killed)
-	s.check(st.waitApplied(ctx, applied+int64(len(backlog)), 2*time.Minute), "the backlog applied after the kill")
-	return took
-}
-
 // actionCounts reads the dev server's `action` counter of a namespace, by action type.
-func actionCounts(ctx context.Context, url, namespace string) (map[string]float64, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
-	if err != nil {
-		return nil, err
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return nil, err
-	}
+func actionCounts(s *figure, namespace string) map[string]float64 {
+	resp, err := http.Get(s.temporal.MetricsURL())
+	s.check(err, "read the dev server's action counter")
 	defer resp.Body.Close()
 	parser := expfmt.NewTextParser(model.UTF8Validation)
 	families, err := parser.TextToMetricFamilies(resp.Body)
-	if err != nil {
-		return nil, fmt.Errorf("parse %s: %w", url, err)
-	}
+	s.check(err, "parse the dev server's metrics")
 	out := map[string]float64{}
 	for _, m := range families["action"].GetMetric() {
 		labels := map[string]string{}
@@ -264,7 +170,7 @@ func actionCounts(ctx context.Context, url, namespace string) (map[string]float6
 			out[labels["action_type"]] += m.GetCounter().GetValue()
 		}
 	}
-	return out, nil
+	return out
 }
 
 func diff(after, before map[string]float64) map[string]float64 {
@@ -277,18 +183,13 @@ func diff(after, before map[string]float64) map[string]float64 {
 	return out
 }
 
-// byType lists the counts, largest first, as "type n".
+// byType lists the counts, largest first, as "type n"; "none" when there are none.
 func byType(m map[string]float64) string {
+	if len(m) == 0 {
+		return "none"
+	}
 	keys := slices.Collect(maps.Keys(m))
-	slices.SortFunc(keys, func(a, b string) int {
-		if m[a] != m[b] {
-			if m[a] > m[b] {
-				return -1
-			}
-			return 1
-		}
-		return strings.Compare(a, b)
-	})
+	slices.SortFunc(keys, func(a, b string) int { return cmp.Or(cmp.Compare(m[b], m[a]), strings.Compare(a, b)) })
 	parts := make([]string, 0, len(keys))
 	for _, k := range keys {
 		parts = append(parts, fmt.Sprintf("%s %.0f", strings.TrimPrefix(strings.TrimPrefix(k, "command_"), "grpc_"), m[k]))
@@ -297,37 +198,21 @@ func byType(m map[string]float64) string {
 }
 
 // actionRows adds the Actions figures to the cost table.
-func (r *results) actionRows(add func(row), rep *report) {
+func (r *results) actionRows(add func(row)) {
 	a := r.Actions
 	if a == nil {
 		return
 	}
-	perMonth := a.idlePerMonth()
-	ok := perMonth <= 10_000
+	perMonth, steady := a.perMonth(a.Idle, a.IdlePeriod), a.perMonth(a.Steady, a.SteadyPeriod)
 	add(row{"Temporal Actions per month, idle, default settings (server's `action` counter)", commas(int64(perMonth)),
 		fmt.Sprintf("%.0f over %s (%s), + %.0f per window end and restart (%s) × %d queues × a window per %s, + the idle fallback (%d per %s)",
-			total(a.Idle), a.IdlePeriod.Round(time.Second), byTypeOrNone(a.Idle), total(a.Turnover), byType(a.Turnover), a.Queues, a.Window,
-			idleFallbackActions, idleFallbackEvery), "", "≤ 10,000", status(ok)})
-	add(row{fmt.Sprintf("  … with steady traffic (%.0f events/s)", a.SteadyRate), commas(int64(a.steadyPerMonth())),
-		fmt.Sprintf("%.0f over %s: %s", total(a.Steady), a.SteadyPeriod.Round(time.Second), byTypeOrNone(a.Steady)), "", "same order", status(a.steadyPerMonth() <= 2*perMonth)})
+			total(a.Idle), a.IdlePeriod.Round(time.Second), byType(a.Idle), total(a.Turnover), byType(a.Turnover), a.Queues, a.Window,
+			idleFallbackActions, idleFallbackEvery), "", "≤ 10,000", status(perMonth <= 10_000)})
+	add(row{fmt.Sprintf("  … with steady traffic (%.0f events/s)", a.SteadyRate), commas(int64(steady)),
+		fmt.Sprintf("%.0f over %s: %s", total(a.Steady), a.SteadyPeriod.Round(time.Second), byType(a.Steady)), "", "same order", status(steady <= 2*perMonth)})
 	perSwitch := total(a.Switch)
 	add(row{"Temporal Actions per completed switch (notification to windows on the new broker)", fmt.Sprintf("%.0f", perSwitch),
 		byType(a.Switch), "", "≤ 18", status(perSwitch <= 18)})
-	add(row{"Take-over after SIGKILL of the worker holding the most windows (mid-backlog)", a.Takeover.Round(100 * time.Millisecond).String(),
-		"until the other worker process holds every queue's window; WORKER_LEASE_TTL 8s", "", "≤ 15s", status(a.Takeover <= 15*time.Second)})
 	add(row{"Straggler on a spare the producer left: publish to applied", a.StragglerLag.Round(100 * time.Millisecond).String(),
 		"one window ends on a passive count (SPARE_CHECK_INTERVAL 15s) and its Leftover Drain takes it", "", "≤ 60s", status(a.StragglerLag <= time.Minute)})
-	rep.targets = append(rep.targets,
-		fmt.Sprintf("At most 10,000 Temporal Actions a month when idle at the default settings: %s (%s, counted by the server over %s and extrapolated to 30 days with the measured window restart).",
-			status(ok), commas(int64(perMonth)), a.IdlePeriod.Round(time.Second)),
-		fmt.Sprintf("A killed worker's queues read again within 15 s: %s (%s).", status(a.Takeover <= 15*time.Second), a.Takeover.Round(100*time.Millisecond)),
-		fmt.Sprintf("A straggler on a spare applied within 60 s: %s (%s).", status(a.StragglerLag <= time.Minute), a.StragglerLag.Round(100*time.Millisecond)))
-}
-
-// byTypeOrNone is byType, or "none" for an empty count.
-func byTypeOrNone(m map[string]float64) string {
-	if len(m) == 0 {
-		return "none"
-	}
-	return byType(m)
 }

@@ -3,13 +3,12 @@ package main
 import (
 	"context"
 	"fmt"
-	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/google/go-github/v75/github"
 	"github.com/jackc/pgx/v5"
 	amqp "github.com/rabbitmq/amqp091-go"
+	"golang.org/x/sync/errgroup"
 
 	"github.com/brokerswitch/brokerswitch/internal/testenv"
 	"github.com/brokerswitch/brokerswitch/payloads"
@@ -22,29 +21,21 @@ type throughput struct {
 	CPU     cpuUse
 	// Startup is, for the product, the time from worker start to the first applied event.
 	Startup time.Duration
-	// QueueDone is, for the product, when each queue's last event was applied, from the start.
-	QueueDone map[string]time.Duration `json:",omitempty"`
 	// Batches is, for the product, where its consumed batches spent their time.
 	Batches *batchSummary `json:",omitempty"`
 }
 
 func (t throughput) rate() float64 { return float64(t.N) / t.Elapsed.Seconds() }
 
-// handleFunc handles one delivery; the consumer acks it afterwards.
-type handleFunc func(ctx context.Context, worker int, d amqp.Delivery) error
-
-// dialNamed connects with a connection name that tells the baselines apart from the
-// service ("brokerswitch") in rabbitmqctl list_connections.
-func dialNamed(url, name string) (*amqp.Connection, error) {
-	props := amqp.NewConnectionProperties()
-	props.SetClientConnectionName(name)
-	return amqp.DialConfig(url, amqp.Config{Properties: props, Heartbeat: 10 * time.Second})
-}
-
 // consumeAll consumes every queue of the corpus on one connection, one channel per queue
-// (as the service does), with manual acks, until each queue's expected count was acked.
-func consumeAll(ctx context.Context, url string, perQueue map[string]int, prefetch int, h handleFunc) (time.Duration, error) {
-	conn, err := dialNamed(url, "bench-baseline")
+// (as the service does), with manual acks, until each queue's expected count was acked;
+// handle, when set, handles each delivery before its ack.
+func consumeAll(ctx context.Context, url string, perQueue map[string]int, prefetch int, handle func(ctx context.Context, worker int, d amqp.Delivery) error) (time.Duration, error) {
+	// Named apart from the service's connections ("brokerswitch") in rabbitmqctl
+	// list_connections.
+	props := amqp.NewConnectionProperties()
+	props.SetClientConnectionName("bench-baseline")
+	conn, err := amqp.DialConfig(url, amqp.Config{Properties: props, Heartbeat: 10 * time.Second})
 	if err != nil {
 		return 0, err
 	}
@@ -53,61 +44,47 @@ func consumeAll(ctx context.Context, url string, perQueue map[string]int, prefet
 		queue string
 		n     int
 		ch    *amqp.Channel
-		ds    <-chan amqp.Delivery
 	}
 	var subs []sub
 	for q, n := range perQueue {
 		ch, err := conn.Channel()
-		if err != nil {
-			return 0, err
+		if err == nil {
+			err = ch.Qos(prefetch, 0, false)
 		}
-		if err := ch.Qos(prefetch, 0, false); err != nil {
+		if err != nil {
 			return 0, err
 		}
 		subs = append(subs, sub{queue: q, n: n, ch: ch})
 	}
 	began := time.Now()
-	for i := range subs {
-		ds, err := subs[i].ch.Consume(subs[i].queue, "", false, false, false, false, nil)
+	var g errgroup.Group
+	for i, sb := range subs {
+		ds, err := sb.ch.Consume(sb.queue, "", false, false, false, false, nil)
 		if err != nil {
 			return 0, err
 		}
-		subs[i].ds = ds
-	}
-	var wg sync.WaitGroup
-	var failed atomic.Value
-	for i, sb := range subs {
-		wg.Go(func() {
-			for range sb.n {
-				select {
-				case <-ctx.Done():
-					failed.Store(ctx.Err())
-					return
-				case d, ok := <-sb.ds:
-					if !ok {
-						failed.Store(fmt.Errorf("consumer of %s closed", sb.queue))
-						return
-					}
-					if h != nil {
-						if err := h(ctx, i, d); err != nil {
-							failed.Store(err)
-							return
-						}
-					}
-					if err := d.Ack(false); err != nil {
-						failed.Store(err)
-						return
+		g.Go(func() error {
+			left := sb.n
+			for d := range ds {
+				if handle != nil {
+					if err := handle(ctx, i, d); err != nil {
+						return err
 					}
 				}
+				if err := d.Ack(false); err != nil {
+					return err
+				}
+				if left--; left == 0 {
+					return nil
+				}
 			}
+			return fmt.Errorf("consumer of %s closed", sb.queue)
 		})
 	}
-	wg.Wait()
-	elapsed := time.Since(began)
-	if err, _ := failed.Load().(error); err != nil {
+	if err := g.Wait(); err != nil {
 		return 0, err
 	}
-	return elapsed, nil
+	return time.Since(began), nil
 }
 
 // runBaselineA is the limit: a bare amqp091-go consumer that acks every message and does
@@ -116,7 +93,7 @@ func runBaselineA(s *figure, events []payloads.Event, prefetch int) throughput {
 	ctx := context.Background()
 	url := testenv.NewVhost(s)
 	s.publishAll(url, events)
-	meter := s.cpu.startCPU()
+	meter := startCPU()
 	elapsed, err := consumeAll(ctx, url, describe(events).PerQueue, prefetch, nil)
 	s.check(err, "consume")
 	return throughput{N: len(events), Elapsed: elapsed, CPU: meter.Stop()}
@@ -139,9 +116,8 @@ func runBaselineB(s *figure, events []payloads.Event, rtt time.Duration) through
 	ctx := context.Background()
 	direct := testenv.NewVhost(s)
 	dsn, url := testenv.NewDatabase(s), direct
-	s.cpu.ownDatabase(dsn)
 	if rtt > 0 {
-		dsn, url = throughDelay(s, dsn, rtt), throughDelay(s, url, rtt)
+		dsn, url = testenv.ThroughDelay(s, dsn, rtt), testenv.ThroughDelay(s, url, rtt)
 	}
 	perQueue := describe(events).PerQueue
 	conns := make([]*pgx.Conn, len(perQueue))
@@ -174,7 +150,7 @@ func runBaselineB(s *figure, events []payloads.Event, rtt time.Duration) through
 		}
 		return tx.Commit(ctx)
 	}
-	meter := s.cpu.startCPU()
+	meter := startCPU()
 	elapsed, err := consumeAll(ctx, url, perQueue, 1, handle)
 	s.check(err, "consume")
 	cpu := meter.Stop()

@@ -21,8 +21,6 @@ type clockSample struct {
 	wall time.Time // the same instant, wall clock only
 }
 
-func newClockWatch() *clockWatch { return &clockWatch{stop: make(chan struct{})} }
-
 // start samples until stop.
 func (c *clockWatch) start() {
 	c.sample()

@@ -23,17 +23,17 @@ const (
 	phNumber = "71707171"
 )
 
-type template struct {
+// unitKind is one event of a unit.
+type unitKind struct {
 	event, action string
 	objectKey     string // the object whose identity is replaced per entity, "" for none
 	idBase        int
-	body          []byte
 }
 
-// unitKind is one event of a unit.
-type unitKind struct {
-	event, action, objectKey string
-	idBase                   int
+// template is a unit's event with the placeholders in its body.
+type template struct {
+	unitKind
+	body []byte
 }
 
 // unitKinds are the events of one unit, in publishing order: 8 on pull_requests, 6 on
@@ -72,21 +72,22 @@ type corpusMaker struct {
 func newCorpusMaker() (*corpusMaker, error) {
 	c := &corpusMaker{}
 	for _, k := range unitKinds() {
-		t := template{event: k.event, action: k.action, objectKey: k.objectKey, idBase: k.idBase}
-		action := k.action
 		ev, err := payloads.Build(k.event, k.action, func(p map[string]any) {
-			if action != "" {
-				p["action"] = action
+			if k.action != "" {
+				p["action"] = k.action
 			}
 			obj, _ := p[k.objectKey].(map[string]any)
 			if obj == nil {
 				return
 			}
-			markIdentity(obj)
+			obj["node_id"], obj["id"] = phNode, json.Number(phID)
+			if _, ok := obj["number"]; ok {
+				obj["number"] = json.Number(phNumber)
+			}
 			if _, ok := obj["title"]; ok {
 				obj["title"] = phTitle
 			}
-			switch action {
+			switch k.action {
 			case "closed":
 				obj["state"] = "closed"
 				obj["merged"] = false
@@ -97,8 +98,7 @@ func newCorpusMaker() (*corpusMaker, error) {
 		if err != nil {
 			return nil, err
 		}
-		t.body = ev.Body
-		c.templates = append(c.templates, t)
+		c.templates = append(c.templates, template{unitKind: k, body: ev.Body})
 	}
 	return c, nil
 }
@@ -114,7 +114,10 @@ func (c *corpusMaker) corpus(n int) []payloads.Event {
 			}
 			body := t.body
 			if t.objectKey != "" {
-				body = fillIdentity(body, t.objectKey+"_bs", t.idBase, k)
+				// Entity k's identity: node id objectKey_bs_k, id idBase+k, number k.
+				body = bytes.ReplaceAll(body, []byte(phNode), fmt.Appendf(nil, "%s_bs_%d", t.objectKey, k))
+				body = bytes.ReplaceAll(body, []byte(phID), fmt.Appendf(nil, "%d", t.idBase+k))
+				body = bytes.ReplaceAll(body, []byte(phNumber), fmt.Appendf(nil, "%d", k))
 				body = bytes.ReplaceAll(body, []byte(phTitle), fmt.Appendf(nil, "%s %d", t.objectKey, k))
 			}
 			out = append(out, payloads.Event{
@@ -129,19 +132,18 @@ func (c *corpusMaker) corpus(n int) []payloads.Event {
 	return out
 }
 
-// markIdentity puts the placeholders of an entity's identity into its object.
-func markIdentity(obj map[string]any) {
-	obj["node_id"], obj["id"] = phNode, json.Number(phID)
-	if _, ok := obj["number"]; ok {
-		obj["number"] = json.Number(phNumber)
+// stream hands out the corpus one event at a time, in publishing order, so that a steady
+// producer feeds every queue as the corpus does.
+func (c *corpusMaker) stream() (next func() payloads.Event) {
+	var buf []payloads.Event
+	return func() payloads.Event {
+		if len(buf) == 0 {
+			buf = c.corpus(len(c.templates))
+		}
+		ev := buf[0]
+		buf = buf[1:]
+		return ev
 	}
-}
-
-// fillIdentity gives a template's entity k its identity: node id prefix_k, id idBase+k.
-func fillIdentity(body []byte, prefix string, idBase, k int) []byte {
-	body = bytes.ReplaceAll(body, []byte(phNode), fmt.Appendf(nil, "%s_%d", prefix, k))
-	body = bytes.ReplaceAll(body, []byte(phID), fmt.Appendf(nil, "%d", idBase+k))
-	return bytes.ReplaceAll(body, []byte(phNumber), fmt.Appendf(nil, "%d", k))
 }
 
 // corpusStats describes a corpus: events per queue and body sizes.

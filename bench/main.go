@@ -15,6 +15,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/brokerswitch/brokerswitch/broker"
 	"github.com/brokerswitch/brokerswitch/internal/testenv"
 )
 
@@ -27,8 +28,6 @@ type options struct {
 	lagOnly      string
 	catchUp      int
 	rssMessages  int
-	drain        int
-	capLeftover  int
 	only         string
 	out          string
 	cpuProfile   string
@@ -37,8 +36,6 @@ type options struct {
 	rttEvents    int
 	jsonOut      string
 	reportFrom   string
-	ledgerRows   int64
-	ledgerRandom bool
 }
 
 func main() {
@@ -50,11 +47,7 @@ func main() {
 	flag.StringVar(&o.lagOnly, "lag-scenarios", "", "comma-separated switch-lag scenarios to run (as the table names them, e.g. \"steady, default 3s\" is steady-default-3s); empty: all")
 	flag.IntVar(&o.lagBurst, "lag-burst", 500, "events published at once right before each rotation in the burst scenarios")
 	flag.IntVar(&o.catchUp, "catchup", 50000, "backlog on the old broker at rotation for the catch-up figure")
-	flag.IntVar(&o.drain, "drain", 3000, "messages per Leftover Drain throughput run")
-	flag.IntVar(&o.capLeftover, "cap-leftover", 1200, "leftover events for the 500-per-cycle cap demonstration")
 	flag.StringVar(&o.only, "only", "", "comma-separated figures to run ("+strings.Join(figureNames(), ",")+"); empty: all")
-	flag.Int64Var(&o.ledgerRows, "ledger-rows", 10_000_000, "ledger rows written in SQL beside which the 'ledger' figure measures the apply rate (about 3 GB of disk while it runs)")
-	flag.BoolVar(&o.ledgerRandom, "ledger-random-ids", false, "the 'ledger' figure's delivery ids are random version-4 GUIDs instead of GitHub's time-based version-1 ones")
 	flag.IntVar(&o.rssMessages, "rss-messages", 12, "pushes of 25 MB in the peak-RSS figure's first two cases")
 	flag.StringVar(&o.out, "out", "BENCHMARKS.md", "markdown report to write (its generated block is replaced)")
 	flag.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of the in-process worker during the last end-to-end run")
@@ -74,12 +67,14 @@ func main() {
 	}
 }
 
-func (o options) wants(figure string) bool {
-	if o.only == "" {
+// listed tells whether a comma-separated list of names, as -only and -lag-scenarios take
+// them, holds name; an empty list holds every one.
+func listed(list, name string) bool {
+	if list == "" {
 		return true
 	}
-	for f := range strings.SplitSeq(o.only, ",") {
-		if strings.TrimSpace(f) == figure {
+	for n := range strings.SplitSeq(list, ",") {
+		if strings.TrimSpace(n) == name {
 			return true
 		}
 	}
@@ -103,10 +98,6 @@ func figures() []measurement {
 		{"product", true, (*run).product},
 		{"rtt", true, (*run).withRTT},
 		{"lag", false, (*run).lag},
-		{"drain", false, (*run).drain},
-		{"cap", false, (*run).leftoverCap},
-		{"ledger", false, (*run).ledger},
-		{"clock", false, (*run).entityClock},
 		{"actions", false, (*run).actions},
 		{"catchup", false, (*run).catchUp},
 		{"rss", false, (*run).peakRSS},
@@ -126,7 +117,7 @@ func figureNames() []string {
 func (o options) picked() []measurement {
 	var out []measurement
 	for _, f := range figures() {
-		if o.wants(f.name) {
+		if listed(o.only, f.name) {
 			out = append(out, f)
 		}
 	}
@@ -139,18 +130,17 @@ func (r *run) measure() error {
 		return r.publish(nil)
 	}
 	r.res = &results{
-		Settings: settings{Runs: r.o.runs, Events: r.o.events, RTT: r.o.rtt, RTTEvents: r.o.rttEvents, LagBurst: r.o.lagBurst},
-		Machine:  describeMachine(), Command: commandLine(),
+		Settings: settings{Runs: r.o.runs, Events: r.o.events, RTT: r.o.rtt, RTTEvents: r.o.rttEvents, LagBurst: r.o.lagBurst, Prefetch: broker.DefaultPrefetch},
+		Machine:  describeMachine(), Command: "go run ./bench " + strings.Join(os.Args[1:], " "),
 	}
 	res := r.res
 	r.logf("machine: %d CPUs (%s), %.1f GiB, %s", res.Machine.CPUs, res.Machine.CPUModel, res.Machine.MemoryGiB, res.Machine.Go)
 	return testenv.WithTemporal(func(srv *testenv.Temporal) error {
 		r.temporal = srv
-		r.cpu.ownTemporal(srv.Address())
 		r.clock.start()
 		defer r.clock.halt()
 		// Other work on the machine skews every figure: measure it and say so.
-		idle := r.cpu.startCPU()
+		idle := startCPU()
 		time.Sleep(3 * time.Second)
 		res.Background = idle.Stop()
 		res.LoadAvg = firstLine(exec.Command("cat", "/proc/loadavg"))
@@ -168,7 +158,6 @@ func (r *run) measure() error {
 			r.logDir = dir
 		}
 		res.Corpus = describe(r.corpus(r.o.events))
-		res.Events = r.o.events
 		r.logf("corpus: %d events, %v per queue, %.1f–%.1f KB (mean %.1f KB)",
 			r.o.events, res.Corpus.PerQueue, res.Corpus.MinKB, res.Corpus.MaxKB, res.Corpus.AvgKB)
 
@@ -200,7 +189,8 @@ func (r *run) measure() error {
 	})
 }
 
-// publish saves res (nil: the -report-from file's) as JSON and writes the report.
+// publish saves res (nil: the -report-from file's) as JSON, prints the table and writes
+// the report.
 func (r *run) publish(res *results) error {
 	if res == nil {
 		data, err := os.ReadFile(r.o.reportFrom)
@@ -212,12 +202,18 @@ func (r *run) publish(res *results) error {
 			return fmt.Errorf("decode %s: %w", r.o.reportFrom, err)
 		}
 	} else if r.o.jsonOut != "" {
-		if err := res.save(r.o.jsonOut); err != nil {
-			return err
+		data, err := json.MarshalIndent(res, "", "  ")
+		if err == nil {
+			err = os.WriteFile(r.o.jsonOut, data, 0o644)
+		}
+		if err != nil {
+			return fmt.Errorf("write results: %w", err)
 		}
 		r.logf("raw figures written to %s", r.o.jsonOut)
 	}
-	if err := res.publish(r.o); err != nil {
+	rep := res.table()
+	fmt.Println(rep.markdown())
+	if err := res.writeMarkdown(r.o.out, rep); err != nil {
 		return err
 	}
 	r.logf("report written to %s", r.o.out)
@@ -228,32 +224,17 @@ func (r *run) publish(res *results) error {
 // one, with a producer that keeps the consumer busy but not behind (steady), and with a
 // burst that leaves a backlog on the old broker when the notification arrives.
 func lagConfigs(o options, rotations int) []lagConfig {
-	epoch := time.Second
-	all := []lagConfig{
-		{Name: "steady, default 3s", DrainInterval: "3s", Rate: o.lagRate, Rotations: rotations, Epoch: epoch},
-		{Name: "steady, tuned 250ms", DrainInterval: "250ms", Rate: o.lagRate, Rotations: rotations, Epoch: epoch},
-		{Name: "burst, default 3s", DrainInterval: "3s", Rate: o.lagRate, Burst: o.lagBurst, Rotations: rotations, Epoch: epoch},
-		{Name: "burst, tuned 250ms", DrainInterval: "250ms", Rate: o.lagRate, Burst: o.lagBurst, Rotations: rotations, Epoch: epoch},
-	}
-	if o.lagOnly == "" {
-		return all
-	}
-	wanted := map[string]bool{}
-	for n := range strings.SplitSeq(o.lagOnly, ",") {
-		wanted[strings.TrimSpace(n)] = true
-	}
 	var out []lagConfig
-	for _, c := range all {
-		if wanted[strings.NewReplacer(", ", "-", " ", "-").Replace(c.Name)] {
+	for _, c := range []lagConfig{
+		{Name: "steady, default 3s", DrainInterval: "3s"},
+		{Name: "steady, tuned 250ms", DrainInterval: "250ms"},
+		{Name: "burst, default 3s", DrainInterval: "3s", Burst: o.lagBurst},
+		{Name: "burst, tuned 250ms", DrainInterval: "250ms", Burst: o.lagBurst},
+	} {
+		if listed(o.lagOnly, strings.NewReplacer(", ", "-", " ", "-").Replace(c.Name)) {
+			c.Rate, c.Rotations, c.Epoch = o.lagRate, rotations, time.Second
 			out = append(out, c)
 		}
 	}
 	return out
-}
-
-func commandLine() string {
-	if os.Getenv("BENCH_COMMAND") != "" {
-		return os.Getenv("BENCH_COMMAND")
-	}
-	return "go run ./bench " + strings.Join(os.Args[1:], " ")
 }

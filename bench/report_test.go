@@ -35,20 +35,20 @@ func rowNamed(t *testing.T, rep report, prefix string) row {
 // target's status from the figures themselves.
 func TestTableComputesMediansRatiosAndTargets(t *testing.T) {
 	r := &results{
-		A100:    runsAt(1000, 9000, 10000, 12000),
-		B:       runsAt(1000, 1000, 1100, 900),
-		Product: runsAt(1000, 2900, 3000, 3500),
+		Settings: settings{Prefetch: 200},
+		A:        runsAt(1000, 9000, 10000, 12000),
+		B:        runsAt(1000, 1000, 1100, 900),
+		Product:  runsAt(1000, 2900, 3000, 3500),
 	}
 	rep := r.table()
-	a := rowNamed(t, rep, "Baseline A: bare consumer, ack only, prefetch 100")
+	a := rowNamed(t, rep, "Baseline A: bare consumer, ack only, prefetch 200")
 	require.Equal(t, "10000 msg/s", a.Median)
 	require.Equal(t, "9000–12000 (3 runs)", a.Spread)
 	require.Equal(t, "E2E = 0.30×", a.Ratio)
 	p := rowNamed(t, rep, "brokerswitch end to end")
 	require.Equal(t, "3000 msg/s", p.Median)
-	require.Equal(t, "3.00× B, 0.30× A(100), — A(1)", p.Ratio, "no A(1) run: no ratio")
+	require.Equal(t, "3.00× B, 0.30× A", p.Ratio)
 	require.Equal(t, "met", p.Status, "3000 is 3× B's 1000")
-	require.Contains(t, rep.targets[0], "met (3000 vs 1000 msg/s, 3.00×)")
 
 	r.Product = runsAt(1000, 2900)
 	p = rowNamed(t, r.table(), "brokerswitch end to end")
@@ -71,7 +71,6 @@ func TestReportReplacesOnlyItsBlock(t *testing.T) {
 	rep := report{rows: []row{{Figure: "A", Median: "1"}, {Figure: "  of which B", Median: "2"}}}
 	require.Equal(t, "| Figure | Median | Spread | Ratio | Target | Status |\n|---|---:|---|---|---|---|\n| A | 1 |  |  |  |  |\n| &nbsp;&nbsp;of which B | 2 |  |  |  |  |\n",
 		rep.markdown())
-	require.Contains(t, rep.text(), "  of which B")
 
 	path := filepath.Join(t.TempDir(), "BENCHMARKS.md")
 	before, after := "# Benchmarks\n\nHand-written intro.\n\n", "\n\n## Analysis\n\nKept.\n"
@@ -106,32 +105,17 @@ func TestSavedFiguresGiveEveryPublishedRow(t *testing.T) {
 			require.True(t, strings.Contains(got, line+"\n"), "the saved figures do not give the published row\n%s", line)
 		}
 	}
-	require.Greater(t, published, 30, "BENCHMARKS.md's generated table")
-	for _, c := range r.charts() {
-		require.Contains(t, block, c.mermaid(), "the charts of the same figures")
-	}
-}
-
-// A chart is a mermaid xychart: quoted labels, the p95 bar behind the median's, the target
-// as a line across.
-func TestChartIsAMermaidBlock(t *testing.T) {
-	c := chart{Title: "Switch lag", Unit: "s", Target: 2}
-	c.add(`steady, "default" 3s`, 0.114)
-	c.add("burst", 1.0349)
-	c.Hi = []float64{0.16, 1.07}
-	require.Equal(t, "```mermaid\nxychart-beta horizontal\n  title \"Switch lag\"\n"+
-		"  x-axis [\"steady, 'default' 3s\", \"burst\"]\n  y-axis \"s\"\n"+
-		"  bar [0.16, 1.07]\n  bar [0.11, 1.03]\n  line [2, 2]\n```\n", c.mermaid())
+	require.Greater(t, published, 20, "BENCHMARKS.md's generated table")
 }
 
 // -only and -lag-scenarios pick figures and scenarios by the names the help and the table
 // use.
 func TestOptionsPickFiguresAndScenarios(t *testing.T) {
 	o := options{only: "a, lag", lagRate: 50, lagBurst: 10}
-	require.True(t, o.wants("a"))
-	require.True(t, o.wants("lag"))
-	require.False(t, o.wants("b"))
-	require.True(t, options{}.wants("catchup"), "empty: every figure")
+	require.True(t, listed(o.only, "a"))
+	require.True(t, listed(o.only, "lag"))
+	require.False(t, listed(o.only, "b"))
+	require.True(t, listed("", "catchup"), "empty: every figure")
 
 	require.Len(t, lagConfigs(o, 2), 4)
 	o.lagOnly = "burst-tuned-250ms, steady-default-3s"
@@ -151,10 +135,4 @@ func TestReportFormats(t *testing.T) {
 	require.InDelta(t, 2.5, median([]float64{4, 1, 2, 3}), 1e-9)
 	require.InDelta(t, 9, percentile([]float64{1, 2, 3, 4, 5, 6, 7, 8, 9, 10}, 90), 0)
 	require.InDelta(t, 10, percentile([]float64{1, 2, 3, 4, 5, 6, 7, 8, 9, 10}, 95), 0)
-	require.Equal(t, " (per run 0.50, 2.00)", runRatios([]float64{1, 4}, []float64{2, 2}))
-	require.Equal(t, "one cycle", capEffect(capResult{PerCycle: []int{500}}))
-	require.Equal(t, "no consume window between capped drains: the next drain follows at once",
-		capEffect(capResult{PerCycle: []int{500, 500, 200}, Window: 5 * time.Second, Cleared: 3 * time.Second}))
-	require.Equal(t, "a consume window between capped drains: ≈ 10 min at the default 5m window",
-		capEffect(capResult{PerCycle: []int{500, 500, 200}, Window: 5 * time.Second, Cleared: 11 * time.Second}))
 }

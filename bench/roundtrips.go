@@ -2,9 +2,7 @@ package main
 
 import (
 	"context"
-	"slices"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -14,22 +12,9 @@ import (
 
 // Where a batch's time goes, and how many round trips it takes, is what latency multiplies:
 // the consumer's pool hands each settled batch's broker.BatchTrace to the stack, and with
-// an injected RTT the Postgres delay proxy counts, per client connection, the round trips
-// on the wire (a client write after an answer is one), which pgTracer charges to the batch
-// whose statements ran on that connection.
-
-// turnCount is the round trips of one client connection through a proxy.
-type turnCount struct {
-	turns    atomic.Int64
-	answered atomic.Bool // the server has sent something since the client last wrote
-}
-
-// sent notes bytes from the client: a new round trip if the server answered before.
-func (c *turnCount) sent() {
-	if c.answered.Swap(false) {
-		c.turns.Add(1)
-	}
-}
+// an injected RTT the Postgres delay proxy (testenv.Delay) counts, per client connection,
+// the round trips on the wire, which pgTracer charges to the batch whose statements ran
+// on that connection.
 
 // pgTracer is a pgx tracer that charges the round trips of a batch's statements to the
 // batch: from the first statement that runs with the batch's context on a connection to
@@ -43,10 +28,6 @@ type pgTracer struct {
 type pgSpan struct {
 	trace *broker.BatchTrace
 	from  int64
-}
-
-func newPGTracer(turnsOf func(string) int64) *pgTracer {
-	return &pgTracer{turnsOf: turnsOf, open: map[*pgx.Conn]pgSpan{}}
 }
 
 func (t *pgTracer) start(ctx context.Context, conn *pgx.Conn) {
@@ -157,13 +138,4 @@ func (l *batchLog) summary(counted bool) *batchSummary {
 		s.FullPGRoundTrips = median(full)
 	}
 	return s
-}
-
-// phaseOrder is broker's phases, as the report lists them.
-func phaseOrder() []string {
-	var out []string
-	for p := range broker.PhaseCount {
-		out = append(out, p.String())
-	}
-	return slices.Clip(out)
 }

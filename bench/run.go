@@ -19,7 +19,6 @@ type run struct {
 	temporal *testenv.Temporal
 	clock    *clockWatch
 	*corpusMaker
-	cpu    *classifier
 	logDir string
 	res    *results
 
@@ -34,7 +33,7 @@ func newRun(o options) (*run, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &run{o: o, started: time.Now(), clock: newClockWatch(), corpusMaker: c, cpu: newClassifier()}, nil
+	return &run{o: o, started: time.Now(), clock: &clockWatch{stop: make(chan struct{})}, corpusMaker: c}, nil
 }
 
 func (r *run) logf(format string, args ...any) {

@@ -16,7 +16,7 @@ func TestFiguresAreNamedAndPickedInOrder(t *testing.T) {
 		require.False(t, seen[n], "figure %q twice", n)
 		seen[n] = true
 	}
-	require.Equal(t, "a,b,product,rtt,lag,drain,cap,ledger,clock,actions,catchup,rss", strings.Join(names, ","))
+	require.Equal(t, "a,b,product,rtt,lag,actions,catchup,rss", strings.Join(names, ","))
 	var picked []string
 	for _, f := range (options{only: "rss, a ,lag"}).picked() {
 		picked = append(picked, f.name)
@@ -60,26 +60,10 @@ func TestCorpusNumbersEntitiesAcrossCalls(t *testing.T) {
 	require.LessOrEqual(t, st.MinKB, st.AvgKB)
 	require.LessOrEqual(t, st.AvgKB, st.MaxKB)
 
-	stream := &eventStream{c: c}
+	next := c.stream()
 	for i := range units + 1 {
-		require.Equal(t, unitKinds()[i%units].event, stream.next().Event)
+		require.Equal(t, unitKinds()[i%units].event, next().Event)
 	}
-}
-
-// The CPU is charged to this benchmark's own processes and databases only.
-func TestClassifierCountsOnlyItsOwn(t *testing.T) {
-	c := newClassifier()
-	c.ownDatabase("postgres://postgres@127.0.0.1:5432/bs_0123abcd?sslmode=disable")
-	require.True(t, c.dbs["bs_0123abcd"])
-	comp, ok := c.classify(1, "anything", 1)
-	require.True(t, ok)
-	require.Equal(t, benchComponent, comp)
-	_, ok = c.classify(2, "bash", 1)
-	require.False(t, ok, "not a component")
-	c.ownProcess(3)
-	require.True(t, c.children[3])
-	require.Equal(t, "worker (process)", componentOf("brokerswitch"))
-	require.Equal(t, "RabbitMQ", componentOf("beam.smp"))
 }
 
 // The median and the nearest-rank percentile of the figures.

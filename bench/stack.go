@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"os"
@@ -10,6 +9,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/brokerswitch/brokerswitch/internal/stacktest"
@@ -20,15 +20,13 @@ import (
 )
 
 // stack is one deployment, built by stacktest as e2e builds its own, with what the
-// figures count on it: the in-process worker's Temporal RPCs, the AMQP frames through each
-// broker's proxy, the batches it consumed.
+// figures count on it: the AMQP frames through its brokers' proxies and the batches it
+// consumed.
 type stack struct {
 	*stacktest.Stack
-	s   *figure
-	ns  string
-	rpc *rpcCounter
-	// frames count each broker's proxied traffic; empty when not counted.
-	frames []*frameCounts
+	s *figure
+	// traffic counts the frames through every broker's proxy; zero when not counted.
+	traffic testenv.FrameCounts
 	// processes numbers the worker processes started, for their log files.
 	processes atomic.Int32
 	// batches are the traces of the in-process worker's consumed batches; pgCounted says
@@ -47,41 +45,31 @@ type stackOptions struct {
 
 func (s *figure) newStack(brokers int, o stackOptions) *stack {
 	st := &stack{s: s}
-	ns, _ := s.temporal.Namespace(s)
-	tc, rpc := s.countingClient(ns)
-	st.ns, st.rpc = ns, rpc
 	opts := stacktest.Options{
-		Brokers: brokers, Env: o.env, Direct: true, ServicePool: true, Trace: st.batches.add,
-		Temporal:   &stacktest.Target{Address: s.temporal.Address(), Namespace: ns, Client: tc},
-		Copies:     map[int]testenv.Copy{},
-		OwnProcess: s.cpu.ownProcess,
-		Logger:     slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError})),
+		Brokers: brokers, Env: o.env, Direct: true, ServicePool: true, Trace: st.batches.add, Server: s.temporal,
+		Copies: map[int]testenv.Copy{},
+		Logger: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError})),
 	}
 	for i := range brokers {
 		switch {
 		case o.count:
-			fc := &frameCounts{}
-			st.frames = append(st.frames, fc)
-			opts.Copies[i] = fc.copy
+			opts.Copies[i] = st.traffic.Copy
 		case o.rtt > 0:
-			opts.Copies[i] = newDelay(o.rtt).copy
+			opts.Copies[i] = testenv.NewDelay(o.rtt).Copy
 		}
 	}
 	if o.rtt > 0 {
-		d := newDelay(o.rtt)
-		opts.PGCopy, opts.PGTracer, st.pgCounted = d.copy, newPGTracer(d.turnsOf), true
+		d := testenv.NewDelay(o.rtt)
+		opts.PGCopy, opts.PGTracer, st.pgCounted = d.Copy, &pgTracer{turnsOf: d.TurnsOf, open: map[*pgx.Conn]pgSpan{}}, true
 	}
 	st.Stack = stacktest.New(s, opts)
-	s.cpu.ownDatabase(st.DSN)
 	// Runs before the namespace's client closes: cleanups run last first.
 	s.Cleanup(st.terminateWorkflows)
 	return st
 }
 
 // producer publishes to the stack's brokers without proxy, starting on broker 0.
-func (st *stack) producer() *simulate.Producer {
-	return st.s.newProducer(st.Topology(), st.DirectURLs...)
-}
+func (st *stack) producer() *simulate.Producer { return st.s.newProducer(st.ProducerConfig()) }
 
 // publish publishes events to broker index, each with the extra headers, and returns once
 // every one is confirmed.
@@ -104,69 +92,31 @@ func (st *stack) terminateWorkflows() {
 }
 
 // startWorkerProcess runs the built binary with the stack's configuration as its
-// environment, its memory sampled, and counts its CPU as the service's.
+// environment, its memory sampled, its log in the run's log folder.
 func (st *stack) startWorkerProcess() *testenv.Process {
-	logPath := filepath.Join(st.s.logDir, fmt.Sprintf("worker-%s-%d.log", st.ns, st.processes.Add(1)))
+	logPath := filepath.Join(st.s.logDir, fmt.Sprintf("worker-%s-%d.log", st.Config.TemporalNamespace, st.processes.Add(1)))
 	return st.StartWorkerProcess(st.s.workerBinary(), logPath, nil)
 }
 
-// applied counts the ledger rows of deliveries applied or ignored.
-func (st *stack) applied(ctx context.Context) (int64, error) {
-	var n int64
-	err := st.DB.WithContext(ctx).Raw("SELECT count(*) FROM github_deliveries WHERE outcome <> 'error'").Scan(&n).Error
-	return n, err
-}
-
-func (st *stack) errors(ctx context.Context) int64 {
-	var n int64
-	_ = st.DB.WithContext(ctx).Raw("SELECT count(*) FROM github_deliveries WHERE outcome = 'error'").Scan(&n).Error
-	return n
-}
-
 // waitApplied waits until n deliveries are applied.
-func (st *stack) waitApplied(ctx context.Context, n int64, within time.Duration) error {
-	return testenv.WaitUntil(ctx, within, fmt.Sprintf("%d deliveries applied", n), func() (bool, error) {
-		got, err := st.applied(ctx)
-		return got >= n, err
+func (st *stack) waitApplied(n int64, within time.Duration) error {
+	return testenv.WaitUntil(context.Background(), within, fmt.Sprintf("%d deliveries applied", n), func() (bool, error) {
+		return st.Applied() >= n, nil
 	})
 }
 
-// switched tells whether broker index is active with nothing pending.
-func (st *stack) switched(ctx context.Context, index int) (bool, error) {
-	s, err := st.Store.Load(ctx)
-	if err != nil {
-		return false, err
-	}
-	return s.ActiveIndex == index && s.Pending == nil, nil
-}
-
 // appliedTimes loads every ledger row's applied_at by delivery id.
-func (st *stack) appliedTimes(ctx context.Context) (map[string]time.Time, error) {
+func (st *stack) appliedTimes() map[string]time.Time {
 	var rows []struct {
 		DeliveryID string
 		AppliedAt  *time.Time
 	}
-	if err := st.DB.WithContext(ctx).Raw("SELECT delivery_id, applied_at FROM github_deliveries").Scan(&rows).Error; err != nil {
-		return nil, err
-	}
+	st.s.check(st.DB.Raw("SELECT delivery_id, applied_at FROM github_deliveries").Scan(&rows).Error, "ledger")
 	out := make(map[string]time.Time, len(rows))
 	for _, r := range rows {
 		if r.AppliedAt != nil {
 			out[r.DeliveryID] = *r.AppliedAt
 		}
 	}
-	return out, nil
-}
-
-// appliedSpan is the first and last applied_at of the ledger.
-func (st *stack) appliedSpan(ctx context.Context) (first, last time.Time, err error) {
-	var span struct{ First, Last *time.Time }
-	err = st.DB.WithContext(ctx).Raw("SELECT min(applied_at) AS first, max(applied_at) AS last FROM github_deliveries").Scan(&span).Error
-	if err == nil && (span.First == nil || span.Last == nil) {
-		err = errors.New("ledger is empty")
-	}
-	if err != nil {
-		return first, last, err
-	}
-	return *span.First, *span.Last, nil
+	return out
 }

@@ -22,6 +22,7 @@ import (
 	"github.com/brokerswitch/brokerswitch/api"
 	"github.com/brokerswitch/brokerswitch/broker"
 	"github.com/brokerswitch/brokerswitch/healthchecks"
+	"github.com/brokerswitch/brokerswitch/internal/testenv"
 	"github.com/brokerswitch/brokerswitch/metrics"
 	"github.com/brokerswitch/brokerswitch/metrics/metricstest"
 	"github.com/brokerswitch/brokerswitch/metrics/temporalmetrics"
@@ -74,7 +75,7 @@ func (s *stack) startObservedWorker() *observed {
 	require.NoError(t, err)
 	tc, err := client.Dial(client.Options{
 		HostPort: temporalServer.Address(), Namespace: s.Config.TemporalNamespace, MetricsHandler: handler,
-		Logger: quietTemporalLogger{},
+		Logger: testenv.QuietLogger{},
 	})
 	require.NoError(t, err)
 	t.Cleanup(tc.Close)
@@ -241,7 +242,7 @@ func TestMetricsAndPingsFollowRealWork(t *testing.T) {
 	o.waitMetric(s, "the lost connection counted", positive, "brokerswitch_amqp_connections_lost_total", "broker", "1")
 
 	s.Signal(workflows.SignalForceSwitch, activities.ForceSwitchInput{Index: 0})
-	s.waitFor("the forced switch", 30*time.Second, func() bool { st := s.State(); return st.ActiveIndex == 0 && st.Pending == nil })
+	s.waitFor("the forced switch", 30*time.Second, func() bool { return s.Switched(0) })
 	s.waitFor("the forced switch counted", 10*time.Second, func() bool {
 		return o.value(t, "brokerswitch_switches_total", "forced", "true") == 1
 	})
@@ -270,11 +271,3 @@ func TestMetricsAndPingsFollowRealWork(t *testing.T) {
 	}
 	require.NotContains(t, string(page), "poison-json", "no delivery id in a label")
 }
-
-// quietTemporalLogger keeps the SDK's client logs out of test output.
-type quietTemporalLogger struct{}
-
-func (quietTemporalLogger) Debug(string, ...any) {}
-func (quietTemporalLogger) Info(string, ...any)  {}
-func (quietTemporalLogger) Warn(string, ...any)  {}
-func (quietTemporalLogger) Error(string, ...any) {}

@@ -619,11 +619,7 @@ func peek(t *testing.T, pool *broker.Pool, index int, queue string) []amqp.Deliv
 // batch back unsettled: its messages are in the ledger already and wait to be taken
 // again and acknowledged as duplicates, which the oracle would otherwise catch half done.
 func (s *stack) settled(e expectation) bool {
-	var n int64
-	if err := s.DB.Raw("SELECT count(*) FROM github_deliveries WHERE outcome <> 'error'").Scan(&n).Error; err != nil {
-		return false
-	}
-	if n < int64(len(e.good)) {
+	if s.Applied() < int64(len(e.good)) {
 		return false
 	}
 	perBroker := map[int]int{}
@@ -631,19 +627,7 @@ func (s *stack) settled(e expectation) bool {
 		perBroker[r.Broker]++
 	}
 	for b, want := range perBroker {
-		var names []string
-		for _, q := range s.Config.Queues {
-			names = append(names, broker.ErrorQueue(q))
-		}
-		c, err := s.Direct.ReadyCounts(context.Background(), b, names)
-		if err != nil {
-			return false
-		}
-		got := 0
-		for _, n := range c {
-			got += n
-		}
-		if got < want {
+		if got, err := s.Ready(b, s.ErrorQueues()...); err != nil || got < want {
 			return false
 		}
 	}

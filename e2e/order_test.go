@@ -62,7 +62,7 @@ func TestScenario14ReversedNotificationsKeepTheMiddleBroker(t *testing.T) {
 
 	s.StartWorker()
 	require.NoError(t, p.Publish(ctx, msgs[2*third:]...))
-	s.waitFor("both hops", time.Minute, func() bool { st := s.State(); return st.ActiveIndex == 2 && st.Pending == nil })
+	s.waitFor("both hops", time.Minute, func() bool { return s.Switched(2) })
 	v := s.verify(log, time.Minute)
 	s.requireFlipAfterDrain(0, 1)
 	s.requireFlipAfterDrain(1, 2)
@@ -175,7 +175,7 @@ func TestScenario17DuplicateAndEqualTimeNotifications(t *testing.T) {
 
 	s.StartWorker()
 	require.NoError(t, p.Publish(ctx, s.workload(mixed(8, 174))...))
-	s.waitFor("three hops", time.Minute, func() bool { st := s.State(); return st.ActiveIndex == 3 && st.Pending == nil })
+	s.waitFor("three hops", time.Minute, func() bool { return s.Switched(3) })
 	v := s.verify(log, time.Minute)
 	s.requireFlipAfterDrain(0, 1)
 	s.requireFlipAfterDrain(1, 2)
@@ -207,13 +207,13 @@ func publishBeforeNotify(t *testing.T, late time.Duration, grace time.Duration) 
 	o := s.startObservedWorker()
 	// The delay counts from when the windows are at work: a window that reads B early
 	// would do it within this time.
-	s.waitFor("the first events of A applied", time.Minute, func() bool { return s.appliedFrom(0) > 0 })
+	s.waitFor("the first events of A applied", time.Minute, func() bool { return s.AppliedFrom(0) > 0 })
 	started := time.Now()
 	held := []string{"broker", "1"}
 	o.waitMetric(s, "a window to leave broker 1's messages for the notification", positive, "brokerswitch_unannounced_held_total", held...)
 	if late >= 0 {
 		s.waitFor("the notification's delay", late+time.Minute, func() bool { return time.Since(started) >= late })
-		require.Zero(t, s.appliedFrom(1), "broker 1's events were applied before its notification")
+		require.Zero(t, s.AppliedFrom(1), "broker 1's events were applied before its notification")
 		require.Equal(t, []string{brokerstate.NotificationRecorded}, s.notifyAll(p, toB))
 		s.waitFor("the switch to broker 1", time.Minute, func() bool { return s.State().ActiveIndex == 1 })
 	}
@@ -270,14 +270,14 @@ func TestScenario20AForceAHopOutAndAReturn(t *testing.T) {
 	require.Equal(t, http.StatusOK, status, body)
 	require.NoError(t, p.Publish(ctx, s.workload(mixed(8, 201))...))
 	s.waitFor("the producer's events on 0 read by the Leftover Drain", time.Minute, func() bool {
-		return s.appliedFrom(0) > 0 && s.drained(0)
+		return s.AppliedFrom(0) > 0 && s.drained(0)
 	})
 
 	toC, err := p.Rotate(ctx, 2)
 	require.NoError(t, err)
 	require.Equal(t, []string{brokerstate.NotificationRecorded}, s.notifyAll(p, toC))
 	require.NoError(t, p.Publish(ctx, s.workload(mixed(8, 202))...))
-	s.waitFor("the switch to 2", time.Minute, func() bool { st := s.State(); return st.ActiveIndex == 2 && st.Pending == nil })
+	s.waitFor("the switch to 2", time.Minute, func() bool { return s.Switched(2) })
 	// A window after the producer's move finds 0 empty and takes nothing; that is what its
 	// mark must say from now on, on every queue: a queue whose last mark is older than the
 	// move's record was last seen while the producer was still on 0, and what 0 holds later
@@ -299,9 +299,9 @@ func TestScenario20AForceAHopOutAndAReturn(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, p.Publish(ctx, s.workload(mixed(8, 204))...)) // before its notification
 	s.StartWorker()
-	s.waitFor("2's backlog applied", time.Minute, func() bool { return s.drained(2) && s.appliedFrom(2) > 0 })
+	s.waitFor("2's backlog applied", time.Minute, func() bool { return s.drained(2) && s.AppliedFrom(2) > 0 })
 	require.Equal(t, []string{brokerstate.NotificationRecorded}, s.notifyAll(p, toA))
-	s.waitFor("the switch back to 0", time.Minute, func() bool { st := s.State(); return st.ActiveIndex == 0 && st.Pending == nil })
+	s.waitFor("the switch back to 0", time.Minute, func() bool { return s.Switched(0) })
 	v := s.verify(log, 2*time.Minute)
 	s.report(v, s.lagOf())
 }

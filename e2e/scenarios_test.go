@@ -68,7 +68,7 @@ func TestScenario02RotationWithABacklog(t *testing.T) {
 
 	s.StartWorker()
 	require.NoError(t, p.Publish(ctx, msgs[backlog:]...)) // the new broker fills while the old drains
-	s.waitFor("the switch to broker 1", time.Minute, func() bool { st := s.State(); return st.ActiveIndex == 1 && st.Pending == nil })
+	s.waitFor("the switch to broker 1", time.Minute, func() bool { return s.Switched(1) })
 	v := s.verify(log, time.Minute)
 	s.requireFlipAfterDrain(0, 1)
 	lag := s.lagOf()
@@ -166,7 +166,7 @@ func TestScenario05DoubleRotationHopByHop(t *testing.T) {
 	require.Equal(t, 2, p.Active())
 
 	s.StartWorker()
-	s.waitFor("both hops", time.Minute, func() bool { st := s.State(); return st.ActiveIndex == 2 && st.Pending == nil })
+	s.waitFor("both hops", time.Minute, func() bool { return s.Switched(2) })
 	v := s.verify(log, time.Minute)
 	s.requireFlipAfterDrain(0, 1)
 	s.requireFlipAfterDrain(1, 2)
@@ -187,7 +187,7 @@ func TestScenario06NotificationsThatMoveNothing(t *testing.T) {
 	toB, err := p.Rotate(ctx, 1) // notified twice, then an unknown endpoint: 202, 200 stale, 404
 	require.NoError(t, err)
 	require.NoError(t, p.Publish(ctx, s.workload(mixed(10, 9))...))
-	s.waitFor("the switch to broker 1", 30*time.Second, func() bool { st := s.State(); return st.ActiveIndex == 1 && st.Pending == nil })
+	s.waitFor("the switch to broker 1", 30*time.Second, func() bool { return s.Switched(1) })
 	notes := p.Log().Notifications
 	require.Len(t, notes, 3)
 	require.Equal(t, []string{"recorded", "stale", ""}, []string{notes[0].Outcome, notes[1].Outcome, notes[2].Outcome})
@@ -233,7 +233,7 @@ func TestScenario07ForcedSwitchMidDrainAndCancel(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, p.Publish(ctx, s.workload(mixed(10, 12))...))
 	s.StartWorker()
-	s.waitFor("broker 0 draining", 30*time.Second, func() bool { return s.appliedFrom(0) >= 50 })
+	s.waitFor("broker 0 draining", 30*time.Second, func() bool { return s.AppliedFrom(0) >= 50 })
 	// The ledger is held while the operator forces, so that the force is mid-drain
 	// however fast the rest of the backlog would otherwise go.
 	release := s.holdLedger()
@@ -261,7 +261,7 @@ func TestScenario07ForcedSwitchMidDrainAndCancel(t *testing.T) {
 	require.NoError(t, p.Publish(ctx, s.workload(mixed(6, 14))...))
 	s.temporalCLI("workflow", "signal", "--workflow-id", workflows.BrokerSwitchWorkflowID,
 		"--name", workflows.SignalForceSwitch, "--input", `{"index": 2}`)
-	s.waitFor("the forced switch to 2", 30*time.Second, func() bool { st := s.State(); return st.ActiveIndex == 2 && st.Pending == nil })
+	s.waitFor("the forced switch to 2", 30*time.Second, func() bool { return s.Switched(2) })
 
 	// Cancelled, over HTTP and from the CLI: the producer went back to 0, broker 2 cannot be
 	// checked meanwhile, and the operator drops the Pending Switch; nothing moves, and the
@@ -269,7 +269,7 @@ func TestScenario07ForcedSwitchMidDrainAndCancel(t *testing.T) {
 	// following the producer, so the order holds only because broker 2 was drained first:
 	// after a cancel, the Leftover Drain reads the producer's newest messages first.
 	s.waitFor("broker 2 drained", 30*time.Second, func() bool {
-		return s.drained(2) && s.appliedFrom(0)+s.appliedFrom(1)+s.appliedFrom(2) == int64(len(p.Records()))
+		return s.drained(2) && s.AppliedFrom(0)+s.AppliedFrom(1)+s.AppliedFrom(2) == int64(len(p.Records()))
 	})
 	s.Proxies[2].Cut()
 	n, err = p.Rotate(ctx, 0)
@@ -345,9 +345,9 @@ func TestScenario09WorkerKilledMidWindow(t *testing.T) {
 	msgs := s.workload(mixed(44, 19))
 	require.NoError(t, p.Publish(ctx, msgs...))
 	first := s.startWorkerProcess("worker-1")
-	s.waitFor("the worker well into its window", time.Minute, func() bool { return s.appliedFrom(0) >= 200 })
+	s.waitFor("the worker well into its window", time.Minute, func() bool { return s.AppliedFrom(0) >= 200 })
 	first.Kill()
-	applied := s.appliedFrom(0)
+	applied := s.AppliedFrom(0)
 	require.Less(t, applied, int64(len(msgs)), "killed mid-window")
 	t.Logf("killed after %d of %d deliveries", applied, len(msgs))
 
@@ -365,7 +365,7 @@ func TestScenario10PostgresRestartedMidWindow(t *testing.T) {
 	ctx := context.Background()
 	require.NoError(t, p.Publish(ctx, s.workload(mixed(36, 21))...))
 	s.StartWorker()
-	s.waitFor("the worker consuming", time.Minute, func() bool { return s.appliedFrom(0) >= 150 })
+	s.waitFor("the worker consuming", time.Minute, func() bool { return s.AppliedFrom(0) >= 150 })
 
 	s.PGProxy.Cut() // closes every connection of the worker: its backends end as in a restart
 	// A COMMIT a backend had already read still lands; once the backends are gone, nothing can.
@@ -373,13 +373,13 @@ func TestScenario10PostgresRestartedMidWindow(t *testing.T) {
 		n := s.workerBackends()
 		return n == 0, fmt.Sprintf("%d left", n)
 	})
-	during := s.appliedFrom(0)
+	during := s.AppliedFrom(0)
 	deadline := time.Now().Add(5 * time.Second)
 	for time.Now().Before(deadline) {
 		require.Zero(t, s.retryAndErrorCount(0), "nothing is pushed into -retry or -error while Postgres is away")
 		time.Sleep(250 * time.Millisecond)
 	}
-	require.Equal(t, during, s.appliedFrom(0), "consuming pauses")
+	require.Equal(t, during, s.AppliedFrom(0), "consuming pauses")
 	s.PGProxy.Restore(t)
 
 	require.NoError(t, p.Publish(ctx, s.workload(mixed(8, 22))...))
@@ -412,12 +412,12 @@ func TestScenario11TemporalRestartedWhileASwitchIsPending(t *testing.T) {
 	})
 
 	dev.stop(t)
-	before := s.appliedFrom(0)
-	s.waitFor("consuming to go on without Temporal", 30*time.Second, func() bool { return s.appliedFrom(0) > before+50 || s.drained(0) })
+	before := s.AppliedFrom(0)
+	s.waitFor("consuming to go on without Temporal", 30*time.Second, func() bool { return s.AppliedFrom(0) > before+50 || s.drained(0) })
 	require.Equal(t, 0, s.State().ActiveIndex, "nothing commits a switch while Temporal is down")
 	dev.start(t)
 
-	s.waitFor("the switch after the restart", 90*time.Second, func() bool { st := s.State(); return st.ActiveIndex == 1 && st.Pending == nil })
+	s.waitFor("the switch after the restart", 90*time.Second, func() bool { return s.Switched(1) })
 	v := s.verify(log, time.Minute)
 	s.requireFlipAfterDrain(0, 1)
 	s.report(v, s.lagOf())
@@ -458,7 +458,7 @@ func TestScenario19GitHubDeliveredOutOfOrder(t *testing.T) {
 	require.NoError(t, err)
 	s.StartWorker()
 	require.NoError(t, p.Publish(ctx, msgs[backlog:]...))
-	s.waitFor("the switch to broker 1", time.Minute, func() bool { st := s.State(); return st.ActiveIndex == 1 && st.Pending == nil })
+	s.waitFor("the switch to broker 1", time.Minute, func() bool { return s.Switched(1) })
 	v := s.verify(log, time.Minute)
 
 	// The oracle applied its clock rule to the publish order; the rows must also be those
@@ -545,22 +545,13 @@ func twoWorkerProcesses(t *testing.T, s *stack) {
 	}
 	s.waitFor("the switch to broker 1", time.Minute, func() bool {
 		requireOneConsumer()
-		st := s.State()
-		return st.ActiveIndex == 1 && st.Pending == nil
+		return s.Switched(1)
 	})
 	clear(consumed) // consumed since the switch
 	s.waitFor("one consumer on every queue of broker 1", 30*time.Second, requireOneConsumer)
 	v := s.verify(log, time.Minute)
 	s.requireFlipAfterDrain(0, 1)
 	s.report(v, s.lagOf())
-}
-
-// appliedFrom counts the deliveries applied or ignored from broker index.
-func (s *stack) appliedFrom(index int) int64 {
-	s.t.Helper()
-	var n int64
-	require.NoError(s.t, s.DB.Raw("SELECT count(*) FROM github_deliveries WHERE broker_index = ? AND outcome <> 'error'", index).Scan(&n).Error)
-	return n
 }
 
 // appliedFromUntil counts the deliveries from broker index applied or ignored no later than until.
@@ -579,10 +570,8 @@ func (s *stack) retryAndErrorCount(index int) int {
 	for _, q := range s.Config.Queues {
 		names = append(names, q+"-retry", q+"-error")
 	}
-	total := 0
-	for _, n := range s.Counts(index, names...) {
-		total += n
-	}
+	total, err := s.Ready(index, names...)
+	require.NoError(s.t, err)
 	return total
 }
 
@@ -647,7 +636,7 @@ func startDedicatedTemporal(t *testing.T) *dedicatedTemporal {
 	require.NoError(t, l.Close())
 	d := &dedicatedTemporal{opts: testsuite.DevServerOptions{
 		ExistingPath:  exe,
-		ClientOptions: &client.Options{HostPort: addr, Namespace: "default", Logger: quietLogger{}},
+		ClientOptions: &client.Options{HostPort: addr, Namespace: "default", Logger: testenv.QuietLogger{}},
 		DBFilename:    filepath.Join(t.TempDir(), "temporal.db"),
 		LogLevel:      "error",
 		Stdout:        io.Discard,
@@ -681,16 +670,8 @@ func (d *dedicatedTemporal) stop(t *testing.T) {
 // target is the server's default namespace and a client for it that outlives restarts.
 func (d *dedicatedTemporal) target(t *testing.T) *stacktest.Target {
 	t.Helper()
-	c, err := client.Dial(client.Options{HostPort: d.opts.ClientOptions.HostPort, Namespace: "default", Logger: quietLogger{}})
+	c, err := client.Dial(client.Options{HostPort: d.opts.ClientOptions.HostPort, Namespace: "default", Logger: testenv.QuietLogger{}})
 	require.NoError(t, err)
 	t.Cleanup(c.Close)
 	return &stacktest.Target{Address: d.opts.ClientOptions.HostPort, Namespace: "default", Client: c}
 }
-
-// quietLogger keeps the SDK's logs out of the test output.
-type quietLogger struct{}
-
-func (quietLogger) Debug(string, ...any) {}
-func (quietLogger) Info(string, ...any)  {}
-func (quietLogger) Warn(string, ...any)  {}
-func (quietLogger) Error(string, ...any) {}

@@ -16,7 +16,6 @@ import (
 	"go.temporal.io/api/workflowservice/v1"
 	"go.temporal.io/sdk/converter"
 
-	"github.com/brokerswitch/brokerswitch/internal/stacktest"
 	"github.com/brokerswitch/brokerswitch/simulate"
 	"github.com/brokerswitch/brokerswitch/workflows"
 )
@@ -48,17 +47,8 @@ func (s *stack) producer(modify func(*simulate.Config)) (*simulate.Producer, str
 	f, err := os.Create(path)
 	require.NoError(s.t, err)
 	s.t.Cleanup(func() { f.Close() })
-	cfg := simulate.Config{
-		Brokers:    s.Direct.Endpoints(),
-		Queues:     s.Config.Queues,
-		RetryTTL:   s.Config.RetryTTL,
-		QueueType:  s.Config.QueueType,
-		APIURL:     s.API.URL,
-		Token:      stacktest.ProducerToken,
-		HTTPClient: s.API.Client(),
-		Notify:     simulate.NotifyNone,
-		Log:        f,
-	}
+	cfg := s.ProducerConfig()
+	cfg.Log = f
 	if modify != nil {
 		modify(&cfg)
 	}
@@ -138,16 +128,8 @@ func printSummaries(w io.Writer) {
 
 // drained is true when the queues and -retry queues of broker index hold nothing ready.
 func (s *stack) drained(index int) bool {
-	c, err := s.Direct.ReadyCounts(context.Background(), index, withRetryQueues(s.Config.Queues))
-	if err != nil {
-		return false
-	}
-	for _, n := range c {
-		if n > 0 {
-			return false
-		}
-	}
-	return true
+	n, err := s.Ready(index, withRetryQueues(s.Config.Queues)...)
+	return err == nil && n == 0
 }
 
 // windowTrail lists what a queue's window workflow did, run by run, for a failure message:

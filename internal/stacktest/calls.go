@@ -13,8 +13,11 @@ import (
 	enumspb "go.temporal.io/api/enums/v1"
 	historypb "go.temporal.io/api/history/v1"
 
+	"github.com/brokerswitch/brokerswitch/broker"
 	"github.com/brokerswitch/brokerswitch/brokerstate"
+	"github.com/brokerswitch/brokerswitch/models"
 	"github.com/brokerswitch/brokerswitch/payloads"
+	"github.com/brokerswitch/brokerswitch/simulate"
 	"github.com/brokerswitch/brokerswitch/workflows"
 )
 
@@ -116,4 +119,74 @@ func (s *Stack) History(ctx context.Context, id, run string) (*historypb.History
 		h.Events = append(h.Events, ev)
 	}
 	return h, nil
+}
+
+// Switched tells whether broker index is the active one with no switch pending.
+func (s *Stack) Switched(index int) bool {
+	s.T.Helper()
+	st := s.State()
+	return st.ActiveIndex == index && st.Pending == nil
+}
+
+// Applied counts the ledger's deliveries applied or ignored: every outcome but an error.
+func (s *Stack) Applied() int64 { return s.countDeliveries("outcome <> 'error'") }
+
+// AppliedFrom counts the deliveries consumed from broker index and applied or ignored.
+func (s *Stack) AppliedFrom(index int) int64 {
+	return s.countDeliveries("outcome <> 'error' AND broker_index = ?", index)
+}
+
+// InError counts the ledger's deliveries that ended in error.
+func (s *Stack) InError() int64 { return s.countDeliveries("outcome = 'error'") }
+
+func (s *Stack) countDeliveries(where string, args ...any) int64 {
+	s.T.Helper()
+	var n int64
+	check(s.T, s.DB.Model(&models.Delivery{}).Where(where, args...).Count(&n).Error, "count the ledger")
+	return n
+}
+
+// Ready adds up the messages ready in queues on broker index. Unlike Counts it returns
+// the error, for a wait to try again.
+func (s *Stack) Ready(index int, queues ...string) (int, error) {
+	c, err := s.Direct.ReadyCounts(context.Background(), index, queues)
+	total := 0
+	for _, n := range c {
+		total += n
+	}
+	return total, err
+}
+
+// Consumed tells whether every queue of broker index has one consumer, as when the
+// windows consume it. Like Ready it returns the error, for a wait to try again.
+func (s *Stack) Consumed(index int) (bool, error) {
+	counts, err := s.Direct.QueueCounts(context.Background(), index, s.Config.Queues)
+	if err != nil || len(counts) != len(s.Config.Queues) {
+		return false, err
+	}
+	for _, c := range counts {
+		if c.Consumers != 1 {
+			return false, nil
+		}
+	}
+	return true, nil
+}
+
+// ErrorQueues are the -error queues of the stack's queues.
+func (s *Stack) ErrorQueues() []string {
+	var names []string
+	for _, q := range s.Config.Queues {
+		names = append(names, broker.ErrorQueue(q))
+	}
+	return names
+}
+
+// ProducerConfig is a producer of the stack's topology that publishes to its brokers
+// directly, broker 0 first, and notifies its API with the producer token when told to:
+// simulate.NotifyNone, never on its own.
+func (s *Stack) ProducerConfig() simulate.Config {
+	return simulate.Config{
+		Brokers: s.Direct.Endpoints(), Queues: s.Config.Queues, RetryTTL: s.Config.RetryTTL, QueueType: s.Config.QueueType,
+		APIURL: s.API.URL, Token: ProducerToken, HTTPClient: s.API.Client(), Notify: simulate.NotifyNone,
+	}
 }

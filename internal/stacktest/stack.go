@@ -79,9 +79,6 @@ type Options struct {
 	Logger *slog.Logger
 	// Trace receives the in-process workers' consumed batches (broker.Pool.Trace).
 	Trace func(*broker.BatchTrace)
-	// OwnProcess learns the pid of every worker process started: the benchmark counts
-	// their CPU.
-	OwnProcess func(pid int)
 }
 
 // Stack is one deployment under test.
@@ -114,15 +111,14 @@ type Stack struct {
 	// Began is when the stack was built.
 	Began time.Time
 
-	logger     *slog.Logger
-	trace      func(*broker.BatchTrace)
-	ownProcess func(int)
+	logger *slog.Logger
+	trace  func(*broker.BatchTrace)
 }
 
 // New builds a deployment as o says; it is torn down when t ends.
 func New(t testenv.T, o Options) *Stack {
 	t.Helper()
-	s := &Stack{T: t, Began: time.Now(), logger: o.Logger, trace: o.Trace, ownProcess: o.OwnProcess}
+	s := &Stack{T: t, Began: time.Now(), logger: o.Logger, trace: o.Trace}
 	if s.logger == nil {
 		s.logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	}

@@ -46,9 +46,5 @@ func (s *Stack) StartWorkerProcess(binary, logPath string, env map[string]string
 	s.T.Helper()
 	vars := maps.Clone(s.Env)
 	maps.Copy(vars, env)
-	p := testenv.StartWorker(s.T, binary, vars, logPath)
-	if s.ownProcess != nil {
-		s.ownProcess(p.Pid())
-	}
-	return p
+	return testenv.StartWorker(s.T, binary, vars, logPath)
 }

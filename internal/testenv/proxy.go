@@ -130,20 +130,28 @@ func (p *Proxy) pipe(dst, src net.Conn, toServer bool) {
 // large payload) for delay, as a slow link does, and lets the rest through at once.
 func SlowLargeFrames(delay time.Duration) Copy {
 	return func(dst, src net.Conn, toServer bool) {
-		buf := make([]byte, 64<<10)
-		for {
-			n, err := src.Read(buf)
-			if n > 0 {
-				if !toServer && n > 16<<10 {
-					time.Sleep(delay)
-				}
-				if _, werr := dst.Write(buf[:n]); werr != nil {
-					return
-				}
+		Pass(dst, src, func(b []byte) {
+			if !toServer && len(b) > 16<<10 {
+				time.Sleep(delay)
 			}
-			if err != nil {
+		})
+	}
+}
+
+// Pass copies src to dst until either side fails, showing each read to see before it is
+// written on: the body of a Copy that watches or slows the traffic.
+func Pass(dst, src net.Conn, see func([]byte)) {
+	buf := make([]byte, 64<<10)
+	for {
+		n, err := src.Read(buf)
+		if n > 0 {
+			see(buf[:n])
+			if _, werr := dst.Write(buf[:n]); werr != nil {
 				return
 			}
+		}
+		if err != nil {
+			return
 		}
 	}
 }

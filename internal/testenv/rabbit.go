@@ -1,5 +1,3 @@
-// Package testenv is test support: it gives tests their own RabbitMQ vhost on
-// the local broker. Production code never imports it.
 package testenv
 
 import (

@@ -1,5 +1,7 @@
-// Package testenv starts and isolates the real services that tests run against:
-// a Temporal dev server, Postgres databases and RabbitMQ vhosts. Tests only.
+// Package testenv starts and isolates the real services that tests run against: a
+// Temporal dev server, Postgres databases and RabbitMQ vhosts; and the proxies between
+// them and the service, which can be cut, slowed, delayed by a round trip or count the
+// AMQP frames. Tests and the benchmark only: production code never imports it.
 package testenv
 
 import (

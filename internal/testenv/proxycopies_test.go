@@ -1,8 +1,9 @@
-package main
+package testenv
 
 import (
 	"encoding/binary"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 )
@@ -30,13 +31,12 @@ func deliver(redelivered bool) []byte {
 	return method(classBasic, 60, append(args, flag, 0, 0)...)
 }
 
-// The parser counts the methods of a stream cut anywhere, past the client's protocol
-// header and content bodies of any size.
+// The parser counts the deliveries of a broker's stream cut anywhere, among other methods
+// and past content bodies of any size.
 func TestFrameParserCountsMethodsAcrossReads(t *testing.T) {
 	var stream []byte
-	stream = append(stream, "AMQP\x00\x00\x09\x01"...)
-	stream = append(stream, method(classChannel, 10)...)
-	stream = append(stream, method(classQueue, 10)...)
+	stream = append(stream, method(20, 10)...)
+	stream = append(stream, method(50, 10)...)
 	stream = append(stream, deliver(false)...)
 	stream = append(stream, frame(3, make([]byte, 70_000))...) // a body frame: skipped
 	stream = append(stream, deliver(true)...)
@@ -47,13 +47,26 @@ func TestFrameParserCountsMethodsAcrossReads(t *testing.T) {
 	stream = append(stream, frame(8, nil)...) // a heartbeat
 
 	for _, cut := range []int{1, 3, 7, 4096, len(stream)} {
-		var counts frameCounts
-		fp := &frameParser{counts: &counts, skipHeader: 8}
+		var counts FrameCounts
+		fp := &frameParser{counts: &counts}
 		for b := stream; len(b) > 0; b = b[min(cut, len(b)):] {
 			fp.feed(b[:min(cut, len(b))])
 		}
-		require.Equal(t, snapshot{Deliver: 2, Redelivered: 1, GetOK: 1, GetEmpty: 1, Ack: 1, Nack: 1, Declare: 1, ChannelOpen: 1},
-			counts.snapshot(), "read %d bytes at a time", cut)
-		require.EqualValues(t, 3, counts.snapshot().deliveries(), "basic.deliver and basic.get-ok")
+		require.Equal(t, FrameSnapshot{Deliver: 2, Redelivered: 1, GetOK: 1},
+			counts.Snapshot(), "read %d bytes at a time", cut)
+		require.EqualValues(t, 3, counts.Snapshot().Deliveries(), "basic.deliver and basic.get-ok")
 	}
+}
+
+// A URL or DSN goes through a delay proxy with the rest of it kept, and a round trip
+// through the proxy takes at least the injected time.
+func TestDelayProxyAddsTheRoundTrip(t *testing.T) {
+	dsn := ThroughDelay(t, "postgres://postgres@127.0.0.1:5432/bs_1?sslmode=disable", 2*time.Millisecond)
+	amqpURL := ThroughDelay(t, "amqp://guest:guest@127.0.0.1:5672/bs-test-x", 2*time.Millisecond)
+	rtt := MeasureRTT(t, 5*time.Millisecond)
+	require.Regexp(t, `^postgres://postgres@127\.0\.0\.1:\d+/bs_1\?sslmode=disable$`, dsn)
+	require.NotContains(t, dsn, ":5432/")
+	require.Regexp(t, `^amqp://guest:guest@127\.0\.0\.1:\d+/bs-test-x$`, amqpURL)
+	require.GreaterOrEqual(t, rtt, 5*time.Millisecond)
+	require.Less(t, rtt, time.Second)
 }
