@@ -139,9 +139,10 @@ $(PROMTOOL):
 	mv $(BIN)/.promtool/promtool $@
 	rmdir $(BIN)/.promtool
 
-## bench: throughput, switch lag, catch-up and cost against the local services (about 17 minutes on 2 CPUs); writes BENCHMARKS.md (table and charts) and bench/results.json
+## bench: throughput, switch lag, catch-up and cost against the local services, then the apply path's Go benchmarks; writes BENCHMARKS.md's table, bench/results.json and bench/go-benchmarks.txt
 bench: temporal-cli services
 	$(GO) run ./bench -runs 3 -out BENCHMARKS.md
+	LEDGER_ROWS=10000000 $(GO) test -run '^$$' -bench 'HandleBatch|Decode' -benchtime 50x -count 3 ./ingest/ | tee bench/go-benchmarks.txt
 
 ## clean: remove bin/ (built binaries and pinned tools) and .dev/ (the dev server's state)
 clean:

@@ -3,11 +3,15 @@ package ingest
 import (
 	"context"
 	"fmt"
+	"os"
+	"strconv"
 	"testing"
 	"time"
 
 	"github.com/google/go-github/v75/github"
 	amqp "github.com/rabbitmq/amqp091-go"
+	"github.com/stretchr/testify/require"
+	"gorm.io/gorm"
 
 	"github.com/brokerswitch/brokerswitch/payloads"
 )
@@ -154,4 +158,79 @@ func BenchmarkDecode(b *testing.B) {
 			}
 		}
 	})
+}
+
+// BenchmarkHandleBatchBesideALedger applies the batches of BenchmarkHandleBatch, with
+// GitHub's time-based delivery ids, beside an empty ledger and beside one that holds
+// LEDGER_ROWS rows (default a million; `make bench` asks for ten) written in SQL first:
+// the ledger's unique key must not make a long-lived deployment slower.
+func BenchmarkHandleBatchBesideALedger(b *testing.B) {
+	rows := int64(1_000_000)
+	if v := os.Getenv("LEDGER_ROWS"); v != "" {
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil {
+			b.Fatalf("LEDGER_ROWS: %v", err)
+		}
+		rows = n
+	}
+	for _, filled := range []int64{0, rows} {
+		b.Run(fmt.Sprintf("rows=%d", filled), func(b *testing.B) {
+			e := newEnv(b)
+			fillLedger(b, e.db, filled)
+			h := e.ing.ForBroker(0)
+			ctx := context.Background()
+			rounds := make([][]amqp.Delivery, b.N)
+			for i := range rounds {
+				rounds[i] = benchDeliveries(b, i, 100)
+				for _, d := range rounds[i] {
+					d.Headers[HeaderDelivery] = payloads.NewDeliveryID()
+				}
+			}
+			b.ResetTimer()
+			for _, ds := range rounds {
+				if _, err := h.HandleBatch(ctx, queue, ds); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.StopTimer()
+			b.ReportMetric(float64(b.N*100)/b.Elapsed().Seconds(), "msgs/s")
+			if filled > 0 {
+				var size int64
+				require.NoError(b, e.db.Raw("SELECT pg_total_relation_size('github_deliveries')").Scan(&size).Error)
+				b.ReportMetric(float64(size)/float64(filled), "ledger-B/row")
+			}
+		})
+	}
+}
+
+// fillLedger writes rows applied deliveries, received 50 ms apart up to now, a million per
+// statement, their ids version-1 GUIDs stamped with that time as GitHub's are; then
+// VACUUM ANALYZE leaves the table as autovacuum would. The indexes are built after the
+// rows: inserted one by one, ten million random keys take about 20 minutes on a busy
+// 2-CPU machine, against a few minutes this way.
+func fillLedger(t testing.TB, db *gorm.DB, rows int64) {
+	t.Helper()
+	if rows == 0 {
+		return
+	}
+	exec := func(what, sql string, args ...any) { require.NoError(t, db.Exec(sql, args...).Error, what) }
+	exec("drop the ledger's indexes", `DROP INDEX github_deliveries_key_idx;
+		DROP INDEX github_deliveries_received_at_idx; DROP INDEX github_deliveries_errors_idx`)
+	// time_low-time_mid-1time_hi-clock_seq-node of the 60-bit count of 100 ns since
+	// 1582-10-15, a random clock sequence of the RFC variant, a random node.
+	const id = `(SELECT substr(t, 8, 8) || '-' || substr(t, 4, 4) || '-1' || substr(t, 1, 3) || '-' ||
+			to_hex(32768 + (random() * 16383)::int) || '-' || substr(md5(g::text), 1, 12)
+		FROM (SELECT lpad(to_hex((extract(epoch FROM at) * 10000000)::bigint + 122192928000000000), 15, '0') AS t) AS stamp)`
+	for from := int64(1); from <= rows; from += 1_000_000 {
+		exec("fill the ledger", `INSERT INTO github_deliveries
+			(delivery_id, event, action, queue, broker_index, outcome, received_at, applied_at, payload_sha256)
+			SELECT `+id+`, 'pull_request', 'synchronize', 'pull_requests', 0, 'applied', at, at, sha256(g::text::bytea)
+			  FROM generate_series(?::bigint, ?::bigint) g, LATERAL (SELECT now() - (? - g) * interval '50 milliseconds' AS at) AS received`,
+			from, min(from+999_999, rows), rows)
+	}
+	// The indexes of the migrations, under their names.
+	exec("index the ledger", `CREATE UNIQUE INDEX github_deliveries_key_idx ON github_deliveries (github_delivery_key(delivery_id));
+		CREATE INDEX github_deliveries_received_at_idx ON github_deliveries (received_at);
+		CREATE INDEX github_deliveries_errors_idx ON github_deliveries (received_at) WHERE outcome = 'error'`)
+	exec("vacuum the ledger", "VACUUM ANALYZE github_deliveries")
 }
