@@ -184,6 +184,13 @@ func (s *stack) holdLedger() (release func()) {
 	return func() { require.NoError(s.t, tx.Commit().Error) }
 }
 
+// ledgerWaitedOn tells whether a transaction waits for the ledger held by holdLedger.
+func (s *stack) ledgerWaitedOn() bool {
+	var n int64
+	err := s.DB.Raw("SELECT count(*) FROM pg_locks WHERE NOT granted AND relation = 'github_deliveries'::regclass").Scan(&n).Error
+	return err == nil && n > 0
+}
+
 // requireBrokerOrder checks, queue by queue, that every delivery consumed from broker
 // before was applied no later than the first one consumed from broker after.
 func (s *stack) requireBrokerOrder(before, after int) {

@@ -339,14 +339,21 @@ func TestScenario08UnreachableBrokers(t *testing.T) {
 // applied twice.
 func TestScenario09WorkerKilledMidWindow(t *testing.T) {
 	t.Parallel() // it mostly waits for the dead worker's heartbeat to time out
-	s := newStack(t, 1, nil)
+	// Small batches, so that the backlog is many of them: at the default prefetch the
+	// worker could apply all of it between two looks at the ledger.
+	s := newStack(t, 1, map[string]string{"PREFETCH": "10"})
 	p, log := s.producer(nil)
 	ctx := context.Background()
 	msgs := s.workload(mixed(44, 19))
 	require.NoError(t, p.Publish(ctx, msgs...))
 	first := s.startWorkerProcess("worker-1")
-	s.waitFor("the worker well into its window", time.Minute, func() bool { return s.AppliedFrom(0) >= 200 })
+	s.waitFor("the worker into its window", time.Minute, func() bool { return s.AppliedFrom(0) >= 50 })
+	// With the ledger held, the kill finds a batch in its transaction and the rest of the
+	// backlog still to apply, however fast the worker is.
+	release := s.holdLedger()
+	s.waitFor("a batch waiting for the ledger", time.Minute, s.ledgerWaitedOn)
 	first.Kill()
+	release()
 	applied := s.AppliedFrom(0)
 	require.Less(t, applied, int64(len(msgs)), "killed mid-window")
 	t.Logf("killed after %d of %d deliveries", applied, len(msgs))
