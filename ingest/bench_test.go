@@ -205,9 +205,9 @@ func BenchmarkHandleBatchBesideALedger(b *testing.B) {
 
 // fillLedger writes rows applied deliveries, received 50 ms apart up to now, a million per
 // statement, their ids version-1 GUIDs stamped with that time as GitHub's are; then
-// VACUUM ANALYZE leaves the table as autovacuum would. The indexes are built after the
-// rows: inserted one by one, ten million random keys take about 20 minutes on a busy
-// 2-CPU machine, against a few minutes this way.
+// VACUUM ANALYZE leaves the table as autovacuum would, and a checkpoint writes it out.
+// The indexes are built after the rows: inserted one by one, ten million random keys
+// take about 20 minutes on a busy 2-CPU machine, against a few minutes this way.
 func fillLedger(t testing.TB, db *gorm.DB, rows int64) {
 	t.Helper()
 	if rows == 0 {
@@ -233,4 +233,8 @@ func fillLedger(t testing.TB, db *gorm.DB, rows int64) {
 		CREATE INDEX github_deliveries_received_at_idx ON github_deliveries (received_at);
 		CREATE INDEX github_deliveries_errors_idx ON github_deliveries (received_at) WHERE outcome = 'error'`)
 	exec("vacuum the ledger", "VACUUM ANALYZE github_deliveries")
+	// A fill is gigabytes of dirty pages; without a checkpoint here the batches timed next
+	// share the disk with Postgres writing them out, and each run beside a fresh fill read
+	// slower than the last.
+	exec("write the fill out", "CHECKPOINT")
 }
