@@ -418,11 +418,7 @@ func TestScenario11TemporalRestartedWhileASwitchIsPending(t *testing.T) {
 		return s.State().Pending != nil && queues == int64(len(s.Config.Queues))
 	})
 
-	// Held, the ledger keeps broker 0 from draining until Temporal is down: with batches
-	// near 100 the backlog could otherwise be gone, and the switch committed, before it is.
-	release := s.holdLedger()
 	dev.stop(t)
-	release()
 	before := s.AppliedFrom(0)
 	s.waitFor("consuming to go on without Temporal", 30*time.Second, func() bool { return s.AppliedFrom(0) > before+50 || s.drained(0) })
 	require.Equal(t, 0, s.State().ActiveIndex, "nothing commits a switch while Temporal is down")
