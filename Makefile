@@ -20,7 +20,7 @@ LDFLAGS  := -X main.version=$(VERSION) -X main.revision=$(REVISION)
 SOAK_DURATION ?= 30m
 SOAK_TIMEOUT  ?= 1h
 
-.PHONY: help dev test test-rabbitmq4 rabbitmq4 test-unit test-stress soak lint tidy-check build image migrate services temporal-cli golangci-lint promtool test-alerts dashboard bench clean
+.PHONY: help dev test test-rabbitmq4 rabbitmq4 test-unit test-unit-offline test-stress soak lint tidy-check build image migrate services temporal-cli golangci-lint promtool test-alerts dashboard bench clean
 
 ## help: list the targets with what each does
 help:
@@ -32,8 +32,8 @@ dev: build temporal-cli services
 
 ## test: unit and integration tests against real Postgres, RabbitMQ 3.10 and a Temporal dev server, the alert rules' tests, then test-rabbitmq4
 test: temporal-cli services test-alerts
-	$(GO) vet ./...
-	$(GO) test -race -count=1 -timeout 20m ./...
+	$(GO) vet -tags integration ./...
+	$(GO) test -tags integration -race -count=1 -timeout 20m ./...
 	$(MAKE) test-rabbitmq4
 
 # The RabbitMQ 4.0 pass: the packages and scenarios that depend on the broker's version
@@ -59,12 +59,12 @@ RABBITMQ4_QUORUM_ACTIVITIES := ^(TestASpareAheadWaitsForTheActiveBacklog|TestASp
 ## test-rabbitmq4: broker and the switch and order e2e scenarios against RabbitMQ 4.0 (scripts/rabbitmq4.sh), with classic and with quorum queues
 test-rabbitmq4: temporal-cli services rabbitmq4
 	r4() { type=$$1; shift; BROKERSWITCH_TEST_RABBITMQ=$(RABBITMQ4_API) BROKERSWITCH_TEST_QUEUE_TYPE=$$type "$$@"; }; \
-	r4 classic $(GO) test -race -count=1 -timeout 20m $(RABBITMQ4_PACKAGES) & classic=$$!; \
-	r4 quorum $(GO) test -race -count=1 -timeout 20m $(RABBITMQ4_PACKAGES) & quorum=$$!; \
+	r4 classic $(GO) test -tags integration -race -count=1 -timeout 20m $(RABBITMQ4_PACKAGES) & classic=$$!; \
+	r4 quorum $(GO) test -tags integration -race -count=1 -timeout 20m $(RABBITMQ4_PACKAGES) & quorum=$$!; \
 	wait $$classic; c=$$?; wait $$quorum; q=$$?; [ $$c = 0 ] && [ $$q = 0 ] || exit 1; \
-	r4 classic $(GO) test -race -count=1 -timeout 20m -run '$(RABBITMQ4_E2E)' ./e2e/ || exit 1; \
-	r4 quorum $(GO) test -race -count=1 -timeout 10m -run '$(RABBITMQ4_QUORUM_ACTIVITIES)' ./activities/ & acts=$$!; \
-	r4 quorum $(GO) test -race -count=1 -timeout 20m -run '$(RABBITMQ4_E2E)|$(RABBITMQ4_QUORUM_E2E)' ./e2e/; e=$$?; \
+	r4 classic $(GO) test -tags integration -race -count=1 -timeout 20m -run '$(RABBITMQ4_E2E)' ./e2e/ || exit 1; \
+	r4 quorum $(GO) test -tags integration -race -count=1 -timeout 10m -run '$(RABBITMQ4_QUORUM_ACTIVITIES)' ./activities/ & acts=$$!; \
+	r4 quorum $(GO) test -tags integration -race -count=1 -timeout 20m -run '$(RABBITMQ4_E2E)|$(RABBITMQ4_QUORUM_E2E)' ./e2e/; e=$$?; \
 	wait $$acts; a=$$?; [ $$e = 0 ] && [ $$a = 0 ]
 
 ## rabbitmq4: install (first time only, about 2 minutes) and start RabbitMQ 4.0 beside 3.10: node rabbit4@localhost, AMQP 5673, management 15673
@@ -80,9 +80,13 @@ test-alerts: $(PROMTOOL)
 dashboard:
 	$(GO) run ./cmd/dashboard
 
-## test-unit: the tests that need no service: configuration and workflow logic in virtual time
+## test-unit: every test that needs no service (plain `go test ./...`): the tests that need Postgres, RabbitMQ or a Temporal dev server carry the build tag `integration`
 test-unit:
-	$(GO) test -race -count=1 ./config/ ./workflows/
+	$(GO) test -race -count=1 ./...
+
+## test-unit-offline: test-unit in a network namespace of its own with bin/ hidden: proves that no untagged test needs a service (root; CI runs it)
+test-unit-offline:
+	scripts/test-unit-offline.sh
 
 ## test-stress: the e2e package 3 times in a row, 2 rounds each (-count=2), under -race beside a busy loop on every core; every run must pass (RUNS=n, COUNT=n)
 test-stress: temporal-cli services
@@ -90,12 +94,13 @@ test-stress: temporal-cli services
 
 ## soak: random fault schedules against the real service for SOAK_DURATION (default 30m), each checked by the oracle; writes the table to SOAK.md
 soak: temporal-cli services
-	SOAK_DURATION=$(SOAK_DURATION) SOAK_REPORT=$(CURDIR)/SOAK.md $(GO) test -count=1 -timeout $(SOAK_TIMEOUT) -run 'TestSoak$$' -v ./e2e/
+	SOAK_DURATION=$(SOAK_DURATION) SOAK_REPORT=$(CURDIR)/SOAK.md $(GO) test -tags integration -count=1 -timeout $(SOAK_TIMEOUT) -run 'TestSoak$$' -v ./e2e/
 
 ## lint: module tidiness, golangci-lint (.golangci.yml), go vet, and no comment or document citing a tracker issue
 lint: tidy-check $(GOLANGCI_LINT)
 	$(GOLANGCI_LINT) run ./...
 	$(GO) vet ./...
+	$(GO) vet -tags integration ./...
 	scripts/no-tracker-refs.sh
 
 ## tidy-check: fail if `go mod tidy` would change go.mod or go.sum (prints the diff)
@@ -142,7 +147,7 @@ $(PROMTOOL):
 ## bench: throughput, switch lag, catch-up and cost against the local services, then the apply path's Go benchmarks; writes BENCHMARKS.md's table, bench/results.json and bench/go-benchmarks.txt
 bench: temporal-cli services
 	$(GO) run ./bench -runs 3 -out BENCHMARKS.md
-	LEDGER_ROWS=10000000 $(GO) test -run '^$$' -bench 'HandleBatch|Decode' -benchtime 50x -count 3 ./ingest/ | tee bench/go-benchmarks.txt
+	LEDGER_ROWS=10000000 $(GO) test -tags integration -run '^$$' -bench 'HandleBatch|Decode' -benchtime 50x -count 3 ./ingest/ | tee bench/go-benchmarks.txt
 
 ## clean: remove bin/ (built binaries and pinned tools) and .dev/ (the dev server's state)
 clean:

@@ -1,3 +1,5 @@
+//go:build integration
+
 package api
 
 import (
@@ -29,13 +31,6 @@ import (
 	"github.com/brokerswitch/brokerswitch/workflows"
 )
 
-// Test tokens and the password of the fake brokers, which must never show in an answer.
-const (
-	operatorToken = "op-7f3c9d0e-secret"
-	producerToken = "prod-41aa2b6c-secret"
-	brokerPass    = "Sup3r-S3cret-pw"
-)
-
 // temporal is the dev server of this test binary, started by TestMain.
 var temporal *testenv.Temporal
 
@@ -64,10 +59,6 @@ type env struct {
 	deps   Deps
 	router http.Handler
 }
-
-// fakeBrokers are two brokers nobody dials: tests without a worker never reach them.
-const fakeBrokers = "amqp://user:" + brokerPass + "@Rabbit-A.example.com/vh-a," +
-	"amqps://user:" + brokerPass + "@rabbit-b.example.com/prod%2Fone"
 
 // newEnv builds the API on a fresh database, with fake brokers unless urls are given.
 func newEnv(t *testing.T, modify ...func(*config.Config)) *env {

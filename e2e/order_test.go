@@ -1,3 +1,5 @@
+//go:build integration
+
 package e2e
 
 // The orderings the design record gave up and brokerswitch keeps, because the producer's

@@ -1,3 +1,5 @@
+//go:build integration
+
 package e2e
 
 // The scenarios that prove no event is lost, applied twice or reordered across broker

@@ -1,3 +1,5 @@
+//go:build integration
+
 package e2e
 
 // The soak's schedule generator: from a seed alone, a timeline of producer actions,

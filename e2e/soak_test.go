@@ -1,3 +1,5 @@
+//go:build integration
+
 package e2e
 
 // The soak: random fault schedules (soak_schedule_test.go) played against the real

@@ -16,7 +16,7 @@ pkg=${PKG:-./e2e/}
 logs=$(mktemp -d "${TMPDIR:-/tmp}/brokerswitch-stress.XXXXXX")
 
 # Compile first, so that the runs are timed alone and the busy loops do not slow the compiler.
-go test -race -c -o "$logs/compiled.test" "$pkg"
+go test -tags integration -race -c -o "$logs/compiled.test" "$pkg"
 
 pids=()
 stop_burners() {
@@ -33,7 +33,7 @@ echo "stress: $runs runs of $count rounds of $pkg beside $burners busy loops; lo
 
 for i in $(seq "$runs"); do
 	start=$(date +%s)
-	if go test -race -count="$count" -timeout $((60 * count))m -v "$pkg" >"$logs/run-$i.log" 2>&1; then
+	if go test -tags integration -race -count="$count" -timeout $((60 * count))m -v "$pkg" >"$logs/run-$i.log" 2>&1; then
 		echo "run $i/$runs: ok in $(($(date +%s) - start))s"
 	else
 		echo "run $i/$runs: FAIL after $(($(date +%s) - start))s; the failures:"

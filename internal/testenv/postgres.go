@@ -77,6 +77,6 @@ func pgConnectAdmin(ctx context.Context, t T) (*pgx.Conn, string) {
 		}
 		lastErr = err
 	}
-	t.Fatalf("testenv: no Postgres to create a test database on (set %s): %v", PostgresAdminDSNEnv, lastErr)
+	t.Fatalf("testenv: no Postgres to create a test database on (start it with `make services`, or set %s): %v", PostgresAdminDSNEnv, lastErr)
 	return nil, ""
 }

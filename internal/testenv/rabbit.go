@@ -77,7 +77,7 @@ func NewVhost(t T) (amqpURL string) {
 	addr := RabbitAddr()
 	conn, err := net.DialTimeout("tcp", addr, 2*time.Second)
 	if err != nil {
-		t.Fatalf("RabbitMQ is not reachable at %s (start it with `rabbitmq-server -detached`): %v", addr, err)
+		t.Fatalf("RabbitMQ is not reachable at %s (start it with `make services`): %v", addr, err)
 	}
 	conn.Close()
 
