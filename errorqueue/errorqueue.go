@@ -20,6 +20,7 @@ import (
 	"encoding/json"
 	"log/slog"
 	"strings"
+	"sync"
 	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
@@ -63,6 +64,9 @@ type Service struct {
 	// afterMark, when set, runs between a copy's record in error_requeues and the take of
 	// its original: a test's stand-in for a process killed there.
 	afterMark func(Message) error
+	// scans holds one scan at a time: two readers of one queue would each count the
+	// other's unacknowledged messages as gone, and interleave the returns.
+	scans sync.Mutex
 }
 
 func (s *Service) logger() *slog.Logger {

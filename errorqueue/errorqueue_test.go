@@ -90,7 +90,7 @@ func TestShowGivesHeadersLedgerAndACutBody(t *testing.T) {
 	require.LessOrEqual(t, len(d.Body), 101)
 	require.True(t, strings.HasPrefix(string(big), d.Body), "cut at a character boundary")
 	require.NotNil(t, d.Ledger)
-	require.Equal(t, models.OutcomeError, d.Ledger.Outcome)
+	require.Equal(t, string(models.OutcomeError), d.Ledger.Outcome)
 	require.False(t, d.AppliedSince)
 
 	_, err = e.svc.Show(ctx, "nope", 0)

@@ -79,21 +79,26 @@ func (e *env) reject(queue, id, reason string, at time.Time, body []byte) {
 }
 
 // takeAll takes every message of queue (this destroys them) and returns their delivery
-// ids in order, each with the x-error-reason it carries.
+// ids in order. It consumes rather than gets: quorum queues with a single active consumer
+// refuse basic.get.
 func (e *env) takeAll(queue string) []string {
 	e.t.Helper()
+	n := e.held(queue)
 	ch, err := e.conn.Channel()
 	require.NoError(e.t, err)
 	defer ch.Close()
+	deliveries, err := ch.Consume(queue, "", true, false, false, false, nil)
+	require.NoError(e.t, err)
 	var ids []string
-	for {
-		d, ok, err := ch.Get(queue, true)
-		require.NoError(e.t, err)
-		if !ok {
-			return ids
+	for range n {
+		select {
+		case d := <-deliveries:
+			ids = append(ids, headerString(d.Headers, "x-github-delivery"))
+		case <-time.After(30 * time.Second):
+			e.t.Fatalf("%s: %d of %d messages consumed", queue, len(ids), n)
 		}
-		ids = append(ids, headerString(d.Headers, "x-github-delivery"))
 	}
+	return ids
 }
 
 // held is how many messages queue holds, as the broker counts them.

@@ -48,6 +48,8 @@ type scanner struct {
 	returns chan amqp.Return
 	// copied runs between a requeue's confirmed copy and the take of its original.
 	copied func(context.Context, Message) error
+	// taken counts the originals taken; refreshed the copies put at -error's tail.
+	taken, refreshed int
 }
 
 // scan hands visit each message that {queue}-error held on broker index when the scan
@@ -62,6 +64,8 @@ func (s *Service) scan(ctx context.Context, index int, queue string, visit visit
 	if index < 0 || index >= len(eps) {
 		return 0, fmt.Errorf("%w: no broker %d", ErrBadFilter, index)
 	}
+	s.scans.Lock()
+	defer s.scans.Unlock()
 	sc := &scanner{s: s, index: index, queue: queue, ep: eps[index], copied: copied}
 	defer sc.close()
 	var err error
@@ -76,6 +80,7 @@ func (s *Service) scan(ctx context.Context, index int, queue string, visit visit
 	if err := sc.get.Tx(); err != nil {
 		return 0, fmt.Errorf("%s on broker %d (%s): transactional mode: %w", errq, index, sc.ep, err)
 	}
+	defer sc.awaitReturns(ctx, info.Messages)
 	for pos := range info.Messages {
 		if err := ctx.Err(); err != nil {
 			return info.Messages, err
@@ -121,6 +126,7 @@ func (sc *scanner) apply(ctx context.Context, d amqp.Delivery, m Message, act ac
 	if err := sc.copyTo(ctx, errq, refreshCopy(d)); err != nil {
 		return fmt.Errorf("refresh a message delivered %d times: %w", deliveryCount(d), err)
 	}
+	sc.refreshed++
 	sc.s.logger().InfoContext(ctx, "message of a quorum -error queue refreshed before its delivery limit",
 		"queue", errq, "broker", sc.ep, "message_id", d.MessageId, "delivery_count", deliveryCount(d))
 	return sc.take(d)
@@ -134,7 +140,37 @@ func (sc *scanner) take(d amqp.Delivery) error {
 	if err := sc.get.TxCommit(); err != nil {
 		return fmt.Errorf("take message %s from %s on broker %d: %w", d.MessageId, broker.ErrorQueue(sc.queue), sc.index, err)
 	}
+	sc.taken++
 	return nil
+}
+
+// returnsWait bounds the wait for a scan's kept messages to be back in their queue.
+const returnsWait = 10 * time.Second
+
+// awaitReturns closes the get channel and waits until the queue counts as ready at least
+// what the scan kept: a quorum queue takes back a closed channel's messages after the
+// close's answer, and a scan that started before they were back would count, and read,
+// fewer than the queue holds.
+func (sc *scanner) awaitReturns(ctx context.Context, held int) {
+	if sc.get == nil {
+		return
+	}
+	_ = sc.get.Close()
+	sc.get = nil
+	want := held - sc.taken + sc.refreshed
+	ch, err := sc.s.Brokers.Channel(ctx, sc.index)
+	if err != nil {
+		return
+	}
+	defer ch.Close()
+	deadline := time.Now().Add(returnsWait)
+	for {
+		info, err := ch.QueueDeclarePassive(broker.ErrorQueue(sc.queue), true, false, false, false, nil)
+		if err != nil || info.Messages >= want || time.Now().After(deadline) || ctx.Err() != nil {
+			return
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
 }
 
 // ErrRefused is wrapped into the error of a copy the broker did not take: the original

@@ -21,9 +21,31 @@ type Detail struct {
 	Headers map[string]any `json:"headers"`
 	// Body is the body's first bytes as text (up to the size asked for, at a character
 	// boundary); BodyCut is true when there is more (Size says how much).
-	Body    string           `json:"body"`
-	BodyCut bool             `json:"bodyCut"`
-	Ledger  *models.Delivery `json:"ledger"`
+	Body    string `json:"body"`
+	BodyCut bool   `json:"bodyCut"`
+	// Ledger is the delivery's ledger row; nil when the ledger has none.
+	Ledger *LedgerRow `json:"ledger"`
+}
+
+// LedgerRow is a delivery's row in github_deliveries, as Show gives it.
+type LedgerRow struct {
+	Outcome     string     `json:"outcome"`
+	Event       string     `json:"event"`
+	Action      string     `json:"action"`
+	Queue       string     `json:"queue"`
+	Broker      int        `json:"broker"`
+	RetryCycles int        `json:"retryCycles"`
+	ErrorReason string     `json:"errorReason,omitempty"`
+	ReceivedAt  time.Time  `json:"receivedAt"`
+	AppliedAt   *time.Time `json:"appliedAt,omitempty"`
+}
+
+func ledgerView(d *models.Delivery) *LedgerRow {
+	if d == nil {
+		return nil
+	}
+	return &LedgerRow{Outcome: string(d.Outcome), Event: d.Event, Action: d.Action, Queue: d.Queue, Broker: d.BrokerIndex,
+		RetryCycles: d.RetryCycles, ErrorReason: d.ErrorReason, ReceivedAt: d.ReceivedAt, AppliedAt: d.AppliedAt}
 }
 
 // Shown is what Show found: every message with the id (a delivery may have failed
@@ -58,7 +80,7 @@ func (s *Service) Show(ctx context.Context, id string, bodyBytes int) (Shown, er
 				}
 				m.AppliedSince = appliedSince(row, m.bodySHA)
 				body, cut := cutBody(d.Body, bodyBytes)
-				out.Messages = append(out.Messages, Detail{Message: *m, Headers: headerView(d.Headers), Body: body, BodyCut: cut, Ledger: row})
+				out.Messages = append(out.Messages, Detail{Message: *m, Headers: headerView(d.Headers), Body: body, BodyCut: cut, Ledger: ledgerView(row)})
 				return keep, nil
 			}, nil)
 			if ctx.Err() != nil {
