@@ -169,6 +169,10 @@ func TestOpenAPIDeclaresStatuses(t *testing.T) {
 		"delete /api/v1/broker/pending-switch": {"200", "202", "401", "403", "409", "502", "504"},
 		"post /api/v1/broker/switch/{index}":   {"200", "400", "401", "403", "404", "409", "502", "503", "504"},
 		"get /api/v1/broker":                   {"200", "401", "403", "503"},
+		"get /api/v1/errors":                   {"200", "400", "401", "403", "503"},
+		"get /api/v1/errors/{id}":              {"200", "400", "401", "403", "404", "503"},
+		"post /api/v1/errors/requeue":          {"200", "400", "401", "403", "404", "413", "503"},
+		"post /api/v1/errors/purge":            {"200", "400", "401", "403", "404", "413", "503"},
 		"get /healthz":                         {"200"},
 		"get /readyz":                          {"200", "503"},
 	}
