@@ -7,8 +7,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/stretchr/testify/require"
 
+	"github.com/brokerswitch/brokerswitch/metrics"
 	"github.com/brokerswitch/brokerswitch/models"
 )
 
@@ -116,6 +119,10 @@ func TestAnInterruptedRequeueRunAgainMovesNothingTwice(t *testing.T) {
 	require.Equal(t, 0, e.held("issues"), "a dry run moves nothing")
 	require.Equal(t, 4, e.held("issues-error"))
 
+	reg := prometheus.NewRegistry()
+	counts, err := metrics.NewErrorQueues(reg, queues, ReasonKinds())
+	require.NoError(t, err)
+	e.svc.Metrics = counts
 	killed := errors.New("killed after the copy of c")
 	e.svc.afterMark = func(m Message) error {
 		if m.ID == "c" {
@@ -142,6 +149,8 @@ func TestAnInterruptedRequeueRunAgainMovesNothingTwice(t *testing.T) {
 	require.Equal(t, []Outcome{{Queue: "issues", Kind: "retries", Purged: 1}}, run.Outcomes)
 	require.Equal(t, 0, e.held("issues-error"))
 	require.Equal(t, []string{"a", "c", "d"}, e.takeAll("issues"), "each copied once, in -error's order")
+	require.Equal(t, 3.0, testutil.ToFloat64(counts.Requeued("issues", "retries")), "a and c, then d and c's take")
+	require.Equal(t, 1.0, testutil.ToFloat64(counts.Purged("issues", "retries")))
 	require.Contains(t, e.logs.String(), "-error requeue run")
 
 	_, err = e.svc.Requeue(ctx, Filter{}, RequeueOptions{})

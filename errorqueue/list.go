@@ -76,7 +76,7 @@ func (s *Service) List(ctx context.Context, f Filter, limit int) (Listing, error
 					out.Truncated = true
 				}
 				return keep, nil
-			}, nil)
+			}, nil, nil)
 			if ctx.Err() != nil {
 				return out, ctx.Err()
 			}

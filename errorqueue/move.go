@@ -96,8 +96,9 @@ func (s *Service) Purge(ctx context.Context, f Filter) (Run, error) {
 	return s.move(ctx, "purge", f, false, func(context.Context, *Message) (action, error) { return take, nil })
 }
 
-// move runs decide over every message the filter selects and counts what it did. A
-// take that decide returns for a message copied before counts as AlreadyCopied.
+// move runs decide over every message the filter selects and counts what was done once it
+// was done (a dry run counts what decide chose). A take that decide returns for a message
+// copied before counts as AlreadyCopied.
 func (s *Service) move(ctx context.Context, op string, f Filter, dryRun bool, decide func(context.Context, *Message) (action, error)) (Run, error) {
 	if err := f.check(len(s.Brokers.Endpoints()), s.Queues); err != nil {
 		return Run{}, err
@@ -111,15 +112,16 @@ func (s *Service) move(ctx context.Context, op string, f Filter, dryRun bool, de
 				}
 				run.Matched++
 				act, err := decide(ctx, m)
-				if err != nil {
-					return keep, err
+				if err != nil || !dryRun {
+					return act, err
 				}
 				run.count(op, *m, act)
-				if dryRun {
-					return keep, nil
+				return keep, nil
+			}, s.copied, func(m Message, act action) {
+				if !dryRun && f.matches(m) {
+					run.count(op, m, act)
 				}
-				return act, nil
-			}, s.copied)
+			})
 			if err != nil {
 				run.Errors = append(run.Errors, err.Error())
 			}

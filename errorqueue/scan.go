@@ -59,7 +59,8 @@ type scanner struct {
 // arrives during the scan is not visited.
 //
 // A requeue's copy is confirmed, then copied (when set) runs, then the original is taken.
-func (s *Service) scan(ctx context.Context, index int, queue string, visit visitor, copied func(context.Context, Message) error) (int, error) {
+// settled, when set, is told what was done with each message once it was done.
+func (s *Service) scan(ctx context.Context, index int, queue string, visit visitor, copied func(context.Context, Message) error, settled func(Message, action)) (int, error) {
 	eps := s.Brokers.Endpoints()
 	if index < 0 || index >= len(eps) {
 		return 0, fmt.Errorf("%w: no broker %d", ErrBadFilter, index)
@@ -99,6 +100,9 @@ func (s *Service) scan(ctx context.Context, index int, queue string, visit visit
 		}
 		if err := sc.apply(ctx, d, m, act); err != nil {
 			return info.Messages, err
+		}
+		if settled != nil {
+			settled(m, act)
 		}
 	}
 	return info.Messages, nil

@@ -82,7 +82,7 @@ func (s *Service) Show(ctx context.Context, id string, bodyBytes int) (Shown, er
 				body, cut := cutBody(d.Body, bodyBytes)
 				out.Messages = append(out.Messages, Detail{Message: *m, Headers: headerView(d.Headers), Body: body, BodyCut: cut, Ledger: ledgerView(row)})
 				return keep, nil
-			}, nil)
+			}, nil, nil)
 			if ctx.Err() != nil {
 				return out, ctx.Err()
 			}
