@@ -28,6 +28,7 @@ import (
 
 	"github.com/brokerswitch/brokerswitch/brokerstate"
 	"github.com/brokerswitch/brokerswitch/config"
+	"github.com/brokerswitch/brokerswitch/errorqueue"
 	"github.com/brokerswitch/brokerswitch/metrics"
 )
 
@@ -119,6 +120,15 @@ func TestOpenAPISchemasMatchAnswers(t *testing.T) {
 		"LastSwitch":          state.LastSwitch,
 		"DrainCheck":          state.LastDrainCheck,
 		"Error":               errorBody{},
+		"ErrorListing":        errorqueue.Listing{},
+		"ErrorQueueSummary":   errorqueue.QueueSummary{Oldest: &now, Newest: &now, Error: "e"},
+		"ErrorMessage":        errorqueue.Message{MessageID: "m", Event: "e", Action: "a", ErrorAt: now},
+		"ReasonCount":         errorqueue.ReasonCount{},
+		"ErrorMessageDetail":  errorqueue.Detail{Message: errorqueue.Message{MessageID: "m", Event: "e", Action: "a", ErrorAt: now}},
+		"LedgerRow":           errorqueue.LedgerRow{ErrorReason: "r", AppliedAt: &now},
+		"ErrorShown":          errorqueue.Shown{Unread: []string{"q"}},
+		"ErrorOutcome":        errorqueue.Outcome{},
+		"ErrorRun":            errorqueue.Run{Errors: []string{"e"}},
 	} {
 		b, err := json.Marshal(value)
 		require.NoError(t, err)
