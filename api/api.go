@@ -64,6 +64,8 @@ type Deps struct {
 	// Attempts lists what the live workers hold (lease.Attempts over the database): which
 	// broker each queue's window reads, on which worker, since when. Nil shows none.
 	Attempts func(ctx context.Context) ([]lease.Attempt, error)
+	// Errors reads and moves the messages of the -error queues; nil answers 503 there.
+	Errors ErrorQueues
 	// Ping checks that Postgres answers, for /readyz (sql.DB.PingContext fits). Required.
 	Ping func(ctx context.Context) error
 	// Logger gets the request log and the errors clients are not shown; nil means slog.Default().
@@ -141,5 +143,11 @@ func Router(deps Deps) *gin.Engine {
 	v1.POST("/pending-switch", s.require(roleProducer), s.limitNotifications, s.limitBody, s.postPendingSwitch)
 	v1.DELETE("/pending-switch", s.require(roleOperator), s.deletePendingSwitch)
 	v1.POST("/switch/:index", s.require(roleOperator), s.postSwitch)
+
+	errs := r.Group("/api/v1/errors", s.require(roleOperator), s.requireErrors)
+	errs.GET("", s.getErrors)
+	errs.GET("/:id", s.getErrorMessage)
+	errs.POST("/requeue", s.limitBody, s.postRequeue)
+	errs.POST("/purge", s.limitBody, s.postPurge)
 	return r
 }

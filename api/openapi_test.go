@@ -30,6 +30,7 @@ import (
 
 	"github.com/brokerswitch/brokerswitch/brokerstate"
 	"github.com/brokerswitch/brokerswitch/config"
+	"github.com/brokerswitch/brokerswitch/errorqueue"
 	"github.com/brokerswitch/brokerswitch/metrics"
 )
 
@@ -121,6 +122,15 @@ func TestOpenAPISchemasMatchAnswers(t *testing.T) {
 		"LastSwitch":          state.LastSwitch,
 		"DrainCheck":          state.LastDrainCheck,
 		"Error":               errorBody{},
+		"ErrorListing":        errorqueue.Listing{},
+		"ErrorQueueSummary":   errorqueue.QueueSummary{Oldest: &now, Newest: &now, Error: "e"},
+		"ErrorMessage":        errorqueue.Message{MessageID: "m", Event: "e", Action: "a", ErrorAt: now},
+		"ReasonCount":         errorqueue.ReasonCount{},
+		"ErrorMessageDetail":  errorqueue.Detail{Message: errorqueue.Message{MessageID: "m", Event: "e", Action: "a", ErrorAt: now}},
+		"LedgerRow":           errorqueue.LedgerRow{ErrorReason: "r", AppliedAt: &now},
+		"ErrorShown":          errorqueue.Shown{Unread: []string{"q"}},
+		"ErrorOutcome":        errorqueue.Outcome{},
+		"ErrorRun":            errorqueue.Run{Errors: []string{"e"}},
 	} {
 		b, err := json.Marshal(value)
 		require.NoError(t, err)
@@ -171,6 +181,10 @@ func TestOpenAPIDeclaresStatuses(t *testing.T) {
 		"delete /api/v1/broker/pending-switch": {"200", "202", "401", "403", "409", "502", "504"},
 		"post /api/v1/broker/switch/{index}":   {"200", "400", "401", "403", "404", "409", "502", "503", "504"},
 		"get /api/v1/broker":                   {"200", "401", "403", "503"},
+		"get /api/v1/errors":                   {"200", "400", "401", "403", "503"},
+		"get /api/v1/errors/{id}":              {"200", "400", "401", "403", "404", "503"},
+		"post /api/v1/errors/requeue":          {"200", "400", "401", "403", "404", "413", "503"},
+		"post /api/v1/errors/purge":            {"200", "400", "401", "403", "404", "413", "503"},
 		"get /healthz":                         {"200"},
 		"get /readyz":                          {"200", "503"},
 	}

@@ -29,7 +29,8 @@ var prometheusOwn = []string{"up"}
 
 // servedNames are the series names a brokerswitch process serves on /metrics, histogram
 // suffixes included: gathered from a registry wired as cmd/brokerswitch wires it
-// (RegisterRuntime, metrics.New with StartAtZero, WatchState, the Temporal SDK's handler),
+// (RegisterRuntime, metrics.New with StartAtZero, NewErrorQueues, WatchState, the Temporal
+// SDK's handler),
 // with every SDK metric recorded once through that handler; plus Prometheus' own series.
 func servedNames(t *testing.T) map[string]bool {
 	t.Helper()
@@ -40,6 +41,8 @@ func servedNames(t *testing.T) map[string]bool {
 	require.NoError(t, metrics.RegisterRuntime(reg, metrics.BuildInfo{Version: "v", Revision: "r", GoVersion: "go"}, db))
 	m := metrics.New(reg)
 	m.StartAtZero([]string{"q"}, 2)
+	_, err = metrics.NewErrorQueues(reg, []string{"q"}, []string{"other"})
+	require.NoError(t, err)
 	// The series StartAtZero leaves to their first event: the event label is GitHub's, and
 	// a quorum queue's risks and returns exist only where the producer declared one.
 	m.Event("q", "push", metrics.OutcomeApplied)

@@ -25,11 +25,13 @@ import (
 	"github.com/brokerswitch/brokerswitch/broker"
 	"github.com/brokerswitch/brokerswitch/brokerstate"
 	"github.com/brokerswitch/brokerswitch/config"
+	"github.com/brokerswitch/brokerswitch/errorqueue"
 	"github.com/brokerswitch/brokerswitch/healthchecks"
 	"github.com/brokerswitch/brokerswitch/lease"
 	"github.com/brokerswitch/brokerswitch/metrics"
 	"github.com/brokerswitch/brokerswitch/metrics/temporalmetrics"
 	"github.com/brokerswitch/brokerswitch/models"
+	"github.com/brokerswitch/brokerswitch/operator"
 	"github.com/brokerswitch/brokerswitch/simulate"
 	"github.com/brokerswitch/brokerswitch/worker"
 )
@@ -44,6 +46,10 @@ commands:
 
 Every command that runs serves /metrics and /healthz on METRICS_ADDR; the worker and
 serve add the worker's /readyz there.
+  status    the broker state at a glance: active broker, Pending Switch and what it waits
+            for, windows, -error counts (reads the API: -api, $OPERATOR_TOKEN)
+  errors    list, show, requeue and purge the messages of the {q}-error queues, through
+            the API (errors help)
   simulate  publish like the producer and rotate brokers, to rehearse a switch (simulate -h)
   version   print the version, commit and Go version of this build
   help      print this text
@@ -69,6 +75,10 @@ func run(ctx context.Context, args []string, getenv config.Getenv, stdout, stder
 	switch args[0] {
 	case "simulate":
 		return simulate.Main(ctx, args[1:], getenv, stdout, stderr)
+	case "status":
+		return operator.Status(ctx, args[1:], operator.Getenv(getenv), stdout, stderr)
+	case "errors":
+		return operator.Errors(ctx, args[1:], operator.Getenv(getenv), stdout, stderr)
 	case "help", "-h", "-help", "--help":
 		fmt.Fprint(stdout, usage)
 		return nil
@@ -180,6 +190,8 @@ type services struct {
 	temporal client.Client
 	pool     *broker.Pool
 	metrics  *metrics.Metrics
+	// errorQueues counts the operators' requeues and purges (served by the API).
+	errorQueues *metrics.ErrorQueues
 }
 
 func withServices(ctx context.Context, cfg config.Config, logger *slog.Logger, fn func(context.Context, services) error) error {
@@ -200,6 +212,10 @@ func withServices(ctx context.Context, cfg config.Config, logger *slog.Logger, f
 	}
 	m := metrics.New(reg)
 	m.StartAtZero(cfg.Queues, len(cfg.Brokers))
+	eq, err := metrics.NewErrorQueues(reg, cfg.Queues, errorqueue.ReasonKinds())
+	if err != nil {
+		return err
+	}
 	if err := m.WatchState(worker.StateReader(brokerstate.NewStore(db, cfg.Brokers), cfg.Queues)); err != nil {
 		return err
 	}
@@ -224,7 +240,7 @@ func withServices(ctx context.Context, cfg config.Config, logger *slog.Logger, f
 	defer tc.Close()
 	pool := worker.NewPool(cfg, logger, m)
 	defer pool.Close()
-	err = fn(ctx, services{db: db, sqlDB: sqlDB, temporal: tc, pool: pool, metrics: m})
+	err = fn(ctx, services{db: db, sqlDB: sqlDB, temporal: tc, pool: pool, metrics: m, errorQueues: eq})
 	if errors.Is(err, context.Canceled) {
 		return nil
 	}
@@ -271,6 +287,7 @@ func (s services) apiDeps(cfg config.Config, logger *slog.Logger) api.Deps {
 		Store:    brokerstate.NewStore(s.db, cfg.Brokers),
 		Ping:     s.sqlDB.PingContext,
 		Attempts: func(ctx context.Context) ([]lease.Attempt, error) { return lease.Attempts(ctx, s.db) },
+		Errors:   &errorqueue.Service{Brokers: s.pool, DB: s.db, Queues: cfg.Queues, Logger: logger, Metrics: s.errorQueues},
 		Logger:   logger,
 	}
 }

@@ -40,7 +40,7 @@ func TestHelpListsEveryCommand(t *testing.T) {
 	t.Parallel()
 	stdout, _, err := runArgs(t, "help")
 	require.NoError(t, err)
-	for _, cmd := range []string{"migrate", "worker", "api", "serve", "simulate", "version", "help"} {
+	for _, cmd := range []string{"migrate", "worker", "api", "serve", "simulate", "status", "errors", "version", "help"} {
 		require.Regexp(t, `(?m)^  `+cmd+` `, stdout)
 	}
 }
