@@ -260,6 +260,15 @@ func (s *Store) resolveRoute(p *PendingSwitch) *PendingSwitch {
 	return &PendingSwitch{Route: route, RecordedAt: p.RecordedAt}
 }
 
+// indexes are the configured brokers' indexes.
+func (s *Store) indexes() []int {
+	out := make([]int, len(s.Brokers))
+	for i := range out {
+		out[i] = i
+	}
+	return out
+}
+
 // resolve finds a broker's index by host (case-insensitive) and vhost.
 func (s *Store) resolve(ref Ref) (int, bool) {
 	for i, b := range s.Brokers {
