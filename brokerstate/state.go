@@ -23,6 +23,19 @@ type DrainCheck struct {
 	Reachable   bool           `json:"reachable"`
 	Error       string         `json:"error,omitempty"`
 	CheckedAt   time.Time      `json:"checkedAt"`
+	// HeldBy are the spares' queues whose messages hold the hop's commit although the
+	// broker is drained (State.CommitHold); counted only once it is.
+	HeldBy []Held `json:"heldBy,omitempty"`
+}
+
+// Held is a spare's queue that holds a hop's commit: it holds messages whose place in the
+// producer's order is unknown, Since (Postgres' clock) until Until, the end of the grace
+// for a word that places them.
+type Held struct {
+	Broker int       `json:"broker"`
+	Queue  string    `json:"queue"`
+	Since  time.Time `json:"since"`
+	Until  time.Time `json:"until"`
 }
 
 // Drained reports whether every counted queue was seen empty.
