@@ -153,6 +153,9 @@ func TestBadInput(t *testing.T) {
 		{"unknown host", `{"host": "rabbit-c.example.com", "vhost": "vh-a", "switchedAt": "2026-02-01T00:00:00Z"}`, 404, "no configured broker", false},
 		{"known host, other vhost", `{"host": "rabbit-a.example.com", "vhost": "vh-b", "switchedAt": "2026-02-01T00:00:00Z"}`, 404, "no configured broker", false},
 		{"known host, default vhost not configured", `{"host": "rabbit-a.example.com", "switchedAt": "2026-02-01T00:00:00Z"}`, 404, "no configured broker", false},
+		{"from without host", `{"host": "rabbit-a.example.com", "vhost": "vh-a", "switchedAt": "2026-02-01T00:00:00Z", "from": {"vhost": "vh-a"}}`, 400, "from.host is required", false},
+		{"from as string", `{"host": "rabbit-a.example.com", "vhost": "vh-a", "switchedAt": "2026-02-01T00:00:00Z", "from": "rabbit-b"}`, 400, "field from must be", false},
+		{"from with unknown field", `{"host": "rabbit-a.example.com", "vhost": "vh-a", "switchedAt": "2026-02-01T00:00:00Z", "from": {"host": "x", "port": 1}}`, 400, "port", false},
 		{"oversized body", huge, 413, "larger than 65536 bytes", false},
 		{"oversized body, streamed", huge, 413, "larger than 65536 bytes", true},
 	}
