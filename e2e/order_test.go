@@ -346,18 +346,20 @@ func TestScenario21ALateWordForAHopTheProducerLeft(t *testing.T) {
 
 // Scenario 22. The producer goes A → B with a backlog on A; the operator cancels, and B's
 // events wait ahead of A's. Once A's backlog is applied, within the window that read it,
-// the producer comes back to A and publishes there: B is now behind A in its order. The
-// window reading A ends at once, and B's backlog is applied before A's new events, not
-// after them at the window's end.
+// the producer comes back to A and says so: B is now behind A in its order. The window
+// reading A ends at once, and the next one applies B's backlog before anything the
+// producer publishes on A next, not after the window's end or the pause before it reads
+// a spare ahead (minutes).
 func TestScenario22AReturnAfterACancel(t *testing.T) {
 	t.Parallel()
-	s := newStack(t, 2, map[string]string{"CONSUMER_WINDOW": "3m", "PREFETCH": "10"})
+	s := newStack(t, 2, map[string]string{"CONSUMER_WINDOW": "10m", "PREFETCH": "10"})
 	p, log := s.producer(nil)
 	ctx := context.Background()
 	require.NoError(t, p.Publish(ctx, s.workload(mixed(6, 221))...)) // A's backlog
 	toB, err := p.Rotate(ctx, 1)
 	require.NoError(t, err)
-	require.NoError(t, p.Publish(ctx, s.workload(mixed(6, 222))...))
+	onB := s.workload(mixed(6, 222))
+	require.NoError(t, p.Publish(ctx, onB...))
 	require.Equal(t, []string{brokerstate.NotificationRecorded}, s.notifyAll(p, toB))
 	// The cancel lands before any worker runs, so that no drain check commits the hop.
 	_, err = s.Store.Update(ctx, func(st brokerstate.State) (brokerstate.State, error) {
@@ -372,8 +374,11 @@ func TestScenario22AReturnAfterACancel(t *testing.T) {
 
 	toA, err := p.Rotate(ctx, 0)
 	require.NoError(t, err)
-	require.NoError(t, p.Publish(ctx, s.workload(mixed(6, 223))...))
 	require.Equal(t, []string{brokerstate.NotificationAlreadyActive}, s.notifyAll(p, toA))
+	s.waitFor("B's backlog applied, the windows on A ended", time.Minute, func() bool {
+		return s.AppliedFrom(1) == int64(len(onB))
+	})
+	require.NoError(t, p.Publish(ctx, s.workload(mixed(6, 223))...))
 	v := s.verify(log, 2*time.Minute)
 	s.report(v, "-")
 }
