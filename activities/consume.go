@@ -84,9 +84,10 @@ func (a *Window) Consume(ctx context.Context, in ConsumeInput) (err error) {
 	}()
 	// A retried attempt, or a plan read just before a switch, must not read a broker that
 	// is no longer active.
-	if st, err := a.State.Load(ctx); err != nil {
+	planned, err := a.State.Load(ctx)
+	if err != nil {
 		return fmt.Errorf("consume %s: %w", in.Queue, err)
-	} else if st.ActiveIndex != in.BrokerIndex {
+	} else if planned.ActiveIndex != in.BrokerIndex {
 		end(errSwitched)
 		return nil
 	}
@@ -98,7 +99,7 @@ func (a *Window) Consume(ctx context.Context, in ConsumeInput) (err error) {
 		return fmt.Errorf("consume %s: %w", in.Queue, err)
 	}
 	defer stopFence()
-	go a.endEarly(windowCtx, end, in)
+	go a.endEarly(windowCtx, end, in, planned)
 	go a.watchSpares(windowCtx, end, in)
 
 	opts := broker.ConsumeOptions{Prefetch: a.Prefetch, ConsumerTag: consumerTag(ctx), Fence: gone, SettleTimeout: a.settle()}
@@ -133,13 +134,14 @@ func (a *Window) fence() fence {
 }
 
 // endEarly ends the window when its length has passed, when the active broker moves away
-// from the one it reads, or when the worker begins to stop.
-func (a *Window) endEarly(ctx context.Context, end context.CancelCauseFunc, in ConsumeInput) {
+// from the one it reads or a spare changes its place in the order (activeMoved), or when
+// the worker begins to stop.
+func (a *Window) endEarly(ctx context.Context, end context.CancelCauseFunc, in ConsumeInput, planned brokerstate.State) {
 	timer := time.NewTimer(in.Window)
 	defer timer.Stop()
 	moved := make(chan struct{})
 	go func() {
-		if a.activeMoved(ctx, in.BrokerIndex) {
+		if a.activeMoved(ctx, in.BrokerIndex, planned) {
 			close(moved)
 		}
 	}()
@@ -215,10 +217,20 @@ func (a *Window) spareCalls(ctx context.Context, in ConsumeInput, aheadToo bool)
 	return 0, false
 }
 
-// activeMoved blocks until the active broker is no longer index, and reports whether it
-// saw that before ctx ended. The watcher's reading may lag a switch the caller has already
-// seen, so a reading that says "moved" is confirmed with a read of Postgres.
-func (a *Window) activeMoved(ctx context.Context, index int) bool {
+// activeMoved blocks until the active broker is no longer index, or a spare changed its
+// place in the producer's order since planned (brokerstate.SparesReordered: after a
+// cancel, the producer's return to the active broker puts the canceled brokers behind
+// it, and their backlog is then older than what it publishes here), and reports whether
+// it saw that before ctx ended. The watcher's reading may lag a change the caller has
+// already seen, so a reading that says "moved" is confirmed with a read of Postgres.
+func (a *Window) activeMoved(ctx context.Context, index int, planned brokerstate.State) bool {
+	brokers := make([]int, 0, len(a.Pool.Endpoints()))
+	for _, ep := range a.Pool.Endpoints() {
+		brokers = append(brokers, ep.Index)
+	}
+	moved := func(st brokerstate.State) bool {
+		return st.ActiveIndex != index || brokerstate.SparesReordered(planned, st, brokers)
+	}
 	var gen uint64
 	for {
 		st, g, ok := a.Watcher.Next(ctx, gen)
@@ -226,10 +238,10 @@ func (a *Window) activeMoved(ctx context.Context, index int) bool {
 			return false
 		}
 		gen = g
-		if st.ActiveIndex == index {
+		if !moved(st) {
 			continue
 		}
-		if now, err := a.State.Load(ctx); err != nil || now.ActiveIndex == index {
+		if now, err := a.State.Load(ctx); err != nil || !moved(now) {
 			continue // Postgres away, or a stale reading: keep reading what was planned
 		}
 		return true

@@ -166,3 +166,40 @@ func TestWhatAForcedBrokerHoldsWhenWeLeaveItIsAStraggler(t *testing.T) {
 	require.Equal(t, 1, res.Taken[a], "we were reading A until the switch: what it holds is older than C's")
 	require.Empty(t, res.Unannounced)
 }
+
+// A → B → C with C's word first: A is drained, B holds what the producer published before
+// it moved on. The drain check names B as holding the hop, dates it on the marks (where
+// the windows' drains see it too), and once B's late word puts B on the route, nothing
+// holds the hop any more.
+func TestADrainCheckNamesTheSpareThatHoldsTheHop(t *testing.T) {
+	const b, c = 1, 2
+	m := newMarked(t, 3)
+	s := &Switch{Pool: m.w.Pool.(*broker.Pool), Store: m.store, Queues: []string{"issues"}, Now: time.Now,
+		Logger: slog.New(slog.DiscardHandler), UnnotifiedGrace: time.Hour}
+	m.publish(t, b)
+	m.notify(t, c)
+	check, err := s.DrainCheck(t.Context(), DrainCheckInput{BrokerIndex: 0})
+	require.NoError(t, err)
+	require.True(t, check.Drained())
+	require.Len(t, check.HeldBy, 1)
+	require.Equal(t, b, check.HeldBy[0].Broker)
+	require.Equal(t, "issues", check.HeldBy[0].Queue)
+	require.Equal(t, time.Hour, check.HeldBy[0].Until.Sub(check.HeldBy[0].Since))
+	marks, _, err := m.store.SpareMarks(t.Context(), "issues")
+	require.NoError(t, err)
+	require.Equal(t, check.HeldBy[0].Since, marks[b].HeldSince, "the windows' drains see the same wait")
+
+	again, err := s.DrainCheck(t.Context(), DrainCheckInput{BrokerIndex: 0})
+	require.NoError(t, err)
+	require.Equal(t, check.HeldBy[0].Since, again.HeldBy[0].Since, "dated once")
+
+	ref := m.store.Brokers[b]
+	m.update(t, func(st brokerstate.State) brokerstate.State {
+		next, _ := st.ApplyNotification(brokerstate.Notification{Index: b, Host: ref.Host, Vhost: ref.Vhost,
+			SwitchedAt: st.Pending.Target().SwitchedAt.Add(-time.Second)}, time.Now())
+		return next
+	})
+	placed, err := s.DrainCheck(t.Context(), DrainCheckInput{BrokerIndex: 0})
+	require.NoError(t, err)
+	require.Empty(t, placed.HeldBy, "B is on the route now")
+}

@@ -1,6 +1,7 @@
 package activities
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -12,6 +13,7 @@ import (
 
 	"github.com/brokerswitch/brokerswitch/broker"
 	"github.com/brokerswitch/brokerswitch/brokerstate"
+	"github.com/brokerswitch/brokerswitch/config"
 	"github.com/brokerswitch/brokerswitch/lease"
 	"github.com/brokerswitch/brokerswitch/metrics"
 )
@@ -20,6 +22,7 @@ import (
 type countingPool interface {
 	Endpoints() []broker.Endpoint
 	ReadyCounts(ctx context.Context, index int, queues []string) (map[string]int, error)
+	QueueCounts(ctx context.Context, index int, queues []string) (map[string]broker.QueueCount, error)
 }
 
 // stateStore reads and changes the broker state.
@@ -27,6 +30,7 @@ type stateStore interface {
 	LoadAllowingRemoved(ctx context.Context) (brokerstate.State, error)
 	Update(ctx context.Context, fn func(brokerstate.State) (brokerstate.State, error)) (brokerstate.State, error)
 	RecordDrainCheck(ctx context.Context, check brokerstate.DrainCheck) error
+	spareMarks
 }
 
 // Switch holds the activities of the BrokerSwitch workflow.
@@ -48,6 +52,9 @@ type Switch struct {
 	// Leases registers the idle watch under the worker's lease, so that a watch whose
 	// worker died is failed by a peer and the workflow reads the state again.
 	Leases attemptHolder
+	// UnnotifiedGrace bounds how long a spare holding messages of unknown place holds a
+	// hop's commit (UNNOTIFIED_BROKER_GRACE; 0 means its default).
+	UnnotifiedGrace time.Duration
 }
 
 // LoadState reads the broker state as stored. An active broker removed from the
@@ -192,6 +199,13 @@ func (a *Switch) DrainCheck(ctx context.Context, in DrainCheckInput) (brokerstat
 		check.Reachable = true
 		check.Counts = counts
 	}
+	if check.Drained() {
+		held, err := a.heldBy(ctx, in.BrokerIndex)
+		if err != nil {
+			return check, fmt.Errorf("drain check %d: %w", in.BrokerIndex, err)
+		}
+		check.HeldBy = held
+	}
 	if err := a.Store.RecordDrainCheck(ctx, check); err != nil {
 		return check, fmt.Errorf("drain check %d: %w", in.BrokerIndex, err)
 	}
@@ -204,6 +218,59 @@ func (a *Switch) DrainCheck(ctx context.Context, in DrainCheckInput) (brokerstat
 		a.Metrics.DrainCheck(in.BrokerIndex, metrics.DrainNotDrained)
 	}
 	return check, nil
+}
+
+// heldBy counts the logical queues of the spares outside the route once the active
+// broker is drained, and names those whose messages hold the hop's commit
+// (brokerstate.State.CommitHold), dating each as first seen holding. A spare that cannot
+// be counted holds nothing: it may be down for good, and its windows say so.
+func (a *Switch) heldBy(ctx context.Context, active int) ([]brokerstate.Held, error) {
+	st, err := a.Store.LoadAllowingRemoved(ctx)
+	if err != nil || st.ActiveIndex != active || st.Pending == nil {
+		return nil, err // moved on: the commit finds it out
+	}
+	var brokers []int
+	for _, ep := range a.Pool.Endpoints() {
+		brokers = append(brokers, ep.Index)
+	}
+	behind, ahead := st.Spares(brokers)
+	counts := map[int]map[string]broker.QueueCount{}
+	for _, idx := range append(behind, ahead...) {
+		c, err := a.Pool.QueueCounts(ctx, idx, a.Queues)
+		if err != nil {
+			a.Logger.WarnContext(ctx, "drain check: a spare cannot be counted; it holds no commit", "broker", idx, "error", err)
+			continue
+		}
+		counts[idx] = c
+	}
+	now, err := a.Store.Now(ctx)
+	if err != nil {
+		return nil, err
+	}
+	grace := cmp.Or(a.UnnotifiedGrace, config.DefaultUnnotifiedBrokerGrace)
+	var held []brokerstate.Held
+	for _, q := range a.Queues {
+		marks, reached, err := a.Store.SpareMarks(ctx, q)
+		if err != nil {
+			return nil, err
+		}
+		for _, idx := range append(behind, ahead...) {
+			if c, ok := counts[idx][q]; !ok || c.Idle() {
+				continue
+			}
+			mark := st.CurrentMark(idx, marks[idx])
+			hold, next := st.CommitHold(idx, mark, st.CurrentMark(idx, reached[idx]), now, grace)
+			if next != mark {
+				if err := a.Store.MarkSpare(ctx, idx, q, next); err != nil {
+					return nil, err
+				}
+			}
+			if hold {
+				held = append(held, brokerstate.Held{Broker: idx, Queue: q, Since: next.HeldSince, Until: next.HeldSince.Add(grace)})
+			}
+		}
+	}
+	return held, nil
 }
 
 // CommitHopInput is a drained broker and the hop that follows it.

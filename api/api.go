@@ -50,6 +50,9 @@ type StateStore interface {
 	// configuration reads as index -1, so that the force that repairs it can be asked for.
 	LoadAllowingRemoved(ctx context.Context) (brokerstate.State, error)
 	Update(ctx context.Context, fn func(brokerstate.State) (brokerstate.State, error)) (brokerstate.State, error)
+	// Now is Postgres' clock, the one a Pending Switch's recording is dated by: a force
+	// says when it was asked for on it.
+	Now(ctx context.Context) (time.Time, error)
 }
 
 // Deps are what the API is built from.

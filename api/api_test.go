@@ -4,6 +4,7 @@ package api
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"maps"
 	"net/http"
@@ -18,6 +19,7 @@ import (
 	"go.temporal.io/sdk/client"
 	"gorm.io/gorm"
 
+	"github.com/brokerswitch/brokerswitch/broker"
 	"github.com/brokerswitch/brokerswitch/brokerstate"
 	"github.com/brokerswitch/brokerswitch/config"
 	"github.com/brokerswitch/brokerswitch/models"
@@ -155,6 +157,9 @@ func TestBadInput(t *testing.T) {
 		{"unknown host", `{"host": "rabbit-c.example.com", "vhost": "vh-a", "switchedAt": "2026-02-01T00:00:00Z"}`, 404, "no configured broker", false},
 		{"known host, other vhost", `{"host": "rabbit-a.example.com", "vhost": "vh-b", "switchedAt": "2026-02-01T00:00:00Z"}`, 404, "no configured broker", false},
 		{"known host, default vhost not configured", `{"host": "rabbit-a.example.com", "switchedAt": "2026-02-01T00:00:00Z"}`, 404, "no configured broker", false},
+		{"from without host", `{"host": "rabbit-a.example.com", "vhost": "vh-a", "switchedAt": "2026-02-01T00:00:00Z", "from": {"vhost": "vh-a"}}`, 400, "from.host is required", false},
+		{"from as string", `{"host": "rabbit-a.example.com", "vhost": "vh-a", "switchedAt": "2026-02-01T00:00:00Z", "from": "rabbit-b"}`, 400, "field from must be", false},
+		{"from with unknown field", `{"host": "rabbit-a.example.com", "vhost": "vh-a", "switchedAt": "2026-02-01T00:00:00Z", "from": {"host": "x", "port": 1}}`, 400, "port", false},
 		{"oversized body", huge, 413, "larger than 65536 bytes", false},
 		{"oversized body, streamed", huge, 413, "larger than 65536 bytes", true},
 	}
@@ -553,4 +558,38 @@ func TestNotificationsAreRateLimitedPerToken(t *testing.T) {
 	post(producerToken).requireError(t, http.StatusTooManyRequests, "too many notifications")
 	require.Equal(t, before, e.settings())
 	e.requireNoWorkflow()
+}
+
+// A notification that says where the producer came from chains the trail: C's word from
+// B, with the producer last known on A, puts B on the route before C at once; a from the
+// service does not know is passed over.
+func TestANotificationFromPutsTheHopBeforeItOnTheRoute(t *testing.T) {
+	e := newEnv(t, func(c *config.Config) {
+		eps, err := broker.ParseEndpoints(fakeBrokers + ",amqp://user:" + brokerPass + "@rabbit-c.example.com/vh-c")
+		require.NoError(t, err)
+		c.Brokers = eps
+	})
+	at := time.Now().UTC().Truncate(time.Second)
+	post := func(host, vhost, fromHost, fromVhost string) response {
+		body := fmt.Sprintf(`{"host": %q, "vhost": %q, "switchedAt": %q, "from": {"host": %q, "vhost": %q}}`,
+			host, vhost, at.Format(time.RFC3339), fromHost, fromVhost)
+		return e.do(http.MethodPost, "/api/v1/broker/pending-switch", bearer(producerToken), strings.NewReader(body))
+	}
+	res := post("rabbit-c.example.com", "vh-c", "RABBIT-B.example.com", "prod%2Fone")
+	require.Equal(t, http.StatusAccepted, res.Status, res.Body)
+	st := e.state()
+	require.NotNil(t, st.Pending)
+	require.Len(t, st.Pending.Route, 2)
+	require.Equal(t, 1, st.Pending.Route[0].Index, "B, implied by C's from")
+	require.True(t, st.Pending.Route[0].Implied)
+	require.Equal(t, 2, st.Pending.Route[1].Index)
+
+	unknown := newEnv(t)
+	res = func() response {
+		body := fmt.Sprintf(`{"host": "rabbit-b.example.com", "vhost": "prod/one", "switchedAt": %q, "from": {"host": "rabbit-z.example.com"}}`,
+			at.Format(time.RFC3339))
+		return unknown.do(http.MethodPost, "/api/v1/broker/pending-switch", bearer(producerToken), strings.NewReader(body))
+	}()
+	require.Equal(t, http.StatusAccepted, res.Status, res.Body)
+	require.Len(t, unknown.state().Pending.Route, 1, "taken as if from were missing")
 }

@@ -32,6 +32,14 @@ type notificationRequest struct {
 	Host       *string `json:"host"`
 	Vhost      *string `json:"vhost"`
 	SwitchedAt *string `json:"switchedAt"`
+	// From is the broker the producer left for this one, when it says.
+	From *brokerName `json:"from"`
+}
+
+// brokerName names a broker by host and vhost, as the producer spells them.
+type brokerName struct {
+	Host  *string `json:"host"`
+	Vhost *string `json:"vhost"`
 }
 
 // postPendingSwitch takes the producer's word that it now publishes to another broker.
@@ -80,6 +88,13 @@ func (s *server) postPendingSwitch(c *gin.Context) {
 	// The canonical host and decoded vhost are stored, so that the hop resolves against
 	// the configured brokers however the producer spelled them.
 	n := brokerstate.Notification{Index: ep.Index, Host: ep.Host, Vhost: ep.Vhost, SwitchedAt: switchedAt.UTC()}
+	if req.From != nil {
+		if req.From.Host == nil || *req.From.Host == "" {
+			s.fail(c, http.StatusBadRequest, "from.host is required when from is given")
+			return
+		}
+		n.From = s.fromHop(ctx, req.From)
+	}
 	var outcome string
 	_, err = s.deps.Store.Update(ctx, func(cur brokerstate.State) (brokerstate.State, error) {
 		var next brokerstate.State
@@ -111,6 +126,23 @@ func (s *server) postPendingSwitch(c *gin.Context) {
 	c.JSON(http.StatusAccepted, answer)
 }
 
+// fromHop resolves the broker a notification says the producer came from. One that is
+// not configured places nothing: the notification is taken as one without from, since a
+// producer may know brokers this service does not read.
+func (s *server) fromHop(ctx context.Context, from *brokerName) *brokerstate.Hop {
+	vhost := ""
+	if from.Vhost != nil {
+		vhost = *from.Vhost
+	}
+	ep, ok := broker.FindEndpoint(s.deps.Config.Brokers, *from.Host, vhost)
+	if !ok {
+		s.log.WarnContext(ctx, "pending switch notification from a broker that is not configured: taken without from",
+			"from_host", *from.Host, "from_vhost", vhost)
+		return nil
+	}
+	return &brokerstate.Hop{Index: ep.Index, Host: ep.Host, Vhost: ep.Vhost}
+}
+
 // postSwitch moves to a broker at once, dropping any Pending Switch, and waits until
 // Postgres shows it: the operator wants to know the switch happened, not that it was asked.
 func (s *server) postSwitch(c *gin.Context) {
@@ -134,8 +166,13 @@ func (s *server) postSwitch(c *gin.Context) {
 		return
 	}
 	// The force carries when it was asked for, so that a notification recorded while the
-	// workflow gets to it survives.
-	order := activities.ForceSwitchInput{Index: index, AskedAt: s.deps.Now().UTC()}
+	// workflow gets to it survives; on Postgres' clock, the one the recording is dated by.
+	askedAt, err := s.deps.Store.Now(ctx)
+	if err != nil {
+		s.failInternal(c, http.StatusServiceUnavailable, "the broker state cannot be read; retry later", err)
+		return
+	}
+	order := activities.ForceSwitchInput{Index: index, AskedAt: askedAt}
 	if s.answerByUpdate(c, workflows.UpdateForceSwitch, order) {
 		return
 	}

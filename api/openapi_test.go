@@ -105,7 +105,7 @@ func TestOpenAPISchemasMatchAnswers(t *testing.T) {
 		ActiveIndex:    1,
 		PendingSwitch:  &brokerstate.PendingSwitch{Route: []brokerstate.Hop{{Index: 1, SwitchedAt: now}}, RecordedAt: now},
 		LastSwitch:     &brokerstate.LastSwitch{SwitchedAt: now, CompletedAt: now, Forced: true},
-		LastDrainCheck: &brokerstate.DrainCheck{Error: "x", Counts: map[string]int{"q": 1}},
+		LastDrainCheck: &brokerstate.DrainCheck{Error: "x", Counts: map[string]int{"q": 1}, HeldBy: []brokerstate.Held{{Broker: 2}}},
 		SeenUntil:      &now,
 	}
 	checks := 1
@@ -118,7 +118,7 @@ func TestOpenAPISchemasMatchAnswers(t *testing.T) {
 		"Workflow":            workflowView{RunID: "r", StartTime: &now, Waiting: "w", Checks: &checks, Error: "e"},
 		"Readiness":           metrics.ReadinessAnswer{},
 		"PendingSwitch":       state.PendingSwitch,
-		"Hop":                 brokerstate.Hop{},
+		"Hop":                 brokerstate.Hop{From: brokerstate.Ref{Host: "h"}, Implied: true},
 		"LastSwitch":          state.LastSwitch,
 		"DrainCheck":          state.LastDrainCheck,
 		"Error":               errorBody{},

@@ -46,6 +46,9 @@ func (m *memStore) Update(_ context.Context, fn func(brokerstate.State) (brokers
 	return next, nil
 }
 
+// Now is the test's clock: there is no database's.
+func (m *memStore) Now(context.Context) (time.Time, error) { return time.Now(), nil }
+
 // okTemporal accepts every signal and answers every other call with nothing.
 type okTemporal struct{}
 

@@ -28,6 +28,9 @@ type Notification struct {
 	Host       string    `json:"host"`
 	Vhost      string    `json:"vhost"`
 	SwitchedAt time.Time `json:"switchedAt"`
+	// From is the broker the producer left for this one, when it says: with it the
+	// trail is a chain, and a hop whose word has not come yet is seen at once.
+	From *Hop `json:"from,omitempty"`
 }
 
 // Notification outcomes, as the API reports them.

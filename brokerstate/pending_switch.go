@@ -15,7 +15,20 @@ type Hop struct {
 	// times of one clock, never the producer's with ours. Zero on a visit recorded before
 	// it existed, and on a Pending Switch's hops.
 	SeenAt time.Time `json:"seenAt,omitzero"`
+	// From is the broker the producer said it left for this one (the notification's
+	// from), when it said.
+	From Ref `json:"from,omitzero"`
+	// Implied marks a visit no notification announced yet: a later one said the producer
+	// came from this broker, and the trail before it ended elsewhere. It has that later
+	// visit's time until its own word comes and takes its place.
+	Implied bool `json:"implied,omitempty"`
 }
+
+// ref names the hop's broker.
+func (h Hop) ref() Ref { return Ref{Host: h.Host, Vhost: h.Vhost} }
+
+// cameFrom tells whether h says the producer came to it from broker r.
+func (h Hop) cameFrom(r Ref) bool { return h.From != (Ref{}) && h.From == r }
 
 // PendingSwitch is where the producer went and we have not yet followed: the route is
 // followed hop by hop, each hop once the broker before it is drained, so that events

@@ -83,32 +83,56 @@ func (s State) CurrentMark(index int, m SpareMark) SpareMark {
 	return m
 }
 
+// placed tells whether what spare index holds on a queue has a known place in the
+// producer's order, from the queue's mark and the broker's reached mark (as CurrentMark
+// gives them): the producer (or we) left the broker, and the queue was not seen empty
+// since the producer left it, so all of it is older than what it published next. What a
+// spare holds otherwise may be the producer's past between two hops (a word still on its
+// way) or its future (a move not announced yet): nothing tells which.
+func (s State) placed(index int, queue, reached SpareMark) bool {
+	_, visited := s.lastVisitAt(index)
+	left := visited || reached.Reached || (s.LastSwitch != nil && s.LastSwitch.From == index)
+	// Seen empty while the producer was still there (its newest visit, or one it left
+	// only later): what came since is its present, older than anything it publishes
+	// after its next word. A force or a cancel took us off that broker, not the producer,
+	// which goes on publishing there.
+	return left && (queue.DrainedAt.IsZero() || !s.leftBefore(index, queue.DrainedAt))
+}
+
 // ReadSpare decides how the Leftover Drain reads a queue on spare index, from its mark
 // (queue) and whether we were active there (reached), both as CurrentMark gives them;
 // now is on Postgres' clock, as the marks are.
+//
+// A spare seen holding messages before the word for the active broker was recorded is
+// not taken for the producer's past: the word may have been late (A → B → U, B's word
+// delayed while the producer fills U), and its own time says when the producer sent it,
+// not when it left a broker it never named. The commit of that hop waited for it
+// (CommitHold); a notification's from places it at once.
 func (s State) ReadSpare(index int, queue, reached SpareMark, now time.Time, grace time.Duration) SpareReading {
-	_, visited := s.lastVisitAt(index)
-	left := visited || reached.Reached || (s.LastSwitch != nil && s.LastSwitch.From == index)
-	activeAt, activeVisited := time.Time{}, false
-	if p := lastVisit(s.Trail, s.ActiveIndex); p >= 0 {
-		activeAt, activeVisited = seenAt(s.Trail.Visits[p]), true
-	}
 	switch {
-	case left && queue.DrainedAt.IsZero():
-		return ReadStragglers
-	case left && !s.leftBefore(index, queue.DrainedAt):
-		// Seen empty while the producer was still there (its newest visit, or one it
-		// left only later): what came since is its present, older than anything it
-		// publishes after its next word. A force or a cancel took us off that broker,
-		// not the producer, which goes on publishing there.
-		return ReadStragglers
-	case activeVisited && !queue.HeldSince.IsZero() && queue.HeldSince.Before(activeAt):
-		// Seen waiting before the producer's word for the active broker was recorded: it
-		// never announced this one, and left it for the active broker (unless it moved
-		// twice within that word's delay, which no clock can tell).
+	case s.placed(index, queue, reached):
 		return ReadStragglers
 	case !queue.HeldSince.IsZero() && now.Sub(queue.HeldSince) >= grace:
 		return ReadUnannounced
 	}
 	return ReadReturned
+}
+
+// CommitHold decides, at a drain check of the next hop, whether the messages a queue of
+// spare index holds hold the hop's commit: their place in the producer's order is unknown
+// (see placed), and the grace for a word that places them is not over. The producer
+// publishes to a broker before it moves on and sends the word for the next one, so what
+// a hop it made before the next hop left on its broker is there before any drain check
+// of that hop: a word on its way for it then puts it on the route before the next one,
+// where committing would have read the next broker first. It returns the queue's mark
+// dated as first seen holding (now) when it was not, for the Leftover Drains to go on
+// with; queue and reached are as CurrentMark gives them, now on Postgres' clock.
+func (s State) CommitHold(index int, queue, reached SpareMark, now time.Time, grace time.Duration) (bool, SpareMark) {
+	if s.placed(index, queue, reached) {
+		return false, queue
+	}
+	if queue.HeldSince.IsZero() {
+		queue.HeldSince = now
+	}
+	return now.Sub(queue.HeldSince) < grace, queue
 }

@@ -9,6 +9,14 @@ import (
 
 const grace = time.Hour
 
+// fromNote is hostNote with the broker the producer came from.
+func fromNote(index int, at time.Time, from int) Notification {
+	n := hostNote(index, at)
+	f := hostNote(from, time.Time{})
+	n.From = &Hop{Index: from, Host: f.Host, Vhost: f.Vhost}
+	return n
+}
+
 // readSpare reads spare index with no marks but those given.
 func readSpare(st State, index int, queue, reached SpareMark, now time.Time) SpareReading {
 	return st.ReadSpare(index, st.CurrentMark(index, queue), st.CurrentMark(index, reached), now, grace)
@@ -41,37 +49,85 @@ func TestWhatASpareHoldsIsReadByWhatTheTrailKnows(t *testing.T) {
 	require.Equal(t, ReadReturned, st.ReadSpare(0, mark, SpareMark{}, t0.Add(time.Hour), grace), "seen empty since that visit")
 }
 
-// An out-of-order notification older than the active broker's own time is stale, and still says
-// where the producer was: C's events on the broker it names are stragglers.
-func TestALateNotificationBehindTheActiveBrokerMakesItsBrokerAStraggler(t *testing.T) {
+// A → B → C, and C's notification arrives first while B's is still on its way: B is
+// outside the route and holds what the producer published before it moved to C, whose
+// place in the order nothing tells yet. The hop A → C waits for it (the reads go on);
+// B's late notification then puts B on the route before C.
+func TestALateNotificationAboutAHopTheProducerLeftHoldsTheCommit(t *testing.T) {
 	t1, t2 := t0, t0.Add(time.Minute)
-	// A → B → C, and only C's notification arrived: A drains, the hop goes to C.
 	st := apply(t, State{}, hostNote(2, t2), NotificationRecorded)
-	st, ok := st.CompleteHop(0, st.Pending.Next(), 1, t0)
-	require.True(t, ok)
-	require.Equal(t, ReadReturned, readSpare(st, 1, SpareMark{}, SpareMark{}, t0), "B is unannounced")
+	hold, mark := st.CommitHold(1, SpareMark{}, SpareMark{}, t0, grace)
+	require.True(t, hold, "B holds messages of unknown place: the hop to C waits")
+	require.Equal(t, t0, mark.HeldSince, "dated when first seen holding")
+	hold, _ = st.CommitHold(1, mark, SpareMark{}, t0.Add(grace-time.Second), grace)
+	require.True(t, hold, "still within the grace")
+	hold, _ = st.CommitHold(1, mark, SpareMark{}, t0.Add(grace), grace)
+	require.False(t, hold, "the grace bounds the wait")
 
-	outOfOrder := apply(t, st, hostNote(1, t1), NotificationStale)
-	require.Equal(t, st.ActiveIndex, outOfOrder.ActiveIndex)
-	require.Nil(t, outOfOrder.Pending)
-	require.Equal(t, ReadStragglers, readSpare(outOfOrder, 1, SpareMark{}, SpareMark{}, t0), "B lies behind C")
-	behind, _ := outOfOrder.Spares([]int{0, 1, 2})
-	require.Equal(t, []int{0, 1}, behind, "A, then B, as the producer left them")
-	again := apply(t, outOfOrder, hostNote(1, t1), NotificationStale)
-	require.Equal(t, outOfOrder, again, "the same notification again changes nothing")
+	late := apply(t, st, hostNote(1, t1), NotificationRecorded)
+	require.Equal(t, []int{1, 2}, hopIndexes(routeOrNil(late)), "A → B → C")
+
+	// Stragglers on a broker the producer left before A have a place: behind A.
+	left := apply(t, State{ActiveIndex: 3}, hostNote(0, t1), NotificationRecorded)
+	left, ok := left.CompleteHop(3, left.Pending.Next(), 1, t0)
+	require.True(t, ok)
+	left = apply(t, left, hostNote(2, t2), NotificationRecorded)
+	hold, _ = left.CommitHold(3, SpareMark{}, SpareMark{Reached: true}, t0, grace)
+	require.False(t, hold, "D's leftovers are older than A's backlog")
+	// Unless D was seen empty after the producer left it: what it holds now is new.
+	hold, _ = left.CommitHold(3, SpareMark{DrainedAt: t2.Add(time.Hour)}, SpareMark{Reached: true}, t2.Add(time.Hour), grace)
+	require.True(t, hold)
+
+	// Once committed past it (the grace ran out), a late word lands behind C: B's events
+	// are stragglers, read before C's next ones.
+	st, ok = st.CompleteHop(0, st.Pending.Next(), 1, t0)
+	require.True(t, ok)
+	behindC := apply(t, st, hostNote(1, t1), NotificationStale)
+	require.Equal(t, ReadStragglers, readSpare(behindC, 1, SpareMark{}, SpareMark{}, t0), "B lies behind C")
+	again := apply(t, behindC, hostNote(1, t1), NotificationStale)
+	require.Equal(t, behindC, again, "the same notification again changes nothing")
 }
 
-// The producer went A → X without a word, then X → Y with one: what a window saw waiting
-// on X before the producer moved to Y is older than Y's events, so once Y is active it is
-// read first; what no window saw before waits for the grace.
-func TestAnUnannouncedBrokerLeftForAnAnnouncedOne(t *testing.T) {
+// With from, the trail is a chain: C's notification from B, with A's stay the last one
+// known, shows the gap at once, and B goes on the route before C without a wait.
+func TestANotificationFromABrokerNotOnTheTrailPutsItOnTheRoute(t *testing.T) {
+	t1, t2 := t0, t0.Add(time.Minute)
+	st := apply(t, State{}, fromNote(2, t2, 1), NotificationRecorded)
+	require.Equal(t, []int{1, 2}, hopIndexes(routeOrNil(st)), "A → B → C")
+	hold, _ := st.CommitHold(1, SpareMark{}, SpareMark{}, t0, grace)
+	require.False(t, hold, "B is on the route, not outside it")
+
+	// B's own word, late, takes the place of the one the chain implied.
+	late := apply(t, st, fromNote(1, t1, 0), NotificationRecorded)
+	require.Equal(t, []int{1, 2}, hopIndexes(routeOrNil(late)))
+	require.Equal(t, t1, late.Pending.Next().SwitchedAt)
+	require.Len(t, late.Trail.Visits, 2, "no second visit to B")
+	again := apply(t, late, fromNote(1, t1, 0), NotificationStale)
+	require.Equal(t, late, again)
+
+	// A chain with no gap adds nothing.
+	plain := apply(t, State{}, fromNote(1, t1, 0), NotificationRecorded)
+	plain = apply(t, plain, fromNote(2, t2, 1), NotificationRecorded)
+	require.Len(t, plain.Trail.Visits, 2)
+}
+
+// The mirror: A → B → U, B's notification late and U never announced. A window saw U
+// holding messages before B's word was recorded; that does not make U's events older
+// than B's: the producer may have sent B's word long before we got it.
+func TestAnUnannouncedBrokerSeenBeforeALateWordIsNotTakenForThePast(t *testing.T) {
 	held := SpareMark{HeldSince: t0.Add(-time.Minute)}
-	st := apply(t, State{}, hostNote(2, t0), NotificationRecorded)
-	require.Equal(t, ReadReturned, readSpare(st, 1, held, SpareMark{}, t0), "A is still active: X waits behind it")
+	st := apply(t, State{}, hostNote(1, t0), NotificationRecorded)
+	hold, _ := st.CommitHold(2, held, SpareMark{}, t0, grace)
+	require.True(t, hold, "the hop to B waits for U's place")
 	st, ok := st.CompleteHop(0, st.Pending.Next(), 1, t0)
 	require.True(t, ok)
-	require.Equal(t, ReadStragglers, readSpare(st, 1, held, SpareMark{}, t0), "seen before the producer went to Y")
-	require.Equal(t, ReadReturned, readSpare(st, 1, SpareMark{HeldSince: t0.Add(time.Second)}, SpareMark{}, t0.Add(time.Second)))
+	require.Equal(t, ReadReturned, readSpare(st, 2, held, SpareMark{}, t0), "U's events wait behind B's backlog")
+	require.Equal(t, ReadUnannounced, readSpare(st, 2, held, SpareMark{}, t0.Add(grace)), "until the grace is over")
+
+	// With from, B's word says where the producer came from: A → U → B puts U on the
+	// route before B.
+	viaU := apply(t, State{}, fromNote(1, t0, 2), NotificationRecorded)
+	require.Equal(t, []int{2, 1}, hopIndexes(routeOrNil(viaU)))
 }
 
 // A force takes us off the producer's current broker, not the producer: a drain that saw
@@ -128,14 +184,4 @@ func TestLeavingIsReadOnOneClock(t *testing.T) {
 	require.Equal(t, ReadReturned, readSpare(st, 0, after, SpareMark{}, t0.Add(time.Hour)))
 	require.True(t, st.EmptyMarkSettled(0, st.CurrentMark(0, after)))
 
-	// And the other way: the producer's clock an hour ahead. Held messages seen on X
-	// before the word for the active broker was recorded are older than its events.
-	st = State{}
-	st = apply(t, st, hostNote(2, t0.Add(time.Hour)), NotificationRecorded)
-	st.Trail.Visits[0].SeenAt = t0
-	st, ok := st.CompleteHop(0, st.Pending.Next(), 1, t0)
-	require.True(t, ok)
-	require.Equal(t, ReadStragglers, readSpare(st, 1, SpareMark{HeldSince: t0.Add(-time.Minute)}, SpareMark{}, t0))
-	require.Equal(t, ReadReturned, readSpare(st, 1, SpareMark{HeldSince: t0.Add(time.Minute)}, SpareMark{}, t0.Add(time.Minute)),
-		"seen after the word was recorded: it may be the producer's future")
 }

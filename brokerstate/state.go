@@ -23,6 +23,19 @@ type DrainCheck struct {
 	Reachable   bool           `json:"reachable"`
 	Error       string         `json:"error,omitempty"`
 	CheckedAt   time.Time      `json:"checkedAt"`
+	// HeldBy are the spares' queues whose messages hold the hop's commit although the
+	// broker is drained (State.CommitHold); counted only once it is.
+	HeldBy []Held `json:"heldBy,omitempty"`
+}
+
+// Held is a spare's queue that holds a hop's commit: it holds messages whose place in the
+// producer's order is unknown, Since (Postgres' clock) until Until, the end of the grace
+// for a word that places them.
+type Held struct {
+	Broker int       `json:"broker"`
+	Queue  string    `json:"queue"`
+	Since  time.Time `json:"since"`
+	Until  time.Time `json:"until"`
 }
 
 // Drained reports whether every counted queue was seen empty.
@@ -72,14 +85,18 @@ type State struct {
 // on the trail, behind the active broker, so that its broker's messages are read as the
 // stragglers they are.
 func (s State) ApplyNotification(n Notification, now time.Time) (State, string) {
-	ref := Ref{Host: strings.ToLower(n.Host), Vhost: n.Vhost}
-	visit := Hop{Index: n.Index, Host: ref.Host, Vhost: ref.Vhost, SwitchedAt: n.SwitchedAt}
+	visit, from := n.visit()
+	if n.SwitchedAt.IsZero() {
+		return s, NotificationStale
+	}
+	if p := s.Trail.implied(visit); p >= 0 {
+		return s.confirm(p, visit, from, now)
+	}
+	ref := visit.ref()
 	trail := s.Trail
 	at := trail.place(visit)
 	outOfOrder := n.SwitchedAt.Before(s.SeenUntil)
 	switch {
-	case n.SwitchedAt.IsZero():
-		return s, NotificationStale
 	case outOfOrder:
 		if trail.has(visit) {
 			return s, NotificationStale
@@ -99,7 +116,7 @@ func (s State) ApplyNotification(n Notification, now time.Time) (State, string) 
 		s.SeenUntil, s.SeenAtMark = n.SwitchedAt, []Ref{ref}
 	}
 	before := s.Pending
-	s = s.withRoute(trail.insert(at, visit), now)
+	s = s.withRoute(s.chained(trail.insert(at, visit), visit, from), now)
 	switch {
 	case !outOfOrder && n.Index == s.ActiveIndex && before == nil:
 		return s, NotificationAlreadyActive
@@ -111,6 +128,47 @@ func (s State) ApplyNotification(n Notification, now time.Time) (State, string) 
 		// An out-of-order notification that moves nothing now: one for a canceled stretch, or a
 		// return to the active broker before the newest hop. It stays on the trail, where
 		// it places later notifications and orders the spares.
+		s.Pending = before
+		return s, NotificationStale
+	}
+	return s, NotificationRecorded
+}
+
+// visit is the notification as a visit of the trail, with the index of the broker it
+// says the producer came from (-1 when it does not say).
+func (n Notification) visit() (Hop, int) {
+	v := Hop{Index: n.Index, Host: strings.ToLower(n.Host), Vhost: n.Vhost, SwitchedAt: n.SwitchedAt}
+	if n.From == nil {
+		return v, -1
+	}
+	v.From = Ref{Host: strings.ToLower(n.From.Host), Vhost: n.From.Vhost}
+	return v, n.From.Index
+}
+
+// chained adds, before visit v of trail t, the visit its from implies when the trail
+// before it ends on another broker: the hop in between is on the route at once, ahead
+// of v, rather than left outside it until its word comes.
+func (s State) chained(t Trail, v Hop, from int) Trail {
+	p := slices.Index(t.Visits, v)
+	if p < 0 {
+		return t
+	}
+	if gap, ok := t.gap(v, from, p, s.ActiveIndex); ok {
+		t = t.insert(p, gap)
+	}
+	return t
+}
+
+// confirm puts v, a broker's own word, in place of the visit at p that a later visit's
+// from implied: the route keeps its order and takes v's time.
+func (s State) confirm(p int, v Hop, from int, now time.Time) (State, string) {
+	trail := s.Trail
+	trail.Visits = slices.Clone(trail.Visits)
+	v.SeenAt = trail.Visits[p].SeenAt // we learned of the visit when it was implied
+	trail.Visits[p] = v
+	before := s.Pending
+	s = s.withRoute(s.chained(trail, v, from), now)
+	if slices.Equal(routeOf(before), routeOf(s.Pending)) {
 		s.Pending = before
 		return s, NotificationStale
 	}
@@ -149,11 +207,22 @@ func (s State) Force(index int, askedAt, now time.Time) State {
 			trail.Behind = route[i] + 1
 		}
 	} else {
-		// Everything the producer told us so far is behind the forced broker.
-		trail.Behind = len(trail.Visits)
+		trail = forcedBehind(trail, index)
 	}
 	s.ActiveIndex = index
 	return s.withRoute(trail, recordedAt).clearFutureMark(now)
+}
+
+// forcedBehind places the trail's Behind and Canceled for a force to index that drops
+// what is pending: the visits up to the producer's last one to the forced broker are
+// behind it, and those after it are the brokers the producer used after the forced one,
+// ahead of it in the producer's order, as a cancel leaves them.
+func forcedBehind(t Trail, index int) Trail {
+	t.Behind, t.Canceled = len(t.Visits), len(t.Visits)
+	if p := lastVisit(t, index); p >= 0 {
+		t.Behind = p + 1
+	}
+	return t
 }
 
 // CancelPending takes off the route every hop the producer made up to upTo, the
@@ -222,4 +291,22 @@ func (s State) clearFutureMark(now time.Time) State {
 		s.Trail.Visits = visits
 	}
 	return s
+}
+
+// OrderChanged tells whether b reads brokers in another order than a: another active
+// broker, another route, or a spare that changed its place (a return to the active broker
+// after a cancel puts the canceled brokers behind it). A window reading the active broker
+// ends on it, so that what it read past is read in the new order.
+func OrderChanged(a, b State, brokers []int) bool {
+	return a.ActiveIndex != b.ActiveIndex || !slices.Equal(routeOf(a.Pending), routeOf(b.Pending)) ||
+		SparesReordered(a, b, brokers)
+}
+
+// SparesReordered tells whether the spares of brokers are read in another order in b
+// than in a (Spares): one moved from ahead of the active broker to behind it, or the
+// reverse, or the order the producer left them changed.
+func SparesReordered(a, b State, brokers []int) bool {
+	aBehind, aAhead := a.Spares(brokers)
+	bBehind, bAhead := b.Spares(brokers)
+	return !slices.Equal(aBehind, bBehind) || !slices.Equal(aAhead, bAhead)
 }

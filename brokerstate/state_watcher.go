@@ -105,7 +105,8 @@ func announce(c chan<- struct{}) {
 	}
 }
 
-// reload reads the state and wakes the waiters when it changed. A failed read keeps the
+// reload reads the state and wakes the waiters when it changed: the active broker, the
+// Pending Switch or the spares' order (OrderChanged). A failed read keeps the
 // last view: Postgres being away ends no window.
 func (w *StateWatcher) reload(ctx context.Context) {
 	st, err := w.Store.Load(ctx)
@@ -117,7 +118,7 @@ func (w *StateWatcher) reload(ctx context.Context) {
 	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if w.gen > 0 && st.ActiveIndex == w.state.ActiveIndex && reflect.DeepEqual(st.Pending, w.state.Pending) {
+	if w.gen > 0 && reflect.DeepEqual(st.Pending, w.state.Pending) && !OrderChanged(w.state, st, w.Store.indexes()) {
 		return
 	}
 	w.state = st

@@ -64,3 +64,37 @@ func TestAWatcherRereadsOnATimerWhatNoNotifyAnnounced(t *testing.T) {
 	require.True(t, ok, "the fallback re-read did not see the change")
 	require.Equal(t, 1, st.ActiveIndex)
 }
+
+// After a cancel, the producer's return to the active broker moves neither the active
+// broker nor the route, but puts the canceled broker behind it: a window reading the
+// active broker must hear of it.
+func TestAWatcherHearsASpareChangeItsPlace(t *testing.T) {
+	w, store, gen := startWatcher(t, time.Hour)
+	ctx := context.Background()
+	at := time.Now().UTC().Truncate(time.Second)
+	update := func(fn func(brokerstate.State) brokerstate.State) {
+		t.Helper()
+		_, err := store.Update(ctx, func(st brokerstate.State) (brokerstate.State, error) { return fn(st), nil })
+		require.NoError(t, err)
+	}
+	note := func(ref brokerstate.Ref, index int, at time.Time) brokerstate.Notification {
+		return brokerstate.Notification{Index: index, Host: ref.Host, Vhost: ref.Vhost, SwitchedAt: at}
+	}
+	update(func(st brokerstate.State) brokerstate.State {
+		st, _ = st.ApplyNotification(note(brokerB, 1, at.Add(-time.Minute)), at)
+		return st.CancelPending(time.Time{}, at)
+	})
+	wait, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	_, gen, ok := w.Next(wait, gen)
+	require.True(t, ok)
+
+	update(func(st brokerstate.State) brokerstate.State {
+		st, _ = st.ApplyNotification(note(brokerA, 0, at), at)
+		return st
+	})
+	st, _, ok := w.Next(wait, gen)
+	require.True(t, ok, "the return to the active broker was not heard")
+	behind, _ := st.Spares([]int{0, 1})
+	require.Equal(t, []int{1}, behind)
+}

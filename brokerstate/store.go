@@ -2,6 +2,7 @@ package brokerstate
 
 import (
 	"context"
+	"database/sql"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -104,7 +105,9 @@ func (s *Store) Update(ctx context.Context, fn func(State) (State, error)) (Stat
 		if err := tx.Raw("SELECT clock_timestamp()").Scan(&at).Error; err != nil {
 			return fmt.Errorf("read the database's clock: %w", err)
 		}
-		next.Trail = next.Trail.seen(at.UTC().Truncate(time.Microsecond), cur.Trail)
+		at = at.UTC().Truncate(time.Microsecond)
+		next.Trail = next.Trail.seen(at, cur.Trail)
+		next.Pending = recordedAt(next.Pending, cur.Pending, at)
 		if err := s.save(tx, next); err != nil {
 			return err
 		}
@@ -117,8 +120,28 @@ func (s *Store) Update(ctx context.Context, fn func(State) (State, error)) (Stat
 			return fmt.Errorf("announce broker state change: %w", err)
 		}
 		return nil
-	})
+	}, readCommitted())
 	return next, err
+}
+
+// readCommitted is the isolation of Update's transactions, said explicitly: under the
+// database's default, were it REPEATABLE READ, the snapshot would be taken by the lock's
+// own statement, before the lock is granted, and the state read after it would miss what
+// the holder committed meanwhile.
+func readCommitted() *sql.TxOptions { return &sql.TxOptions{Isolation: sql.LevelReadCommitted} }
+
+// recordedAt dates a Pending Switch that fn recorded (its RecordedAt is not cur's) at at,
+// on Postgres' clock and after the lock: a force compares it with when it was asked for
+// on that clock (Now), never with the clock of another process, nor with a time read
+// before the wait for the lock, which would date a hop recorded after the force was asked
+// for as if it came before and drop it.
+func recordedAt(next, cur *PendingSwitch, at time.Time) *PendingSwitch {
+	if next == nil || cur != nil && next.RecordedAt.Equal(cur.RecordedAt) {
+		return next
+	}
+	p := *next
+	p.RecordedAt = at
+	return &p
 }
 
 // RecordDrainCheck keeps the last drain check for GET /api/v1/broker.
@@ -258,6 +281,15 @@ func (s *Store) resolveRoute(p *PendingSwitch) *PendingSwitch {
 		return nil
 	}
 	return &PendingSwitch{Route: route, RecordedAt: p.RecordedAt}
+}
+
+// indexes are the configured brokers' indexes.
+func (s *Store) indexes() []int {
+	out := make([]int, len(s.Brokers))
+	for i := range out {
+		out[i] = i
+	}
+	return out
 }
 
 // resolve finds a broker's index by host (case-insensitive) and vhost.

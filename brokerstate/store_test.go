@@ -12,6 +12,7 @@ import (
 	"gorm.io/gorm"
 
 	"github.com/brokerswitch/brokerswitch/brokerstate"
+	"github.com/brokerswitch/brokerswitch/models"
 	"github.com/brokerswitch/brokerswitch/models/modelstest"
 )
 
@@ -275,4 +276,77 @@ func TestASwitchWaitsForTheBatchesThatHoldTheActiveBroker(t *testing.T) {
 	query, args = reordered.ActiveCheck(1)
 	require.ErrorIs(t, reordered.NotActive(db.Exec(query, args...).Error), brokerstate.ErrNotActive)
 	require.Nil(t, store.NotActive(errors.New("another error")))
+}
+
+// Under a database whose default isolation is REPEATABLE READ, an Update that waited for
+// the lock still reads what the one holding it wrote: its snapshot is not taken before
+// the lock.
+func TestAnUpdateReadsWhatTheLockHolderWroteWhateverTheDefaultIsolation(t *testing.T) {
+	ctx := context.Background()
+	admin, dsn := modelstest.NewDB(t)
+	require.NoError(t, admin.Exec("DO $$ BEGIN EXECUTE format('ALTER DATABASE %I SET default_transaction_isolation TO ''repeatable read''', current_database()); END $$").Error)
+	db, err := models.Open(ctx, dsn) // new connections take the new default
+	require.NoError(t, err)
+	t.Cleanup(func() {
+		if sqlDB, err := db.DB(); err == nil {
+			_ = sqlDB.Close()
+		}
+	})
+	var level string
+	require.NoError(t, db.Raw("SHOW default_transaction_isolation").Scan(&level).Error)
+	require.Equal(t, "repeatable read", level)
+	store := &brokerstate.Store{DB: db, Brokers: []brokerstate.Ref{brokerA, brokerB}}
+
+	locked, release := make(chan struct{}), make(chan struct{})
+	first := make(chan error, 1)
+	go func() {
+		_, err := store.Update(ctx, func(st brokerstate.State) (brokerstate.State, error) {
+			close(locked)
+			<-release
+			return st.Force(1, time.Time{}, time.Now()), nil
+		})
+		first <- err
+	}()
+	<-locked
+	seen := make(chan int, 1)
+	second := make(chan error, 1)
+	go func() {
+		_, err := store.Update(ctx, func(st brokerstate.State) (brokerstate.State, error) {
+			seen <- st.ActiveIndex
+			return st, nil
+		})
+		second <- err
+	}()
+	require.Eventually(t, func() bool {
+		var waiting int64
+		require.NoError(t, admin.Raw("SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted").Scan(&waiting).Error)
+		return waiting > 0
+	}, 10*time.Second, 10*time.Millisecond, "the second update never waited for the lock")
+	close(release)
+	require.NoError(t, <-first)
+	require.NoError(t, <-second)
+	require.Equal(t, 1, <-seen, "the update that waited read a snapshot from before the lock")
+}
+
+// A Pending Switch is dated on Postgres' clock when it is written, whatever clock its
+// writer read (another instance's, or its own before it waited for the lock): a force
+// asked for after the recording, on that clock, drops it.
+func TestAPendingSwitchIsDatedOnTheDatabasesClock(t *testing.T) {
+	ctx := context.Background()
+	store := &brokerstate.Store{DB: openMigrated(t), Brokers: []brokerstate.Ref{brokerA, brokerB}}
+	ahead := time.Now().Add(time.Hour) // the recording instance's clock
+	_, err := store.Update(ctx, func(st brokerstate.State) (brokerstate.State, error) {
+		st, _ = st.ApplyNotification(brokerstate.Notification{Index: 1, Host: brokerB.Host, Vhost: brokerB.Vhost, SwitchedAt: time.Now()}, ahead)
+		return st, nil
+	})
+	require.NoError(t, err)
+	asked, err := store.Now(ctx)
+	require.NoError(t, err)
+	st, err := store.Update(ctx, func(st brokerstate.State) (brokerstate.State, error) {
+		require.NotNil(t, st.Pending)
+		require.False(t, st.Pending.RecordedAt.After(asked), "recorded at %s, after the force was asked for at %s", st.Pending.RecordedAt, asked)
+		return st.Force(0, asked, asked), nil
+	})
+	require.NoError(t, err)
+	require.Nil(t, st.Pending, "the operator knew of it when it asked")
 }

@@ -24,9 +24,12 @@ type Trail struct {
 	Canceled int `json:"canceled"`
 }
 
-// place is where v belongs: after every visit at or before its time.
+// place is where v belongs: after every visit at or before its time, but before a visit
+// at its time that says the producer came from v's broker.
 func (t Trail) place(v Hop) int {
-	if p := slices.IndexFunc(t.Visits, func(w Hop) bool { return w.SwitchedAt.After(v.SwitchedAt) }); p >= 0 {
+	if p := slices.IndexFunc(t.Visits, func(w Hop) bool {
+		return w.SwitchedAt.After(v.SwitchedAt) || w.SwitchedAt.Equal(v.SwitchedAt) && w.cameFrom(v.ref())
+	}); p >= 0 {
 		return p
 	}
 	return len(t.Visits)
@@ -35,8 +38,34 @@ func (t Trail) place(v Hop) int {
 // has tells whether the trail already holds this broker at this time: a duplicate.
 func (t Trail) has(v Hop) bool {
 	return slices.ContainsFunc(t.Visits, func(w Hop) bool {
-		return w.SwitchedAt.Equal(v.SwitchedAt) && w.Host == v.Host && w.Vhost == v.Vhost
+		return !w.Implied && w.SwitchedAt.Equal(v.SwitchedAt) && w.ref() == v.ref()
 	})
+}
+
+// implied is the position of the visit to v's broker that a later visit's from implied
+// and that v's own word now confirms (the first at or after v's time), or -1.
+func (t Trail) implied(v Hop) int {
+	return slices.IndexFunc(t.Visits, func(w Hop) bool {
+		return w.Implied && w.ref() == v.ref() && !w.SwitchedAt.Before(v.SwitchedAt)
+	})
+}
+
+// gap is the visit the trail lacks before v, placed at p: the producer says it came to
+// v from broker from, which is not the broker of the visit before (the active broker, on
+// a trail that starts with v), so a hop it made in between has not been announced yet.
+// ok is false when the chain holds, or v does not say where it came from.
+func (t Trail) gap(v Hop, from, p, active int) (Hop, bool) {
+	if v.From == (Ref{}) || v.From == v.ref() {
+		return Hop{}, false
+	}
+	before := active
+	if p > 0 {
+		before = t.Visits[p-1].Index
+	}
+	if before == from || from < 0 {
+		return Hop{}, false
+	}
+	return Hop{Index: from, Host: v.From.Host, Vhost: v.From.Vhost, SwitchedAt: v.SwitchedAt, Implied: true}, true
 }
 
 // insert places v at p, keeping Behind and Canceled on the visits they counted, and drops
@@ -56,9 +85,35 @@ func (t Trail) insert(p int, v Hop) Trail {
 		drop = len(t.Visits) - 4*maxTrail
 	}
 	if drop > 0 {
-		t.Visits = t.Visits[drop:]
-		t.Behind, t.Canceled = max(t.Behind-drop, 0), max(t.Canceled-drop, 0)
+		t = t.trim(drop)
 	}
+	return t
+}
+
+// trim drops the first n visits but the last visit of each broker among them: that visit
+// says when the producer left the broker, which orders the spares and tells stragglers
+// from the producer's future; the earlier ones decide nothing. The broker count bounds
+// what is kept beyond n.
+func (t Trail) trim(n int) Trail {
+	last := map[Ref]int{}
+	for p, v := range t.Visits {
+		last[v.ref()] = p
+	}
+	kept := make([]Hop, 0, len(t.Visits)-n)
+	behind, canceled := t.Behind, t.Canceled
+	for p, v := range t.Visits {
+		if p < n && last[v.ref()] != p {
+			if p < t.Behind {
+				behind--
+			}
+			if p < t.Canceled {
+				canceled--
+			}
+			continue
+		}
+		kept = append(kept, v)
+	}
+	t.Visits, t.Behind, t.Canceled = kept, behind, canceled
 	return t
 }
 

@@ -312,3 +312,61 @@ func hopIndexes(hops []Hop) []int {
 	}
 	return out
 }
+
+// Two rotations at one switchedAt, notified in reverse: from orders them, where arrival
+// order would have read them backwards.
+func TestEqualSwitchedAtReversedIsOrderedByFrom(t *testing.T) {
+	st := apply(t, State{}, fromNote(3, t0, 2), NotificationRecorded)
+	st = apply(t, st, fromNote(2, t0, 1), NotificationRecorded)
+	st = apply(t, st, fromNote(1, t0, 0), NotificationRecorded)
+	require.Equal(t, []int{1, 2, 3}, hopIndexes(routeOrNil(st)), "A → B → C → D")
+	require.Len(t, st.Trail.Visits, 3)
+	_, outcome := st.ApplyNotification(fromNote(2, t0, 1), t0)
+	require.Equal(t, NotificationStale, outcome, "a duplicate")
+}
+
+// A broker's last visit stays on the trail however many visits came since: the spares
+// are still read in the order the producer left them.
+func TestTheTrailKeepsEachBrokersLastVisit(t *testing.T) {
+	st := apply(t, State{ActiveIndex: 3}, hostNote(0, t0), NotificationRecorded)
+	st, _ = st.CompleteHop(3, st.Pending.Next(), 1, t0)
+	at := t0
+	for i := range 2 * maxTrail {
+		at = at.Add(time.Second)
+		st, _ = st.ApplyNotification(hostNote(1+i%2, at), at)
+		st, _ = st.CompleteHop(st.ActiveIndex, st.Pending.Next(), 1, at)
+	}
+	require.Equal(t, 2, st.ActiveIndex)
+	require.LessOrEqual(t, len(st.Trail.Visits), maxTrail+4)
+	behind, _ := st.Spares([]int{0, 1, 2, 3})
+	require.Equal(t, []int{3, 0, 1}, behind, "3 was left first, then 0, then 1")
+}
+
+// After a force, the brokers the producer used after the forced one hold its newer
+// events: they are read after the forced broker's backlog, in its order, not before it.
+func TestAForceKeepsTheBrokersUsedAfterTheForcedOneAhead(t *testing.T) {
+	st := apply(t, State{}, hostNote(1, t0), NotificationRecorded)
+	st = apply(t, st, hostNote(2, t0.Add(time.Minute)), NotificationRecorded)
+	st = apply(t, st, hostNote(3, t0.Add(2*time.Minute)), NotificationRecorded)
+	forced := st.Force(1, time.Time{}, t0.Add(time.Hour))
+	require.Nil(t, forced.Pending, "the operator's hand wins: no route")
+	behind, ahead := forced.Spares([]int{0, 1, 2, 3})
+	require.Equal(t, []int{0}, behind)
+	require.Equal(t, []int{2, 3}, ahead)
+}
+
+// A cancel leaves the canceled broker ahead; the producer's return to the active broker
+// puts it behind: the spares' order changed with neither the active broker nor the route,
+// and a window reading the active broker must hear of it.
+func TestAReturnAfterACancelChangesTheSparesOrder(t *testing.T) {
+	brokers := []int{0, 1, 2}
+	st := apply(t, State{}, hostNote(1, t0), NotificationRecorded)
+	canceled := st.CancelPending(time.Time{}, t0.Add(time.Minute))
+	_, ahead := canceled.Spares(brokers)
+	require.Equal(t, []int{1}, ahead)
+	back := apply(t, canceled, hostNote(0, t0.Add(2*time.Minute)), NotificationAlreadyActive)
+	require.Nil(t, back.Pending)
+	require.Equal(t, canceled.ActiveIndex, back.ActiveIndex)
+	require.True(t, OrderChanged(canceled, back, brokers), "1 is behind 0 now")
+	require.False(t, OrderChanged(back, back, brokers))
+}

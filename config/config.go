@@ -123,8 +123,10 @@ type Config struct {
 	LeftoverDrainCap int
 	// UnnotifiedBrokerGrace from UNNOTIFIED_BROKER_GRACE (default 2h): how long messages on a
 	// broker the producer never announced wait for its notification before they are read
-	// (once the active broker is empty). Keep it longer than the producer's notification
-	// retries take: WebhooksHandler's take up to 10 × 10 minutes.
+	// (once the active broker is empty), and how long such messages, or messages on a
+	// broker seen empty since the producer left it, hold the commit of a drained broker's
+	// hop: the word placing them may still be on its way. Keep it longer than the
+	// producer's notification retries take: WebhooksHandler's take up to 10 × 10 minutes.
 	UnnotifiedBrokerGrace time.Duration
 	// HTTPAddr from HTTP_ADDR (default :8080).
 	HTTPAddr string

@@ -9,6 +9,7 @@ package e2e
 import (
 	"context"
 	"net/http"
+	"strings"
 	"testing"
 	"time"
 
@@ -306,4 +307,80 @@ func TestScenario20AForceAHopOutAndAReturn(t *testing.T) {
 	s.waitFor("the switch back to 0", time.Minute, func() bool { return s.Switched(0) })
 	v := s.verify(log, 2*time.Minute)
 	s.report(v, s.lagOf())
+}
+
+// Scenario 21. A is active and empty; the producer goes A → B, publishes on B, goes on to
+// C within the second and publishes there. C's notification comes at once, B's later, as
+// one through the producer's retry queue does. A is drained, but the hop to C must not
+// commit while B holds what the producer published before it moved on: it waits, and
+// says so in GET /api/v1/broker, until B's word puts B on the route first. Every one of
+// B's events is applied before C's.
+func TestScenario21ALateWordForAHopTheProducerLeft(t *testing.T) {
+	t.Parallel()
+	s := newStack(t, 3, map[string]string{"CONSUMER_WINDOW": "2s", "PREFETCH": "10"})
+	p, log := s.producer(nil) // notifications by hand
+	ctx := context.Background()
+	s.StartWorker()
+	toB, err := p.Rotate(ctx, 1)
+	require.NoError(t, err)
+	require.NoError(t, p.Publish(ctx, s.workload(mixed(12, 211))...))
+	toC, err := p.Rotate(ctx, 2)
+	require.NoError(t, err)
+	require.NoError(t, p.Publish(ctx, s.workload(mixed(12, 212))...))
+	require.Equal(t, []string{brokerstate.NotificationRecorded}, s.notifyAll(p, toC))
+
+	// A is empty: only B holds the hop.
+	s.waitUntil("the hop to C held by broker 1", time.Minute, func() (bool, string) {
+		status, body := s.Call(http.MethodGet, "/api/v1/broker", stacktest.OperatorToken, "")
+		return status == http.StatusOK && strings.Contains(body, `"heldBy":[{"broker":1`) &&
+			strings.Contains(body, "Switch 0 → 2 waits: broker 0 is drained, but broker 1 holds messages"), body
+	})
+	st := s.State()
+	require.Equal(t, 0, st.ActiveIndex, "the hop to C committed past B")
+	require.Zero(t, s.AppliedFrom(1)+s.AppliedFrom(2), "the producer's new brokers read early")
+
+	require.Equal(t, []string{brokerstate.NotificationRecorded}, s.notifyAll(p, toB), "B's word, late")
+	s.waitFor("the switch to 2, through 1", time.Minute, func() bool { return s.Switched(2) })
+	v := s.verify(log, 2*time.Minute)
+	s.requireBrokerOrder(1, 2)
+	s.report(v, s.lagOf())
+}
+
+// Scenario 22. The producer goes A → B with a backlog on A; the operator cancels, and B's
+// events wait ahead of A's. Once A's backlog is applied, within the window that read it,
+// the producer comes back to A and says so: B is now behind A in its order. The window
+// reading A ends at once, and the next one applies B's backlog before anything the
+// producer publishes on A next, not after the window's end or the pause before it reads
+// a spare ahead (minutes).
+func TestScenario22AReturnAfterACancel(t *testing.T) {
+	t.Parallel()
+	s := newStack(t, 2, map[string]string{"CONSUMER_WINDOW": "10m", "PREFETCH": "10"})
+	p, log := s.producer(nil)
+	ctx := context.Background()
+	require.NoError(t, p.Publish(ctx, s.workload(mixed(6, 221))...)) // A's backlog
+	toB, err := p.Rotate(ctx, 1)
+	require.NoError(t, err)
+	onB := s.workload(mixed(6, 222))
+	require.NoError(t, p.Publish(ctx, onB...))
+	require.Equal(t, []string{brokerstate.NotificationRecorded}, s.notifyAll(p, toB))
+	// The cancel lands before any worker runs, so that no drain check commits the hop.
+	_, err = s.Store.Update(ctx, func(st brokerstate.State) (brokerstate.State, error) {
+		return st.CancelPending(time.Time{}, time.Now()), nil
+	})
+	require.NoError(t, err)
+
+	s.StartWorker()
+	backlog := int64(len(s.workload(mixed(6, 221))))
+	s.waitFor("A's backlog applied", time.Minute, func() bool { return s.AppliedFrom(0) >= backlog && s.drained(0) })
+	require.Zero(t, s.AppliedFrom(1), "B is ahead of A: read only after the window's pause")
+
+	toA, err := p.Rotate(ctx, 0)
+	require.NoError(t, err)
+	require.Equal(t, []string{brokerstate.NotificationAlreadyActive}, s.notifyAll(p, toA))
+	s.waitFor("B's backlog applied, the windows on A ended", time.Minute, func() bool {
+		return s.AppliedFrom(1) == int64(len(onB))
+	})
+	require.NoError(t, p.Publish(ctx, s.workload(mixed(6, 223))...))
+	v := s.verify(log, 2*time.Minute)
+	s.report(v, "-")
 }

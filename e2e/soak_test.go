@@ -971,6 +971,31 @@ func soakRegressions() []soakRegression {
   14. wait until everything published is applied, broker 1 active
   15. rotate to broker 2, publish 31 events, rotate to broker 0, notify broker 0 then broker 2 (reversed)
   16. wait until everything is drained, broker 0 active`,
+	}, {
+		seed: 4705365045541963028,
+		opts: scheduleOptions{reversedDoubleRotation: true, unsettled: true, cuts: true, killHolder: true, forceHops: true, drainCutOff: true, seenReturns: true, holdsFirstBurst: true},
+		bug: "the earlier hop's word came after the later one's, and broker 1 was empty: the hop 1 → 2 committed " +
+			"at its first drain check while broker 0 held what the producer published there before it moved on, " +
+			"and broker 0's late word then landed behind broker 2 (3 pull requests of 0 applied after a newer one " +
+			"of 2); a drained broker's hop now waits while a spare holds messages no word places (brokerstate.State.CommitHold)",
+		schedule: `schedule of seed 4705365045541963028 (17 steps):
+   1. publish 27 events
+   2. stop the Temporal dev server
+   3. rotate to broker 2, publish 41 events there, notify once after 2.06s
+   4. rotate to broker 1 and notify
+   5. let it run for 2.502s
+   6. put one issues event in issues-retry on the producer's broker (a -retry tail)
+   7. put one issues event in issues-retry on the producer's broker (a -retry tail)
+   8. start worker 2 beside the others
+   9. start the Temporal dev server again
+  10. wait until everything published is applied, broker 1 active
+  11. rotate to broker 0, publish 18 events, rotate to broker 2, notify broker 2 then broker 0 (reversed)
+  12. wait until everything published is applied, broker 2 active
+  13. cut broker 2 (active), publish 11 events there, rotate to broker 0 without notifying, the operator forces a switch to it; hold the ledger (a slow Postgres), restore broker 2, cut the worker whose Leftover Drain holds a batch of it off from Temporal, release the ledger once the drain runs elsewhere, let it reach Temporal again
+  14. wait until everything published is applied, broker 0 active
+  15. cut worker 2 off from Temporal alone (it keeps RabbitMQ and Postgres)
+  16. let worker 2 reach Temporal again
+  17. wait until everything is drained, broker 0 active`,
 	}}
 }
 

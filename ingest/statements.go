@@ -124,7 +124,9 @@ func inTx(ctx context.Context, db *gorm.DB, f func(*pipeline) error) error {
 	}
 	defer conn.Close()
 	p := &pipeline{ctx: ctx, conn: conn, batch: &pgx.Batch{}}
-	p.add("begin", nil, nil)
+	// The isolation is said, not left to the database's default: under REPEATABLE READ the
+	// active-broker check would read a snapshot taken before its lock.
+	p.add("begin isolation level read committed", nil, nil)
 	err = f(p)
 	if err == nil {
 		p.add("commit", nil, nil)

@@ -201,8 +201,9 @@ func Register(w sdkworker.Registry, d Deps, watcher *brokerstate.StateWatcher, k
 		Watcher:            watcher,
 		Metrics:            d.Metrics,
 		// The same limit the API applies, for a signal sent around it.
-		MaxClockSkew: d.Config.NotificationMaxClockSkew,
-		Leases:       keeper,
+		MaxClockSkew:    d.Config.NotificationMaxClockSkew,
+		Leases:          keeper,
+		UnnotifiedGrace: d.Config.UnnotifiedBrokerGrace,
 	})
 }
 

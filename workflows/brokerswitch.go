@@ -3,6 +3,7 @@ package workflows
 import (
 	"fmt"
 	"reflect"
+	"strings"
 	"time"
 
 	"go.temporal.io/sdk/temporal"
@@ -57,6 +58,9 @@ type switchRun struct {
 	// not written again, and a watch that saw the change the workflow made itself is not
 	// followed by a read of the state.
 	lean bool
+	// holds says a drained broker's hop waits while spares hold messages of unknown place
+	// (brokerstate.DrainCheck.HeldBy).
+	holds bool
 }
 
 // memo is what the Web UI's memo of the BrokerSwitch workflow shows.
@@ -78,6 +82,9 @@ func newSwitchRun(ctx workflow.Context, in BrokerSwitchInput) (*switchRun, error
 	// commit wrote the memo, unchanged or not, and every change a watch saw was read
 	// again, so a switch cost a memo write and a read more.
 	r.lean = workflow.GetVersion(ctx, "lean-switch", workflow.DefaultVersion, 1) == 1
+	// Remove once no run started before release 1.2 is open: before it, a drained broker's
+	// hop committed whatever the spares held.
+	r.holds = workflow.GetVersion(ctx, "commit-hold", workflow.DefaultVersion, 1) == 1
 	if err := workflow.SetQueryHandler(ctx, QueryStatus, func() (Status, error) { return r.status, nil }); err != nil {
 		return nil, fmt.Errorf("register status query: %w", err)
 	}
@@ -155,6 +162,10 @@ func (r *switchRun) checkAndCommit(ctx workflow.Context, hop brokerstate.Hop) er
 		}
 		return r.wait(ctx, why, next)
 	}
+	if r.holds && len(check.HeldBy) > 0 {
+		next := r.nextCheckIn()
+		return r.wait(ctx, heldWhy(active, hop.Index, check.HeldBy, next), next)
+	}
 	in := activities.CommitHopInput{From: active, Hop: hop, Checks: r.status.Checks}
 	if err := r.runLocal(ctx, fmt.Sprintf("commit switch %d → %d", active, hop.Index), a.CommitHop, in, &r.status.State); err != nil {
 		return err
@@ -162,6 +173,22 @@ func (r *switchRun) checkAndCommit(ctx workflow.Context, hop brokerstate.Hop) er
 	r.status.Checks = 0
 	r.showState(ctx)
 	return nil
+}
+
+// heldWhy says why a drained broker's hop waits: the spares' queues that hold messages
+// whose place in the producer's order is unknown, and until when at most.
+func heldWhy(active, next int, held []brokerstate.Held, recheck time.Duration) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "Switch %d → %d waits: broker %d is drained, but ", active, next, active)
+	for i, h := range held {
+		if i > 0 {
+			b.WriteString("; ")
+		}
+		fmt.Fprintf(&b, "broker %d holds messages on %s whose place in the producer's order is unknown (since %s; held until %s at most, UNNOTIFIED_BROKER_GRACE)",
+			h.Broker, h.Queue, h.Since.UTC().Format(time.RFC3339), h.Until.UTC().Format(time.RFC3339))
+	}
+	fmt.Fprintf(&b, ": a late notification would put it on the route before broker %d; next check in %s", next, recheck)
+	return b.String()
 }
 
 // firstRecheck is the pause after a hop's first failed drain check. A backlog usually

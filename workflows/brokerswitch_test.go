@@ -46,6 +46,8 @@ type brokerSwitchSuite struct {
 	loads     int
 	watches   int
 	records   int // RecordNotification activities run
+	// heldBy, when set, says which spares hold a drained broker's hop, from the state.
+	heldBy func(brokerstate.State) []brokerstate.Held
 	// changeSeenByWatch answers the nth watch of an idle workflow; nil answers "no change".
 	changeSeenByWatch func(nth int) bool
 	// test counts the tests run so far: each test's mocks serve only their own environment.
@@ -70,7 +72,7 @@ func (s *brokerSwitchSuite) SetupTest() {
 	s.backlog = map[int][]int{}
 	s.reachable = map[int]bool{0: true, 1: true, 2: true}
 	s.checks, s.commits, s.interval = nil, nil, 3*time.Second
-	s.loads, s.watches, s.changeSeenByWatch, s.records = 0, 0, nil, 0
+	s.loads, s.watches, s.changeSeenByWatch, s.records, s.heldBy = 0, 0, nil, 0, nil
 	s.mu.Unlock()
 	fromEarlierTest := func() bool { return s.test != test } // called with s.mu held
 
@@ -132,6 +134,9 @@ func (s *brokerSwitchSuite) SetupTest() {
 			if q := s.backlog[in.BrokerIndex]; len(q) > 0 {
 				check.Counts["issues"] = q[0]
 				s.backlog[in.BrokerIndex] = q[1:]
+			}
+			if check.Drained() && s.heldBy != nil {
+				check.HeldBy = s.heldBy(s.state)
 			}
 			return check, nil
 		})
@@ -238,6 +243,34 @@ func (s *brokerSwitchSuite) TestWaitsForTheDrainThenCommits() {
 	s.Equal(activities.CommitHopInput{From: 0, Hop: brokerstate.Hop{Index: 1, Host: "h", Vhost: "/", SwitchedAt: t0}, Checks: 4}, s.commits[0])
 	s.Equal(1, status.State.ActiveIndex)
 	s.Nil(status.State.Pending)
+}
+
+// A → B → C, and C's word comes first: A is drained, but B holds messages whose place
+// nothing tells yet. The hop waits (and says why) until B's late word puts B first.
+func (s *brokerSwitchSuite) TestASpareOfUnknownPlaceHoldsTheCommitUntilItsWordComes() {
+	s.heldBy = func(st brokerstate.State) []brokerstate.Held {
+		if st.ActiveIndex != 0 || st.Pending == nil || st.Pending.Next().Index == 1 {
+			return nil
+		}
+		return []brokerstate.Held{{Broker: 1, Queue: "issues", Since: t0, Until: t0.Add(time.Hour)}}
+	}
+	s.notify(time.Second, 2, t0.Add(time.Minute))
+	var waiting string
+	s.env.RegisterDelayedCallback(func() {
+		v, err := s.env.QueryWorkflow(workflows.QueryStatus)
+		s.Require().NoError(err)
+		var status workflows.Status
+		s.Require().NoError(v.Get(&status))
+		waiting = status.Waiting
+	}, 30*time.Second)
+	s.notify(40*time.Second, 1, t0)
+	status := s.run(2 * time.Minute)
+
+	s.Contains(waiting, "Switch 0 → 2 waits: broker 0 is drained, but broker 1 holds messages on issues")
+	s.Require().Len(s.commits, 2)
+	s.Equal(1, s.commits[0].Hop.Index, "B first, once its word placed it")
+	s.Equal(2, s.commits[1].Hop.Index)
+	s.Equal(2, status.State.ActiveIndex)
 }
 
 func (s *brokerSwitchSuite) TestDoubleRotationIsFollowedHopByHop() {
