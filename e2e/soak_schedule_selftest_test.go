@@ -4,6 +4,7 @@ package e2e
 
 import (
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 )
@@ -174,5 +175,71 @@ func TestSoakSchedulesReplayAndCoverEveryFault(t *testing.T) {
 	for _, k := range []string{"force to the producer's broker, a hop out of it, a return", "force away from the producer's broker, a hop out, a return",
 		"worker cut off from Temporal in a Leftover Drain, its batch slow to settle"} {
 		require.Positive(t, kinds[k], "no schedule of 2000 draws %q", k)
+	}
+}
+
+// TestSoakSchedulesDrawTheSlowWorld: a paused worker, a worker's silent link of each kind
+// and a double rotation whose first word comes after its second hop committed or while
+// it waits, each drawn in long and in short schedules, only behind its switch; a pause
+// or a silence lasts 5 to 90 s (5 to 20 s in a short schedule) and leaves a live worker
+// beside the slow one; the late first word follows a settle, onto two other brokers.
+func TestSoakSchedulesDrawTheSlowWorld(t *testing.T) {
+	kinds, shortKinds := map[string]int{}, map[string]int{}
+	var longest time.Duration
+	before := soakOptions()
+	before.pauses, before.silentLinks, before.lateFirstWord = false, false, false
+	opts := before
+	opts.pauses, opts.silentLinks, opts.lateFirstWord = true, true, true
+	for seed := range uint64(2000) {
+		for _, st := range generateSchedule(seed, before).steps {
+			require.False(t, st.kind == stepPauseWorker || st.kind == stepSilenceLink || st.kind == stepRotateReversedLate,
+				"seed %d draws a slow fault with its switch off", seed)
+		}
+		sc := generateSchedule(seed, opts)
+		live, isolated := map[int]bool{1: true}, map[int]bool{}
+		for i, st := range sc.steps {
+			kinds[st.faultKind()]++
+			if sc.short() {
+				shortKinds[st.faultKind()]++
+			}
+			switch st.kind {
+			case stepKillWorker, stepTermWorker:
+				delete(live, st.worker)
+				delete(isolated, st.worker)
+				live[st.next] = true
+			case stepAddWorker:
+				live[st.next] = true
+			case stepIsolateWorker:
+				isolated[st.worker] = true
+			case stepRejoinWorker:
+				delete(isolated, st.worker)
+			case stepPauseWorker, stepSilenceLink:
+				require.True(t, live[st.worker] && !isolated[st.worker], "seed %d step %d slows a worker that is gone or cut off:\n%s", seed, i+1, sc)
+				require.GreaterOrEqual(t, len(live)-len(isolated), 2, "seed %d step %d slows the only worker that reaches Temporal:\n%s", seed, i+1, sc)
+				limit := slowLong
+				if sc.short() {
+					limit = slowShort
+				}
+				require.True(t, st.pause >= slowMin && st.pause <= limit, "seed %d step %d lasts %s", seed, i+1, st.pause)
+				longest = max(longest, st.pause)
+				require.Positive(t, st.burst.Total(), "seed %d step %d publishes nothing while the worker is slow", seed, i+1)
+				if st.kind == stepSilenceLink {
+					require.Contains(t, []string{linkPostgres, linkBroker, linkTemporal, linkAll}, st.link)
+					require.True(t, st.broker >= 0 && st.broker < soakBrokers)
+				}
+			case stepRotateReversedLate:
+				prev := sc.steps[i-1]
+				require.Equal(t, stepSettle, prev.kind, "seed %d step %d: nothing older waits", seed, i+1)
+				require.NotEqual(t, st.active, st.broker, "seed %d step %d", seed, i+1)
+				require.NotContains(t, []int{st.active, st.broker}, prev.active, "seed %d step %d rotates to the broker it reads", seed, i+1)
+			}
+		}
+	}
+	require.Greater(t, longest, 60*time.Second, "no pause or silence of over a minute")
+	for _, k := range []string{"worker paused (SIGSTOP)", "worker's Postgres link silent", "worker's broker link silent",
+		"worker's Temporal link silent", "worker's links all silent",
+		"double rotation, the first word after the hop committed", "double rotation, the first word after the hop waits for it"} {
+		require.Positive(t, kinds[k], "no schedule of 2000 draws %q", k)
+		require.Positive(t, shortKinds[k], "no short schedule of 2000 draws %q", k)
 	}
 }

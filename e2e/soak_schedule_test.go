@@ -28,34 +28,53 @@ const soakBrokers = 3
 type stepKind int
 
 const (
-	stepPublish         stepKind = iota // a burst of events on the producer's broker
-	stepRetryTail                       // one event put in a -retry queue, as a consumer's nack does
-	stepRotateNow                       // rotate and notify at once
-	stepRotateTwice                     // rotate and notify twice
-	stepRotateLate                      // rotate, publish a burst, only then notify
-	stepRotateSilent                    // rotate, publish a burst, never notify
-	stepRotateReversed                  // rotate twice, notify the second hop before the first
-	stepForce                           // the operator forces a switch to where the producer is
-	stepCancel                          // the operator cancels a Pending Switch the producer asked for
-	stepCutBroker                       // a broker's proxy is cut
-	stepRestoreBroker                   // and restored
-	stepCutPostgres                     // the workers' Postgres proxy is cut
-	stepRestorePostgres                 // and restored
-	stepRestartPostgres                 // every worker backend ends and Postgres takes connections again at once
-	stepStopTemporal                    // the Temporal dev server stops
-	stepStartTemporal                   // and starts again, with its state
-	stepKillWorker                      // SIGKILL a worker, and start another
-	stepTermWorker                      // SIGTERM a worker, and start another
-	stepAddWorker                       // one more worker process: two at once
-	stepIsolateWorker                   // cut one worker off from Temporal alone
-	stepRejoinWorker                    // and let it reach Temporal again
-	stepCutOffSlow                      // a worker cut off from Temporal while its batch waits on a held ledger
-	stepPause                           // let the service run while the faults last
-	stepSettle                          // heal nothing, wait until everything published so far is applied
-	stepFinish                          // the end: everything drained, the active broker where the producer is
-	stepKillHolder                      // SIGKILL the worker holding the most windows, and start it again
-	stepForceHopReturn                  // a force, a hop out of the forced broker (or the producer's), a return announced late
-	stepCutOffDrain                     // a worker cut off from Temporal while its Leftover Drain's batch waits on a held ledger
+	stepPublish            stepKind = iota // a burst of events on the producer's broker
+	stepRetryTail                          // one event put in a -retry queue, as a consumer's nack does
+	stepRotateNow                          // rotate and notify at once
+	stepRotateTwice                        // rotate and notify twice
+	stepRotateLate                         // rotate, publish a burst, only then notify
+	stepRotateSilent                       // rotate, publish a burst, never notify
+	stepRotateReversed                     // rotate twice, notify the second hop before the first
+	stepForce                              // the operator forces a switch to where the producer is
+	stepCancel                             // the operator cancels a Pending Switch the producer asked for
+	stepCutBroker                          // a broker's proxy is cut
+	stepRestoreBroker                      // and restored
+	stepCutPostgres                        // the workers' Postgres proxy is cut
+	stepRestorePostgres                    // and restored
+	stepRestartPostgres                    // every worker backend ends and Postgres takes connections again at once
+	stepStopTemporal                       // the Temporal dev server stops
+	stepStartTemporal                      // and starts again, with its state
+	stepKillWorker                         // SIGKILL a worker, and start another
+	stepTermWorker                         // SIGTERM a worker, and start another
+	stepAddWorker                          // one more worker process: two at once
+	stepIsolateWorker                      // cut one worker off from Temporal alone
+	stepRejoinWorker                       // and let it reach Temporal again
+	stepCutOffSlow                         // a worker cut off from Temporal while its batch waits on a held ledger
+	stepPause                              // let the service run while the faults last
+	stepSettle                             // heal nothing, wait until everything published so far is applied
+	stepFinish                             // the end: everything drained, the active broker where the producer is
+	stepKillHolder                         // SIGKILL the worker holding the most windows, and start it again
+	stepForceHopReturn                     // a force, a hop out of the forced broker (or the producer's), a return announced late
+	stepCutOffDrain                        // a worker cut off from Temporal while its Leftover Drain's batch waits on a held ledger
+	stepPauseWorker                        // SIGSTOP a worker for a while, then SIGCONT
+	stepSilenceLink                        // a worker's link (Postgres, a broker, Temporal, or all) stops forwarding without closing, for a while
+	stepRotateReversedLate                 // rotate twice, notify the second hop, the first only once that hop committed or waits for it
+)
+
+// The links stepSilenceLink silences: one of a worker's, or all of them at once.
+const (
+	linkPostgres = "Postgres"
+	linkBroker   = "broker"
+	linkTemporal = "Temporal"
+	linkAll      = "Postgres, every broker and Temporal"
+)
+
+// Bounds of how long a worker is paused or a link stays silent: up to slowLong in the
+// soak, up to slowShort in the short schedules `make test` plays.
+const (
+	slowMin   = 5 * time.Second
+	slowLong  = 90 * time.Second
+	slowShort = 20 * time.Second
 )
 
 // step is one entry of a schedule.
@@ -69,8 +88,12 @@ type step struct {
 	worker, next int
 	// burst is published by stepPublish and by the rotations that publish.
 	burst simulate.Workload
-	// pause is how long stepPause lasts.
+	// pause is how long stepPause, stepPauseWorker and stepSilenceLink last.
 	pause time.Duration
+	// link is what stepSilenceLink silences (linkPostgres, linkBroker to broker, linkTemporal,
+	// linkAll); firstEmpty says that stepRotateReversedLate publishes nothing on its first hop.
+	link       string
+	firstEmpty bool
 	// delay is how long after its burst stepRotateLate notifies; twice: it notifies twice.
 	delay time.Duration
 	twice bool
@@ -173,6 +196,21 @@ func (s step) String() string {
 			"hold the ledger (a slow Postgres), restore broker %d, cut the worker whose Leftover Drain holds a batch of it off from Temporal, "+
 			"release the ledger once the drain runs elsewhere, let it reach Temporal again",
 			s.active, burst(), s.broker, s.active)
+	case stepPauseWorker:
+		return fmt.Sprintf("SIGSTOP worker %d, publish %s, SIGCONT it %s after the SIGSTOP", s.worker, burst(), s.pause)
+	case stepSilenceLink:
+		link := s.link
+		if link == linkBroker {
+			link = fmt.Sprintf("broker %d", s.broker)
+		}
+		return fmt.Sprintf("worker %d's link to %s goes silent without closing, publish %s, it speaks again %s after", s.worker, link, burst(), s.pause)
+	case stepRotateReversedLate:
+		first := fmt.Sprintf("publish %d events", s.burst.Total()/2)
+		if s.firstEmpty {
+			first = "publish nothing"
+		}
+		return fmt.Sprintf("rotate to broker %d, %s, rotate to broker %d, publish %s, notify broker %d; once its hop committed or waits for broker %d, notify broker %d (late)",
+			s.active, first, s.broker, burst(), s.broker, s.active, s.active)
 	case stepPause:
 		return fmt.Sprintf("let it run for %s", s.pause)
 	case stepSettle:
@@ -249,6 +287,18 @@ func (s step) faultKind() string {
 		return "force away from the producer's broker, a hop out, a return"
 	case stepCutOffDrain:
 		return "worker cut off from Temporal in a Leftover Drain, its batch slow to settle"
+	case stepPauseWorker:
+		return "worker paused (SIGSTOP)"
+	case stepSilenceLink:
+		if s.link == linkAll {
+			return "worker's links all silent"
+		}
+		return "worker's " + s.link + " link silent"
+	case stepRotateReversedLate:
+		if s.firstEmpty {
+			return "double rotation, the first word after the hop committed"
+		}
+		return "double rotation, the first word after the hop waits for it"
 	case stepFinish:
 		if s.force {
 			return "operator force"
@@ -315,6 +365,17 @@ type scheduleOptions struct {
 	// every later burst counts on its broker: without it a rotation could return to 0
 	// before 0 was drained (A → B → A), which docs/tables.md says cannot be kept.
 	holdsFirstBurst bool
+	// pauses lets the generator SIGSTOP a worker beside a live one for slowMin to slowLong
+	// (slowShort in a short schedule): its peers must read its queues again, and what it
+	// does when it wakes must be refused or harmless.
+	pauses bool
+	// silentLinks lets the generator silence, without closing, a worker's link to
+	// Postgres, to a broker, to Temporal, or all three, for as long as a pause lasts.
+	silentLinks bool
+	// lateFirstWord lets the generator draw a double rotation whose first word arrives
+	// only once the second hop committed (nothing was published on the first broker) or
+	// shows it waits for that broker (the commit hold).
+	lateFirstWord bool
 }
 
 // modelWorker is a worker process as the model knows it.
@@ -370,7 +431,29 @@ func generateSchedule(seed uint64, opts scheduleOptions) schedule {
 	}
 	m.healAll()
 	m.emit(step{kind: stepFinish, active: m.producer, force: m.unnotified})
-	return schedule{seed: seed, opts: opts, steps: m.steps}
+	sc := schedule{seed: seed, opts: opts, steps: m.steps}
+	if sc.short() {
+		sc.shortenSlowFaults()
+	}
+	return sc
+}
+
+// shortenSlowFaults scales every pause of a worker and every silent link of a short
+// schedule from slowMin–slowLong down to slowMin–slowShort, so that `make test`'s
+// schedules stay short; the seed still draws the same steps.
+func (sc schedule) shortenSlowFaults() {
+	for i, st := range sc.steps {
+		if st.kind == stepPauseWorker || st.kind == stepSilenceLink {
+			scale := float64(slowShort-slowMin) / float64(slowLong-slowMin)
+			sc.steps[i].pause = slowMin + time.Duration(float64(st.pause-slowMin)*scale).Round(100*time.Millisecond)
+		}
+	}
+}
+
+// slowFault draws how long a worker is paused or a link silent, between slowMin and
+// slowLong.
+func (m *model) slowFault() time.Duration {
+	return slowMin + time.Duration(m.rng.Int64N(int64(slowLong-slowMin)/int64(100*time.Millisecond)+1))*100*time.Millisecond
 }
 
 // shortSchedule tells the schedules `make test` runs: few steps, so that a few of them
@@ -619,6 +702,7 @@ func (m *model) draw() {
 	if m.opts.forceHops {
 		m.drawForceHop(add, rotate)
 	}
+	m.drawSlow(add, rotate)
 	// After the settle the producer's broker is active and read, the other two are fresh,
 	// and every worker reaches Temporal: a peer takes the cut-off worker's drain over.
 	add(2, m.opts.drainCutOff && rotate && len(m.workers) >= 2, func() {
@@ -690,6 +774,66 @@ func (m *model) drawForceHop(add func(int, bool, func()), rotate bool) {
 	})
 }
 
+// drawSlow adds the choices of scheduleOptions.pauses, silentLinks and lateFirstWord: a
+// world that is slow rather than dead.
+func (m *model) drawSlow(add func(int, bool, func()), rotate bool) {
+	// A peer must be there to read the worker's queues while it is paused or cut off: one
+	// more worker is started first when none is.
+	slowable := m.healthyWorkers() >= 2 || len(m.workers) < 3
+	slowWorker := func() int {
+		if m.healthyWorkers() < 2 {
+			m.emit(step{kind: stepAddWorker, next: m.nextWorker})
+			m.workers = append(m.workers, modelWorker{num: m.nextWorker})
+			m.nextWorker++
+		}
+		var healthy []int
+		for _, w := range m.workers {
+			if !w.isolated {
+				healthy = append(healthy, w.num)
+			}
+		}
+		return healthy[m.rng.IntN(len(healthy))]
+	}
+	add(2, m.opts.pauses && slowable, func() {
+		w := slowWorker()
+		m.emit(step{kind: stepPauseWorker, worker: w, pause: m.slowFault(), burst: m.burst(false)})
+		m.published()
+	})
+	add(2, m.opts.silentLinks && slowable, func() {
+		w := slowWorker()
+		links := []string{linkPostgres, linkBroker, linkTemporal, linkAll}
+		st := step{kind: stepSilenceLink, worker: w, link: links[m.rng.IntN(len(links))], pause: m.slowFault(), burst: m.burst(false)}
+		if st.link == linkBroker {
+			st.broker = m.rng.IntN(soakBrokers)
+		}
+		m.emit(st)
+		m.published()
+	})
+	// As the reversed double rotation, after a settle: two fresh brokers remain. The
+	// harness waits for the second hop, which needs Temporal, Postgres and a worker.
+	add(1, m.opts.lateFirstWord && rotate && !m.unnotified, func() {
+		m.settle()
+		fresh := m.fresh()
+		first, second := fresh[0], fresh[1]
+		if m.rng.IntN(2) == 0 {
+			first, second = second, first
+		}
+		st := step{kind: stepRotateReversedLate, active: first, broker: second, burst: m.burst(false), firstEmpty: m.rng.IntN(2) == 0}
+		m.emit(st)
+		if st.firstEmpty {
+			// The hop to the second commits over the empty first broker, which its late
+			// word leaves a spare, empty.
+			m.route = append(m.route, second)
+		} else {
+			m.producer = first
+			m.published()
+			m.route = append(m.route, first, second)
+		}
+		m.producer, m.unnotified = second, false
+		m.published()
+	})
+}
+
 // drawUnsettled adds the choices of scheduleOptions.unsettled: the orders the producer's
 // notifications keep even when they come late, or never, with older events still waiting.
 func (m *model) drawUnsettled(add func(int, bool, func()), fresh []int) {
@@ -745,7 +889,7 @@ func (m *model) used(b int) bool {
 			if s.broker == b {
 				return true
 			}
-		case stepRotateReversed, stepForceHopReturn:
+		case stepRotateReversed, stepForceHopReturn, stepRotateReversedLate:
 			if s.broker == b || s.active == b || s.hop == b {
 				return true
 			}
