@@ -71,10 +71,21 @@ const (
 	firstBurstHeld      = true
 )
 
+// pausedWorkers lets schedules SIGSTOP a worker, silentLinkSchedules silence a worker's
+// links without closing them, and lateFirstWordSchedules send a double rotation's first
+// word after its second hop committed or while that hop waits for it
+// (soak_slow_test.go). Seeds recorded before they were on keep their options.
+const (
+	pausedWorkers          = false
+	silentLinkSchedules    = false
+	lateFirstWordSchedules = true
+)
+
 // soakOptions are the options TestSoak draws its schedules with.
 func soakOptions() scheduleOptions {
 	return scheduleOptions{reversedDoubleRotation: reversedDoubleRotation, unsettled: unsettledSchedules, cuts: cutSchedules, killHolder: true,
-		forceHops: forceHopSchedules, drainCutOff: drainCutOffSchedules, seenReturns: seenReturnSchedules, holdsFirstBurst: firstBurstHeld}
+		forceHops: forceHopSchedules, drainCutOff: drainCutOffSchedules, seenReturns: seenReturnSchedules, holdsFirstBurst: firstBurstHeld,
+		pauses: pausedWorkers, silentLinks: silentLinkSchedules, lateFirstWord: lateFirstWordSchedules}
 }
 
 // soakShortSchedules is how many short schedules `make test` plays: each takes under a
@@ -261,10 +272,12 @@ type soakWorker struct {
 	// worker is started again as a supervisor (Kubernetes, Compose) would.
 	gone bool
 	// isolated: its Temporal proxy is cut.
-	isolated  bool
-	started   time.Time
-	restarts  int
-	temporals string
+	isolated bool
+	started  time.Time
+	restarts int
+	// links are the worker's own proxies, env the environment that sends it through them.
+	links workerLinks
+	env   map[string]string
 }
 
 // soakRun plays one schedule.
@@ -421,6 +434,8 @@ func (r *soakRun) do(i int, st step) {
 		r.forceHopReturn(st)
 	case stepCutOffDrain:
 		r.cutOffDrain(st)
+	case stepRotateReversedLate:
+		r.rotateReversedLate(st)
 	case stepPause:
 		// The faults in place must last: nothing is awaited, time passes.
 		time.Sleep(st.pause)
@@ -636,11 +651,11 @@ func (r *soakRun) restartPostgres() {
 	s.PGProxy.Restore(r.t)
 }
 
-// startWorker starts worker num with a Temporal proxy of its own.
+// startWorker starts worker num with links of its own (workerLinks).
 func (r *soakRun) startWorker(num int) {
 	r.t.Helper()
-	proxy := testenv.NewProxy(r.t, r.dev.opts.ClientOptions.HostPort)
-	w := &soakWorker{num: num, proxy: proxy, temporals: proxy.Addr()}
+	links, env := r.newWorkerLinks()
+	w := &soakWorker{num: num, proxy: links.temporal, links: links, env: env}
 	r.workers[num] = w
 	r.launch(w)
 }
@@ -672,7 +687,7 @@ func (r *soakRun) launch(w *soakWorker) {
 	if w.restarts > 0 {
 		name += fmt.Sprintf("-restart-%d", w.restarts)
 	}
-	w.proc = r.s.startWorkerProcessWith(name, map[string]string{"TEMPORAL_ADDRESS": w.temporals})
+	w.proc = r.s.startWorkerProcessWith(name, w.env)
 	w.started = time.Now()
 	r.logs = append(r.logs, w.proc.Log)
 }
