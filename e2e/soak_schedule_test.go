@@ -205,12 +205,12 @@ func (s step) String() string {
 		}
 		return fmt.Sprintf("worker %d's link to %s goes silent without closing, publish %s, it speaks again %s after", s.worker, link, burst(), s.pause)
 	case stepRotateReversedLate:
-		first := fmt.Sprintf("publish %d events", s.burst.Total()/2)
+		hops := fmt.Sprintf("publish %d of %s, rotate to broker %d, publish the rest", (s.burst.Total()+1)/2, burst(), s.broker)
 		if s.firstEmpty {
-			first = "publish nothing"
+			hops = fmt.Sprintf("publish nothing, rotate to broker %d, publish %s", s.broker, burst())
 		}
-		return fmt.Sprintf("rotate to broker %d, %s, rotate to broker %d, publish %s, notify broker %d; once its hop committed or waits for broker %d, notify broker %d (late)",
-			s.active, first, s.broker, burst(), s.broker, s.active, s.active)
+		return fmt.Sprintf("rotate to broker %d, %s, notify broker %d; once its hop committed or waits for broker %d, notify broker %d (late)",
+			s.active, hops, s.broker, s.active, s.active)
 	case stepPause:
 		return fmt.Sprintf("let it run for %s", s.pause)
 	case stepSettle:

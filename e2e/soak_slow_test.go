@@ -78,7 +78,7 @@ func (r *soakRun) slowFor(st step, began time.Time) {
 }
 
 // rotateReversedLate plays stepRotateReversedLate: the producer rotates to st.active
-// (publishing half the burst there unless firstEmpty) and on to st.broker, publishing the
+// (publishing half the burst there, rounded up, unless firstEmpty) and on to st.broker, publishing the
 // rest, and notifies st.broker; the first word is sent only once the hop to st.broker
 // committed or a drain check shows it held for st.active's messages.
 func (r *soakRun) rotateReversedLate(st step) {
@@ -87,8 +87,10 @@ func (r *soakRun) rotateReversedLate(st step) {
 	msgs := s.workload(st.burst)
 	first := r.rotateUnannounced(st.active)
 	if !st.firstEmpty {
-		require.NoError(t, p.Publish(ctx, msgs[:len(msgs)/2]...))
-		msgs = msgs[len(msgs)/2:]
+		// At least one message, so that the first broker holds what the hop must wait for.
+		half := (len(msgs) + 1) / 2
+		require.NoError(t, p.Publish(ctx, msgs[:half]...))
+		msgs = msgs[half:]
 	}
 	second := r.rotateUnannounced(st.broker)
 	require.NoError(t, p.Publish(ctx, msgs...))
