@@ -122,7 +122,7 @@ func (w *DescriptorWatch) Peak() int {
 // countDescriptors is how many descriptors process pid ("self" or a number) holds; 0 when
 // it is gone.
 func countDescriptors(pid string) int {
-	entries, err := os.ReadDir(filepath.Join("/proc", pid, "fd"))
+	entries, err := os.ReadDir("/proc/" + pid + "/fd")
 	if err != nil {
 		return 0
 	}
@@ -199,7 +199,7 @@ func command(pid int) string {
 // :41234: a listener or a proxy's accepted side) and their state, pipes, other sockets,
 // and files by folder.
 func DescribeDescriptors(pid string) string {
-	dir := filepath.Join("/proc", pid, "fd")
+	dir := "/proc/" + pid + "/fd"
 	entries, err := os.ReadDir(dir)
 	if err != nil {
 		return err.Error()
@@ -253,7 +253,7 @@ func tcpSockets(pid string) map[string]string {
 	all := map[string]socket{}
 	listening := map[int]bool{}
 	for _, table := range []string{"tcp", "tcp6"} {
-		b, err := os.ReadFile(filepath.Join("/proc", pid, "net", table))
+		b, err := os.ReadFile("/proc/" + pid + "/net/" + table)
 		if err != nil {
 			continue
 		}

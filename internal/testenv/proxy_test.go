@@ -2,6 +2,7 @@ package testenv
 
 import (
 	"context"
+	"errors"
 	"net"
 	"strconv"
 	"syscall"
@@ -20,12 +21,16 @@ func TestACutClosesAClientWhoseTargetDoesNotAnswer(t *testing.T) {
 	}
 	defer p.Cut()
 	var clients []net.Conn
+	defer func() {
+		for _, c := range clients {
+			c.Close()
+		}
+	}()
 	for range 3 { // the first fills the target's backlog; the others' dials hang
 		c, err := net.Dial("tcp", p.Addr())
 		if err != nil {
 			t.Fatal(err)
 		}
-		defer c.Close()
 		clients = append(clients, c)
 	}
 	// The three accepted, and the first one's target dialed.
@@ -47,8 +52,8 @@ func TestACutClosesAClientWhoseTargetDoesNotAnswer(t *testing.T) {
 }
 
 func isTimeout(err error) bool {
-	ne, ok := err.(net.Error)
-	return ok && ne.Timeout()
+	var ne net.Error
+	return errors.As(err, &ne) && ne.Timeout()
 }
 
 // unansweringTarget listens on a loopback port with a backlog of one and never accepts:
