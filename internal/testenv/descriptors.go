@@ -17,7 +17,8 @@ import (
 )
 
 // A test binary of this project opens a socket for every broker, database and Temporal
-// connection of every stack, and a proxy doubles each. A burst that runs into the limit
+// connection of every stack, and a proxy triples each: its two sockets, and a pipe pair
+// per direction that io.Copy splices through while the connection lasts. A burst that runs into the limit
 // (20,000 here) fails whichever test opens the next one, far from its cause, and may come
 // and go between two samples a second apart: the watch samples often, keeps the peak with
 // what made it up, and Run fails a package that leaves descriptors open after its tests.
@@ -36,10 +37,26 @@ type DescriptorWatch struct {
 
 // descriptorSample is one count, when it was seen and, for a peak, what it was made of.
 type descriptorSample struct {
-	n     int
-	at    time.Time
-	of    string // a process's command, for a child
-	kinds string
+	n         int
+	at        time.Time
+	of        string // a process's command, for a child
+	kinds     string
+	described int // the count kinds was read at
+}
+
+// grew records n if it is a new peak, and tells whether it is a tenth above the count
+// last described, which is then to be described again: reading what every descriptor is
+// costs more than counting them.
+func (s *descriptorSample) grew(n int, at time.Time) (describe bool) {
+	if n <= s.n {
+		return false
+	}
+	s.n, s.at = n, at
+	if s.kinds != "" && n <= s.described+s.described/10 {
+		return false
+	}
+	s.described = n
+	return true
 }
 
 // descriptorAlarm is a count of descriptors a watch reports as soon as it sees it.
@@ -72,9 +89,7 @@ func (w *DescriptorWatch) run(every time.Duration) {
 	}
 }
 
-// sample counts the process's descriptors, and its children's, keeping the peaks. A peak
-// a tenth above the last one described is described again: reading what every descriptor
-// is costs more than counting them.
+// sample counts the process's descriptors, and its children's, keeping the peaks.
 func (w *DescriptorWatch) sample(children []int) {
 	n := countDescriptors("self")
 	pid, pidN := busiestOf(children)
@@ -82,23 +97,15 @@ func (w *DescriptorWatch) sample(children []int) {
 	defer w.mu.Unlock()
 	w.checks++
 	now := time.Now()
-	if n > w.peak.n {
-		describe := n > w.peak.n+w.peak.n/10 || w.peak.kinds == ""
-		w.peak.n, w.peak.at = n, now
-		if describe {
-			w.peak.kinds = DescribeDescriptors("self")
-			if n >= descriptorAlarm {
-				// Said at once: a binary that ends in a panic never reaches Stop.
-				fmt.Fprintf(os.Stderr, "testenv: %d descriptors at %s: %s\n", n, now.Format("15:04:05.000"), w.peak.kinds)
-			}
+	if w.peak.grew(n, now) {
+		w.peak.kinds = DescribeDescriptors("self")
+		if n >= descriptorAlarm {
+			// Said at once: a binary that ends in a panic never reaches Stop.
+			fmt.Fprintf(os.Stderr, "testenv: %d descriptors at %s: %s\n", n, now.Format("15:04:05.000"), w.peak.kinds)
 		}
 	}
-	if pidN > w.child.n {
-		describe := pidN > w.child.n+w.child.n/10 || w.child.kinds == ""
-		w.child.n, w.child.at, w.child.of = pidN, now, command(pid)
-		if describe {
-			w.child.kinds = DescribeDescriptors(strconv.Itoa(pid))
-		}
+	if w.child.grew(pidN, now) {
+		w.child.of, w.child.kinds = command(pid), DescribeDescriptors(strconv.Itoa(pid))
 	}
 }
 
@@ -108,9 +115,9 @@ func (w *DescriptorWatch) Stop() string {
 	<-w.done
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	return fmt.Sprintf("descriptors: %d samples; peak %d at %s (%s); busiest child %s, %d at %s (%s)",
-		w.checks, w.peak.n, w.peak.at.Format("15:04:05.000"), w.peak.kinds,
-		cmp.Or(w.child.of, "none"), w.child.n, w.child.at.Format("15:04:05.000"), w.child.kinds)
+	return fmt.Sprintf("descriptors: %d samples; peak %d at %s (at %d: %s); busiest child %s, %d at %s (at %d: %s)",
+		w.checks, w.peak.n, w.peak.at.Format("15:04:05.000"), w.peak.described, w.peak.kinds,
+		cmp.Or(w.child.of, "none"), w.child.n, w.child.at.Format("15:04:05.000"), w.child.described, w.child.kinds)
 }
 
 // Peak is the most descriptors the test process held at one sample.
