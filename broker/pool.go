@@ -328,6 +328,9 @@ func dial(ctx context.Context, ep Endpoint, frameSize int, heartbeat time.Durati
 	// stopAbort is set by the Dial func below: it undoes the hook that aborts
 	// the handshake when ctx ends.
 	stopAbort := func() bool { return true }
+	// raw is the socket the Dial func opened: amqp091-go leaves it open when the AMQP
+	// handshake fails (no SASL mechanism in common, say) until the deadline ends it.
+	var raw net.Conn
 	url := ep.URL
 	uri, err := amqp.ParseURI(url)
 	secure := err == nil && uri.Scheme == "amqps"
@@ -345,6 +348,7 @@ func dial(ctx context.Context, ep Endpoint, frameSize int, heartbeat time.Durati
 			if err != nil {
 				return nil, err
 			}
+			raw = conn
 			// amqp091-go clears the deadline once the AMQP handshake is done.
 			deadline, _ := ctx.Deadline()
 			if err := conn.SetDeadline(deadline); err != nil {
@@ -376,6 +380,9 @@ func dial(ctx context.Context, ep Endpoint, frameSize int, heartbeat time.Durati
 	conn, err := amqp.DialConfig(url, cfg)
 	aborted := !stopAbort()
 	if err != nil {
+		if raw != nil {
+			raw.Close()
+		}
 		if ctx.Err() != nil {
 			err = fmt.Errorf("%w (%w)", ctx.Err(), err)
 		}

@@ -12,7 +12,7 @@ import (
 	"github.com/brokerswitch/brokerswitch/internal/testenv"
 )
 
-func TestMain(m *testing.M) { testenv.Exit(m.Run()) }
+func TestMain(m *testing.M) { testenv.Exit(testenv.Run(m)) }
 
 // noEnv is an empty environment: none of these commands may get as far as reading it.
 func noEnv(string) string { return "" }

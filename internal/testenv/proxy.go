@@ -1,6 +1,7 @@
 package testenv
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"net"
@@ -22,6 +23,7 @@ type Proxy struct {
 
 	mu       sync.Mutex
 	listener net.Listener
+	stopDial context.CancelFunc // ends the dials of the clients listener accepted
 	conns    map[net.Conn]struct{}
 }
 
@@ -61,6 +63,7 @@ func (p *Proxy) Cut() {
 	if p.listener != nil {
 		p.listener.Close()
 		p.listener = nil
+		p.stopDial()
 	}
 	for c := range p.conns {
 		c.Close()
@@ -79,8 +82,9 @@ func (p *Proxy) Restore(tb T) {
 }
 
 func (p *Proxy) serve(l net.Listener) {
+	ctx, stop := context.WithCancel(context.Background())
 	p.mu.Lock()
-	p.listener = l
+	p.listener, p.stopDial = l, stop
 	p.mu.Unlock()
 	go func() {
 		for {
@@ -88,32 +92,56 @@ func (p *Proxy) serve(l net.Listener) {
 			if err != nil {
 				return
 			}
-			out, err := net.Dial("tcp", p.target)
-			if err != nil {
-				in.Close()
-				continue
-			}
-			if !p.track(l, in, out) {
-				continue
-			}
-			go p.pipe(out, in, true)
-			go p.pipe(in, out, false)
+			// Dialed apart: a target that is slow to answer must not hold up the next
+			// client, nor keep this one past a cut.
+			go p.connect(ctx, l, in)
 		}
 	}()
 }
 
-// track registers a connection pair unless the proxy was cut meanwhile.
-func (p *Proxy) track(l net.Listener, in, out net.Conn) bool {
+// proxyDialTimeout bounds a proxy's dial of its target: on loopback a dial answers at
+// once unless the target is stopped (SIGSTOP) or its backlog is full.
+const proxyDialTimeout = 5 * time.Second
+
+// connect dials the target for a client accepted on l and pipes the two, unless the proxy
+// was cut meanwhile: a cut ends the dial (ctx).
+func (p *Proxy) connect(ctx context.Context, l net.Listener, in net.Conn) {
+	if !p.track(l, in) {
+		return
+	}
+	d := net.Dialer{Timeout: proxyDialTimeout}
+	out, err := d.DialContext(ctx, "tcp", p.target)
+	if err != nil {
+		p.forget(in)
+		in.Close()
+		return
+	}
+	if !p.track(l, out) {
+		p.forget(in)
+		in.Close()
+		return
+	}
+	go p.pipe(out, in, true)
+	go p.pipe(in, out, false)
+}
+
+// track registers a connection unless the proxy was cut, or cut and restored, since l
+// accepted it; then it closes it.
+func (p *Proxy) track(l net.Listener, c net.Conn) bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.listener != l {
-		in.Close()
-		out.Close()
+		c.Close()
 		return false
 	}
-	p.conns[in] = struct{}{}
-	p.conns[out] = struct{}{}
+	p.conns[c] = struct{}{}
 	return true
+}
+
+func (p *Proxy) forget(c net.Conn) {
+	p.mu.Lock()
+	delete(p.conns, c)
+	p.mu.Unlock()
 }
 
 func (p *Proxy) pipe(dst, src net.Conn, toServer bool) {
