@@ -193,8 +193,8 @@ func FromEnv(getenv Getenv) (Config, error) {
 	c := Config{
 		DatabaseURL:              r.str("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/brokerswitch?sslmode=disable"),
 		DBMaxOpenConns:           r.positiveInt("DB_MAX_OPEN_CONNS", 10),
-		DBStatementTimeout:       r.duration("DB_STATEMENT_TIMEOUT", 30*time.Second),
-		DBLockTimeout:            r.duration("DB_LOCK_TIMEOUT", 10*time.Second),
+		DBStatementTimeout:       r.durationAtMost("DB_STATEMENT_TIMEOUT", 30*time.Second, maxPostgresTimeout),
+		DBLockTimeout:            r.durationAtMost("DB_LOCK_TIMEOUT", 10*time.Second, maxPostgresTimeout),
 		TaskQueue:                r.str("TEMPORAL_TASK_QUEUE", "brokerswitch"),
 		Queues:                   r.list("QUEUES", "pull_requests,issues,pushes,installations"),
 		ConsumerWindow:           r.duration("CONSUMER_WINDOW", 2*time.Hour),
@@ -203,8 +203,8 @@ func FromEnv(getenv Getenv) (Config, error) {
 		MaxRetryCycles:           r.positiveInt("MAX_RETRY_CYCLES", 10),
 		LedgerRetention:          r.duration("LEDGER_RETENTION", 168*time.Hour),
 		Prefetch:                 r.positiveInt("PREFETCH", broker.DefaultPrefetch),
-		MaxMessageBytes:          r.positiveInt("MAX_MESSAGE_BYTES", 26214400),
-		MaxBatchBytes:            r.positiveInt("MAX_BATCH_BYTES", 16777216),
+		MaxMessageBytes:          r.intAtMost("MAX_MESSAGE_BYTES", 26214400, MaxBodyBytes),
+		MaxBatchBytes:            r.intAtMost("MAX_BATCH_BYTES", 16777216, MaxBodyBytes),
 		MemoryLimit:              r.bytes("MEMORY_LIMIT"),
 		DrainCheckInterval:       r.duration("DRAIN_CHECK_INTERVAL", DefaultDrainCheckInterval),
 		WorkerLeaseTTL:           r.duration("WORKER_LEASE_TTL", DefaultWorkerLeaseTTL),
@@ -280,8 +280,25 @@ const LedgerRetentionMargin = 24 * time.Hour
 
 // MinLedgerRetention is the shortest LEDGER_RETENTION accepted: a delivery can come back
 // through -retry for retryTTL × cycles after its first attempt, plus LedgerRetentionMargin.
+// A sum that overflows counts as the longest duration, which no LEDGER_RETENTION reaches.
 func MinLedgerRetention(retryTTL time.Duration, cycles int) time.Duration {
-	return retryTTL*time.Duration(cycles) + LedgerRetentionMargin
+	return time.Duration(addCapped(mulCapped(int64(retryTTL), int64(cycles)), int64(LedgerRetentionMargin)))
+}
+
+// mulCapped is a×b for a, b ≥ 0, or math.MaxInt64 when that overflows.
+func mulCapped(a, b int64) int64 {
+	if a != 0 && b > math.MaxInt64/a {
+		return math.MaxInt64
+	}
+	return a * b
+}
+
+// addCapped is a+b for a, b ≥ 0, or math.MaxInt64 when that overflows.
+func addCapped(a, b int64) int64 {
+	if a > math.MaxInt64-b {
+		return math.MaxInt64
+	}
+	return a + b
 }
 
 // PlaintextBrokers are the brokers reached by plain amqp:// on a host that is not
@@ -427,7 +444,24 @@ func (r *reader) list(name, def string) []string {
 	return out
 }
 
+// Upper bounds of numeric settings: past them a value is a mistake, and the sums and
+// products the process makes of it could overflow.
+const (
+	// MaxDuration is the longest duration any variable accepts, about 11 years.
+	MaxDuration = 100000 * time.Hour
+	// MaxBodyBytes bounds MAX_MESSAGE_BYTES and MAX_BATCH_BYTES: 512 MiB, RabbitMQ's
+	// largest max_message_size.
+	MaxBodyBytes = 512 << 20
+	// maxPostgresTimeout is the longest statement_timeout or lock_timeout Postgres takes,
+	// INT_MAX milliseconds.
+	maxPostgresTimeout = math.MaxInt32 * time.Millisecond
+)
+
 func (r *reader) duration(name string, def time.Duration) time.Duration {
+	return r.durationAtMost(name, def, MaxDuration)
+}
+
+func (r *reader) durationAtMost(name string, def, most time.Duration) time.Duration {
 	v := strings.TrimSpace(r.getenv(name))
 	if v == "" {
 		return def
@@ -437,10 +471,18 @@ func (r *reader) duration(name string, def time.Duration) time.Duration {
 		r.fail(name, fmt.Sprintf("%q is not a positive duration such as 30s or 5m", v))
 		return 0
 	}
+	if d > most {
+		r.fail(name, fmt.Sprintf("%q is longer than %s, the most it may be", v, most))
+		return 0
+	}
 	return d
 }
 
 func (r *reader) positiveInt(name string, def int) int {
+	return r.intAtMost(name, def, math.MaxInt)
+}
+
+func (r *reader) intAtMost(name string, def, most int) int {
 	v := strings.TrimSpace(r.getenv(name))
 	if v == "" {
 		return def
@@ -448,6 +490,10 @@ func (r *reader) positiveInt(name string, def int) int {
 	n, err := strconv.Atoi(v)
 	if err != nil || n <= 0 {
 		r.fail(name, fmt.Sprintf("%q is not a positive whole number", v))
+		return 0
+	}
+	if n > most {
+		r.fail(name, fmt.Sprintf("%q is more than %d, the most it may be", v, most))
 		return 0
 	}
 	return n
@@ -459,7 +505,7 @@ func (r *reader) positiveFloat(name string, def float64) float64 {
 		return def
 	}
 	f, err := strconv.ParseFloat(v, 64)
-	if err != nil || f <= 0 || math.IsInf(f, 0) {
+	if err != nil || math.IsNaN(f) || math.IsInf(f, 0) || f <= 0 {
 		r.fail(name, fmt.Sprintf("%q is not a positive number such as 1 or 0.5", v))
 		return 0
 	}
