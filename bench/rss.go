@@ -48,7 +48,7 @@ type rssCase struct {
 // kubernetesSample is the worker's memory settings in deploy/k8s (configmap.yaml and the
 // container's limit, which the Deployment passes as MEMORY_LIMIT).
 func kubernetesSample() map[string]string {
-	return map[string]string{"PREFETCH": "16", "MAX_MESSAGE_BYTES": strconv.Itoa(4 << 20), "MAX_BATCH_BYTES": strconv.Itoa(4 << 20), "MEMORY_LIMIT": "512Mi"}
+	return map[string]string{"PREFETCH": "13", "MAX_MESSAGE_BYTES": strconv.Itoa(4 << 20), "MAX_BATCH_BYTES": strconv.Itoa(4 << 20), "MEMORY_LIMIT": "512Mi"}
 }
 
 // rssCases are the peak-RSS figure's cases: 25 MB pushes with the defaults and with a

@@ -86,9 +86,9 @@ type Config struct {
 	// this is committed alone.
 	MaxBatchBytes int
 	// MemoryLimit from MEMORY_LIMIT (default empty: no limit), in bytes or with a Ki, Mi,
-	// Gi or Ti suffix: the memory the process may use, the container's limit. Start-up
-	// refuses settings whose WorstCaseMemory exceeds it, and the Go runtime's soft limit
-	// (GOMEMLIMIT, unless that is set) is put at 90% of it.
+	// Gi or Ti suffix: the memory the process may use, the container's limit. The Go
+	// runtime's soft limit (GOMEMLIMIT, unless that is set) is put at 90% of it,
+	// SoftMemoryLimit, and start-up refuses settings whose WorstCaseMemory exceeds that.
 	MemoryLimit int64
 	// WorkerLeaseTTL from WORKER_LEASE_TTL (default 8s, at least 2s): how long a worker's
 	// lease in Postgres outlives its last renewal. A worker renews it every quarter of

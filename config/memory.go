@@ -37,15 +37,24 @@ func (c Config) WorstCaseMemory() (int64, string) {
 		q, p, FormatBytes(m), q, ApplyFactor, FormatBytes(part), FormatBytes(ProcessAllowance), FormatBytes(total))
 }
 
-// checkMemory refuses settings whose worst case exceeds MEMORY_LIMIT, when it is set.
+// SoftMemoryLimit is the Go runtime's soft memory limit for MEMORY_LIMIT, 90% of it (0
+// when it is not set), and the budget start-up holds WorstCaseMemory to: below the soft
+// limit the collector runs at its pace, and the rest of MEMORY_LIMIT is room for what
+// the runtime does not count (stacks of threads, the binary) before the container is
+// killed. One rule, so that the worst case never sits where the collector runs without end.
+func (c Config) SoftMemoryLimit() int64 {
+	return c.MemoryLimit / 10 * 9
+}
+
+// checkMemory refuses settings whose worst case exceeds SoftMemoryLimit, when MEMORY_LIMIT is set.
 func (r *reader) checkMemory(c Config) {
 	if c.MemoryLimit == 0 {
 		return
 	}
 	worst, arithmetic := c.WorstCaseMemory()
-	if worst > c.MemoryLimit {
-		r.fail("MEMORY_LIMIT", fmt.Sprintf("is %s, but the consumers may hold %s: %s; lower PREFETCH, MAX_MESSAGE_BYTES or MAX_BATCH_BYTES, or raise the limit",
-			FormatBytes(c.MemoryLimit), FormatBytes(worst), arithmetic))
+	if budget := c.SoftMemoryLimit(); worst > budget {
+		r.fail("MEMORY_LIMIT", fmt.Sprintf("is %s, whose 90%% (%s, the Go runtime's soft limit) is less than the consumers may hold, %s: %s; lower PREFETCH, MAX_MESSAGE_BYTES or MAX_BATCH_BYTES, or raise the limit",
+			FormatBytes(c.MemoryLimit), FormatBytes(budget), FormatBytes(worst), arithmetic))
 	}
 }
 

@@ -83,6 +83,6 @@ func requireInRange(t *testing.T, c Config) {
 	require.Positive(t, worst)
 	require.GreaterOrEqual(t, worst, int64(ProcessAllowance))
 	if c.MemoryLimit > 0 {
-		require.LessOrEqual(t, worst, c.MemoryLimit)
+		require.LessOrEqual(t, worst, c.SoftMemoryLimit())
 	}
 }
