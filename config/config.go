@@ -22,12 +22,14 @@ import (
 )
 
 // Config is everything the binary needs; each field names its variable and default.
+// A field that holds a secret is tagged `secret:"true"`: String, Format, LogValue and
+// MarshalJSON show it as xxxxx.
 type Config struct {
 	// Brokers from RABBITMQ_CONNECTION_STRINGS (default amqp://guest:guest@127.0.0.1:5672/);
 	// a broker's index is its position in the list.
 	Brokers []broker.Endpoint
 	// DatabaseURL from DATABASE_URL (default a local Postgres database named brokerswitch).
-	DatabaseURL string
+	DatabaseURL string `secret:"true"`
 	// DBMaxOpenConns from DB_MAX_OPEN_CONNS (default 10): the Postgres connections one
 	// process may hold. Size it per process: the sum over every worker and API replica
 	// must stay below the server's max_connections, or a burst starves ingestion.
@@ -47,7 +49,7 @@ type Config struct {
 	// TEMPORAL_NAMESPACE, TEMPORAL_API_KEY, TEMPORAL_TLS, TEMPORAL_TLS_CLIENT_CERT_PATH,
 	// TEMPORAL_TLS_CLIENT_KEY_PATH, TEMPORAL_TLS_SERVER_CA_CERT_PATH,
 	// TEMPORAL_TLS_SERVER_NAME and the rest of its variables. It holds secrets: never log it.
-	Temporal client.Options
+	Temporal client.Options `secret:"true"`
 	// TaskQueue from TEMPORAL_TASK_QUEUE (default "brokerswitch").
 	TaskQueue string
 	// Queues from QUEUES (default pull_requests,issues,pushes,installations): the logical queues.
@@ -129,9 +131,9 @@ type Config struct {
 	// HTTPAddr from HTTP_ADDR (default :8080).
 	HTTPAddr string
 	// ProducerToken from PRODUCER_TOKEN: may only post pending-switch notifications.
-	ProducerToken string
+	ProducerToken string `secret:"true"`
 	// OperatorToken from OPERATOR_TOKEN: may do everything.
-	OperatorToken string
+	OperatorToken string `secret:"true"`
 	// InsecureNoAuth from API_INSECURE_NO_AUTH (default false): lets the API start with no token,
 	// for local development only.
 	InsecureNoAuth bool
@@ -143,12 +145,12 @@ type Config struct {
 	// HealthchecksPingURL from HEALTHCHECKS_PING_URL (default empty: no pings): a
 	// healthchecks.io-style check pinged at the start, success and failure of every
 	// consumer window.
-	HealthchecksPingURL string
+	HealthchecksPingURL string `secret:"true"`
 	// WebhookSecret from WEBHOOK_SECRET (default empty: payloads are not verified): the
 	// secret of the GitHub webhook; when set, every message must carry GitHub's
 	// X-Hub-Signature-256 of its body, forwarded as x-hub-signature-256, or it goes to
 	// {q}-error. Never logged.
-	WebhookSecret string
+	WebhookSecret string `secret:"true"`
 }
 
 // The defaults that code outside FromEnv needs as well, for a field left zero in a struct
