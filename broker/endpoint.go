@@ -105,8 +105,18 @@ func unquoted(msg string) string {
 	return quoted.ReplaceAllString(msg, `"…"`)
 }
 
-// redact removes the userinfo of raw, a URL that parsed, from msg. It is a safety net
-// for the texts of errors met while dialing it.
+// Redact removes every broker's URL, userinfo and password from text. A text that leaves
+// the process's memory (a log line, a row in Postgres, a workflow's history) and comes
+// from a broker client goes through it where it is made, with the worker's own broker
+// list, the one that holds the credentials.
+func Redact(text string, eps []Endpoint) string {
+	for _, ep := range eps {
+		text = redact(text, ep.URL)
+	}
+	return text
+}
+
+// redact removes the userinfo of raw, a URL that parsed, from msg.
 func redact(msg, raw string) string {
 	secrets := []string{raw}
 	if u, err := url.Parse(raw); err == nil && u.User != nil {
