@@ -24,14 +24,17 @@ const (
 // each queue's consumer (or its Leftover Drain, which runs before it, never beside it)
 // holds up to PREFETCH bodies of up to MAX_MESSAGE_BYTES, whatever the broker's
 // max_message_size: a larger body is read past unheld and its message moved to -error by
-// a client that streams it (broker.Pool.MaxMessageBytes). Handling the part of a batch in
+// a client that streams it (broker.Pool.MaxMessageBytes). The one more per queue is a move
+// to {q}-error, which reads one content header of up to MAX_MESSAGE_BYTES and no body,
+// counted beside the consumer it replaces in case that one's deliveries are still held.
+// Handling the part of a batch in
 // hand (decoding and applying it) adds ApplyFactor times its bodies, which MAX_BATCH_BYTES
 // bounds unless one message is larger. A total that overflows 64 bits is math.MaxInt64.
 func (c Config) WorstCaseMemory() (int64, string) {
 	q, p, m := int64(len(c.Queues)), int64(c.Prefetch), int64(c.MaxMessageBytes)
 	part := max(int64(c.MaxBatchBytes), m)
-	total := addCapped(addCapped(mulCapped(mulCapped(q, p), m), mulCapped(q*ApplyFactor, part)), ProcessAllowance)
-	return total, fmt.Sprintf("QUEUES (%d) × PREFETCH (%d) × MAX_MESSAGE_BYTES (%s) in flight"+
+	total := addCapped(addCapped(mulCapped(mulCapped(q, p+1), m), mulCapped(q*ApplyFactor, part)), ProcessAllowance)
+	return total, fmt.Sprintf("QUEUES (%d) × (PREFETCH (%d) + 1) × MAX_MESSAGE_BYTES (%s) in flight"+
 		" + QUEUES (%d) × %d × max(MAX_BATCH_BYTES, MAX_MESSAGE_BYTES) (%s) being handled"+
 		" + %s for the rest of the process = %s",
 		q, p, FormatBytes(m), q, ApplyFactor, FormatBytes(part), FormatBytes(ProcessAllowance), FormatBytes(total))
