@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"strings"
 	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
@@ -79,14 +80,18 @@ const (
 	rawConnTimeout = 15 * time.Second
 )
 
-// dialRaw connects to ep as amqp091-go would (amqps with the system's roots), logs in
-// with PLAIN and opens channel rawChannel. Errors never include the URL.
+// dialRaw connects to ep as amqp091-go would (amqps with the URL's TLS files or the
+// system's roots), logs in with the URL's auth_mechanism and opens channel rawChannel,
+// within the URL's connection_timeout. Errors never include the URL.
 func dialRaw(ctx context.Context, ep Endpoint) (*rawConn, error) {
 	uri, err := amqp.ParseURI(ep.URL)
 	if err != nil {
 		return nil, errors.New("parse the broker's URL")
 	}
-	ctx, cancel := context.WithTimeout(ctx, rawConnTimeout)
+	if _, _, err := rawAuth(uri); err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithTimeout(ctx, connectionTimeout(uri, rawConnTimeout))
 	defer cancel()
 	var d net.Dialer
 	addr := net.JoinHostPort(uri.Host, fmt.Sprint(uri.Port))
@@ -117,6 +122,24 @@ func dialRaw(ctx context.Context, ep Endpoint) (*rawConn, error) {
 	return c, nil
 }
 
+// rawAuth is the SASL mechanism and response the raw client logs in with: the first of
+// the URL's auth_mechanism list it speaks (PLAIN, or EXTERNAL for a client certificate),
+// PLAIN when the URL names none. AMQPLAIN is refused, naming the parameter.
+func rawAuth(uri amqp.URI) (mechanism, response string, err error) {
+	if len(uri.AuthMechanism) == 0 {
+		return "PLAIN", "\x00" + uri.Username + "\x00" + uri.Password, nil
+	}
+	for _, m := range uri.AuthMechanism {
+		switch strings.ToLower(strings.TrimSpace(m)) {
+		case "plain":
+			return "PLAIN", "\x00" + uri.Username + "\x00" + uri.Password, nil
+		case "external":
+			return "EXTERNAL", "", nil
+		}
+	}
+	return "", "", errors.New("the broker URL's auth_mechanism names neither plain nor external, the mechanisms the client that moves messages to -error speaks")
+}
+
 func (c *rawConn) open(uri amqp.URI) error {
 	if _, err := c.conn.Write([]byte("AMQP\x00\x00\x09\x01")); err != nil {
 		return err
@@ -124,10 +147,14 @@ func (c *rawConn) open(uri amqp.URI) error {
 	if _, err := c.expect(mConnStart); err != nil {
 		return err
 	}
+	mechanism, response, err := rawAuth(uri)
+	if err != nil {
+		return err
+	}
 	var w rawWriter
 	w.table(nil)
-	w.shortstr("PLAIN")
-	w.longstr("\x00" + uri.Username + "\x00" + uri.Password)
+	w.shortstr(mechanism)
+	w.longstr(response)
 	w.shortstr("en_US")
 	if err := c.method(0, mConnStartOk, w.b.Bytes()); err != nil {
 		return err
@@ -140,6 +167,9 @@ func (c *rawConn) open(uri amqp.URI) error {
 		return errors.New("connection.tune too short")
 	}
 	channelMax, frameMax := binary.BigEndian.Uint16(tune), binary.BigEndian.Uint32(tune[2:])
+	if uri.ChannelMax > 0 && (channelMax == 0 || uri.ChannelMax < channelMax) {
+		channelMax = uri.ChannelMax
+	}
 	if frameMax == 0 || frameMax > rawFrameMax {
 		frameMax = rawFrameMax
 	}
@@ -147,7 +177,9 @@ func (c *rawConn) open(uri amqp.URI) error {
 	w = rawWriter{}
 	w.u16(channelMax)
 	w.u32(frameMax)
-	w.u16(0) // no heartbeats: the connection lives for seconds
+	// No heartbeats, whatever the URL's heartbeat: the connection lives for seconds, and
+	// every read it makes has a deadline of its own.
+	w.u16(0)
 	if err := c.method(0, mConnTuneOk, w.b.Bytes()); err != nil {
 		return err
 	}
