@@ -417,22 +417,6 @@ func (c *rawConn) declarePassive(queue string) error {
 	return c.call(mQueueDeclare, w.b.Bytes(), mQueueDeclOk)
 }
 
-// publish sends a mandatory message to queue through the default exchange: header is the
-// content header frame's payload, body split into frames that fit frame_max.
-func (c *rawConn) publish(queue string, header, body []byte) error {
-	if err := c.publishHeader(queue, header); err != nil {
-		return err
-	}
-	for chunk := c.frameMax - 8; len(body) > 0; {
-		n := min(chunk, len(body))
-		if err := c.frame(rawFrameBody, rawChannel, body[:n]); err != nil {
-			return err
-		}
-		body = body[n:]
-	}
-	return nil
-}
-
 // settleMove ends a move to -error, in the channel's transaction with the copy published
 // before it: it cancels the consumer, then acknowledges tag and commits. Cancelled first,
 // the consumer gets nothing when the commit frees its prefetch: a message delivered to a
