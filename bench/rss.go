@@ -7,6 +7,8 @@ import (
 	"strings"
 	"time"
 
+	amqp "github.com/rabbitmq/amqp091-go"
+
 	"github.com/brokerswitch/brokerswitch/internal/testenv"
 	"github.com/brokerswitch/brokerswitch/payloads"
 	"github.com/brokerswitch/brokerswitch/simulate"
@@ -77,6 +79,20 @@ func rssCases(n int) []rssCase {
 				}
 				return 20 * len(rssEvents), 20 * len(rssEvents)
 			}},
+		{name: "Kubernetes sample, an unreadable message (headers nested 33 deep) at the head of each queue, ahead of 10 bodies of 16 MiB each followed by a small event", env: kubernetesSample(),
+			fill: func(s *figure, p *simulate.Producer) (int, int) {
+				unreadable := amqp.Table{"x-deep": nestedTable(33)}
+				for _, event := range rssEvents {
+					s.check(p.Publish(context.Background(), messages(unreadable, padded(s, event, 0))...), "publish")
+				}
+				for range 10 {
+					for _, event := range rssEvents {
+						publish(s, p, padded(s, event, brokerMaxMessageBytes))
+						publish(s, p, padded(s, event, 0))
+					}
+				}
+				return 10 * len(rssEvents), 11 * len(rssEvents)
+			}},
 		{name: "Kubernetes sample, the costliest bodies: 4 installations listing repositories, 20 bodies on each other queue, all just under MAX_MESSAGE_BYTES", env: kubernetesSample(),
 			fill: func(s *figure, p *simulate.Producer) (int, int) {
 				const size = 4<<20 - 1<<10
@@ -93,6 +109,16 @@ func rssCases(n int) []rssCase {
 				return 4 + 20*3, 0
 			}},
 	}
+}
+
+// nestedTable is a header table nested depth deep: amqp091-go refuses to read one
+// nested more than 32 deep, so a message carrying it is moved to -error by the raw client.
+func nestedTable(depth int) amqp.Table {
+	t := amqp.Table{"leaf": "x"}
+	for range depth {
+		t = amqp.Table{"in": t}
+	}
+	return t
 }
 
 // padded is an event padded to size bytes (at least its example's) with a field no table
