@@ -8,6 +8,8 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	neturl "net/url"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -319,7 +321,9 @@ func watch(logger *slog.Logger, m *metrics.Metrics, ep Endpoint, conn *amqp.Conn
 // dial connects to ep within dialTimeout, giving up early when ctx ends; guard, when set,
 // wraps the socket the library reads. Errors never include the URL.
 func dial(ctx context.Context, ep Endpoint, frameSize int, heartbeat time.Duration, name string, guard func(net.Conn) net.Conn) (*amqp.Connection, error) {
-	ctx, cancel := context.WithTimeout(ctx, dialTimeout)
+	uri, err := amqp.ParseURI(ep.URL)
+	secure := err == nil && uri.Scheme == "amqps"
+	ctx, cancel := context.WithTimeout(ctx, connectionTimeout(uri, dialTimeout))
 	defer cancel()
 
 	props := amqp.NewConnectionProperties()
@@ -332,11 +336,8 @@ func dial(ctx context.Context, ep Endpoint, frameSize int, heartbeat time.Durati
 	// handshake fails (no SASL mechanism in common, say) until the deadline ends it.
 	var raw net.Conn
 	url := ep.URL
-	uri, err := amqp.ParseURI(url)
-	secure := err == nil && uri.Scheme == "amqps"
 	if guard != nil && secure {
-		uri.Scheme = "amqp" // the port stays the amqps one: String writes it out
-		url = uri.String()
+		url = plainSchemeURL(ep.URL, uri)
 	}
 	cfg := amqp.Config{
 		FrameSize:  frameSize,
@@ -394,6 +395,28 @@ func dial(ctx context.Context, ep Endpoint, frameSize int, heartbeat time.Durati
 		return nil, ctx.Err()
 	}
 	return conn, nil
+}
+
+// plainSchemeURL is raw, an amqps URL that parsed as uri, with the amqp scheme and the
+// amqps port written out: the URL amqp091-go dials when the Dial func does the TLS
+// beneath a guard. Every query parameter stays (auth_mechanism, heartbeat,
+// connection_timeout, channel_max and the TLS files), which URI.String would drop.
+func plainSchemeURL(raw string, uri amqp.URI) string {
+	u, err := neturl.Parse(raw)
+	if err != nil {
+		return raw
+	}
+	u.Scheme = "amqp"
+	u.Host = net.JoinHostPort(u.Hostname(), strconv.Itoa(uri.Port))
+	return u.String()
+}
+
+// connectionTimeout is the URL's connection_timeout, as amqp091-go reads it, or def.
+func connectionTimeout(uri amqp.URI, def time.Duration) time.Duration {
+	if uri.ConnectionTimeout > 0 {
+		return time.Duration(uri.ConnectionTimeout) * time.Millisecond
+	}
+	return def
 }
 
 // scrub is a safety net: should an error text ever quote the URL or password,
