@@ -103,6 +103,11 @@ func (p failingPool) ReadyCounts(context.Context, int, []string) (map[string]int
 	return nil, errors.New("dial " + p.eps[0].URL + ": refused (" + brokerPassword + ")")
 }
 
+func (p failingPool) QueueCounts(ctx context.Context, index int, queues []string) (map[string]broker.QueueCount, error) {
+	_, err := p.ReadyCounts(ctx, index, queues)
+	return nil, err
+}
+
 const brokerPassword = "Sup3r-S3cret-pw/x"
 
 // The drain check's error goes to Postgres (the API shows it), to the workflow's history
