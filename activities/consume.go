@@ -93,17 +93,17 @@ func (a *Window) Consume(ctx context.Context, in ConsumeInput) (err error) {
 	if err := a.Pool.DeclareTopology(ctx, in.BrokerIndex, a.Topology); err != nil {
 		return fmt.Errorf("consume %s: %w", in.Queue, err)
 	}
-	gone, stopFence, err := a.fence().guard(ctx, lease.What{Queue: in.Queue, Broker: &in.BrokerIndex}, end)
+	g, err := a.fence().guard(ctx, lease.What{Queue: in.Queue, Broker: &in.BrokerIndex}, end)
 	if err != nil {
 		return fmt.Errorf("consume %s: %w", in.Queue, err)
 	}
-	defer stopFence()
+	defer g.stop()
 	go a.endEarly(windowCtx, end, in)
 	go a.watchSpares(windowCtx, end, in)
 
-	opts := broker.ConsumeOptions{Prefetch: a.Prefetch, ConsumerTag: consumerTag(ctx), Fence: gone, SettleTimeout: a.settle()}
+	opts := broker.ConsumeOptions{Prefetch: a.Prefetch, ConsumerTag: consumerTag(ctx), Fence: g.gone, SettleTimeout: a.settle()}
 	for {
-		err = a.Pool.Consume(windowCtx, in.BrokerIndex, in.Queue, opts, a.Handlers.ForActive(in.BrokerIndex))
+		err = a.Pool.Consume(windowCtx, in.BrokerIndex, in.Queue, opts, a.Handlers.ForActive(in.BrokerIndex, g.checks...))
 		// A message no consumer can hold is in -error now: reading on in this attempt
 		// costs the queue nothing, where failing it would wait out a retry's backoff.
 		if !errors.Is(err, broker.ErrMovedToError) {

@@ -352,24 +352,37 @@ type Held struct {
 	k    *Keeper
 	gen  *generation
 	info activity.Info
+	// queue is the queue the attempt took over, at generation; "" for none.
+	queue      string
+	generation int64
 }
 
 // Hold registers the calling activity's attempt under the worker's lease, waiting up to
-// the lease's renewal interval for one to be taken (a worker that just started). Release
-// it when the activity returns.
+// the lease's renewal interval for one to be taken (a worker that just started), and, when
+// what names a queue, takes the queue over: its fencing token advances, and every batch of
+// an earlier attempt that has not committed yet is refused (QueueCheck). Release it when
+// the activity returns.
 func (k *Keeper) Hold(ctx context.Context, what What) (*Held, error) {
 	info := activity.GetInfo(ctx)
 	g, err := k.await(ctx)
 	if err != nil {
 		return nil, err
 	}
-	err = k.DB.WithContext(ctx).Exec(`INSERT INTO lease_attempts (lease_id, workflow_id, activity_id, attempt, activity_type, task_token, queue, broker)
-		VALUES (?, ?, ?, ?, ?, ?, ?, ?)`, g.id, info.WorkflowExecution.ID, info.ActivityID, info.Attempt,
-		info.ActivityType.Name, info.TaskToken, what.Queue, what.Broker).Error
+	held := &Held{k: k, gen: g, info: info, queue: what.Queue}
+	err = k.DB.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
+		err := tx.Exec(`INSERT INTO lease_attempts (lease_id, workflow_id, activity_id, attempt, activity_type, task_token, queue, broker)
+			VALUES (?, ?, ?, ?, ?, ?, ?, ?)`, g.id, info.WorkflowExecution.ID, info.ActivityID, info.Attempt,
+			info.ActivityType.Name, info.TaskToken, what.Queue, what.Broker).Error
+		if err != nil || what.Queue == "" {
+			return err
+		}
+		held.generation, err = takeQueue(tx, what.Queue)
+		return err
+	})
 	if err != nil {
 		return nil, fmt.Errorf("register %s under the worker's lease: %w", info.ActivityType.Name, err)
 	}
-	return &Held{k: k, gen: g, info: info}, nil
+	return held, nil
 }
 
 // await returns the live lease, waiting up to one renewal interval for one.
