@@ -162,6 +162,11 @@ const (
 	// DefaultWorkerLeaseTTL is WORKER_LEASE_TTL's default: a killed worker's queues are
 	// read again about this long after its last renewal.
 	DefaultWorkerLeaseTTL = 8 * time.Second
+	// DBSilentSessionTimeout is how long Postgres keeps a session of ours that sits in a
+	// transaction without a word, and about how soon either end of a connection gives a
+	// silent link up: the ledger claims and row locks of a worker paused or cut off
+	// mid-batch are gone within it, before its lease expires and a peer takes its queues.
+	DBSilentSessionTimeout = 5 * time.Second
 	// DefaultUnnotifiedBrokerGrace is UNNOTIFIED_BROKER_GRACE's default. WebhooksHandler
 	// retries a failed notification through its own -retry queue, ten minutes a cycle and
 	// ten cycles at most: a notification can arrive 100 minutes after the rotation and
