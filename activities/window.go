@@ -78,6 +78,9 @@ type Window struct {
 	UnnotifiedGrace time.Duration
 	Topology        broker.Topology
 	Prefetch        int
+	// Heartbeat is AMQP_HEARTBEAT (0: broker.DefaultHeartbeat): a window waits about three
+	// of them for an exclusive consumer held on a connection gone silent.
+	Heartbeat time.Duration
 	// Leases registers each attempt under the worker's lease (lease.Keeper): a worker that
 	// dies has its attempts failed by a peer and retried at once, without heartbeats.
 	Leases attemptHolder

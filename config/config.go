@@ -95,9 +95,10 @@ type Config struct {
 	// this while it reaches Postgres and Temporal, and stops its windows once it has not
 	// for three quarters; a peer retries a dead worker's windows once its lease expired.
 	WorkerLeaseTTL time.Duration
-	// AMQPHeartbeat from AMQP_HEARTBEAT (default 10s): the AMQP heartbeat timeout offered to
-	// the brokers. A worker whose host vanishes (no TCP close) keeps its consumer, and so
-	// its queue, until the broker drops its silent connection, about this long after.
+	// AMQPHeartbeat from AMQP_HEARTBEAT (default 3s): the AMQP heartbeat timeout offered to
+	// the brokers. A worker whose host vanishes (no TCP close), or that is paused, keeps its
+	// consumer, and so its queue, until the broker drops its silent connection, about three
+	// times this long after.
 	AMQPHeartbeat time.Duration
 	// WorkerStopTimeout from WORKER_STOP_TIMEOUT (default 1m): how long a stopping worker
 	// lets its windows settle their batch in hand. Keep a container's termination grace
