@@ -296,11 +296,26 @@ func (k *Keeper) reap(ctx context.Context) {
 		if keep {
 			continue
 		}
-		if err := k.DB.WithContext(cctx).Exec(`DELETE FROM worker_leases WHERE lease_id = ? AND expires_at < now()`, id).Error; err != nil {
+		// The lease itself stays for pollHorizon, so that its identity is swept at every
+		// scan meanwhile: a worker paused or cut off still has long polls open, and
+		// Temporal hands them the retries of the very attempts failed here.
+		err := k.DB.WithContext(cctx).Exec(`DELETE FROM lease_attempts WHERE lease_id = ?`, id).Error
+		if err == nil {
+			err = k.DB.WithContext(cctx).Exec(`DELETE FROM worker_leases WHERE lease_id = ? AND expires_at < now() - make_interval(secs => ?)`,
+				id, pollHorizon.Seconds()).Error
+		}
+		if err != nil {
 			k.Logger.DebugContext(ctx, "expired lease not deleted", "error", err)
 		}
 	}
 }
+
+// pollHorizon is how long after its lease expired a worker's identity is still swept.
+// Temporal hands a task to any poll still open, and a worker paused (SIGSTOP) or cut off
+// without a close keeps its long polls open for up to about 70 s: the retry of an attempt
+// failed by the reaper can land on the worker that cannot run it, and stay there until it
+// wakes. Swept again, it is failed in turn, until the worker's polls are used up or gone.
+const pollHorizon = 2 * time.Minute
 
 // sweep fails, by id, every started attempt of the long-running workflows whose last
 // worker is identity, and that Temporal started before startedBefore unless it is zero:
