@@ -169,6 +169,8 @@ func (p *Proxy) track(l net.Listener, in, out net.Conn) bool {
 
 func (p *Proxy) pipe(dst, src net.Conn, toServer bool) {
 	p.copy(heldConn{Conn: dst, p: p}, src, toServer)
+	// A close is news too: a silent link does not carry it.
+	p.awaitSpeaking()
 	dst.Close()
 	src.Close()
 	p.mu.Lock()
