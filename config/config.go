@@ -97,9 +97,10 @@ type Config struct {
 	// this while it reaches Postgres and Temporal, and stops its windows once it has not
 	// for three quarters; a peer retries a dead worker's windows once its lease expired.
 	WorkerLeaseTTL time.Duration
-	// AMQPHeartbeat from AMQP_HEARTBEAT (default 10s): the AMQP heartbeat timeout offered to
-	// the brokers. A worker whose host vanishes (no TCP close) keeps its consumer, and so
-	// its queue, until the broker drops its silent connection, about this long after.
+	// AMQPHeartbeat from AMQP_HEARTBEAT (default 3s): the AMQP heartbeat timeout offered to
+	// the brokers. A worker whose host vanishes (no TCP close), or that is paused, keeps its
+	// consumer, and so its queue, until the broker drops its silent connection, about three
+	// times this long after.
 	AMQPHeartbeat time.Duration
 	// WorkerStopTimeout from WORKER_STOP_TIMEOUT (default 1m): how long a stopping worker
 	// lets its windows settle their batch in hand. Keep a container's termination grace
@@ -166,6 +167,11 @@ const (
 	// DefaultWorkerLeaseTTL is WORKER_LEASE_TTL's default: a killed worker's queues are
 	// read again about this long after its last renewal.
 	DefaultWorkerLeaseTTL = 8 * time.Second
+	// DBSilentSessionTimeout is how long Postgres keeps a session of ours that sits in a
+	// transaction without a word, and about how soon either end of a connection gives a
+	// silent link up: the ledger claims and row locks of a worker paused or cut off
+	// mid-batch are gone within it, before its lease expires and a peer takes its queues.
+	DBSilentSessionTimeout = 5 * time.Second
 	// DefaultUnnotifiedBrokerGrace is UNNOTIFIED_BROKER_GRACE's default. WebhooksHandler
 	// retries a failed notification through its own -retry queue, ten minutes a cycle and
 	// ten cycles at most: a notification can arrive 100 minutes after the rotation and

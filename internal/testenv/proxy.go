@@ -25,6 +25,9 @@ type Proxy struct {
 	listener net.Listener
 	stopDial context.CancelFunc // ends the dials of the clients listener accepted
 	conns    map[net.Conn]struct{}
+	// quiet is open while the proxy is silent (Silence), closed by Speak or Cut; nil
+	// while it forwards.
+	quiet chan struct{}
 }
 
 // NewProxy listens on a free loopback port and forwards to target until the test ends.
@@ -56,10 +59,58 @@ func ListenProxy(target string, copy Copy) (*Proxy, error) {
 // Addr is the host:port clients connect to.
 func (p *Proxy) Addr() string { return p.addr }
 
+// Silence stops forwarding, both ways, on every connection and every new one, without
+// closing any: what either side sends is held, unacknowledged past the socket buffers, as
+// on a link gone silent (a partition, a lost NAT entry, a peer's host frozen), until
+// Speak or Cut. Neither side learns of it but by its own timeouts.
+func (p *Proxy) Silence() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.quiet == nil {
+		p.quiet = make(chan struct{})
+	}
+}
+
+// Speak forwards again what Silence held, and what comes next.
+func (p *Proxy) Speak() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.speak()
+}
+
+func (p *Proxy) speak() {
+	if p.quiet != nil {
+		close(p.quiet)
+		p.quiet = nil
+	}
+}
+
+// awaitSpeaking blocks while the proxy is silent.
+func (p *Proxy) awaitSpeaking() {
+	p.mu.Lock()
+	q := p.quiet
+	p.mu.Unlock()
+	if q != nil {
+		<-q
+	}
+}
+
+// heldConn is one side of a proxied connection whose writes wait while the proxy is silent.
+type heldConn struct {
+	net.Conn
+	p *Proxy
+}
+
+func (c heldConn) Write(b []byte) (int, error) {
+	c.p.awaitSpeaking()
+	return c.Conn.Write(b)
+}
+
 // Cut closes every connection and refuses new ones.
 func (p *Proxy) Cut() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	p.speak()
 	if p.listener != nil {
 		p.listener.Close()
 		p.listener = nil
@@ -145,7 +196,9 @@ func (p *Proxy) forget(c net.Conn) {
 }
 
 func (p *Proxy) pipe(dst, src net.Conn, toServer bool) {
-	p.copy(dst, src, toServer)
+	p.copy(heldConn{Conn: dst, p: p}, src, toServer)
+	// A close is news too: a silent link does not carry it.
+	p.awaitSpeaking()
 	dst.Close()
 	src.Close()
 	p.mu.Lock()
