@@ -1,6 +1,7 @@
 package activities
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -94,20 +95,29 @@ func (a *Window) Consume(ctx context.Context, in ConsumeInput) (err error) {
 	if err := a.Pool.DeclareTopology(ctx, in.BrokerIndex, a.Topology); err != nil {
 		return fmt.Errorf("consume %s: %w", in.Queue, err)
 	}
-	gone, stopFence, err := a.fence().guard(ctx, lease.What{Queue: in.Queue, Broker: &in.BrokerIndex}, end)
+	g, err := a.fence().guard(ctx, lease.What{Queue: in.Queue, Broker: &in.BrokerIndex}, end)
 	if err != nil {
 		return fmt.Errorf("consume %s: %w", in.Queue, err)
 	}
-	defer stopFence()
+	defer g.stop()
 	go a.endEarly(windowCtx, end, in, planned)
 	go a.watchSpares(windowCtx, end, in)
 
-	opts := broker.ConsumeOptions{Prefetch: a.Prefetch, ConsumerTag: consumerTag(ctx), Fence: gone, SettleTimeout: a.settle()}
+	opts := broker.ConsumeOptions{Prefetch: a.Prefetch, ConsumerTag: consumerTag(ctx), Fence: g.gone, SettleTimeout: a.settle()}
+	taken := time.Now().Add(a.consumerWait())
 	for {
-		err = a.Pool.Consume(windowCtx, in.BrokerIndex, in.Queue, opts, a.Handlers.ForActive(in.BrokerIndex))
+		err = a.Pool.Consume(windowCtx, in.BrokerIndex, in.Queue, opts, a.Handlers.ForActive(in.BrokerIndex, g.checks...))
 		// A message no consumer can hold is in -error now: reading on in this attempt
 		// costs the queue nothing, where failing it would wait out a retry's backoff.
-		if !errors.Is(err, broker.ErrMovedToError) {
+		if errors.Is(err, broker.ErrMovedToError) {
+			continue
+		}
+		// The attempt this one replaces may hold the exclusive consumer on a connection
+		// gone silent (its worker paused or cut off): the broker drops it a few heartbeats
+		// later, and its batches are refused meanwhile (the queue's fencing token). Asking
+		// again here takes the queue as soon as it is free, where a failed attempt would
+		// wait out a growing retry backoff.
+		if !errors.Is(err, broker.ErrExclusiveConsumer) || !time.Now().Before(taken) || !pause(windowCtx, consumerRetry) {
 			break
 		}
 	}
@@ -126,6 +136,29 @@ func (a *Window) Consume(ctx context.Context, in ConsumeInput) (err error) {
 	// A cancelled activity (the workflow was cancelled, or the worker's stop timeout
 	// passed) reports cancellation; every other end is a success.
 	return ctx.Err()
+}
+
+// consumerRetry is how often a window asks again for an exclusive consumer that another
+// connection holds.
+const consumerRetry = 500 * time.Millisecond
+
+// consumerWait is how long a window asks again for an exclusive consumer that another
+// connection holds: three heartbeats, after which the broker drops a silent connection,
+// and a margin.
+func (a *Window) consumerWait() time.Duration {
+	return 3*cmp.Or(a.Heartbeat, broker.DefaultHeartbeat) + 5*time.Second
+}
+
+// pause waits for d, and tells whether ctx is still live after it.
+func pause(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
 }
 
 // fence is the window activities' fence, from their settings.

@@ -12,6 +12,7 @@ import (
 	"go.temporal.io/sdk/activity"
 
 	"github.com/brokerswitch/brokerswitch/lease"
+	"github.com/brokerswitch/brokerswitch/models"
 )
 
 // attemptHolder registers an activity attempt under the worker's lease (lease.Keeper).
@@ -48,19 +49,35 @@ type fence struct {
 	logger *slog.Logger
 }
 
-// guard registers the attempt under the lease and watches it until stop is called; gone
-// closes, and end is called with errFenced, when the attempt must stop.
-func (f fence) guard(ctx context.Context, what lease.What, end context.CancelCauseFunc) (gone <-chan struct{}, stop func(), err error) {
+// guarded is an attempt that a fence watches.
+type guarded struct {
+	// gone closes when the attempt must stop.
+	gone <-chan struct{}
+	// stop ends the watch and releases the attempt from the lease.
+	stop func()
+	// checks end every batch's transaction: the attempt still holds its queue (it was
+	// not taken over by a successor while this worker was paused or cut off).
+	checks []models.Check
+}
+
+// guard registers the attempt under the lease, which takes its queue over, and watches it
+// until stop is called; gone closes, and end is called with errFenced, when the attempt
+// must stop.
+func (f fence) guard(ctx context.Context, what lease.What, end context.CancelCauseFunc) (guarded, error) {
 	held, err := f.leases.Hold(ctx, what)
 	if err != nil {
-		return nil, nil, err
+		return guarded{}, err
 	}
 	info := activity.GetInfo(ctx)
 	// A peer may have failed this attempt already (its worker had no lease when Temporal
 	// handed it over): it must not start.
 	if p, asked := f.describe(ctx, info); asked && (p == nil || p.GetAttempt() > info.Attempt) {
 		held.Release()
-		return nil, nil, fmt.Errorf("%s: %w", info.ActivityType.Name, errFenced)
+		return guarded{}, fmt.Errorf("%s: %w", info.ActivityType.Name, errFenced)
+	}
+	var checks []models.Check
+	if c, ok := held.QueueCheck(); ok {
+		checks = append(checks, c)
 	}
 	closed := make(chan struct{})
 	watchCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
@@ -76,11 +93,11 @@ func (f fence) guard(ctx context.Context, what lease.What, end context.CancelCau
 		close(closed)
 		end(errFenced)
 	}()
-	return closed, func() {
+	return guarded{gone: closed, checks: checks, stop: func() {
 		cancel()
 		<-done
 		held.Release()
-	}, nil
+	}}, nil
 }
 
 // watch blocks until the attempt must stop, and says why, or until ctx ends ("").

@@ -71,8 +71,10 @@ type spareVisit struct {
 // notification. A broker that cannot be reached is a warning, never a failed window; one
 // that fails otherwise while it holds messages fails the attempt, so that the active
 // broker is not read past it. The batch in hand is given back unsettled once gone closes
-// (broker.DrainOptions.Fence).
-func (a *Window) leftoverDrain(ctx context.Context, in LeftoverDrainInput, gone <-chan struct{}) (LeftoverDrainResult, error) {
+// (broker.DrainOptions.Fence), and every batch's transaction checks that the attempt still
+// holds the queue (g.checks) and that the spare is still one (stateLoader.SpareCheck): a
+// notification recorded since the drain decided how to read it ends the spare's visit.
+func (a *Window) leftoverDrain(ctx context.Context, in LeftoverDrainInput, g guarded) (LeftoverDrainResult, error) {
 	res := LeftoverDrainResult{Taken: map[int]int{}}
 	behind, unannounced, err := a.readings(ctx, in)
 	if err != nil {
@@ -111,11 +113,12 @@ func (a *Window) leftoverDrain(ctx context.Context, in LeftoverDrainInput, gone 
 		err := a.Pool.DeclareTopology(ctx, idx, a.Topology.ForQueue(in.Queue))
 		var got broker.DrainResult
 		if err == nil {
-			opts := broker.DrainOptions{Max: budget, Batch: a.Prefetch, Fence: gone}
+			opts := broker.DrainOptions{Max: budget, Batch: a.Prefetch, Fence: g.gone}
 			if v.reading == brokerstate.ReadReturned {
 				opts.Keep = func(d amqp.Delivery) bool { return !broker.Returned(d, in.Queue) }
 			}
-			got, err = a.Pool.DrainWith(ctx, idx, in.Queue, opts, a.Handlers.ForBroker(idx))
+			checks := append(slices.Clip(g.checks), a.State.SpareCheck(idx))
+			got, err = a.Pool.DrainWith(ctx, idx, in.Queue, opts, a.Handlers.ForBroker(idx, checks...))
 		}
 		res.Taken[idx] = got.Taken
 		budget -= got.Taken
@@ -128,6 +131,11 @@ func (a *Window) leftoverDrain(ctx context.Context, in LeftoverDrainInput, gone 
 			if stop, err := a.afterDrain(ctx, in.Queue, v, got, budget, &res); err != nil || stop {
 				return res, err
 			}
+		case errors.Is(err, brokerstate.ErrNotSpare):
+			// A notification or a switch recorded since this visit began: what the broker
+			// holds now is read as its new place says, by a later window.
+			a.Logger.InfoContext(ctx, "leftover drain: the broker is no longer a spare; its visit ends",
+				"queue", in.Queue, "broker", a.endpoint(idx), "taken", got.Taken, "why", err)
 		case ctx.Err() == nil && !errors.Is(err, broker.ErrHandler) && !isBrokerUnreachable(err):
 			// The spare answers but cannot be read: what it holds may be older than
 			// anything behind it.

@@ -17,14 +17,17 @@ import (
 
 	"github.com/brokerswitch/brokerswitch/broker"
 	"github.com/brokerswitch/brokerswitch/internal/testenv"
+	"github.com/brokerswitch/brokerswitch/models"
 )
 
 // ackAll applies nothing and acknowledges everything: these tests are about the spare.
 type ackAll struct{}
 
-func (a ackAll) ForActive(index int) broker.BatchHandler { return a.ForBroker(index) }
+func (a ackAll) ForActive(index int, _ ...models.Check) broker.BatchHandler {
+	return a.ForBroker(index)
+}
 
-func (ackAll) ForBroker(int) broker.BatchHandler {
+func (ackAll) ForBroker(int, ...models.Check) broker.BatchHandler {
 	return broker.BatchHandlerFunc(func(_ context.Context, _ string, ds []amqp.Delivery) ([]broker.Verdict, error) {
 		return make([]broker.Verdict, len(ds)), nil
 	})
@@ -60,7 +63,7 @@ func leftoverDrainOf(t *testing.T, in LeftoverDrainInput, urls ...string) (Lefto
 	// The drain runs inside PrepareWindow; here on its own, in an activity of its own,
 	// without the attempt's fence (which needs a worker's lease and a Temporal server).
 	env.RegisterActivityWithOptions(func(ctx context.Context, in LeftoverDrainInput) (LeftoverDrainResult, error) {
-		return m.w.leftoverDrain(ctx, in, nil)
+		return m.w.leftoverDrain(ctx, in, guarded{})
 	}, activity.RegisterOptions{Name: "LeftoverDrain"})
 	v, err := env.ExecuteActivity("LeftoverDrain", in)
 	var res LeftoverDrainResult

@@ -6,6 +6,7 @@ import (
 	"context"
 	"log/slog"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -13,10 +14,12 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.temporal.io/sdk/activity"
 	"go.temporal.io/sdk/testsuite"
+	"gorm.io/gorm"
 
 	"github.com/brokerswitch/brokerswitch/broker"
 	"github.com/brokerswitch/brokerswitch/brokerstate"
 	"github.com/brokerswitch/brokerswitch/internal/testenv"
+	"github.com/brokerswitch/brokerswitch/models"
 	"github.com/brokerswitch/brokerswitch/models/modelstest"
 )
 
@@ -76,7 +79,7 @@ func (m *marked) prepare(t *testing.T) LeftoverDrainResult {
 		}
 		return m.w.leftoverDrain(ctx, LeftoverDrainInput{
 			Queue: queue, Brokers: plan.Leftover, Ahead: plan.Ahead, Active: plan.ActiveIndex, Cap: plan.LeftoverDrainCap,
-		}, nil)
+		}, guarded{})
 	}, activity.RegisterOptions{Name: "PrepareWindow"})
 	v, err := env.ExecuteActivity("PrepareWindow", "issues")
 	require.NoError(t, err)
@@ -202,4 +205,71 @@ func TestADrainCheckNamesTheSpareThatHoldsTheHop(t *testing.T) {
 	placed, err := s.DrainCheck(t.Context(), DrainCheckInput{BrokerIndex: 0})
 	require.NoError(t, err)
 	require.Empty(t, placed.HeldBy, "B is on the route now")
+}
+
+// checking applies nothing and acknowledges everything, as ackAll does, but runs each
+// batch's checks in a transaction of its own first, as the ingester ends every batch's
+// transaction with them; before, when set, runs ahead of the n-th batch (from 1).
+type checking struct {
+	db     *gorm.DB
+	mu     sync.Mutex
+	n      int
+	before func(n int)
+}
+
+func (c *checking) ForActive(index int, checks ...models.Check) broker.BatchHandler {
+	return c.ForBroker(index, checks...)
+}
+
+func (c *checking) ForBroker(_ int, checks ...models.Check) broker.BatchHandler {
+	return broker.BatchHandlerFunc(func(ctx context.Context, _ string, ds []amqp.Delivery) ([]broker.Verdict, error) {
+		c.mu.Lock()
+		c.n++
+		n := c.n
+		c.mu.Unlock()
+		if c.before != nil {
+			c.before(n)
+		}
+		err := c.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
+			for _, check := range checks {
+				if err := tx.Exec(check.Query, check.Args...).Error; err != nil {
+					if refused := check.Refused(err); refused != nil {
+						return refused
+					}
+					return err
+				}
+			}
+			return nil
+		})
+		if err != nil {
+			return nil, err
+		}
+		return make([]broker.Verdict, len(ds)), nil
+	})
+}
+
+// A Leftover Drain decides how it reads a spare before its first round. When the
+// producer's word that it is back on that broker is recorded while the drain is under way,
+// the drain reads no further batch of it: what arrives there from then on is the
+// producer's present, and what is left waits, in order, to be read as the broker's new
+// place says.
+func TestADrainStopsReadingASpareOnceItsNotificationIsRecorded(t *testing.T) {
+	const a, b = 0, 1
+	m := newMarked(t, 2)
+	m.notify(t, b)
+	m.commit(t)
+	for range 4 {
+		m.publish(t, a)
+	}
+	m.w.Prefetch = 2
+	m.w.Handlers = &checking{db: m.store.DB, before: func(n int) {
+		if n == 2 {
+			m.notify(t, a) // the producer went back to A, between two batches of its drain
+		}
+	}}
+	res := m.prepare(t)
+	require.Equal(t, 2, res.Taken[a], "the batch after the notification is not applied")
+	q, err := channel(t, m.urls[a]).QueueDeclarePassive("issues", true, false, false, false, nil)
+	require.NoError(t, err)
+	require.Equal(t, 2, q.Messages, "the rest waits on A")
 }

@@ -63,11 +63,11 @@ type PreparedWindow struct {
 func (a *Window) PrepareWindow(ctx context.Context, queue string) (PreparedWindow, error) {
 	drainCtx, end := context.WithCancelCause(ctx)
 	defer end(nil)
-	gone, stopFence, err := a.fence().guard(ctx, lease.What{Queue: queue}, end)
+	g, err := a.fence().guard(ctx, lease.What{Queue: queue}, end)
 	if err != nil {
 		return PreparedWindow{}, fmt.Errorf("prepare window %s: %w", queue, err)
 	}
-	defer stopFence()
+	defer g.stop()
 	plan, err := a.planWindow(drainCtx)
 	if err != nil {
 		return PreparedWindow{}, err
@@ -78,7 +78,7 @@ func (a *Window) PrepareWindow(ctx context.Context, queue string) (PreparedWindo
 	}
 	out.Drained, err = a.leftoverDrain(drainCtx, LeftoverDrainInput{
 		Queue: queue, Brokers: plan.Leftover, Ahead: plan.Ahead, Active: plan.ActiveIndex, Cap: plan.LeftoverDrainCap,
-	}, gone)
+	}, g)
 	if err != nil {
 		if errors.Is(context.Cause(drainCtx), errFenced) {
 			return out, fmt.Errorf("prepare window %s: %w", queue, errFenced)

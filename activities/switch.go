@@ -193,8 +193,9 @@ func (a *Switch) DrainCheck(ctx context.Context, in DrainCheckInput) (brokerstat
 	check := brokerstate.DrainCheck{BrokerIndex: in.BrokerIndex, CheckedAt: a.Now()}
 	counts, err := a.Pool.ReadyCounts(ctx, in.BrokerIndex, queues)
 	if err != nil {
-		check.Error = err.Error()
-		a.Logger.WarnContext(ctx, "drain check: active broker unreachable, the switch waits", "broker", in.BrokerIndex, "error", err)
+		// The text goes to Postgres, the workflow's history and the log: scrubbed here, once.
+		check.Error = broker.Redact(err.Error(), a.Pool.Endpoints())
+		a.Logger.WarnContext(ctx, "drain check: active broker unreachable, the switch waits", "broker", in.BrokerIndex, "error", check.Error)
 	} else {
 		check.Reachable = true
 		check.Counts = counts

@@ -3,8 +3,11 @@
 package activities
 
 import (
+	"bytes"
 	"context"
+	"errors"
 	"log/slog"
+	"net/url"
 	"testing"
 	"time"
 
@@ -12,6 +15,7 @@ import (
 	"go.temporal.io/sdk/testsuite"
 	"gorm.io/gorm"
 
+	"github.com/brokerswitch/brokerswitch/broker"
 	"github.com/brokerswitch/brokerswitch/brokerstate"
 	"github.com/brokerswitch/brokerswitch/internal/testenv"
 	"github.com/brokerswitch/brokerswitch/lease"
@@ -87,4 +91,50 @@ func runKeeper(t *testing.T, db *gorm.DB) *lease.Keeper {
 	k := &lease.Keeper{DB: db, Temporal: &testenv.TemporalReach{}, Identity: t.Name(), Logger: slog.New(slog.DiscardHandler)}
 	testenv.RunInBackground(t, k.Run)
 	return k
+}
+
+// failingPool is a broker list whose counts fail with an error text that quotes a
+// broker's URL and password, as a careless client library might.
+type failingPool struct{ eps []broker.Endpoint }
+
+func (p failingPool) Endpoints() []broker.Endpoint { return p.eps }
+
+func (p failingPool) ReadyCounts(context.Context, int, []string) (map[string]int, error) {
+	return nil, errors.New("dial " + p.eps[0].URL + ": refused (" + brokerPassword + ")")
+}
+
+func (p failingPool) QueueCounts(ctx context.Context, index int, queues []string) (map[string]broker.QueueCount, error) {
+	_, err := p.ReadyCounts(ctx, index, queues)
+	return nil, err
+}
+
+const brokerPassword = "Sup3r-S3cret-pw/x"
+
+// The drain check's error goes to Postgres (the API shows it), to the workflow's history
+// (the Web UI shows it) and to the log: it is scrubbed once, where it is made, with the
+// worker's own broker list, which holds the credentials.
+func TestADrainCheckErrorCarriesNoBrokerPassword(t *testing.T) {
+	eps, err := broker.ParseEndpoints("amqp://user:" + url.QueryEscape(brokerPassword) + "@a/, amqp://user:pw2-secret-x@b/")
+	require.NoError(t, err)
+	store := switchStore(t, func(st brokerstate.State) brokerstate.State { return st })
+	var logs bytes.Buffer
+	a := &Switch{Pool: failingPool{eps: eps}, Store: store, Queues: []string{"issues"}, Now: time.Now,
+		Logger: slog.New(slog.NewJSONHandler(&logs, nil))}
+	var suite testsuite.WorkflowTestSuite
+	env := suite.NewTestActivityEnvironment()
+	env.RegisterActivity(a)
+	v, err := env.ExecuteActivity(a.DrainCheck, DrainCheckInput{BrokerIndex: 0})
+	require.NoError(t, err)
+	var check brokerstate.DrainCheck
+	require.NoError(t, v.Get(&check))
+	st, err := store.LoadAllowingRemoved(t.Context())
+	require.NoError(t, err)
+	require.NotNil(t, st.LastDrainCheck)
+	require.False(t, check.Reachable)
+	require.Contains(t, check.Error, "refused")
+	for where, text := range map[string]string{"the activity's result": check.Error, "Postgres": st.LastDrainCheck.Error, "the log": logs.String()} {
+		for _, secret := range []string{brokerPassword, url.QueryEscape(brokerPassword), "user:"} {
+			require.NotContains(t, text, secret, where)
+		}
+	}
 }

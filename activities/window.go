@@ -12,6 +12,7 @@ import (
 	"github.com/brokerswitch/brokerswitch/brokerstate"
 	"github.com/brokerswitch/brokerswitch/healthchecks"
 	"github.com/brokerswitch/brokerswitch/metrics"
+	"github.com/brokerswitch/brokerswitch/models"
 )
 
 // consumerPool is what the window activities need from the brokers.
@@ -25,17 +26,22 @@ type consumerPool interface {
 }
 
 // handlers gives the batch handler that applies a broker's deliveries (ingest.Ingester).
+// Each batch's transaction ends with checks: a refusal gives it back unsettled.
 type handlers interface {
 	// ForBroker applies a spare's deliveries, for a Leftover Drain.
-	ForBroker(index int) broker.BatchHandler
+	ForBroker(index int, checks ...models.Check) broker.BatchHandler
 	// ForActive applies the active broker's deliveries, each batch only while index is
 	// still active: otherwise it fails with brokerstate.ErrNotActive, nothing settled.
-	ForActive(index int) broker.BatchHandler
+	ForActive(index int, checks ...models.Check) broker.BatchHandler
 }
 
 // stateLoader reads the broker state.
 type stateLoader interface {
 	Load(ctx context.Context) (brokerstate.State, error)
+	// SpareCheck is the check that a Leftover Drain batch of broker index runs in its
+	// transaction: it fails, wrapping brokerstate.ErrNotSpare, once index is active or on
+	// the Pending Switch's route.
+	SpareCheck(index int) models.Check
 }
 
 // spareMarks keeps what the Leftover Drain learned of each spare (brokerstate.Store).
@@ -72,6 +78,9 @@ type Window struct {
 	UnnotifiedGrace time.Duration
 	Topology        broker.Topology
 	Prefetch        int
+	// Heartbeat is AMQP_HEARTBEAT (0: broker.DefaultHeartbeat): a window waits about three
+	// of them for an exclusive consumer held on a connection gone silent.
+	Heartbeat time.Duration
 	// Leases registers each attempt under the worker's lease (lease.Keeper): a worker that
 	// dies has its attempts failed by a peer and retried at once, without heartbeats.
 	Leases attemptHolder

@@ -11,7 +11,6 @@ import (
 	"context"
 	"log/slog"
 	"net/http"
-	"strings"
 	"time"
 
 	"github.com/gin-gonic/gin"
@@ -103,7 +102,6 @@ type server struct {
 	deps  Deps
 	auth  authenticator
 	log   *slog.Logger
-	scrub *strings.Replacer
 	ready *metrics.Readiness
 	// notifyLimit bounds notifications per token; nil when NOTIFICATION_RATE is 0.
 	notifyLimit *notificationLimiter
@@ -117,7 +115,6 @@ func Router(deps Deps) *gin.Engine {
 		deps:        deps,
 		auth:        newAuthenticator(deps.Config),
 		log:         deps.Logger,
-		scrub:       newScrubber(deps.Config.Brokers),
 		ready:       newReadiness(deps),
 		notifyLimit: newNotificationLimiter(deps.Config.NotificationRate, deps.Config.NotificationBurst, deps.Now),
 	}

@@ -190,7 +190,7 @@ func (s *server) postSwitch(c *gin.Context) {
 			"the switch to broker %d was sent to the workflow but is not committed yet; GET /api/v1/broker shows when it is", index))
 		return
 	}
-	c.JSON(http.StatusOK, orderAnswer{Committed: true, stateView: newStateView(st, s.scrub)})
+	c.JSON(http.StatusOK, orderAnswer{Committed: true, stateView: newStateView(st)})
 }
 
 // deletePendingSwitch drops the Pending Switch without moving. It is idempotent: with
@@ -203,7 +203,7 @@ func (s *server) deletePendingSwitch(c *gin.Context) {
 		return
 	}
 	if cur.Pending == nil {
-		c.JSON(http.StatusOK, orderAnswer{Committed: true, stateView: newStateView(cur, s.scrub)})
+		c.JSON(http.StatusOK, orderAnswer{Committed: true, stateView: newStateView(cur)})
 		return
 	}
 	// The cancel names the switch it cancels, so that a notification recorded before the
@@ -224,17 +224,17 @@ func (s *server) deletePendingSwitch(c *gin.Context) {
 	})
 	if !ok {
 		// The signal is durable: the workflow applies it once it runs. Not an error.
-		c.JSON(http.StatusAccepted, orderAnswer{Committed: false, stateView: newStateView(st, s.scrub)})
+		c.JSON(http.StatusAccepted, orderAnswer{Committed: false, stateView: newStateView(st)})
 		return
 	}
 	if ls := st.CommittedPast(upTo, &target.Index); ls != nil && !sameSwitch(ls, cur.LastSwitch) {
 		// The workflow refused the cancel: its switch was committed first.
 		c.JSON(http.StatusConflict, orderAnswer{
 			Reason:    "too late to cancel: the switch was committed before the cancel reached it; force a switch to go back",
-			stateView: newStateView(st, s.scrub)})
+			stateView: newStateView(st)})
 		return
 	}
-	c.JSON(http.StatusOK, orderAnswer{Committed: true, stateView: newStateView(st, s.scrub)})
+	c.JSON(http.StatusOK, orderAnswer{Committed: true, stateView: newStateView(st)})
 }
 
 // answerByUpdate sends an operator's order as a Workflow Update and answers with the
@@ -266,7 +266,7 @@ func (s *server) answerByUpdate(c *gin.Context, name string, arg any) bool {
 	}
 	s.log.InfoContext(ctx, "order answered by the workflow", "update", name, "outcome", res.Outcome)
 	answer := orderAnswer{Committed: res.Outcome != workflows.OrderRefused, Outcome: res.Outcome, Reason: res.Reason,
-		stateView: newStateView(res.State, s.scrub)}
+		stateView: newStateView(res.State)}
 	if res.Outcome == workflows.OrderRefused {
 		c.JSON(http.StatusConflict, answer)
 		return true

@@ -52,9 +52,6 @@ func (s *server) getErrors(c *gin.Context) {
 	if s.failErrors(c, err) {
 		return
 	}
-	for i := range l.Queues {
-		l.Queues[i].Error = s.scrub.Replace(l.Queues[i].Error)
-	}
 	c.JSON(http.StatusOK, l)
 }
 
@@ -68,9 +65,6 @@ func (s *server) getErrorMessage(c *gin.Context) {
 	shown, err := s.deps.Errors.Show(c.Request.Context(), c.Param("id"), bodyBytes)
 	if s.failErrors(c, err) {
 		return
-	}
-	for i := range shown.Unread {
-		shown.Unread[i] = s.scrub.Replace(shown.Unread[i])
 	}
 	c.JSON(http.StatusOK, shown)
 }
@@ -110,9 +104,6 @@ func (s *server) answerRun(c *gin.Context, run errorqueue.Run, err error) {
 	if !errors.Is(err, context.Canceled) && s.failErrors(c, err) {
 		return
 	}
-	for i := range run.Errors {
-		run.Errors[i] = s.scrub.Replace(run.Errors[i])
-	}
 	c.JSON(http.StatusOK, run)
 }
 
@@ -126,7 +117,7 @@ func (s *server) failErrors(c *gin.Context, err error) bool {
 	case errors.Is(err, errorqueue.ErrBadFilter):
 		s.fail(c, http.StatusBadRequest, err.Error())
 	case errors.Is(err, errorqueue.ErrNotFound), errors.Is(err, errorqueue.ErrNothingMatched):
-		s.fail(c, http.StatusNotFound, s.scrub.Replace(err.Error()))
+		s.fail(c, http.StatusNotFound, err.Error())
 	default:
 		s.failInternal(c, http.StatusServiceUnavailable, "the -error queues cannot be read now; retry later", err)
 	}

@@ -38,7 +38,7 @@ func TestMain(m *testing.M) {
 	code := 1
 	err := testenv.WithTemporal(func(srv *testenv.Temporal) error {
 		temporal = srv
-		code = m.Run()
+		code = testenv.Run(m)
 		return nil
 	})
 	if err != nil {

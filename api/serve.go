@@ -7,13 +7,8 @@ import (
 	"net"
 	"net/http"
 	"time"
-)
 
-// Server timeouts. Writes must outlast a forced switch's commit wait.
-const (
-	readHeaderTimeout = 5 * time.Second
-	readTimeout       = 15 * time.Second
-	idleTimeout       = 60 * time.Second
+	"github.com/brokerswitch/brokerswitch/metrics"
 )
 
 // Serve runs the API on Config.HTTPAddr until ctx ends, then shuts down gracefully. It
@@ -51,15 +46,8 @@ func serve(ctx context.Context, deps Deps, ln net.Listener) error {
 	if newAuthenticator(deps.Config).open {
 		deps.Logger.WarnContext(ctx, "API runs WITHOUT authentication (API_INSECURE_NO_AUTH): anyone who reaches it may switch brokers; local development only")
 	}
-	writeTimeout := deps.CommitWait + 15*time.Second
-	srv := &http.Server{
-		Handler:           Router(deps),
-		ReadHeaderTimeout: readHeaderTimeout,
-		ReadTimeout:       readTimeout,
-		WriteTimeout:      writeTimeout,
-		IdleTimeout:       idleTimeout,
-		MaxHeaderBytes:    16 << 10,
-	}
+	// Writes must outlast a forced switch's commit wait.
+	srv := metrics.NewHTTPServer(Router(deps), deps.CommitWait+15*time.Second)
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(ln) }()
 	deps.Logger.InfoContext(ctx, "API listening", "addr", ln.Addr().String())

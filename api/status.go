@@ -30,7 +30,7 @@ func (s *server) getBroker(c *gin.Context) {
 	}
 	c.JSON(http.StatusOK, brokerStatus{
 		Brokers:   brokerViews(s.deps.Config.Brokers, st),
-		stateView: newStateView(st, s.scrub),
+		stateView: newStateView(st),
 		Workflow:  s.describeWorkflow(ctx),
 		Windows:   s.windows(ctx),
 	})
@@ -96,7 +96,7 @@ func (s *server) describeWorkflow(ctx context.Context) workflowView {
 		v.Error = "the workflow did not answer its status query (is a worker running?)"
 		return v
 	}
-	v.Waiting = s.scrub.Replace(status.Waiting)
+	v.Waiting = status.Waiting
 	v.Checks = &status.Checks
 	return v
 }

@@ -1,9 +1,7 @@
 package api
 
 import (
-	"net/url"
 	"slices"
-	"strings"
 	"time"
 
 	"github.com/brokerswitch/brokerswitch/broker"
@@ -11,8 +9,7 @@ import (
 	"github.com/brokerswitch/brokerswitch/lease"
 )
 
-// stateView is the broker state as the API shows it: brokerstate.State with the drain
-// check's error text scrubbed of broker credentials.
+// stateView is the broker state as the API shows it.
 type stateView struct {
 	ActiveIndex    int                        `json:"activeIndex"`
 	PendingSwitch  *brokerstate.PendingSwitch `json:"pendingSwitch"`
@@ -94,49 +91,21 @@ type workflowView struct {
 	Error string `json:"error,omitempty"`
 }
 
-// newStateView copies st for an answer, scrubbing secrets out of the drain check's error
-// text: it comes from the AMQP client and should not name credentials, but the API is the
-// last place to make sure.
-func newStateView(st brokerstate.State, scrub *strings.Replacer) stateView {
+// newStateView copies st for an answer. The drain check's error text was scrubbed of
+// broker credentials where it was made (the drain check activity, with the worker's own
+// broker list): the API's list may hold no credentials at all.
+func newStateView(st brokerstate.State) stateView {
 	v := stateView{
-		ActiveIndex:   st.ActiveIndex,
-		PendingSwitch: st.Pending,
-		LastSwitch:    st.LastSwitch,
-	}
-	if st.LastDrainCheck != nil {
-		check := *st.LastDrainCheck
-		check.Error = scrub.Replace(check.Error)
-		v.LastDrainCheck = &check
+		ActiveIndex:    st.ActiveIndex,
+		PendingSwitch:  st.Pending,
+		LastSwitch:     st.LastSwitch,
+		LastDrainCheck: st.LastDrainCheck,
 	}
 	if !st.SeenUntil.IsZero() {
 		t := st.SeenUntil
 		v.SeenUntil = &t
 	}
 	return v
-}
-
-// newScrubber replaces every broker URL, userinfo and password with xxxxx.
-func newScrubber(eps []broker.Endpoint) *strings.Replacer {
-	var pairs []string
-	add := func(s string) {
-		if s != "" {
-			pairs = append(pairs, s, "xxxxx")
-		}
-	}
-	for _, ep := range eps {
-		add(ep.URL)
-		u, err := url.Parse(ep.URL)
-		if err != nil || u.User == nil {
-			continue
-		}
-		add(u.User.String())
-		if pw, ok := u.User.Password(); ok {
-			add(pw)
-			add(url.QueryEscape(pw))
-			add(url.PathEscape(pw))
-		}
-	}
-	return strings.NewReplacer(pairs...)
 }
 
 // brokerViews lists the configured brokers for GET /api/v1/broker.

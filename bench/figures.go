@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/brokerswitch/brokerswitch/internal/testenv"
@@ -100,6 +101,9 @@ func (r *run) catchUp(int) {
 func (r *run) peakRSS(int) {
 	r.record("peak RSS", func(s *figure) {
 		for _, c := range rssCases(r.o.rssMessages) {
+			if !strings.Contains(c.name, r.o.rssCases) {
+				continue
+			}
 			rr := runRSS(s, c)
 			s.logf("peak RSS, %s: PREFETCH %d, MEMORY_LIMIT %q (worst case %.0f MiB): peak RSS %.0f MB; %d applied and %d moved to -error in %s",
 				c.name, rr.Prefetch, rr.MemoryLimit, rr.WorstCaseMB, rr.PeakRSSMB, rr.Messages, rr.ToError, rr.Done.Round(time.Millisecond))

@@ -28,6 +28,7 @@ type options struct {
 	lagOnly      string
 	catchUp      int
 	rssMessages  int
+	rssCases     string
 	only         string
 	out          string
 	cpuProfile   string
@@ -49,6 +50,7 @@ func main() {
 	flag.IntVar(&o.catchUp, "catchup", 50000, "backlog on the old broker at rotation for the catch-up figure")
 	flag.StringVar(&o.only, "only", "", "comma-separated figures to run ("+strings.Join(figureNames(), ",")+"); empty: all")
 	flag.IntVar(&o.rssMessages, "rss-messages", 12, "pushes of 25 MB in the peak-RSS figure's first two cases")
+	flag.StringVar(&o.rssCases, "rss-cases", "", "run only the peak-RSS cases whose name holds this text; empty: all")
 	flag.StringVar(&o.out, "out", "BENCHMARKS.md", "markdown report to write (its generated block is replaced)")
 	flag.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of the in-process worker during the last end-to-end run")
 	flag.DurationVar(&o.rtt, "rtt", 2*time.Millisecond, "round trip time injected between the consumer and RabbitMQ and Postgres for the 'rtt' figure (B and end to end)")

@@ -7,6 +7,8 @@ import (
 	"strings"
 	"time"
 
+	amqp "github.com/rabbitmq/amqp091-go"
+
 	"github.com/brokerswitch/brokerswitch/internal/testenv"
 	"github.com/brokerswitch/brokerswitch/payloads"
 	"github.com/brokerswitch/brokerswitch/simulate"
@@ -40,6 +42,9 @@ type rssResult struct {
 type rssCase struct {
 	name string
 	env  map[string]string
+	// rtt, when set, is the round trip added between the worker and RabbitMQ and Postgres:
+	// what arrives while a client waits for the broker's answer grows with it.
+	rtt time.Duration
 	// fill publishes the case's messages and says how many the worker must apply and how
 	// many it must move to -error.
 	fill func(s *figure, p *simulate.Producer) (applied, toError int)
@@ -48,7 +53,7 @@ type rssCase struct {
 // kubernetesSample is the worker's memory settings in deploy/k8s (configmap.yaml and the
 // container's limit, which the Deployment passes as MEMORY_LIMIT).
 func kubernetesSample() map[string]string {
-	return map[string]string{"PREFETCH": "16", "MAX_MESSAGE_BYTES": strconv.Itoa(4 << 20), "MAX_BATCH_BYTES": strconv.Itoa(4 << 20), "MEMORY_LIMIT": "512Mi"}
+	return map[string]string{"PREFETCH": "13", "MAX_MESSAGE_BYTES": strconv.Itoa(4 << 20), "MAX_BATCH_BYTES": strconv.Itoa(4 << 20), "MEMORY_LIMIT": "512Mi"}
 }
 
 // rssCases are the peak-RSS figure's cases: 25 MB pushes with the defaults and with a
@@ -77,6 +82,8 @@ func rssCases(n int) []rssCase {
 				}
 				return 20 * len(rssEvents), 20 * len(rssEvents)
 			}},
+		unreadableAhead("on loopback", 0),
+		unreadableAhead("the broker and Postgres 20 ms away", 20*time.Millisecond),
 		{name: "Kubernetes sample, the costliest bodies: 4 installations listing repositories, 20 bodies on each other queue, all just under MAX_MESSAGE_BYTES", env: kubernetesSample(),
 			fill: func(s *figure, p *simulate.Producer) (int, int) {
 				const size = 4<<20 - 1<<10
@@ -93,6 +100,39 @@ func rssCases(n int) []rssCase {
 				return 4 + 20*3, 0
 			}},
 	}
+}
+
+// unreadableAhead is the case of an unreadable message (headers nested 33 deep) at the
+// head of each queue, ahead of 10 bodies of 16 MiB (over the Kubernetes sample's
+// MAX_MESSAGE_BYTES) each followed by a small event: the move to -error scans PREFETCH+1
+// deliveries with those bodies among them.
+func unreadableAhead(where string, rtt time.Duration) rssCase {
+	rssEvents := []string{"pull_request", "issues", "push", "installation"}
+	return rssCase{name: "Kubernetes sample, an unreadable message (headers nested 33 deep) at the head of each queue, ahead of 10 bodies of 16 MiB each followed by a small event, " + where,
+		env: kubernetesSample(), rtt: rtt,
+		fill: func(s *figure, p *simulate.Producer) (int, int) {
+			unreadable := amqp.Table{"x-deep": nestedTable(33)}
+			for _, event := range rssEvents {
+				s.check(p.Publish(context.Background(), messages(unreadable, padded(s, event, 0))...), "publish")
+			}
+			for range 10 {
+				for _, event := range rssEvents {
+					publish(s, p, padded(s, event, brokerMaxMessageBytes))
+					publish(s, p, padded(s, event, 0))
+				}
+			}
+			return 10 * len(rssEvents), 11 * len(rssEvents)
+		}}
+}
+
+// nestedTable is a header table nested depth deep: amqp091-go refuses to read one
+// nested more than 32 deep, so a message carrying it is moved to -error by the raw client.
+func nestedTable(depth int) amqp.Table {
+	t := amqp.Table{"leaf": "x"}
+	for range depth {
+		t = amqp.Table{"in": t}
+	}
+	return t
 }
 
 // padded is an event padded to size bytes (at least its example's) with a field no table
@@ -115,7 +155,7 @@ func publish(s *figure, p *simulate.Producer, ev payloads.Event) {
 // the case's environment, and samples its resident set until all are applied or moved.
 func runRSS(s *figure, c rssCase) rssResult {
 	ctx := context.Background()
-	st := s.newStack(1, stackOptions{env: c.env})
+	st := s.newStack(1, stackOptions{env: c.env, rtt: c.rtt})
 	p := st.producer()
 	applied, toError := c.fill(s, p)
 	_ = p.Close()

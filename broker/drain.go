@@ -59,10 +59,13 @@ func (p *Pool) Drain(ctx context.Context, index int, queue string, max int, batc
 //
 // Each batch is one round: a passive declare reads the ready count, then a consumer
 // with a prefetch of exactly the messages wanted (at most Batch, at most what Max
-// leaves) receives them and is cancelled before they are handled and settled. Because
-// the broker never sends more than the prefetch to an unacknowledging consumer, nothing
-// beyond the cap is ever delivered, and what the drain leaves stays in order. A round
-// costs a few round trips however large the batch.
+// leaves) receives them; it is cancelled once the handler applied them, before their
+// acks commit. Because the broker never sends more than the prefetch to an
+// unacknowledging consumer, nothing beyond the cap is ever delivered, and what the drain
+// leaves stays in order. The consumer stays while the batch is applied so that another
+// drain (a successor, while this worker is paused) sees the queue busy rather than a
+// ready count without the batch, and never reads past it. A round costs a few round
+// trips however large the batch.
 //
 // A queue that another client consumes is not read (ErrQueueBusy): that consumer may
 // hold messages that go back to the head of the queue. A queue that does not exist is
@@ -108,7 +111,7 @@ func (p *Pool) drainOnce(ctx context.Context, index int, queue string, opts Drai
 	}
 	s.fence = opts.Fence
 
-	res, err := drainFrom(ctx, s, h, opts, func(limit int) ([]amqp.Delivery, roundEnd, error) {
+	res, err := drainFrom(ctx, s, h, opts, func(limit int) (round, error) {
 		return consumeBatch(ctx, ch, queue, limit)
 	})
 	switch {
@@ -136,11 +139,19 @@ const (
 	roundShort                 // fewer came than the ready count promised: the channel must close first
 )
 
+// round is what one round of a drain received: msgs, unsettled, how it ended, and
+// release, which ends its consumer once the batch is applied (nil when it has none).
+type round struct {
+	msgs    []amqp.Delivery
+	end     roundEnd
+	release func() error
+}
+
 // drainFrom hands h the batches next returns, at most opts.Max messages in all, and
-// settles them, stopping before a message opts.Keep names. next returns at most limit
-// messages and how its round ended.
+// settles them, stopping before a message opts.Keep names. next returns a round of at
+// most limit messages.
 func drainFrom(ctx context.Context, s *settler, h BatchHandler, opts DrainOptions,
-	next func(limit int) ([]amqp.Delivery, roundEnd, error),
+	next func(limit int) (round, error),
 ) (res DrainResult, err error) {
 	limit := opts.Batch
 	if opts.Keep != nil {
@@ -152,10 +163,11 @@ func drainFrom(ctx context.Context, s *settler, h BatchHandler, opts DrainOption
 		if err := ctx.Err(); err != nil {
 			return res, err
 		}
-		msgs, end, err := next(min(limit, opts.Max-res.Taken))
+		r, err := next(min(limit, opts.Max-res.Taken))
 		if err != nil {
 			return res, err
 		}
+		msgs, end := r.msgs, r.end
 		limit = opts.Batch
 		take := len(msgs)
 		if opts.Keep != nil {
@@ -166,12 +178,10 @@ func drainFrom(ctx context.Context, s *settler, h BatchHandler, opts DrainOption
 				}
 			}
 		}
-		if take > 0 {
-			n, err := s.handle(ctx, h, msgs[:take])
-			res.Taken += n
-			if err != nil {
-				return res, err
-			}
+		n, err := s.handleThen(ctx, h, msgs[:take], r.release)
+		res.Taken += n
+		if err != nil {
+			return res, err
 		}
 		// A kept message and what follows it go back when the channel closes.
 		if res.Kept || end != roundFull {
@@ -190,24 +200,25 @@ func drainFrom(ctx context.Context, s *settler, h BatchHandler, opts DrainOption
 // cancelled in the round before, or a window's that closed its channel): a quorum queue
 // removes it asynchronously. So a queue is busy only when a consumer is still counted
 // after drainIdle.
-func consumeBatch(ctx context.Context, ch *amqp.Channel, queue string, limit int) ([]amqp.Delivery, roundEnd, error) {
+func consumeBatch(ctx context.Context, ch *amqp.Channel, queue string, limit int) (round, error) {
 	info, err := ch.QueueDeclarePassive(queue, true, false, false, false, nil)
 	if err == nil && info.Consumers > 0 {
 		info, err = awaitNoConsumer(ctx, ch, queue, info)
 	}
 	switch {
 	case err != nil:
-		return nil, roundEmpty, err
+		return round{end: roundEmpty}, err
 	case info.Consumers > 0:
-		return nil, roundShort, fmt.Errorf("%w (%d)", ErrQueueBusy, info.Consumers)
+		return round{end: roundShort}, fmt.Errorf("%w (%d)", ErrQueueBusy, info.Consumers)
 	case info.Messages == 0:
-		return nil, roundEmpty, nil
+		return round{end: roundEmpty}, nil
 	}
-	msgs, complete, err := receive(ctx, ch, queue, min(info.Messages, limit))
+	msgs, complete, release, err := receive(ctx, ch, queue, min(info.Messages, limit))
+	r := round{msgs: msgs, end: roundFull, release: release}
 	if err != nil || !complete {
-		return msgs, roundShort, err
+		r.end = roundShort
 	}
-	return msgs, roundFull, nil
+	return r, err
 }
 
 // awaitNoConsumer re-reads the queue until it has no consumer, for at most drainIdle.
@@ -227,18 +238,19 @@ func awaitNoConsumer(ctx context.Context, ch *amqp.Channel, queue string, info a
 	return info, nil
 }
 
-// receive consumes up to want messages of queue with a prefetch of want, then cancels the
-// consumer and returns them unsettled. complete is false when it stopped early because no
-// delivery came for drainIdle.
-func receive(ctx context.Context, ch *amqp.Channel, queue string, want int) (msgs []amqp.Delivery, complete bool, err error) {
+// receive consumes up to want messages of queue with a prefetch of want and returns them
+// unsettled, with its consumer still there: release cancels it. complete is false when it
+// stopped early because no delivery came for drainIdle; a delivery that comes later stays
+// unsettled, behind the batch, and goes back when the channel closes.
+func receive(ctx context.Context, ch *amqp.Channel, queue string, want int) (msgs []amqp.Delivery, complete bool, release func() error, err error) {
 	if err := ch.Qos(want, 0, false); err != nil {
-		return nil, false, fmt.Errorf("set prefetch: %w", err)
+		return nil, false, nil, fmt.Errorf("set prefetch: %w", err)
 	}
 	tag := "brokerswitch-drain-" + rand.Text()[:12]
 	// Not exclusive: the drain must not keep a window's exclusive consumer out.
 	deliveries, err := ch.Consume(queue, tag, false, false, false, false, nil)
 	if err != nil {
-		return nil, false, fmt.Errorf("consume: %w", err)
+		return nil, false, nil, fmt.Errorf("consume: %w", err)
 	}
 	msgs = make([]amqp.Delivery, 0, want)
 	idle := time.NewTimer(drainIdle)
@@ -247,26 +259,27 @@ func receive(ctx context.Context, ch *amqp.Channel, queue string, want int) (msg
 		select {
 		case d, ok := <-deliveries:
 			if !ok {
-				return nil, false, errors.New("channel closed during the drain")
+				return nil, false, nil, errors.New("channel closed during the drain")
 			}
 			msgs = append(msgs, d)
 			idle.Reset(drainIdle)
 			continue
 		case <-ctx.Done():
-			return nil, false, ctx.Err()
+			return nil, false, nil, ctx.Err()
 		case <-idle.C:
 		}
 		break
 	}
-	// The broker sends no more than want unacknowledged messages, so none can be in
-	// flight beyond msgs; after cancel-ok the library closes deliveries.
-	complete = len(msgs) == want
-	if err := ch.Cancel(tag, false); err != nil {
-		return nil, false, fmt.Errorf("cancel consumer: %w", err)
+	// The broker sends no more than want unacknowledged messages, so none can come
+	// beyond msgs while they are unsettled: release cancels the consumer before their acks
+	// commit, and what came after the idle timer fired stays unsettled.
+	release = func() error {
+		if err := ch.Cancel(tag, false); err != nil {
+			return fmt.Errorf("cancel consumer: %w", err)
+		}
+		for range deliveries { //nolint:revive // emptied until cancel-ok closes it
+		}
+		return nil
 	}
-	for d := range deliveries {
-		// Only when the idle timer fired as a delivery arrived.
-		msgs = append(msgs, d)
-	}
-	return msgs, complete, nil
+	return msgs, len(msgs) == want, release, nil
 }

@@ -288,3 +288,38 @@ func TestPassiveDeclareCountsReadyMessagesOnly(t *testing.T) {
 		})
 	}
 }
+
+// A drain keeps its consumer while it applies a batch: a second drain (a successor, while
+// the first one's worker is paused mid-batch) finds the queue busy, where a ready count
+// without the batch would have it read past it and apply the messages behind first.
+func TestADrainMidBatchKeepsTheQueueBusy(t *testing.T) {
+	t.Parallel()
+	r := newRabbit(t)
+	r.declare(Topology{Queues: []string{"issues"}, RetryTTL: time.Minute})
+	r.publish("issues", numbered(6)...)
+	inBatch, resume := make(chan struct{}), make(chan struct{})
+	first := BatchHandlerFunc(func(_ context.Context, _ string, ds []amqp.Delivery) ([]Verdict, error) {
+		close(inBatch)
+		<-resume
+		return make([]Verdict, len(ds)), nil
+	})
+	done := make(chan error, 1)
+	go func() {
+		_, err := r.pool.DrainWith(context.Background(), 0, "issues", DrainOptions{Max: 3, Batch: 3}, first)
+		done <- err
+	}()
+	<-inBatch
+
+	successor := &recorder{}
+	res, err := r.pool.DrainWith(context.Background(), 0, "issues", DrainOptions{Max: 100, Batch: 3}, successor)
+	close(resume)
+	require.ErrorIs(t, err, ErrQueueBusy)
+	assert.Zero(t, res.Taken)
+	assert.Empty(t, successor.bodies())
+	require.NoError(t, waitDone(t, done))
+
+	res, err = r.pool.DrainWith(context.Background(), 0, "issues", DrainOptions{Max: 100, Batch: 3}, successor)
+	require.NoError(t, err)
+	assert.Equal(t, numbered(6)[3:], successor.bodies())
+	assert.True(t, res.Empty)
+}

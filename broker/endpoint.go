@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"net"
 	"net/url"
+	"regexp"
 	"strconv"
 	"strings"
 
@@ -57,13 +58,20 @@ func ParseEndpoints(s string) ([]Endpoint, error) {
 }
 
 func parseEndpoint(index int, raw string) (Endpoint, error) {
+	if strings.Contains(afterAuthority(raw), "@") {
+		// url.Parse would end the authority at that '/', '?' or '#' and take part of the
+		// password for the host, the port or the vhost, where errors and logs show it.
+		return Endpoint{}, fmt.Errorf("broker #%d: an '@' follows the end of the host (a '/', '?' or '#'): "+
+			"percent-encode '/', '?', '#' and '@' in the user name, password and vhost (%%2F, %%3F, %%23, %%40)", index)
+	}
 	uri, err := amqp.ParseURI(raw)
 	if err != nil {
 		// url.Parse errors quote the whole URL, password included: keep only the cause.
 		if ue := (*url.Error)(nil); errors.As(err, &ue) {
 			err = ue.Err
 		}
-		return Endpoint{}, fmt.Errorf("broker #%d: %s", index, redact(err.Error(), raw))
+		return Endpoint{}, fmt.Errorf("broker #%d: %s (percent-encode reserved characters in the user name and password)",
+			index, unquoted(err.Error()))
 	}
 	return Endpoint{
 		Index: index,
@@ -74,24 +82,47 @@ func parseEndpoint(index int, raw string) (Endpoint, error) {
 	}, nil
 }
 
-// redact removes the userinfo of raw (and the password alone) from msg. It is a
-// safety net for error texts that quote parts of a URL which failed to parse.
-func redact(msg, raw string) string {
+// afterAuthority is what follows the first '/', '?' or '#' after the scheme of raw.
+func afterAuthority(raw string) string {
 	_, rest, ok := strings.Cut(raw, "://")
 	if !ok {
 		rest = raw
 	}
-	authority, _, _ := strings.Cut(rest, "/")
-	at := strings.LastIndex(authority, "@")
-	if at < 0 {
-		return msg
+	if i := strings.IndexAny(rest, "/?#"); i >= 0 {
+		return rest[i:]
 	}
-	userinfo := authority[:at]
-	secrets := []string{raw, userinfo}
-	if _, pw, ok := strings.Cut(userinfo, ":"); ok {
-		secrets = append(secrets, pw)
-		if dec, err := url.PathUnescape(pw); err == nil {
-			secrets = append(secrets, dec)
+	return ""
+}
+
+// quoted matches a string quoted by Go's %q or strconv.Quote.
+var quoted = regexp.MustCompile(`"(?:[^"\\]|\\.)*"`)
+
+// unquoted removes every quoted string from an error text. The errors of url.Parse,
+// strconv and amqp091-go quote the piece of the URL they stumbled on, which may be part
+// of a password when a reserved character in it was not encoded, or when a comma split
+// it: none is kept, whatever it is.
+func unquoted(msg string) string {
+	return quoted.ReplaceAllString(msg, `"…"`)
+}
+
+// Redact removes every broker's URL, userinfo and password from text. A text that leaves
+// the process's memory (a log line, a row in Postgres, a workflow's history) and comes
+// from a broker client goes through it where it is made, with the worker's own broker
+// list, the one that holds the credentials.
+func Redact(text string, eps []Endpoint) string {
+	for _, ep := range eps {
+		text = redact(text, ep.URL)
+	}
+	return text
+}
+
+// redact removes the userinfo of raw, a URL that parsed, from msg.
+func redact(msg, raw string) string {
+	secrets := []string{raw}
+	if u, err := url.Parse(raw); err == nil && u.User != nil {
+		secrets = append(secrets, u.User.String())
+		if pw, ok := u.User.Password(); ok {
+			secrets = append(secrets, pw, url.QueryEscape(pw), url.PathEscape(pw))
 		}
 	}
 	for _, s := range secrets {

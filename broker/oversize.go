@@ -99,7 +99,7 @@ func (p *Pool) afterOversize(ctx context.Context, ep Endpoint, ch *amqp.Channel,
 // it, in one transaction. It returns the message id and the body's size, or 0 when the
 // head was not such a message (it goes back when the connection closes).
 func (p *Pool) moveOversize(ctx context.Context, ep Endpoint, queue string) (id string, size uint64, err error) {
-	c, err := consumeRaw(ctx, ep, queue, 1, ErrorQueue(queue))
+	c, err := consumeRaw(ctx, ep, queue, 1, p.rawHeaderLimit(), ErrorQueue(queue))
 	if err != nil {
 		return "", 0, err
 	}
@@ -118,27 +118,8 @@ func (p *Pool) moveOversize(ctx context.Context, ep Endpoint, queue string) (id 
 		return "", 0, nil
 	}
 	reason := fmt.Sprintf("a body of %d bytes, over MAX_MESSAGE_BYTES (%d): moved unread", size, p.MaxMessageBytes)
-	header, id = unreadableCopy(&rawDelivery{header: header}, reason, queue, c.frameMax)
-	if err := c.publishHeader(ErrorQueue(queue), header); err != nil {
-		return id, 0, fmt.Errorf("copy to %s: %w", ErrorQueue(queue), err)
-	}
-	for left := size; left > 0; {
-		_ = c.conn.SetReadDeadline(time.Now().Add(rawConnTimeout))
-		typ, body, err := c.readFrame()
-		if err != nil {
-			return id, 0, fmt.Errorf("read the body in %s: %w", queue, err)
-		}
-		if typ != rawFrameBody || uint64(len(body)) > left {
-			return id, 0, fmt.Errorf("frame of type %d and %d bytes where %d bytes of body were due", typ, len(body), left)
-		}
-		if err := c.frame(rawFrameBody, rawChannel, body); err != nil {
-			return id, 0, fmt.Errorf("copy to %s: %w", ErrorQueue(queue), err)
-		}
-		left -= uint64(len(body))
-	}
-	_ = c.conn.SetReadDeadline(time.Time{})
-	if err := c.settleMove(tag); err != nil {
-		return id, 0, fmt.Errorf("commit the move to %s: %w", ErrorQueue(queue), err)
+	if id, err = c.moveHead(queue, tag, header, reason); err != nil {
+		return id, 0, err
 	}
 	return id, size, nil
 }

@@ -4,7 +4,10 @@ package broker
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
+	"io"
+	"net"
 	"strings"
 	"sync"
 	"testing"
@@ -130,4 +133,63 @@ func TestPoolChannelHonorsContext(t *testing.T) {
 	cancel()
 	_, err = pool.Channel(ctx, 0)
 	assert.ErrorIs(t, err, context.Canceled)
+}
+
+// A broker that offers no SASL mechanism the client speaks (here only EXTERNAL) fails the
+// dial; the socket must close with it, not stay open until the dial's deadline: a worker
+// that redials a misconfigured broker would otherwise hold one more socket every try.
+func TestPoolClosesTheSocketOfAFailedHandshake(t *testing.T) {
+	t.Parallel()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	defer l.Close()
+	closed := make(chan time.Duration, 1)
+	go func() {
+		c, err := l.Accept()
+		if err != nil {
+			return
+		}
+		defer c.Close()
+		header := make([]byte, 8) // "AMQP" 0 0 9 1
+		if _, err := io.ReadFull(c, header); err != nil {
+			return
+		}
+		if _, err := c.Write(connectionStart("EXTERNAL")); err != nil {
+			return
+		}
+		answered := time.Now()
+		_ = c.SetReadDeadline(time.Now().Add(time.Minute))
+		_, _ = io.Copy(io.Discard, c) // until the client closes
+		closed <- time.Since(answered)
+	}()
+	eps, err := ParseEndpoints("amqp://guest:guest@" + l.Addr().String() + "/")
+	require.NoError(t, err)
+	pool := NewPool(eps, nil)
+	defer pool.Close()
+
+	_, err = pool.Channel(context.Background(), 0)
+	require.ErrorContains(t, err, "SASL")
+	select {
+	case after := <-closed:
+		require.Less(t, after, 2*time.Second, "the socket closed only at the dial's deadline")
+	case <-time.After(dialTimeout + 5*time.Second):
+		t.Fatal("the socket of the failed handshake stayed open")
+	}
+}
+
+// connectionStart is an AMQP 0-9-1 connection.start frame offering mechanisms.
+func connectionStart(mechanisms string) []byte {
+	var payload []byte
+	payload = binary.BigEndian.AppendUint16(payload, 10) // class connection
+	payload = binary.BigEndian.AppendUint16(payload, 10) // method start
+	payload = append(payload, 0, 9)                      // version 0-9
+	payload = binary.BigEndian.AppendUint32(payload, 0)  // server properties: an empty table
+	payload = binary.BigEndian.AppendUint32(payload, uint32(len(mechanisms)))
+	payload = append(payload, mechanisms...)
+	payload = binary.BigEndian.AppendUint32(payload, 5)
+	payload = append(payload, "en_US"...)
+	frame := []byte{1, 0, 0} // a method frame on channel 0
+	frame = binary.BigEndian.AppendUint32(frame, uint32(len(payload)))
+	frame = append(frame, payload...)
+	return append(frame, 0xCE)
 }

@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"strings"
 	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
@@ -17,13 +18,15 @@ import (
 
 // rawConn is the least of an AMQP 0-9-1 client that moves a message amqp091-go cannot
 // read: it handles frames as bytes and never decodes a header table. It speaks on one
-// channel, without heartbeats, and is meant to live for seconds.
+// channel, without heartbeats, and is meant to live for seconds. It never holds a body:
+// a body is read past or passed on frame by frame, so what it holds at once is one
+// content header (at most headerLimit) and one frame (at most frameMax).
 type rawConn struct {
 	conn     net.Conn
 	r        *bufio.Reader
-	frameMax int // negotiated; the largest frame it sends
-	// pending are deliveries that came while a method's answer was awaited, in order.
-	pending []*rawDelivery
+	frameMax int // negotiated; the largest frame it sends, and reads but for a content header
+	// headerLimit is the largest content header frame it reads; a larger one is an error.
+	headerLimit int
 	// tag is the consumer's tag, once consume has started it.
 	tag string
 }
@@ -35,9 +38,13 @@ const (
 	rawFrameBody      = 3
 	rawFrameHeartbeat = 8
 	rawFrameEnd       = 0xCE
-	// rawMaxFrame bounds a frame the raw client reads: a header frame over the broker's
-	// own frame_max is what it is there to read, but not without a limit.
+	// rawMaxFrame bounds a content header frame the raw client reads when no
+	// MAX_MESSAGE_BYTES is set: a header frame over the broker's own frame_max is what it
+	// is there to read, but not without a limit.
 	rawMaxFrame = 64 << 20
+	// rawFrameMax is the frame_max the raw client asks for, or less when the broker offers
+	// less: it bounds every other frame it reads.
+	rawFrameMax = 128 << 10
 )
 
 // AMQP class and method ids the raw client uses, as class<<16 | method.
@@ -73,22 +80,18 @@ const (
 	rawConnTimeout = 15 * time.Second
 )
 
-// rawDelivery is one message as the raw client received it: its delivery tag, and its
-// content header (properties included) and body as bytes.
-type rawDelivery struct {
-	tag    uint64
-	header []byte // the header frame's payload
-	body   []byte
-}
-
-// dialRaw connects to ep as amqp091-go would (amqps with the system's roots), logs in
-// with PLAIN and opens channel rawChannel. Errors never include the URL.
+// dialRaw connects to ep as amqp091-go would (amqps with the URL's TLS files or the
+// system's roots), logs in with the URL's auth_mechanism and opens channel rawChannel,
+// within the URL's connection_timeout. Errors never include the URL.
 func dialRaw(ctx context.Context, ep Endpoint) (*rawConn, error) {
 	uri, err := amqp.ParseURI(ep.URL)
 	if err != nil {
 		return nil, errors.New("parse the broker's URL")
 	}
-	ctx, cancel := context.WithTimeout(ctx, rawConnTimeout)
+	if _, _, err := rawAuth(uri); err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithTimeout(ctx, connectionTimeout(uri, rawConnTimeout))
 	defer cancel()
 	var d net.Dialer
 	addr := net.JoinHostPort(uri.Host, fmt.Sprint(uri.Port))
@@ -109,7 +112,7 @@ func dialRaw(ctx context.Context, ep Endpoint) (*rawConn, error) {
 		}
 		nc = tc
 	}
-	c := &rawConn{conn: nc, r: bufio.NewReader(nc)}
+	c := &rawConn{conn: nc, r: bufio.NewReader(nc), frameMax: rawFrameMax, headerLimit: rawMaxFrame}
 	stop := context.AfterFunc(ctx, func() { _ = nc.SetDeadline(time.Now()) })
 	defer stop()
 	if err := c.open(uri); err != nil {
@@ -119,6 +122,24 @@ func dialRaw(ctx context.Context, ep Endpoint) (*rawConn, error) {
 	return c, nil
 }
 
+// rawAuth is the SASL mechanism and response the raw client logs in with: the first of
+// the URL's auth_mechanism list it speaks (PLAIN, or EXTERNAL for a client certificate),
+// PLAIN when the URL names none. AMQPLAIN is refused, naming the parameter.
+func rawAuth(uri amqp.URI) (mechanism, response string, err error) {
+	if len(uri.AuthMechanism) == 0 {
+		return "PLAIN", "\x00" + uri.Username + "\x00" + uri.Password, nil
+	}
+	for _, m := range uri.AuthMechanism {
+		switch strings.ToLower(strings.TrimSpace(m)) {
+		case "plain":
+			return "PLAIN", "\x00" + uri.Username + "\x00" + uri.Password, nil
+		case "external":
+			return "EXTERNAL", "", nil
+		}
+	}
+	return "", "", errors.New("the broker URL's auth_mechanism names neither plain nor external, the mechanisms the client that moves messages to -error speaks")
+}
+
 func (c *rawConn) open(uri amqp.URI) error {
 	if _, err := c.conn.Write([]byte("AMQP\x00\x00\x09\x01")); err != nil {
 		return err
@@ -126,10 +147,14 @@ func (c *rawConn) open(uri amqp.URI) error {
 	if _, err := c.expect(mConnStart); err != nil {
 		return err
 	}
+	mechanism, response, err := rawAuth(uri)
+	if err != nil {
+		return err
+	}
 	var w rawWriter
 	w.table(nil)
-	w.shortstr("PLAIN")
-	w.longstr("\x00" + uri.Username + "\x00" + uri.Password)
+	w.shortstr(mechanism)
+	w.longstr(response)
 	w.shortstr("en_US")
 	if err := c.method(0, mConnStartOk, w.b.Bytes()); err != nil {
 		return err
@@ -142,14 +167,19 @@ func (c *rawConn) open(uri amqp.URI) error {
 		return errors.New("connection.tune too short")
 	}
 	channelMax, frameMax := binary.BigEndian.Uint16(tune), binary.BigEndian.Uint32(tune[2:])
-	if frameMax == 0 || frameMax > rawMaxFrame {
-		frameMax = rawMaxFrame
+	if uri.ChannelMax > 0 && (channelMax == 0 || uri.ChannelMax < channelMax) {
+		channelMax = uri.ChannelMax
+	}
+	if frameMax == 0 || frameMax > rawFrameMax {
+		frameMax = rawFrameMax
 	}
 	c.frameMax = int(frameMax)
 	w = rawWriter{}
 	w.u16(channelMax)
 	w.u32(frameMax)
-	w.u16(0) // no heartbeats: the connection lives for seconds
+	// No heartbeats, whatever the URL's heartbeat: the connection lives for seconds, and
+	// every read it makes has a deadline of its own.
+	w.u16(0)
 	if err := c.method(0, mConnTuneOk, w.b.Bytes()); err != nil {
 		return err
 	}
@@ -202,16 +232,20 @@ func (c *rawConn) method(channel uint16, id uint32, args []byte) error {
 	return c.frame(rawFrameMethod, channel, append(payload, args...))
 }
 
-// readFrame reads the next frame that is not a heartbeat.
+// readFrame reads the next frame that is not a heartbeat: a content header frame of at
+// most headerLimit bytes, any other of at most frameMax.
 func (c *rawConn) readFrame() (typ byte, payload []byte, err error) {
 	for {
-		var h [7]byte
-		if _, err := io.ReadFull(c.r, h[:]); err != nil {
+		typ, size, err := c.frameStart()
+		if err != nil {
 			return 0, nil, err
 		}
-		size := binary.BigEndian.Uint32(h[3:])
-		if size > rawMaxFrame {
-			return 0, nil, fmt.Errorf("frame of %d bytes", size)
+		limit := c.frameMax
+		if typ == rawFrameHeader {
+			limit = c.headerLimit
+		}
+		if size > limit {
+			return 0, nil, fmt.Errorf("frame of type %d and %d bytes, over the %d this client reads", typ, size, limit)
 		}
 		payload = make([]byte, size+1)
 		if _, err := io.ReadFull(c.r, payload); err != nil {
@@ -220,100 +254,119 @@ func (c *rawConn) readFrame() (typ byte, payload []byte, err error) {
 		if payload[size] != rawFrameEnd {
 			return 0, nil, errors.New("frame without its end octet")
 		}
-		if h[0] != rawFrameHeartbeat {
-			return h[0], payload[:size], nil
+		if typ != rawFrameHeartbeat {
+			return typ, payload[:size], nil
 		}
 	}
 }
 
-// next reads the next method, and the content of a delivery, which it returns as d.
-func (c *rawConn) next() (id uint32, args []byte, d *rawDelivery, err error) {
-	typ, p, err := c.readFrame()
+// frameStart reads a frame's type and size; its payload and end octet follow.
+func (c *rawConn) frameStart() (typ byte, size int, err error) {
+	var h [7]byte
+	if _, err := io.ReadFull(c.r, h[:]); err != nil {
+		return 0, 0, err
+	}
+	return h[0], int(binary.BigEndian.Uint32(h[3:])), nil
+}
+
+// skipFrame reads a frame past, whatever its size, holding none of it, and returns its type.
+func (c *rawConn) skipFrame() (byte, int, error) {
+	typ, size, err := c.frameStart()
 	if err != nil {
-		return 0, nil, nil, err
+		return 0, 0, err
 	}
-	if typ != rawFrameMethod || len(p) < 4 {
-		return 0, nil, nil, fmt.Errorf("frame of type %d where a method was due", typ)
+	if _, err := c.r.Discard(size); err != nil {
+		return 0, 0, err
 	}
-	id, args = binary.BigEndian.Uint32(p), p[4:]
-	switch id {
-	case mConnClose, mChanClose:
-		return 0, nil, nil, closeError(id, args)
-	case mBasicDeliver, mBasicReturn:
-		d, err = c.content(id, args)
+	if end, err := c.r.ReadByte(); err != nil || end != rawFrameEnd {
+		return 0, 0, errors.Join(errors.New("frame without its end octet"), err)
 	}
-	return id, args, d, err
+	return typ, size, nil
 }
 
-// nextDelivery returns the next delivery, in queue order.
-func (c *rawConn) nextDelivery() (*rawDelivery, error) {
-	for len(c.pending) == 0 {
-		id, _, d, err := c.next()
+// skipBody reads a body of size bytes past, frame by frame, holding none of it.
+func (c *rawConn) skipBody(size uint64) error {
+	for size > 0 {
+		_ = c.conn.SetReadDeadline(time.Now().Add(rawConnTimeout))
+		typ, n, err := c.skipFrame()
 		if err != nil {
-			return nil, err
+			return err
 		}
-		if id == mBasicDeliver {
-			return d, nil
+		if typ != rawFrameBody || uint64(n) > size {
+			return fmt.Errorf("frame of type %d and %d bytes where %d bytes of body were due", typ, n, size)
 		}
+		size -= uint64(n)
 	}
-	d := c.pending[0]
-	c.pending = c.pending[1:]
-	return d, nil
+	return nil
 }
 
-// content reads the header and body frames that follow a basic.deliver or basic.return.
-func (c *rawConn) content(id uint32, args []byte) (*rawDelivery, error) {
-	d := &rawDelivery{}
-	if id == mBasicDeliver {
-		r := rawReader{b: args}
-		r.shortstr() // consumer tag
-		d.tag = r.u64()
-		if r.err != nil {
-			return nil, r.err
-		}
-	}
-	typ, header, err := c.readFrame()
+// skipContent reads past the content (header and body) of a delivery that came while an
+// answer was awaited, holding none of it: the connection's close puts the message back.
+func (c *rawConn) skipContent() error {
+	typ, size, err := c.frameStart()
 	if err != nil {
-		return nil, err
+		return err
 	}
-	if typ != rawFrameHeader || len(header) < 14 {
-		return nil, fmt.Errorf("frame of type %d where a content header was due", typ)
+	if typ != rawFrameHeader || size < 14 {
+		return fmt.Errorf("frame of type %d where a content header was due", typ)
 	}
-	d.header = header
-	size := binary.BigEndian.Uint64(header[4:])
-	if size > rawMaxFrame*16 {
-		return nil, fmt.Errorf("body of %d bytes", size)
+	var head [12]byte // class, weight, body size
+	if _, err := io.ReadFull(c.r, head[:]); err != nil {
+		return err
 	}
-	d.body = make([]byte, 0, size)
-	for uint64(len(d.body)) < size {
-		typ, b, err := c.readFrame()
-		if err != nil {
-			return nil, err
-		}
-		if typ != rawFrameBody {
-			return nil, fmt.Errorf("frame of type %d where a body was due", typ)
-		}
-		d.body = append(d.body, b...)
+	if _, err := c.r.Discard(size - len(head) + 1); err != nil {
+		return err
 	}
-	return d, nil
+	return c.skipBody(binary.BigEndian.Uint64(head[4:]))
 }
 
-// expect reads methods until id comes, keeping the deliveries that come meanwhile for
-// nextDelivery.
+// passBody reads a body of size bytes and publishes it on, frame by frame, as the body of
+// the message whose header publishHeader sent.
+func (c *rawConn) passBody(size uint64) error {
+	for size > 0 {
+		_ = c.conn.SetReadDeadline(time.Now().Add(rawConnTimeout))
+		typ, body, err := c.readFrame()
+		if err != nil {
+			return fmt.Errorf("read the body: %w", err)
+		}
+		if typ != rawFrameBody || uint64(len(body)) > size {
+			return fmt.Errorf("frame of type %d and %d bytes where %d bytes of body were due", typ, len(body), size)
+		}
+		if err := c.frame(rawFrameBody, rawChannel, body); err != nil {
+			return fmt.Errorf("copy the body: %w", err)
+		}
+		size -= uint64(len(body))
+	}
+	return nil
+}
+
+// expect reads methods until id comes. A delivery that comes meanwhile is read past and
+// not kept (the connection's close puts it back); one that comes before basic.consume-ok,
+// ahead of the deliveries the caller reads, is an error: the caller would miss it.
 func (c *rawConn) expect(id uint32) ([]byte, error) {
 	for {
-		got, args, d, err := c.next()
+		typ, p, err := c.readFrame()
 		if err != nil {
 			return nil, err
 		}
-		if got == id {
+		if typ != rawFrameMethod || len(p) < 4 {
+			return nil, fmt.Errorf("frame of type %d where a method was due", typ)
+		}
+		got, args := binary.BigEndian.Uint32(p), p[4:]
+		switch got {
+		case id:
 			return args, nil
-		}
-		if got == mBasicDeliver {
-			c.pending = append(c.pending, d)
-		}
-		if got == mBasicReturn {
+		case mConnClose, mChanClose:
+			return nil, closeError(got, args)
+		case mBasicReturn:
 			return nil, errors.New("the broker returned the copy: no queue took it")
+		case mBasicDeliver:
+			if id == mBasicConsOk {
+				return nil, errors.New("a delivery came before basic.consume-ok")
+			}
+			if err := c.skipContent(); err != nil {
+				return nil, err
+			}
 		}
 	}
 }
@@ -362,22 +415,6 @@ func (c *rawConn) declarePassive(queue string) error {
 	w.u8(1) // passive
 	w.table(nil)
 	return c.call(mQueueDeclare, w.b.Bytes(), mQueueDeclOk)
-}
-
-// publish sends a mandatory message to queue through the default exchange: header is the
-// content header frame's payload, body split into frames that fit frame_max.
-func (c *rawConn) publish(queue string, header, body []byte) error {
-	if err := c.publishHeader(queue, header); err != nil {
-		return err
-	}
-	for chunk := c.frameMax - 8; len(body) > 0; {
-		n := min(chunk, len(body))
-		if err := c.frame(rawFrameBody, rawChannel, body[:n]); err != nil {
-			return err
-		}
-		body = body[n:]
-	}
-	return nil
 }
 
 // settleMove ends a move to -error, in the channel's transaction with the copy published

@@ -70,18 +70,41 @@ func newSettler(p *Pool, ep Endpoint, ch *amqp.Channel, frameMax int, queue stri
 // ConsumeOptions.SettleTimeout says otherwise.
 const handleTimeout = time.Minute
 
-// handle runs h on batch, in parts of at most Pool.MaxBatchBytes, and settles the
-// verdicts, returning how many deliveries it settled. It stops before a delivery whose
-// body was over Pool.MaxMessageBytes, and returns its oversizeError. Settling uses a context that the
-// end of ctx does not cancel: a handled batch is always settled, every part of it.
-func (s *settler) handle(ctx context.Context, h BatchHandler, batch []amqp.Delivery) (int, error) {
-	settled := 0
+// handleThen runs h on batch, in parts of at most Pool.MaxBatchBytes, for a drain, whose
+// consumer must stay until the batch is applied: it applies every part, then calls
+// release (when not nil), then settles the parts in order, and returns how many
+// deliveries it settled. It stops before a delivery whose body was over
+// Pool.MaxMessageBytes, and returns its oversizeError. Settling uses a context that the
+// end of ctx does not cancel: a handled batch is always settled, every part of it. Nothing of the batch is acknowledged before all of it was applied, so
+// while its consumer is there no delivery beyond the batch can come. release is called
+// for an empty batch too, and not when h fails: the caller closes the channel then.
+func (s *settler) handleThen(ctx context.Context, h BatchHandler, batch []amqp.Delivery, release func() error) (int, error) {
 	batch, oversize := s.pool.beforeOversize(batch)
-	for _, part := range splitByBytes(batch, s.pool.MaxBatchBytes) {
+	parts := splitByBytes(batch, s.pool.MaxBatchBytes)
+	verdicts := make([][]Verdict, len(parts))
+	for i, part := range parts {
 		if len(part) == 0 {
 			break
 		}
-		n, err := s.handlePart(ctx, h, part)
+		v, err := s.apply(ctx, h, part)
+		if err != nil {
+			return 0, err
+		}
+		verdicts[i] = v
+	}
+	if release != nil {
+		if err := release(); err != nil {
+			return 0, err
+		}
+	}
+	settled := 0
+	for i, part := range parts {
+		if len(part) == 0 {
+			break
+		}
+		start := time.Now()
+		n, err := s.settle(context.WithoutCancel(ctx), part, verdicts[i])
+		TraceOf(ctx).Add(PhaseAck, start)
 		settled += n
 		if err != nil {
 			return settled, err
@@ -106,16 +129,6 @@ func splitByBytes(batch []amqp.Delivery, maxBytes int) [][]amqp.Delivery {
 		size += len(d.Body)
 	}
 	return append(parts, batch[start:])
-}
-
-// handlePart runs h on one part of a batch and settles its verdicts.
-func (s *settler) handlePart(ctx context.Context, h BatchHandler, batch []amqp.Delivery) (int, error) {
-	verdicts, err := s.apply(ctx, h, batch)
-	if err != nil {
-		return 0, err
-	}
-	defer TraceOf(ctx).Add(PhaseAck, time.Now())
-	return s.settle(context.WithoutCancel(ctx), batch, verdicts)
 }
 
 // apply runs h on one part of a batch and returns its verdicts, nothing settled yet.

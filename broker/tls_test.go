@@ -49,3 +49,54 @@ func TestTheURLsTLSParametersReachTheConnectionsThePackageSecuresItself(t *testi
 	require.ErrorContains(t, err, "cacertfile")
 	require.NotContains(t, err.Error(), "secret")
 }
+
+// A guarded amqps connection does its TLS beneath the guard and hands amqp091-go an amqp
+// URL: every parameter the library reads from the URL must survive the change of scheme,
+// or certificate login (auth_mechanism=external) turns into PLAIN with empty credentials
+// on consumer connections alone. (No RabbitMQ with TLS and EXTERNAL runs beside the tests:
+// this checks the URL each connection is built with.)
+func TestTheGuardedAMQPSURLKeepsEveryParameter(t *testing.T) {
+	for _, raw := range []string{
+		"amqps://user:p%40ss%2Fw@broker.example.com/vh%2Fone?auth_mechanism=external&heartbeat=7&connection_timeout=2500&channel_max=99" +
+			"&certfile=/c.pem&keyfile=/k.pem&cacertfile=/ca.pem&server_name_indication=sni.example.com",
+		"amqps://broker.example.com:5999/?auth_mechanism=external&auth_mechanism=plain&heartbeat=0",
+		"amqps://u:p@[::1]/",
+	} {
+		want, err := amqp.ParseURI(raw)
+		require.NoError(t, err)
+		got, err := amqp.ParseURI(plainSchemeURL(raw, want))
+		require.NoError(t, err)
+		want.Scheme = "amqp"
+		require.Equal(t, want, got, raw)
+	}
+}
+
+// The client that moves messages to -error logs in as amqp091-go would: with a client
+// certificate when the URL asks for EXTERNAL, and refuses clearly what it does not speak.
+func TestTheRawClientHonoursTheURLsAuthMechanism(t *testing.T) {
+	for raw, want := range map[string]string{
+		"amqps://u:pw@h/":                                             "PLAIN",
+		"amqps://h/?auth_mechanism=external":                          "EXTERNAL",
+		"amqps://u:pw@h/?auth_mechanism=EXTERNAL":                     "EXTERNAL",
+		"amqp://u:pw@h/?auth_mechanism=amqplain&auth_mechanism=plain": "PLAIN",
+	} {
+		uri, err := amqp.ParseURI(raw)
+		require.NoError(t, err)
+		mechanism, response, err := rawAuth(uri)
+		require.NoError(t, err)
+		require.Equal(t, want, mechanism, raw)
+		if want == "EXTERNAL" {
+			require.Empty(t, response, "EXTERNAL sends no password")
+		}
+	}
+	uri, err := amqp.ParseURI("amqp://u:pw@h/?auth_mechanism=amqplain")
+	require.NoError(t, err)
+	_, _, err = rawAuth(uri)
+	require.ErrorContains(t, err, "auth_mechanism")
+	_, err = dialRaw(t.Context(), Endpoint{URL: "amqp://u:pw@127.0.0.1:1/?auth_mechanism=amqplain"})
+	require.ErrorContains(t, err, "auth_mechanism", "refused before it dials")
+
+	uri, err = amqp.ParseURI("amqps://h/?connection_timeout=1500")
+	require.NoError(t, err)
+	require.Equal(t, 1500*time.Millisecond, connectionTimeout(uri, rawConnTimeout))
+}

@@ -83,21 +83,20 @@ func (p *Pool) afterUnreadable(ctx context.Context, ep Endpoint, queue string, f
 // consumer with prefetch could have had ahead of the one that cut it and that one, and
 // copies the first whose content header amqp091-go would refuse (frameMax is the frame_max
 // its consumers negotiate) to {q}-error, with the reason, and acknowledges it, in one
-// transaction. Every other delivery goes back to the head, in order, when the connection
-// closes. It returns the message id and the reason, or "" when every delivery was
-// readable.
+// transaction. It checks that {q}-error exists before it consumes. It holds one content
+// header at a time and no body: the bodies of the others are read past, and the moved
+// message's body is passed on frame by frame. Every other delivery goes back to the head,
+// in order, when the connection closes. It returns the message id and the reason, or ""
+// when every delivery was readable.
 func (p *Pool) moveUnreadable(ctx context.Context, ep Endpoint, queue string, frameMax, prefetch int) (id, reason string, err error) {
-	c, err := consumeRaw(ctx, ep, queue, prefetch+1)
+	c, err := consumeRaw(ctx, ep, queue, prefetch+1, p.rawHeaderLimit(), ErrorQueue(queue))
 	if err != nil {
 		return "", "", err
 	}
 	defer c.Close()
-	if err := c.declarePassive(ErrorQueue(queue)); err != nil {
-		return "", "", fmt.Errorf("%s: %w", ErrorQueue(queue), err)
-	}
 	for range prefetch + 1 {
 		_ = c.conn.SetReadDeadline(time.Now().Add(unreadableIdle))
-		d, err := c.nextDelivery()
+		tag, header, err := c.nextHeader()
 		if err != nil {
 			var ne interface{ Timeout() bool }
 			if errors.As(err, &ne) && ne.Timeout() {
@@ -105,33 +104,62 @@ func (p *Pool) moveUnreadable(ctx context.Context, ep Endpoint, queue string, fr
 			}
 			return "", "", fmt.Errorf("read %s: %w", queue, err)
 		}
-		if reason = checkContentHeader(d.header, frameMax); reason == "" {
+		size := binary.BigEndian.Uint64(header[4:])
+		if reason = checkContentHeader(header, frameMax); reason == "" {
+			if err := c.skipBody(size); err != nil {
+				return "", "", fmt.Errorf("read %s: %w", queue, err)
+			}
 			continue
 		}
-		_ = c.conn.SetReadDeadline(time.Time{})
-		header, id := unreadableCopy(d, "unreadable: "+reason, queue, c.frameMax)
-		if err := c.publish(ErrorQueue(queue), header, d.body); err != nil {
-			return id, "", fmt.Errorf("copy to %s: %w", ErrorQueue(queue), err)
-		}
-		if err := c.settleMove(d.tag); err != nil {
-			return id, "", fmt.Errorf("commit the move to %s: %w", ErrorQueue(queue), err)
+		id, err = c.moveHead(queue, tag, header, "unreadable: "+reason)
+		if err != nil {
+			return id, "", err
 		}
 		return id, reason, nil
 	}
 	return "", "", nil
 }
 
-// consumeRaw dials ep and consumes queue exclusively with prefetch, after checking that
-// the queues passive name exist (before: a delivery that came while a later answer was
-// awaited would be read whole). While the cut consumer's place is not free yet (403), it
-// tries again.
-func consumeRaw(ctx context.Context, ep Endpoint, queue string, prefetch int, passive ...string) (*rawConn, error) {
+// moveHead copies the delivery tag, whose content header was just read and whose body
+// comes next, to {q}-error with reason, passing its body on frame by frame, and
+// acknowledges it in the same transaction. It returns the message id.
+func (c *rawConn) moveHead(queue string, tag uint64, header []byte, reason string) (string, error) {
+	size := binary.BigEndian.Uint64(header[4:])
+	header, id := unreadableCopy(header, reason, queue, c.frameMax)
+	if err := c.publishHeader(ErrorQueue(queue), header); err != nil {
+		return id, fmt.Errorf("copy to %s: %w", ErrorQueue(queue), err)
+	}
+	if err := c.passBody(size); err != nil {
+		return id, fmt.Errorf("move %s to %s: %w", queue, ErrorQueue(queue), err)
+	}
+	_ = c.conn.SetReadDeadline(time.Time{})
+	if err := c.settleMove(tag); err != nil {
+		return id, fmt.Errorf("commit the move to %s: %w", ErrorQueue(queue), err)
+	}
+	return id, nil
+}
+
+// rawHeaderLimit is the largest content header the raw client reads: MAX_MESSAGE_BYTES,
+// so that a move holds no more than a consumer's delivery would.
+func (p *Pool) rawHeaderLimit() int {
+	if p.MaxMessageBytes > 0 && p.MaxMessageBytes < rawMaxFrame {
+		return p.MaxMessageBytes
+	}
+	return rawMaxFrame
+}
+
+// consumeRaw dials ep and consumes queue exclusively with prefetch, reading content
+// headers of at most headerLimit bytes, after checking that the queues passive name exist
+// (before, so that nothing is delivered to a move that cannot be made). While the cut
+// consumer's place is not free yet (403), it tries again.
+func consumeRaw(ctx context.Context, ep Endpoint, queue string, prefetch, headerLimit int, passive ...string) (*rawConn, error) {
 	deadline := time.Now().Add(unreadableBusy)
 	for {
 		c, err := dialRaw(ctx, ep)
 		if err != nil {
 			return nil, fmt.Errorf("connect to %s: %w", ep, err)
 		}
+		c.headerLimit = headerLimit
 		for _, q := range passive {
 			if err := c.declarePassive(q); err != nil {
 				c.Close()
@@ -307,14 +335,14 @@ func splitProperties(header []byte) (map[uint16][]byte, error) {
 	return props, nil
 }
 
-// unreadableCopy builds the content header of d's copy to {q}-error, with reason in
-// HeaderErrorReason: d's properties as
+// unreadableCopy builds the content header of a copy to {q}-error of the message whose
+// content header is original, with reason in HeaderErrorReason: its properties as
 // they were (but reply-to, expiration, priority and user-id, like errorCopy), persistent,
-// with the reject headers appended to d's header table, undecoded. When that would not fit
+// with the reject headers appended to its header table, undecoded. When that would not fit
 // frameMax, the copy carries the reject headers alone and says so in HeaderErrorCut. It
-// returns the header and d's message id.
-func unreadableCopy(d *rawDelivery, reason, queue string, frameMax int) ([]byte, string) {
-	props, _ := splitProperties(d.header) // checkContentHeader parsed it already
+// returns the header and the message id.
+func unreadableCopy(original []byte, reason, queue string, frameMax int) ([]byte, string) {
+	props, _ := splitProperties(original) // checkContentHeader parsed it already
 	id := ""
 	if v, ok := props[flagMessageID]; ok {
 		id = string(v[1:])
@@ -338,7 +366,7 @@ func unreadableCopy(d *rawDelivery, reason, queue string, frameMax int) ([]byte,
 	}
 	build := func(table []byte) []byte {
 		var w rawWriter
-		w.b.Write(d.header[:12]) // class, weight, body size
+		w.b.Write(original[:12]) // class, weight, body size
 		flags := uint16(flagHeaders | flagDeliveryMode)
 		for _, f := range []uint16{flagContentType, flagContentEncoding, flagCorrelationID, flagMessageID, flagTimestamp, flagType, flagAppID} {
 			if _, ok := props[f]; ok {
@@ -359,14 +387,14 @@ func unreadableCopy(d *rawDelivery, reason, queue string, frameMax int) ([]byte,
 		}
 		return w.b.Bytes()
 	}
-	var original []byte
+	var table []byte
 	if t, ok := props[flagHeaders]; ok {
-		original = t[4:]
+		table = t[4:]
 	}
-	whole := build(append(append([]byte(nil), original...), ours("")...))
+	whole := build(append(append([]byte(nil), table...), ours("")...))
 	if len(whole)+8 <= frameMax {
 		return whole, id
 	}
-	cut := fmt.Sprintf("left out the original's header table (%d bytes) to fit frame_max %d", len(original), frameMax)
+	cut := fmt.Sprintf("left out the original's header table (%d bytes) to fit frame_max %d", len(table), frameMax)
 	return build(ours(cut)), id
 }

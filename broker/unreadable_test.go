@@ -5,6 +5,8 @@ package broker
 import (
 	"bytes"
 	"context"
+	"encoding/binary"
+	"fmt"
 	"slices"
 	"strconv"
 	"strings"
@@ -15,6 +17,8 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/brokerswitch/brokerswitch/internal/testenv"
 )
 
 // consumeLoop runs Consume on queue again each time it ends, as a window does, until ctx
@@ -46,20 +50,30 @@ func (l *consumeLoop) errors() []error {
 	return slices.Clone(l.errs)
 }
 
+// rawMessage is a message as readRaw read it.
+type rawMessage struct{ header, body []byte }
+
 // readRaw takes every message of queue with the raw client, which reads what amqp091-go
 // refuses.
-func readRaw(t *testing.T, r *rabbit, queue string, n int) []*rawDelivery {
+func readRaw(t *testing.T, r *rabbit, queue string, n int) []rawMessage {
 	t.Helper()
 	ep := r.pool.Endpoints()[0]
-	c, err := consumeRaw(context.Background(), ep, queue, n)
+	c, err := consumeRaw(context.Background(), ep, queue, n, rawMaxFrame)
 	require.NoError(t, err)
 	defer c.Close()
-	var out []*rawDelivery
-	require.NoError(t, c.conn.SetReadDeadline(time.Now().Add(waitFor)))
+	var out []rawMessage
 	for len(out) < n {
-		d, err := c.nextDelivery()
+		require.NoError(t, c.conn.SetReadDeadline(time.Now().Add(waitFor)))
+		_, header, err := c.nextHeader()
 		require.NoError(t, err)
-		out = append(out, d)
+		m := rawMessage{header: header}
+		for size := binary.BigEndian.Uint64(header[4:]); uint64(len(m.body)) < size; {
+			typ, b, err := c.readFrame()
+			require.NoError(t, err)
+			require.Equal(t, byte(rawFrameBody), typ)
+			m.body = append(m.body, b...)
+		}
+		out = append(out, m)
 	}
 	return out
 }
@@ -184,5 +198,60 @@ func TestCheckContentHeaderFollowsTheClientsLimits(t *testing.T) {
 		} else {
 			assert.Contains(t, got, cases[i].want, "case %d", i)
 		}
+	}
+}
+
+// The move reads past the bodies of the deliveries it scans and passes the moved one's
+// on frame by frame: it holds no body, whatever the sizes queued ahead of and behind the
+// unreadable message. It read each delivery whole (bodies over MAX_MESSAGE_BYTES
+// included) and kept whole every delivery that came while it waited for the broker's
+// answer to its basic.cancel.
+func TestMovingAnUnreadableMessageHoldsNoBody(t *testing.T) {
+	const limit, large = 1 << 20, 8 << 20
+	r := newRabbit(t)
+	r.pool.MaxMessageBytes = limit
+	r.declare(Topology{Queues: []string{"issues"}, RetryTTL: time.Minute})
+	bigs := func(from int) {
+		for i := from; i < from+3; i++ {
+			id := fmt.Sprintf("large-%d", i)
+			r.publishMessages("issues", amqp.Publishing{MessageId: id, Body: bytes.Repeat([]byte{byte('a' + i)}, large)})
+		}
+	}
+	bigs(0)
+	r.publishMessages("issues", amqp.Publishing{Headers: amqp.Table{"x-deep": nested(33)}, MessageId: "d-poison", Body: []byte("poison")})
+	bigs(3)
+
+	var id, reason string
+	var err error
+	held := testenv.PeakHeap(func() {
+		id, reason, err = r.pool.moveUnreadable(context.Background(), r.pool.Endpoints()[0], "issues", 0, 10)
+	})
+	require.NoError(t, err)
+	t.Logf("the move held at most %d bytes", held)
+	assert.Equal(t, "d-poison", id)
+	assert.Contains(t, reason, "nested more than 32 deep")
+	assert.Less(t, held, uint64(limit), "the move held %d bytes: a body, or more", held)
+
+	copies := readRaw(t, r, "issues-error", 1)
+	assert.Equal(t, "poison", string(copies[0].body))
+	left := r.getAll("issues")
+	require.Len(t, left, 6)
+	for i, d := range left {
+		assert.Equal(t, fmt.Sprintf("large-%d", i), d.MessageId, "the others go back in order")
+		assert.Len(t, d.Body, large)
+	}
+}
+
+// A move checks that {q}-error exists before it consumes: a move that cannot be made
+// takes no delivery, so none comes back marked redelivered or behind a consumer's prefetch.
+func TestAMoveWithoutItsErrorQueueTakesNoDelivery(t *testing.T) {
+	r := newRabbit(t)
+	_, err := r.channel().QueueDeclare("issues", true, false, false, false, nil)
+	require.NoError(t, err)
+	r.publish("issues", "one", "two")
+	_, _, err = r.pool.moveUnreadable(context.Background(), r.pool.Endpoints()[0], "issues", 0, 10)
+	require.ErrorContains(t, err, "issues-error")
+	for _, d := range r.getAll("issues") {
+		assert.False(t, d.Redelivered, "%s was delivered to the move", d.Body)
 	}
 }

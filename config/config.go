@@ -22,12 +22,14 @@ import (
 )
 
 // Config is everything the binary needs; each field names its variable and default.
+// A field that holds a secret is tagged `secret:"true"`: String, Format, LogValue and
+// MarshalJSON show it as xxxxx.
 type Config struct {
 	// Brokers from RABBITMQ_CONNECTION_STRINGS (default amqp://guest:guest@127.0.0.1:5672/);
 	// a broker's index is its position in the list.
 	Brokers []broker.Endpoint
 	// DatabaseURL from DATABASE_URL (default a local Postgres database named brokerswitch).
-	DatabaseURL string
+	DatabaseURL string `secret:"true"`
 	// DBMaxOpenConns from DB_MAX_OPEN_CONNS (default 10): the Postgres connections one
 	// process may hold. Size it per process: the sum over every worker and API replica
 	// must stay below the server's max_connections, or a burst starves ingestion.
@@ -47,7 +49,7 @@ type Config struct {
 	// TEMPORAL_NAMESPACE, TEMPORAL_API_KEY, TEMPORAL_TLS, TEMPORAL_TLS_CLIENT_CERT_PATH,
 	// TEMPORAL_TLS_CLIENT_KEY_PATH, TEMPORAL_TLS_SERVER_CA_CERT_PATH,
 	// TEMPORAL_TLS_SERVER_NAME and the rest of its variables. It holds secrets: never log it.
-	Temporal client.Options
+	Temporal client.Options `secret:"true"`
 	// TaskQueue from TEMPORAL_TASK_QUEUE (default "brokerswitch").
 	TaskQueue string
 	// Queues from QUEUES (default pull_requests,issues,pushes,installations): the logical queues.
@@ -86,18 +88,19 @@ type Config struct {
 	// this is committed alone.
 	MaxBatchBytes int
 	// MemoryLimit from MEMORY_LIMIT (default empty: no limit), in bytes or with a Ki, Mi,
-	// Gi or Ti suffix: the memory the process may use, the container's limit. Start-up
-	// refuses settings whose WorstCaseMemory exceeds it, and the Go runtime's soft limit
-	// (GOMEMLIMIT, unless that is set) is put at 90% of it.
+	// Gi or Ti suffix: the memory the process may use, the container's limit. The Go
+	// runtime's soft limit (GOMEMLIMIT, unless that is set) is put at 90% of it,
+	// SoftMemoryLimit, and start-up refuses settings whose WorstCaseMemory exceeds that.
 	MemoryLimit int64
 	// WorkerLeaseTTL from WORKER_LEASE_TTL (default 8s, at least 2s): how long a worker's
 	// lease in Postgres outlives its last renewal. A worker renews it every quarter of
 	// this while it reaches Postgres and Temporal, and stops its windows once it has not
 	// for three quarters; a peer retries a dead worker's windows once its lease expired.
 	WorkerLeaseTTL time.Duration
-	// AMQPHeartbeat from AMQP_HEARTBEAT (default 10s): the AMQP heartbeat timeout offered to
-	// the brokers. A worker whose host vanishes (no TCP close) keeps its consumer, and so
-	// its queue, until the broker drops its silent connection, about this long after.
+	// AMQPHeartbeat from AMQP_HEARTBEAT (default 3s): the AMQP heartbeat timeout offered to
+	// the brokers. A worker whose host vanishes (no TCP close), or that is paused, keeps its
+	// consumer, and so its queue, until the broker drops its silent connection, about three
+	// times this long after.
 	AMQPHeartbeat time.Duration
 	// WorkerStopTimeout from WORKER_STOP_TIMEOUT (default 1m): how long a stopping worker
 	// lets its windows settle their batch in hand. Keep a container's termination grace
@@ -131,9 +134,9 @@ type Config struct {
 	// HTTPAddr from HTTP_ADDR (default :8080).
 	HTTPAddr string
 	// ProducerToken from PRODUCER_TOKEN: may only post pending-switch notifications.
-	ProducerToken string
+	ProducerToken string `secret:"true"`
 	// OperatorToken from OPERATOR_TOKEN: may do everything.
-	OperatorToken string
+	OperatorToken string `secret:"true"`
 	// InsecureNoAuth from API_INSECURE_NO_AUTH (default false): lets the API start with no token,
 	// for local development only.
 	InsecureNoAuth bool
@@ -145,12 +148,12 @@ type Config struct {
 	// HealthchecksPingURL from HEALTHCHECKS_PING_URL (default empty: no pings): a
 	// healthchecks.io-style check pinged at the start, success and failure of every
 	// consumer window.
-	HealthchecksPingURL string
+	HealthchecksPingURL string `secret:"true"`
 	// WebhookSecret from WEBHOOK_SECRET (default empty: payloads are not verified): the
 	// secret of the GitHub webhook; when set, every message must carry GitHub's
 	// X-Hub-Signature-256 of its body, forwarded as x-hub-signature-256, or it goes to
 	// {q}-error. Never logged.
-	WebhookSecret string
+	WebhookSecret string `secret:"true"`
 }
 
 // The defaults that code outside FromEnv needs as well, for a field left zero in a struct
@@ -164,6 +167,11 @@ const (
 	// DefaultWorkerLeaseTTL is WORKER_LEASE_TTL's default: a killed worker's queues are
 	// read again about this long after its last renewal.
 	DefaultWorkerLeaseTTL = 8 * time.Second
+	// DBSilentSessionTimeout is how long Postgres keeps a session of ours that sits in a
+	// transaction without a word, and about how soon either end of a connection gives a
+	// silent link up: the ledger claims and row locks of a worker paused or cut off
+	// mid-batch are gone within it, before its lease expires and a peer takes its queues.
+	DBSilentSessionTimeout = 5 * time.Second
 	// DefaultUnnotifiedBrokerGrace is UNNOTIFIED_BROKER_GRACE's default. WebhooksHandler
 	// retries a failed notification through its own -retry queue, ten minutes a cycle and
 	// ten cycles at most: a notification can arrive 100 minutes after the rotation and
@@ -195,8 +203,8 @@ func FromEnv(getenv Getenv) (Config, error) {
 	c := Config{
 		DatabaseURL:              r.str("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/brokerswitch?sslmode=disable"),
 		DBMaxOpenConns:           r.positiveInt("DB_MAX_OPEN_CONNS", 10),
-		DBStatementTimeout:       r.duration("DB_STATEMENT_TIMEOUT", 30*time.Second),
-		DBLockTimeout:            r.duration("DB_LOCK_TIMEOUT", 10*time.Second),
+		DBStatementTimeout:       r.durationAtMost("DB_STATEMENT_TIMEOUT", 30*time.Second, maxPostgresTimeout),
+		DBLockTimeout:            r.durationAtMost("DB_LOCK_TIMEOUT", 10*time.Second, maxPostgresTimeout),
 		TaskQueue:                r.str("TEMPORAL_TASK_QUEUE", "brokerswitch"),
 		Queues:                   r.list("QUEUES", "pull_requests,issues,pushes,installations"),
 		ConsumerWindow:           r.duration("CONSUMER_WINDOW", 2*time.Hour),
@@ -205,8 +213,8 @@ func FromEnv(getenv Getenv) (Config, error) {
 		MaxRetryCycles:           r.positiveInt("MAX_RETRY_CYCLES", 10),
 		LedgerRetention:          r.duration("LEDGER_RETENTION", 168*time.Hour),
 		Prefetch:                 r.positiveInt("PREFETCH", broker.DefaultPrefetch),
-		MaxMessageBytes:          r.positiveInt("MAX_MESSAGE_BYTES", 26214400),
-		MaxBatchBytes:            r.positiveInt("MAX_BATCH_BYTES", 16777216),
+		MaxMessageBytes:          r.intAtMost("MAX_MESSAGE_BYTES", 26214400, MaxBodyBytes),
+		MaxBatchBytes:            r.intAtMost("MAX_BATCH_BYTES", 16777216, MaxBodyBytes),
 		MemoryLimit:              r.bytes("MEMORY_LIMIT"),
 		DrainCheckInterval:       r.duration("DRAIN_CHECK_INTERVAL", DefaultDrainCheckInterval),
 		WorkerLeaseTTL:           r.duration("WORKER_LEASE_TTL", DefaultWorkerLeaseTTL),
@@ -282,8 +290,25 @@ const LedgerRetentionMargin = 24 * time.Hour
 
 // MinLedgerRetention is the shortest LEDGER_RETENTION accepted: a delivery can come back
 // through -retry for retryTTL × cycles after its first attempt, plus LedgerRetentionMargin.
+// A sum that overflows counts as the longest duration, which no LEDGER_RETENTION reaches.
 func MinLedgerRetention(retryTTL time.Duration, cycles int) time.Duration {
-	return retryTTL*time.Duration(cycles) + LedgerRetentionMargin
+	return time.Duration(addCapped(mulCapped(int64(retryTTL), int64(cycles)), int64(LedgerRetentionMargin)))
+}
+
+// mulCapped is a×b for a, b ≥ 0, or math.MaxInt64 when that overflows.
+func mulCapped(a, b int64) int64 {
+	if a != 0 && b > math.MaxInt64/a {
+		return math.MaxInt64
+	}
+	return a * b
+}
+
+// addCapped is a+b for a, b ≥ 0, or math.MaxInt64 when that overflows.
+func addCapped(a, b int64) int64 {
+	if a > math.MaxInt64-b {
+		return math.MaxInt64
+	}
+	return a + b
 }
 
 // PlaintextBrokers are the brokers reached by plain amqp:// on a host that is not
@@ -429,7 +454,24 @@ func (r *reader) list(name, def string) []string {
 	return out
 }
 
+// Upper bounds of numeric settings: past them a value is a mistake, and the sums and
+// products the process makes of it could overflow.
+const (
+	// MaxDuration is the longest duration any variable accepts, about 11 years.
+	MaxDuration = 100000 * time.Hour
+	// MaxBodyBytes bounds MAX_MESSAGE_BYTES and MAX_BATCH_BYTES: 512 MiB, RabbitMQ's
+	// largest max_message_size.
+	MaxBodyBytes = 512 << 20
+	// maxPostgresTimeout is the longest statement_timeout or lock_timeout Postgres takes,
+	// INT_MAX milliseconds.
+	maxPostgresTimeout = math.MaxInt32 * time.Millisecond
+)
+
 func (r *reader) duration(name string, def time.Duration) time.Duration {
+	return r.durationAtMost(name, def, MaxDuration)
+}
+
+func (r *reader) durationAtMost(name string, def, most time.Duration) time.Duration {
 	v := strings.TrimSpace(r.getenv(name))
 	if v == "" {
 		return def
@@ -439,10 +481,18 @@ func (r *reader) duration(name string, def time.Duration) time.Duration {
 		r.fail(name, fmt.Sprintf("%q is not a positive duration such as 30s or 5m", v))
 		return 0
 	}
+	if d > most {
+		r.fail(name, fmt.Sprintf("%q is longer than %s, the most it may be", v, most))
+		return 0
+	}
 	return d
 }
 
 func (r *reader) positiveInt(name string, def int) int {
+	return r.intAtMost(name, def, math.MaxInt)
+}
+
+func (r *reader) intAtMost(name string, def, most int) int {
 	v := strings.TrimSpace(r.getenv(name))
 	if v == "" {
 		return def
@@ -450,6 +500,10 @@ func (r *reader) positiveInt(name string, def int) int {
 	n, err := strconv.Atoi(v)
 	if err != nil || n <= 0 {
 		r.fail(name, fmt.Sprintf("%q is not a positive whole number", v))
+		return 0
+	}
+	if n > most {
+		r.fail(name, fmt.Sprintf("%q is more than %d, the most it may be", v, most))
 		return 0
 	}
 	return n
@@ -461,7 +515,7 @@ func (r *reader) positiveFloat(name string, def float64) float64 {
 		return def
 	}
 	f, err := strconv.ParseFloat(v, 64)
-	if err != nil || f <= 0 || math.IsInf(f, 0) {
+	if err != nil || math.IsNaN(f) || math.IsInf(f, 0) || f <= 0 {
 		r.fail(name, fmt.Sprintf("%q is not a positive number such as 1 or 0.5", v))
 		return 0
 	}

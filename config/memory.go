@@ -24,28 +24,40 @@ const (
 // each queue's consumer (or its Leftover Drain, which runs before it, never beside it)
 // holds up to PREFETCH bodies of up to MAX_MESSAGE_BYTES, whatever the broker's
 // max_message_size: a larger body is read past unheld and its message moved to -error by
-// a client that streams it (broker.Pool.MaxMessageBytes). Handling the part of a batch in
+// a client that streams it (broker.Pool.MaxMessageBytes). The one more per queue is a move
+// to {q}-error, which reads one content header of up to MAX_MESSAGE_BYTES and no body,
+// counted beside the consumer it replaces in case that one's deliveries are still held.
+// Handling the part of a batch in
 // hand (decoding and applying it) adds ApplyFactor times its bodies, which MAX_BATCH_BYTES
-// bounds unless one message is larger.
+// bounds unless one message is larger. A total that overflows 64 bits is math.MaxInt64.
 func (c Config) WorstCaseMemory() (int64, string) {
 	q, p, m := int64(len(c.Queues)), int64(c.Prefetch), int64(c.MaxMessageBytes)
 	part := max(int64(c.MaxBatchBytes), m)
-	total := q*p*m + q*ApplyFactor*part + ProcessAllowance
-	return total, fmt.Sprintf("QUEUES (%d) × PREFETCH (%d) × MAX_MESSAGE_BYTES (%s) in flight"+
+	total := addCapped(addCapped(mulCapped(mulCapped(q, p+1), m), mulCapped(q*ApplyFactor, part)), ProcessAllowance)
+	return total, fmt.Sprintf("QUEUES (%d) × (PREFETCH (%d) + 1) × MAX_MESSAGE_BYTES (%s) in flight"+
 		" + QUEUES (%d) × %d × max(MAX_BATCH_BYTES, MAX_MESSAGE_BYTES) (%s) being handled"+
 		" + %s for the rest of the process = %s",
 		q, p, FormatBytes(m), q, ApplyFactor, FormatBytes(part), FormatBytes(ProcessAllowance), FormatBytes(total))
 }
 
-// checkMemory refuses settings whose worst case exceeds MEMORY_LIMIT, when it is set.
+// SoftMemoryLimit is the Go runtime's soft memory limit for MEMORY_LIMIT, 90% of it (0
+// when it is not set), and the budget start-up holds WorstCaseMemory to: below the soft
+// limit the collector runs at its pace, and the rest of MEMORY_LIMIT is room for what
+// the runtime does not count (stacks of threads, the binary) before the container is
+// killed. One rule, so that the worst case never sits where the collector runs without end.
+func (c Config) SoftMemoryLimit() int64 {
+	return c.MemoryLimit / 10 * 9
+}
+
+// checkMemory refuses settings whose worst case exceeds SoftMemoryLimit, when MEMORY_LIMIT is set.
 func (r *reader) checkMemory(c Config) {
 	if c.MemoryLimit == 0 {
 		return
 	}
 	worst, arithmetic := c.WorstCaseMemory()
-	if worst > c.MemoryLimit {
-		r.fail("MEMORY_LIMIT", fmt.Sprintf("is %s, but the consumers may hold %s: %s; lower PREFETCH, MAX_MESSAGE_BYTES or MAX_BATCH_BYTES, or raise the limit",
-			FormatBytes(c.MemoryLimit), FormatBytes(worst), arithmetic))
+	if budget := c.SoftMemoryLimit(); worst > budget {
+		r.fail("MEMORY_LIMIT", fmt.Sprintf("is %s, whose 90%% (%s, the Go runtime's soft limit) is less than the consumers may hold, %s: %s; lower PREFETCH, MAX_MESSAGE_BYTES or MAX_BATCH_BYTES, or raise the limit",
+			FormatBytes(c.MemoryLimit), FormatBytes(budget), FormatBytes(worst), arithmetic))
 	}
 }
 

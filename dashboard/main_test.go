@@ -6,4 +6,4 @@ import (
 	"github.com/brokerswitch/brokerswitch/internal/testenv"
 )
 
-func TestMain(m *testing.M) { testenv.Exit(m.Run()) }
+func TestMain(m *testing.M) { testenv.Exit(testenv.Run(m)) }

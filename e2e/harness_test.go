@@ -57,7 +57,7 @@ func TestMain(m *testing.M) {
 	err := testenv.WithTemporal(func(srv *testenv.Temporal) error {
 		temporalServer = srv
 		workerBinaryErr = <-built
-		code = m.Run()
+		code = testenv.Run(m)
 		return nil
 	})
 	if err != nil {

@@ -399,12 +399,25 @@ func TestScenario10PostgresRestartedMidWindow(t *testing.T) {
 
 // Scenario 11. The Temporal server restarts while a switch is pending: consuming goes on
 // meanwhile, and the switch completes afterwards.
+//
+// The test decides that Temporal is down before broker 0 can be drained: one event waits
+// in broker 0's issues-retry, which the drain check counts and no consumer reads, until
+// the test lets it out after the stop. The rest of the backlog drains as fast as it can
+// (with batches near 100, before the stop), and the switch still cannot commit first.
 func TestScenario11TemporalRestartedWhileASwitchIsPending(t *testing.T) {
 	t.Parallel() // it mostly waits for its own dev server
 	dev := startDedicatedTemporal(t)
-	s := newStackWith(t, stacktest.Options{Brokers: 2, Temporal: dev.target(t)})
+	// The held event goes back through -retry only when the test says: RETRY_TTL is the
+	// service's default, not the tests' second. A worker consumes without Temporal until
+	// three quarters of its lease are gone: a minute leaves room for a loaded machine's
+	// slow stop.
+	env := map[string]string{"RETRY_TTL": "10m", "WORKER_LEASE_TTL": "1m"}
+	s := newStackWith(t, stacktest.Options{Brokers: 2, Temporal: dev.target(t), Env: env})
 	p, log := s.producer(nil)
 	ctx := context.Background()
+	held := s.workload(simulate.Workload{Issues: 1, RunID: "held"})[0]
+	held.RoutingKey = "issues-retry"
+	require.NoError(t, p.PublishTo(ctx, 0, held))
 	require.NoError(t, p.Publish(ctx, s.workload(mixed(40, 23))...))
 	n, err := p.Rotate(ctx, 1)
 	require.NoError(t, err)
@@ -421,8 +434,11 @@ func TestScenario11TemporalRestartedWhileASwitchIsPending(t *testing.T) {
 	})
 
 	dev.stop(t)
-	before := s.AppliedFrom(0)
-	s.waitFor("consuming to go on without Temporal", 30*time.Second, func() bool { return s.AppliedFrom(0) > before+50 || s.drained(0) })
+	require.Equal(t, 0, s.State().ActiveIndex, "broker 0 holds the held event: nothing could commit the switch")
+	require.Zero(t, s.deliveriesOf(held.DeliveryID), "the held event waits in issues-retry")
+	s.letOutOfRetry(0, "issues-retry")
+	s.waitFor("the held event applied without Temporal", 30*time.Second, func() bool { return s.deliveriesOf(held.DeliveryID) == 1 })
+	s.waitFor("broker 0 drained without Temporal", 30*time.Second, func() bool { return s.drained(0) })
 	require.Equal(t, 0, s.State().ActiveIndex, "nothing commits a switch while Temporal is down")
 	dev.start(t)
 
@@ -430,6 +446,26 @@ func TestScenario11TemporalRestartedWhileASwitchIsPending(t *testing.T) {
 	v := s.verify(log, time.Minute)
 	s.requireFlipAfterDrain(0, 1)
 	s.report(v, s.lagOf())
+}
+
+// deliveriesOf counts the ledger's rows of one delivery.
+func (s *stack) deliveriesOf(id string) int64 {
+	var n int64
+	require.NoError(s.t, s.DB.Model(&models.Delivery{}).Where("delivery_id = ?", id).Count(&n).Error)
+	return n
+}
+
+// letOutOfRetry sends the one message waiting in a -retry queue of broker index on along
+// its dead-letter route to its queue, as its TTL running out would.
+func (s *stack) letOutOfRetry(index int, retryQueue string) {
+	s.t.Helper()
+	ch, err := s.Direct.Channel(context.Background(), index)
+	require.NoError(s.t, err)
+	defer ch.Close()
+	msg, ok, err := ch.Get(retryQueue, false)
+	require.NoError(s.t, err)
+	require.True(s.t, ok, "%s on broker %d holds a message", retryQueue, index)
+	require.NoError(s.t, msg.Nack(false, false))
 }
 
 // Scenario 12. Poison messages (invalid JSON, a missing header) among good ones land in

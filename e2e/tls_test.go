@@ -17,6 +17,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"sync"
 	"testing"
 	"time"
 
@@ -76,7 +77,9 @@ func runWithEnv(ctx context.Context, s *stack, cert, key, apiKey string) (string
 }
 
 // tlsFrontend terminates mutual TLS on a loopback port and forwards the plain gRPC stream
-// to the dev server, which has no TLS of its own.
+// to the dev server, which has no TLS of its own. Each connection is closed when the test
+// ends, and a client that has not finished its handshake within 10 s is dropped: a
+// refused certificate is retried by the client, and no attempt may outlive the test.
 func tlsFrontend(t *testing.T, ca *testCA, server *issued, target string) string {
 	t.Helper()
 	pool := x509.NewCertPool()
@@ -89,29 +92,58 @@ func tlsFrontend(t *testing.T, ca *testCA, server *issued, target string) string
 		MinVersion:   tls.VersionTLS12,
 	})
 	require.NoError(t, err)
-	t.Cleanup(func() { l.Close() })
+	ctx, cancel := context.WithCancel(context.Background())
+	var mu sync.Mutex
+	open := map[net.Conn]struct{}{}
+	keep := func(c net.Conn) bool {
+		mu.Lock()
+		defer mu.Unlock()
+		if ctx.Err() != nil {
+			c.Close()
+			return false
+		}
+		open[c] = struct{}{}
+		return true
+	}
+	t.Cleanup(func() {
+		cancel()
+		l.Close()
+		mu.Lock()
+		defer mu.Unlock()
+		for c := range open {
+			c.Close()
+		}
+	})
 	go func() {
 		for {
 			in, err := l.Accept()
-			if err != nil {
+			if err != nil || !keep(in) {
 				return
 			}
-			go func() {
-				defer in.Close()
-				if err := in.(*tls.Conn).Handshake(); err != nil {
-					return
-				}
-				out, err := net.Dial("tcp", target)
-				if err != nil {
-					return
-				}
-				defer out.Close()
-				go func() { _, _ = io.Copy(out, in); out.Close() }()
-				_, _ = io.Copy(in, out)
-			}()
+			go forwardTLS(ctx, in.(*tls.Conn), target, keep)
 		}
 	}()
 	return l.Addr().String()
+}
+
+// forwardTLS completes a client's handshake within 10 s, then pipes it to target until
+// either side ends; keep registers the target's connection for the test's cleanup.
+func forwardTLS(ctx context.Context, in *tls.Conn, target string, keep func(net.Conn) bool) {
+	defer in.Close()
+	hs, cancel := context.WithTimeout(ctx, 10*time.Second)
+	err := in.HandshakeContext(hs)
+	cancel()
+	if err != nil {
+		return
+	}
+	d := net.Dialer{Timeout: 5 * time.Second}
+	out, err := d.DialContext(ctx, "tcp", target)
+	if err != nil || !keep(out) {
+		return
+	}
+	defer out.Close()
+	go func() { _, _ = io.Copy(out, in); out.Close() }()
+	_, _ = io.Copy(in, out)
 }
 
 type testCA struct {

@@ -69,6 +69,12 @@ type Service struct {
 	scans sync.Mutex
 }
 
+// errorText is err's text for an answer, without any broker's credentials: the text of a
+// failed dial may quote the broker's URL.
+func (s *Service) errorText(err error) string {
+	return broker.Redact(err.Error(), s.Brokers.Endpoints())
+}
+
 func (s *Service) logger() *slog.Logger {
 	if s.Logger == nil {
 		return slog.Default()

@@ -82,7 +82,7 @@ func (s *Service) List(ctx context.Context, f Filter, limit int) (Listing, error
 			}
 			sum.Held = held
 			if err != nil {
-				sum.Error = err.Error()
+				sum.Error = s.errorText(err)
 			}
 			out.Queues = append(out.Queues, sum)
 		}

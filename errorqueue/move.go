@@ -123,7 +123,7 @@ func (s *Service) move(ctx context.Context, op string, f Filter, dryRun bool, de
 				}
 			})
 			if err != nil {
-				run.Errors = append(run.Errors, err.Error())
+				run.Errors = append(run.Errors, s.errorText(err))
 			}
 			if ctx.Err() != nil {
 				break

@@ -87,7 +87,7 @@ func (s *Service) Show(ctx context.Context, id string, bodyBytes int) (Shown, er
 				return out, ctx.Err()
 			}
 			if err != nil {
-				out.Unread = append(out.Unread, err.Error())
+				out.Unread = append(out.Unread, s.errorText(err))
 			}
 		}
 	}

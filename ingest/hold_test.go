@@ -38,3 +38,26 @@ func TestABatchOfABrokerNoLongerActiveIsGivenBack(t *testing.T) {
 	assert.Equal(t, acks(3), e.handleWith(t, e.ing.ForBroker(0), threeEvents(t)...))
 	assert.Equal(t, acks(1), e.handleWith(t, e.ing.ForActive(1), delivery("issues", "d-4", example(t, "issues.opened.0"))))
 }
+
+// A batch's checks end its transaction: a batch of a spare that became active since its
+// drain began is given back whole, unsettled, with nothing of it written, and so is a
+// batch of an attempt whose queue a successor took over.
+func TestABatchWhoseCheckRefusesIsGivenBack(t *testing.T) {
+	e := newEnv(t)
+	store := &brokerstate.Store{DB: e.db, Brokers: []brokerstate.Ref{{Host: "a", Vhost: "/"}, {Host: "b", Vhost: "/"}}}
+	e.ing.Active = store
+	ctx := context.Background()
+
+	assert.Equal(t, acks(1), e.handleWith(t, e.ing.ForBroker(1, store.SpareCheck(1)), delivery("issues", "d-0", example(t, "issues.opened.0"))))
+	at := time.Date(2025, 1, 2, 3, 0, 0, 0, time.UTC)
+	_, err := store.Update(ctx, func(st brokerstate.State) (brokerstate.State, error) { return st.Force(1, at, at), nil })
+	require.NoError(t, err)
+
+	verdicts, err := e.ing.ForBroker(1, store.SpareCheck(1)).HandleBatch(ctx, queue, threeEvents(t))
+	require.ErrorIs(t, err, brokerstate.ErrNotSpare)
+	assert.Nil(t, verdicts, "nothing is settled")
+	assert.Equal(t, int64(1), e.count(t, "github_deliveries"))
+
+	// A spare that is not active, and on no route, takes the batch.
+	assert.Equal(t, acks(3), e.handleWith(t, e.ing.ForBroker(0, store.SpareCheck(0)), threeEvents(t)...))
+}

@@ -82,21 +82,22 @@ const (
 )
 
 // ForBroker returns the BatchHandler for deliveries consumed from broker index, which is
-// recorded in the ledger.
-func (i *Ingester) ForBroker(index int) broker.BatchHandler {
-	return &batchHandler{ingester: i, broker: index}
+// recorded in the ledger. Each batch's transaction ends with checks, in order, before its
+// COMMIT: a refusal rolls the batch back and gives it back unsettled.
+func (i *Ingester) ForBroker(index int, checks ...models.Check) broker.BatchHandler {
+	return &batchHandler{ingester: i, broker: index, checks: checks}
 }
 
 // ForActive is ForBroker for a consumer window on the active broker: each batch commits
 // only while index is still the active broker (Active). A Leftover Drain reads spares,
 // which are never active, and uses ForBroker.
-func (i *Ingester) ForActive(index int) broker.BatchHandler {
+func (i *Ingester) ForActive(index int, checks ...models.Check) broker.BatchHandler {
 	if i.Active == nil {
 		return broker.BatchHandlerFunc(func(context.Context, string, []amqp.Delivery) ([]broker.Verdict, error) {
 			return nil, errors.New("ingest: Ingester.Active is nil")
 		})
 	}
-	return &batchHandler{ingester: i, broker: index, whileActive: true}
+	return &batchHandler{ingester: i, broker: index, whileActive: true, checks: checks}
 }
 
 // batchHandler is the BatchHandler of one broker.
@@ -104,6 +105,8 @@ type batchHandler struct {
 	ingester    *Ingester
 	broker      int
 	whileActive bool
+	// checks end every batch's transaction, after the active check.
+	checks []models.Check
 }
 
 // ActiveHolder holds a consume batch's broker active until the batch commits
@@ -366,15 +369,13 @@ func (h *batchHandler) applyInTx(ctx context.Context, queue string, msgs []messa
 			query, args := h.ingester.Active.ActiveCheck(h.broker)
 			p.add(query, args, nil)
 		}
+		for _, c := range h.checks {
+			p.add(c.Query, c.Args, nil)
+		}
 		return nil
 	})
 	if err != nil {
-		if h.whileActive {
-			if refused := h.ingester.Active.NotActive(err); refused != nil {
-				return nil, heldBack{refused}
-			}
-		}
-		return nil, err
+		return nil, h.refused(err)
 	}
 	reused := reusedIDs(msgs, owner, claimed, stored) // per message: why its id stands for another payload
 	for i, m := range msgs {
@@ -422,6 +423,22 @@ func (h *batchHandler) applyInTx(ctx context.Context, queue string, msgs []messa
 		}
 	}
 	return verdicts, nil
+}
+
+// refused is err, the failure of a batch's transaction, as a heldBack when one of its
+// checks refused the batch.
+func (h *batchHandler) refused(err error) error {
+	if h.whileActive {
+		if r := h.ingester.Active.NotActive(err); r != nil {
+			return heldBack{r}
+		}
+	}
+	for _, c := range h.checks {
+		if r := c.Refused(err); r != nil {
+			return heldBack{r}
+		}
+	}
+	return err
 }
 
 // reusedIDs returns, per message, why its delivery id stands for another payload: the

@@ -296,11 +296,26 @@ func (k *Keeper) reap(ctx context.Context) {
 		if keep {
 			continue
 		}
-		if err := k.DB.WithContext(cctx).Exec(`DELETE FROM worker_leases WHERE lease_id = ? AND expires_at < now()`, id).Error; err != nil {
+		// The lease itself stays for pollHorizon, so that its identity is swept at every
+		// scan meanwhile: a worker paused or cut off still has long polls open, and
+		// Temporal hands them the retries of the very attempts failed here.
+		err := k.DB.WithContext(cctx).Exec(`DELETE FROM lease_attempts WHERE lease_id = ?`, id).Error
+		if err == nil {
+			err = k.DB.WithContext(cctx).Exec(`DELETE FROM worker_leases WHERE lease_id = ? AND expires_at < now() - make_interval(secs => ?)`,
+				id, pollHorizon.Seconds()).Error
+		}
+		if err != nil {
 			k.Logger.DebugContext(ctx, "expired lease not deleted", "error", err)
 		}
 	}
 }
+
+// pollHorizon is how long after its lease expired a worker's identity is still swept.
+// Temporal hands a task to any poll still open, and a worker paused (SIGSTOP) or cut off
+// without a close keeps its long polls open for up to about 70 s: the retry of an attempt
+// failed by the reaper can land on the worker that cannot run it, and stay there until it
+// wakes. Swept again, it is failed in turn, until the worker's polls are used up or gone.
+const pollHorizon = 2 * time.Minute
 
 // sweep fails, by id, every started attempt of the long-running workflows whose last
 // worker is identity, and that Temporal started before startedBefore unless it is zero:
@@ -352,24 +367,37 @@ type Held struct {
 	k    *Keeper
 	gen  *generation
 	info activity.Info
+	// queue is the queue the attempt took over, at generation; "" for none.
+	queue      string
+	generation int64
 }
 
 // Hold registers the calling activity's attempt under the worker's lease, waiting up to
-// the lease's renewal interval for one to be taken (a worker that just started). Release
-// it when the activity returns.
+// the lease's renewal interval for one to be taken (a worker that just started), and, when
+// what names a queue, takes the queue over: its fencing token advances, and every batch of
+// an earlier attempt that has not committed yet is refused (QueueCheck). Release it when
+// the activity returns.
 func (k *Keeper) Hold(ctx context.Context, what What) (*Held, error) {
 	info := activity.GetInfo(ctx)
 	g, err := k.await(ctx)
 	if err != nil {
 		return nil, err
 	}
-	err = k.DB.WithContext(ctx).Exec(`INSERT INTO lease_attempts (lease_id, workflow_id, activity_id, attempt, activity_type, task_token, queue, broker)
-		VALUES (?, ?, ?, ?, ?, ?, ?, ?)`, g.id, info.WorkflowExecution.ID, info.ActivityID, info.Attempt,
-		info.ActivityType.Name, info.TaskToken, what.Queue, what.Broker).Error
+	held := &Held{k: k, gen: g, info: info, queue: what.Queue}
+	err = k.DB.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
+		err := tx.Exec(`INSERT INTO lease_attempts (lease_id, workflow_id, activity_id, attempt, activity_type, task_token, queue, broker)
+			VALUES (?, ?, ?, ?, ?, ?, ?, ?)`, g.id, info.WorkflowExecution.ID, info.ActivityID, info.Attempt,
+			info.ActivityType.Name, info.TaskToken, what.Queue, what.Broker).Error
+		if err != nil || what.Queue == "" {
+			return err
+		}
+		held.generation, err = takeQueue(tx, what.Queue)
+		return err
+	})
 	if err != nil {
 		return nil, fmt.Errorf("register %s under the worker's lease: %w", info.ActivityType.Name, err)
 	}
-	return &Held{k: k, gen: g, info: info}, nil
+	return held, nil
 }
 
 // await returns the live lease, waiting up to one renewal interval for one.

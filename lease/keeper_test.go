@@ -5,6 +5,7 @@ package lease_test
 import (
 	"context"
 	"log/slog"
+	"slices"
 	"testing"
 	"time"
 
@@ -78,11 +79,14 @@ func TestACutOffHolderGivesUpBeforeAPeerReapsIt(t *testing.T) {
 	require.Eventually(t, func() bool { return len(peer.Failed()) == 1 }, 5*ttl, 50*time.Millisecond,
 		"the peer fails the dead lease's attempt")
 	require.Equal(t, token, peer.Failed()[0])
+	// The lease itself stays a while, its identity swept at every scan (a worker paused
+	// rather than dead may still be handed retries).
 	require.Eventually(t, func() bool {
 		var n int64
-		require.NoError(t, db.Raw(`SELECT count(*) FROM worker_leases WHERE identity = 'a'`).Scan(&n).Error)
+		require.NoError(t, db.Raw(`SELECT count(*) FROM lease_attempts a JOIN worker_leases l USING (lease_id)
+			WHERE l.identity = 'a'`).Scan(&n).Error)
 		return n == 0
-	}, 5*ttl, 50*time.Millisecond, "the expired lease is deleted with its attempts")
+	}, 5*ttl, 50*time.Millisecond, "the expired lease's attempts are deleted once failed")
 }
 
 // An expired lease is final: a holder that comes back takes a new one rather than
@@ -163,4 +167,24 @@ func TestAStoppingWorkerFailsWhatTemporalStillSeesRunningOnIt(t *testing.T) {
 	var n int64
 	require.NoError(t, db.Raw(`SELECT count(*) FROM worker_leases WHERE identity = 'a'`).Scan(&n).Error)
 	require.Zero(t, n, "the lease is deleted")
+}
+
+// A paused worker keeps its long polls to Temporal open, and Temporal hands them the retry
+// of an attempt a peer failed when the worker's lease expired: the retry would wait there
+// until the worker wakes. The peer goes on sweeping the identity of an expired lease, and
+// fails that retry too.
+func TestARetryHandedToAPausedWorkerIsFailedToo(t *testing.T) {
+	db, _ := modelstest.NewDB(t)
+	require.NoError(t, db.Exec(`INSERT INTO worker_leases (lease_id, identity, expires_at) VALUES ('paused', '9@frozen@', now())`).Error)
+	require.NoError(t, db.Exec(`INSERT INTO lease_attempts (lease_id, workflow_id, activity_id, attempt, activity_type, task_token)
+		VALUES ('paused', 'queue-window-issues', 'retry', 1, 'Consume', 'token-1')`).Error)
+	reach := &testenv.TemporalReach{}
+	k := &lease.Keeper{DB: db, Temporal: reach, Identity: "1@peer@", TTL: ttl, Logger: slog.New(slog.DiscardHandler),
+		Workflows: []string{"queue-window-issues"}}
+	testenv.RunInBackground(t, k.Run)
+	require.Eventually(t, func() bool { return len(reach.Failed()) == 1 }, 5*ttl, 20*time.Millisecond,
+		"the attempt the paused worker listed was never failed")
+	reach.SetPending([]*workflowpb.PendingActivityInfo{started("retry", "9@frozen@", time.Now())})
+	require.Eventually(t, func() bool { return slices.Contains(reach.FailedIDs(), "retry") }, 5*ttl, 20*time.Millisecond,
+		"the retry handed to the paused worker was never failed")
 }

@@ -274,3 +274,25 @@ func get(t *testing.T, h http.Handler) recorded {
 	h.ServeHTTP(rec, httptest.NewRequestWithContext(t.Context(), http.MethodGet, "/metrics", nil))
 	return recorded{code: rec.Code, body: rec.Body.String()}
 }
+
+// A client that sends a request's headers and dribbles its body, or never sends it, is cut
+// once the read timeout has passed, as the API cuts it: it holds no goroutine and no
+// descriptor beyond that.
+func TestServeCutsAClientThatNeverSendsItsBody(t *testing.T) {
+	t.Parallel()
+	m := New(prometheus.NewRegistry())
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	go func() { _ = m.serve(t.Context(), ln, nil, nil) }()
+
+	conn, err := net.Dial("tcp", ln.Addr().String())
+	require.NoError(t, err)
+	defer conn.Close()
+	_, err = conn.Write([]byte("GET /healthz HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\nab"))
+	require.NoError(t, err)
+	started := time.Now()
+	require.NoError(t, conn.SetReadDeadline(started.Add(ServerReadTimeout+10*time.Second)))
+	_, err = io.Copy(io.Discard, conn) // the answer, then the end of the connection
+	require.NoError(t, err, "the server did not close the connection within its read timeout")
+	require.Less(t, time.Since(started), ServerReadTimeout+5*time.Second)
+}

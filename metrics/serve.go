@@ -10,6 +10,33 @@ import (
 	"time"
 )
 
+// Timeouts of every HTTP server the process runs (the API's and the metrics'), so that a
+// client that dribbles its request, or stops sending it, holds a goroutine and a
+// descriptor no longer than this.
+const (
+	// ServerReadHeaderTimeout bounds the reading of a request's headers.
+	ServerReadHeaderTimeout = 5 * time.Second
+	// ServerReadTimeout bounds the reading of a whole request, body included.
+	ServerReadTimeout = 15 * time.Second
+	// ServerIdleTimeout bounds how long a kept-alive connection waits for its next request.
+	ServerIdleTimeout = 60 * time.Second
+	// serverMaxHeaderBytes bounds a request's headers.
+	serverMaxHeaderBytes = 16 << 10
+)
+
+// NewHTTPServer is an http.Server for h with the process's read and idle timeouts; each
+// server sets its own write timeout, the longest its answers may take.
+func NewHTTPServer(h http.Handler, writeTimeout time.Duration) *http.Server {
+	return &http.Server{
+		Handler:           h,
+		ReadHeaderTimeout: ServerReadHeaderTimeout,
+		ReadTimeout:       ServerReadTimeout,
+		WriteTimeout:      writeTimeout,
+		IdleTimeout:       ServerIdleTimeout,
+		MaxHeaderBytes:    serverMaxHeaderBytes,
+	}
+}
+
 // Serve runs a small HTTP server on addr with /metrics, /healthz (the process answers:
 // for a liveness probe) and, when ready is not nil, /readyz (its checks pass: for a
 // readiness probe) until ctx ends. Every long-running command serves its metrics here,
@@ -35,12 +62,7 @@ func (m *Metrics) serve(ctx context.Context, ln net.Listener, logger *slog.Logge
 	if ready != nil {
 		mux.Handle("GET /readyz", ready)
 	}
-	srv := &http.Server{
-		Handler:           mux,
-		ReadHeaderTimeout: 5 * time.Second,
-		WriteTimeout:      30 * time.Second,
-		IdleTimeout:       60 * time.Second,
-	}
+	srv := NewHTTPServer(mux, 30*time.Second)
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(ln) }()
 	logger.InfoContext(ctx, "metrics listening", "addr", ln.Addr().String())

@@ -6,6 +6,7 @@ package models
 import (
 	"context"
 	"fmt"
+	"net"
 	"strconv"
 	"time"
 
@@ -29,6 +30,17 @@ type PoolConfig struct {
 	// LockTimeout ends a wait for a lock, the broker state's advisory lock included, that
 	// lasts longer (0: none).
 	LockTimeout time.Duration
+	// IdleInTransactionTimeout ends a session that sits in an open transaction without a
+	// statement for longer (0: never). A worker paused (SIGSTOP, a frozen VM) or cut off
+	// between a batch's two exchanges holds its ledger claims and row locks until then: the
+	// worker that takes its queues over would wait on them.
+	IdleInTransactionTimeout time.Duration
+	// DeadPeerTimeout is how soon each end of a connection gives a silent peer up (0: the
+	// system's defaults, over two hours for an idle link): TCP keepalives on both sides
+	// probe an idle link, and tcp_user_timeout bounds data left unacknowledged, so that
+	// Postgres ends the session of a worker cut off by the network (a link gone silent
+	// without closing), and the worker its half of it.
+	DeadPeerTimeout time.Duration
 	// Tracer watches every statement of the pool's connections (the benchmark counts
 	// round trips with it); nil watches none.
 	Tracer pgx.QueryTracer
@@ -52,6 +64,12 @@ func OpenPool(ctx context.Context, dsn string, pool PoolConfig) (*gorm.DB, error
 	}
 	if pool.LockTimeout > 0 {
 		cfg.RuntimeParams["lock_timeout"] = strconv.FormatInt(pool.LockTimeout.Milliseconds(), 10)
+	}
+	if pool.IdleInTransactionTimeout > 0 {
+		cfg.RuntimeParams["idle_in_transaction_session_timeout"] = strconv.FormatInt(pool.IdleInTransactionTimeout.Milliseconds(), 10)
+	}
+	if pool.DeadPeerTimeout > 0 {
+		detectDeadPeers(cfg, pool.DeadPeerTimeout)
 	}
 	cfg.Tracer = pool.Tracer
 	sqlDB := stdlib.OpenDB(*cfg)
@@ -78,4 +96,23 @@ func OpenPool(ctx context.Context, dsn string, pool PoolConfig) (*gorm.DB, error
 		return nil, fmt.Errorf("ping postgres: %w", err)
 	}
 	return db, nil
+}
+
+// detectDeadPeers makes both ends of every connection give a silent peer up within about
+// after: keepalive probes start after a third of it and three go unanswered, and data
+// stays unacknowledged for at most after (tcp_user_timeout). Postgres takes them as
+// session settings; the worker's side is its dialer.
+func detectDeadPeers(cfg *pgx.ConnConfig, after time.Duration) {
+	idle := max(after/3, time.Second)
+	interval := max((after-idle)/3, time.Second)
+	cfg.RuntimeParams["tcp_keepalives_idle"] = strconv.Itoa(int(idle.Seconds()))
+	cfg.RuntimeParams["tcp_keepalives_interval"] = strconv.Itoa(int(interval.Seconds()))
+	cfg.RuntimeParams["tcp_keepalives_count"] = "3"
+	cfg.RuntimeParams["tcp_user_timeout"] = strconv.FormatInt(after.Milliseconds(), 10)
+	dialer := &net.Dialer{
+		Timeout:         cfg.ConnectTimeout,
+		KeepAliveConfig: net.KeepAliveConfig{Enable: true, Idle: idle, Interval: interval, Count: 3},
+		Control:         userTimeout(after),
+	}
+	cfg.DialFunc = dialer.DialContext
 }

@@ -151,15 +151,14 @@ func run(ctx context.Context, args []string, getenv config.Getenv, stdout, stder
 	return fmt.Errorf("unknown command %q", args[0]) // unreachable: the commands are checked above
 }
 
-// memoryLimit is the Go runtime's soft memory limit for MEMORY_LIMIT: 90% of it, so the
-// collector works harder before the container is killed, leaving room for what the
-// runtime does not count (stacks of threads, the binary). 0 when MEMORY_LIMIT is not set,
-// or when GOMEMLIMIT is: the runtime has read that already.
+// memoryLimit is the Go runtime's soft memory limit for MEMORY_LIMIT,
+// Config.SoftMemoryLimit, which start-up has held the worst case to. 0 when MEMORY_LIMIT
+// is not set, or when GOMEMLIMIT is: the runtime has read that already.
 func memoryLimit(cfg config.Config, getenv config.Getenv) int64 {
 	if cfg.MemoryLimit == 0 || getenv("GOMEMLIMIT") != "" {
 		return 0
 	}
-	return cfg.MemoryLimit / 10 * 9
+	return cfg.SoftMemoryLimit()
 }
 
 func newLogger(level string, w io.Writer) *slog.Logger {
@@ -197,6 +196,7 @@ type services struct {
 func withServices(ctx context.Context, cfg config.Config, logger *slog.Logger, fn func(context.Context, services) error) error {
 	db, err := models.OpenPool(ctx, cfg.DatabaseURL, models.PoolConfig{
 		MaxOpenConns: cfg.DBMaxOpenConns, StatementTimeout: cfg.DBStatementTimeout, LockTimeout: cfg.DBLockTimeout,
+		IdleInTransactionTimeout: config.DBSilentSessionTimeout, DeadPeerTimeout: config.DBSilentSessionTimeout,
 	})
 	if err != nil {
 		return fmt.Errorf("DATABASE_URL: %w", err)

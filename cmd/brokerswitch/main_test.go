@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"runtime"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -12,7 +13,7 @@ import (
 	"github.com/brokerswitch/brokerswitch/internal/testenv"
 )
 
-func TestMain(m *testing.M) { testenv.Exit(m.Run()) }
+func TestMain(m *testing.M) { testenv.Exit(testenv.Run(m)) }
 
 // noEnv is an empty environment: none of these commands may get as far as reading it.
 func noEnv(string) string { return "" }
@@ -65,13 +66,30 @@ func TestTheReleaseCarriesTheBuildAsMetadata(t *testing.T) {
 	require.Equal(t, "1.1.0+0.0.0-20261201-abc.dirty", releaseVersion("v0.0.0-20261201-abc+dirty"), "one + only")
 }
 
-// The Go runtime's soft limit is 90% of MEMORY_LIMIT, unless GOMEMLIMIT said otherwise.
+// The Go runtime's soft limit is 90% of MEMORY_LIMIT, unless GOMEMLIMIT said otherwise,
+// and it is the budget start-up holds the worst case to: at its peak the process stays
+// under the soft limit, where the collector does not run without end.
 func TestMemoryLimitSetsTheGoRuntimesLimit(t *testing.T) {
-	vars := map[string]string{"MEMORY_LIMIT": "512Mi", "PREFETCH": "16", "MAX_MESSAGE_BYTES": "4194304", "MAX_BATCH_BYTES": "4194304"}
+	vars := map[string]string{"MEMORY_LIMIT": "512Mi", "PREFETCH": "13", "MAX_MESSAGE_BYTES": "4194304", "MAX_BATCH_BYTES": "4194304"}
 	getenv := func(k string) string { return vars[k] }
 	cfg, err := config.FromEnv(getenv)
 	require.NoError(t, err)
 	require.Equal(t, int64(512<<20)/10*9, memoryLimit(cfg, getenv))
+	worst, _ := cfg.WorstCaseMemory()
+	require.LessOrEqual(t, worst, memoryLimit(cfg, getenv))
+
+	// A worst case between the soft limit and MEMORY_LIMIT (480 MiB, over 460.8 MiB) is refused.
+	vars["PREFETCH"] = "16"
+	_, err = config.FromEnv(getenv)
+	require.ErrorContains(t, err, "config: MEMORY_LIMIT:")
+	for prefetch := 1; prefetch <= 40; prefetch++ {
+		vars["PREFETCH"] = strconv.Itoa(prefetch)
+		if cfg, err := config.FromEnv(getenv); err == nil {
+			worst, _ := cfg.WorstCaseMemory()
+			require.LessOrEqual(t, worst, memoryLimit(cfg, getenv), "PREFETCH %d", prefetch)
+		}
+	}
+
 	vars["GOMEMLIMIT"] = "300MiB"
 	require.Zero(t, memoryLimit(cfg, getenv))
 	cfg.MemoryLimit = 0

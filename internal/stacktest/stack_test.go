@@ -21,7 +21,7 @@ func TestMain(m *testing.M) {
 	code := 1
 	if err := testenv.WithTemporal(func(srv *testenv.Temporal) error {
 		server = srv
-		code = m.Run()
+		code = testenv.Run(m)
 		return nil
 	}); err != nil {
 		fmt.Fprintln(os.Stderr, err)

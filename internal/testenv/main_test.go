@@ -2,4 +2,4 @@ package testenv
 
 import "testing"
 
-func TestMain(m *testing.M) { Exit(m.Run()) }
+func TestMain(m *testing.M) { Exit(Run(m)) }

@@ -110,6 +110,13 @@ func (p *Process) Kill() {
 	p.Wait(30 * time.Second)
 }
 
+// Pause stops the process without ending it (SIGSTOP), as a frozen VM or a container
+// throttled to nothing would: its sockets stay open, and nothing answers on them.
+func (p *Process) Pause() { _ = p.cmd.Process.Signal(syscall.SIGSTOP) }
+
+// Resume wakes a paused process (SIGCONT).
+func (p *Process) Resume() { _ = p.cmd.Process.Signal(syscall.SIGCONT) }
+
 // Stop asks the worker to stop (SIGTERM) and waits, killing it after a minute.
 func (p *Process) Stop() {
 	if p.Exited() {

@@ -1,6 +1,7 @@
 package testenv
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"net"
@@ -22,7 +23,11 @@ type Proxy struct {
 
 	mu       sync.Mutex
 	listener net.Listener
+	stopDial context.CancelFunc // ends the dials of the clients listener accepted
 	conns    map[net.Conn]struct{}
+	// quiet is open while the proxy is silent (Silence), closed by Speak or Cut; nil
+	// while it forwards.
+	quiet chan struct{}
 }
 
 // NewProxy listens on a free loopback port and forwards to target until the test ends.
@@ -54,13 +59,62 @@ func ListenProxy(target string, copy Copy) (*Proxy, error) {
 // Addr is the host:port clients connect to.
 func (p *Proxy) Addr() string { return p.addr }
 
+// Silence stops forwarding, both ways, on every connection and every new one, without
+// closing any: what either side sends is held, unacknowledged past the socket buffers, as
+// on a link gone silent (a partition, a lost NAT entry, a peer's host frozen), until
+// Speak or Cut. Neither side learns of it but by its own timeouts.
+func (p *Proxy) Silence() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.quiet == nil {
+		p.quiet = make(chan struct{})
+	}
+}
+
+// Speak forwards again what Silence held, and what comes next.
+func (p *Proxy) Speak() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.speak()
+}
+
+func (p *Proxy) speak() {
+	if p.quiet != nil {
+		close(p.quiet)
+		p.quiet = nil
+	}
+}
+
+// awaitSpeaking blocks while the proxy is silent.
+func (p *Proxy) awaitSpeaking() {
+	p.mu.Lock()
+	q := p.quiet
+	p.mu.Unlock()
+	if q != nil {
+		<-q
+	}
+}
+
+// heldConn is one side of a proxied connection whose writes wait while the proxy is silent.
+type heldConn struct {
+	net.Conn
+	p *Proxy
+}
+
+func (c heldConn) Write(b []byte) (int, error) {
+	c.p.awaitSpeaking()
+	return c.Conn.Write(b)
+}
+
 // Cut closes every connection and refuses new ones.
 func (p *Proxy) Cut() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	p.speak()
 	if p.listener != nil {
 		p.listener.Close()
 		p.listener = nil
+		p.stopDial()
 	}
 	for c := range p.conns {
 		c.Close()
@@ -79,8 +133,9 @@ func (p *Proxy) Restore(tb T) {
 }
 
 func (p *Proxy) serve(l net.Listener) {
+	ctx, stop := context.WithCancel(context.Background())
 	p.mu.Lock()
-	p.listener = l
+	p.listener, p.stopDial = l, stop
 	p.mu.Unlock()
 	go func() {
 		for {
@@ -88,36 +143,62 @@ func (p *Proxy) serve(l net.Listener) {
 			if err != nil {
 				return
 			}
-			out, err := net.Dial("tcp", p.target)
-			if err != nil {
-				in.Close()
-				continue
-			}
-			if !p.track(l, in, out) {
-				continue
-			}
-			go p.pipe(out, in, true)
-			go p.pipe(in, out, false)
+			// Dialed apart: a target that is slow to answer must not hold up the next
+			// client, nor keep this one past a cut.
+			go p.connect(ctx, l, in)
 		}
 	}()
 }
 
-// track registers a connection pair unless the proxy was cut meanwhile.
-func (p *Proxy) track(l net.Listener, in, out net.Conn) bool {
+// proxyDialTimeout bounds a proxy's dial of its target: on loopback a dial answers at
+// once unless the target is stopped (SIGSTOP) or its backlog is full.
+const proxyDialTimeout = 5 * time.Second
+
+// connect dials the target for a client accepted on l and pipes the two, unless the proxy
+// was cut meanwhile: a cut ends the dial (ctx).
+func (p *Proxy) connect(ctx context.Context, l net.Listener, in net.Conn) {
+	if !p.track(l, in) {
+		return
+	}
+	d := net.Dialer{Timeout: proxyDialTimeout}
+	out, err := d.DialContext(ctx, "tcp", p.target)
+	if err != nil {
+		p.forget(in)
+		in.Close()
+		return
+	}
+	if !p.track(l, out) {
+		p.forget(in)
+		in.Close()
+		return
+	}
+	go p.pipe(out, in, true)
+	go p.pipe(in, out, false)
+}
+
+// track registers a connection unless the proxy was cut, or cut and restored, since l
+// accepted it; then it closes it.
+func (p *Proxy) track(l net.Listener, c net.Conn) bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.listener != l {
-		in.Close()
-		out.Close()
+		c.Close()
 		return false
 	}
-	p.conns[in] = struct{}{}
-	p.conns[out] = struct{}{}
+	p.conns[c] = struct{}{}
 	return true
 }
 
+func (p *Proxy) forget(c net.Conn) {
+	p.mu.Lock()
+	delete(p.conns, c)
+	p.mu.Unlock()
+}
+
 func (p *Proxy) pipe(dst, src net.Conn, toServer bool) {
-	p.copy(dst, src, toServer)
+	p.copy(heldConn{Conn: dst, p: p}, src, toServer)
+	// A close is news too: a silent link does not carry it.
+	p.awaitSpeaking()
 	dst.Close()
 	src.Close()
 	p.mu.Lock()

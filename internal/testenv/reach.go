@@ -18,7 +18,8 @@ import (
 // asked about shows (Pending). The end-to-end tests run keepers against the real dev server.
 type TemporalReach struct {
 	Down atomic.Bool
-	// Pending is what a describe of any workflow shows; set it before the keeper runs.
+	// Pending is what a describe of any workflow shows; set it before the keeper runs, or
+	// with SetPending.
 	Pending  []*workflowpb.PendingActivityInfo
 	mu       sync.Mutex
 	failed   [][]byte
@@ -61,10 +62,20 @@ func (r *TemporalReach) DescribeWorkflowExecution(context.Context, string, strin
 	if r.Down.Load() {
 		return nil, errors.New("unavailable")
 	}
-	if len(r.Pending) == 0 {
+	r.mu.Lock()
+	pending := r.Pending
+	r.mu.Unlock()
+	if len(pending) == 0 {
 		return nil, serviceerror.NewNotFound("no workflows here")
 	}
-	return &workflowservice.DescribeWorkflowExecutionResponse{PendingActivities: r.Pending}, nil
+	return &workflowservice.DescribeWorkflowExecutionResponse{PendingActivities: pending}, nil
+}
+
+// SetPending changes what a describe shows while a keeper runs.
+func (r *TemporalReach) SetPending(p []*workflowpb.PendingActivityInfo) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.Pending = p
 }
 
 // FailedIDs lists the activity ids of the attempts failed by id so far.

@@ -1,0 +1,50 @@
+//go:build integration
+
+package models_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/brokerswitch/brokerswitch/internal/testenv"
+	"github.com/brokerswitch/brokerswitch/models"
+)
+
+// A session that sits in an open transaction past IdleInTransactionTimeout (its worker
+// paused or cut off between a batch's two exchanges) is ended by Postgres, and its locks
+// go with it: another session takes them within the bound, not when the worker wakes.
+func TestASessionIdleInATransactionLosesItsLocks(t *testing.T) {
+	ctx := context.Background()
+	dsn := testenv.NewDatabase(t)
+	paused, err := models.OpenPool(ctx, dsn, models.PoolConfig{
+		IdleInTransactionTimeout: time.Second, DeadPeerTimeout: 6 * time.Second,
+	})
+	require.NoError(t, err)
+	sqlDB, err := paused.DB()
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = sqlDB.Close() })
+	live, err := models.OpenPool(ctx, dsn, models.PoolConfig{LockTimeout: 5 * time.Second})
+	require.NoError(t, err)
+	liveDB, err := live.DB()
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = liveDB.Close() })
+
+	var settings struct{ Idle, KeepalivesIdle, UserTimeout string }
+	require.NoError(t, paused.Raw(`SELECT current_setting('idle_in_transaction_session_timeout') AS idle,
+		current_setting('tcp_keepalives_idle') AS keepalives_idle, current_setting('tcp_user_timeout') AS user_timeout`).Scan(&settings).Error)
+	require.Equal(t, "1s", settings.Idle)
+	// Over TCP, as the tests reach Postgres; a Unix socket has no keepalives.
+	require.Equal(t, "2", settings.KeepalivesIdle)
+	require.Equal(t, "6000", settings.UserTimeout)
+
+	tx := paused.Begin()
+	require.NoError(t, tx.Exec(`SELECT pg_advisory_xact_lock(42)`).Error)
+	// The worker stops here: nothing more is sent on its transaction.
+	start := time.Now()
+	require.NoError(t, live.Exec(`SELECT pg_advisory_xact_lock(42)`).Error, "the live session waited past its lock timeout")
+	require.Less(t, time.Since(start), 3*time.Second)
+	require.Error(t, tx.Commit().Error, "the paused session's late commit is refused")
+}
