@@ -199,11 +199,13 @@ func (s step) String() string {
 	case stepPauseWorker:
 		return fmt.Sprintf("SIGSTOP worker %d, publish %s, SIGCONT it %s after the SIGSTOP", s.worker, burst(), s.pause)
 	case stepSilenceLink:
-		link := s.link
-		if link == linkBroker {
-			link = fmt.Sprintf("broker %d", s.broker)
+		switch s.link {
+		case linkAll:
+			return fmt.Sprintf("worker %d's links to %s go silent without closing, publish %s, they speak again %s after", s.worker, s.link, burst(), s.pause)
+		case linkBroker:
+			return fmt.Sprintf("worker %d's link to broker %d goes silent without closing, publish %s, it speaks again %s after", s.worker, s.broker, burst(), s.pause)
 		}
-		return fmt.Sprintf("worker %d's link to %s goes silent without closing, publish %s, it speaks again %s after", s.worker, link, burst(), s.pause)
+		return fmt.Sprintf("worker %d's link to %s goes silent without closing, publish %s, it speaks again %s after", s.worker, s.link, burst(), s.pause)
 	case stepRotateReversedLate:
 		hops := fmt.Sprintf("publish %d of %s, rotate to broker %d, publish the rest", (s.burst.Total()+1)/2, burst(), s.broker)
 		if s.firstEmpty {

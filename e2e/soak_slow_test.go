@@ -9,9 +9,7 @@ package e2e
 import (
 	"context"
 	"fmt"
-	"net/url"
 	"slices"
-	"strings"
 	"time"
 
 	"github.com/stretchr/testify/require"
@@ -28,33 +26,44 @@ type workerLinks struct {
 	temporal *testenv.Proxy
 }
 
-// newWorkerLinks puts a proxy of the worker's own in front of each service it reaches and
-// returns the environment that sends it through them.
+// newWorkerLinks puts a proxy of the worker's own in front of each service it reaches
+// (stack.proxiedLinks: every broker, then Postgres, then Temporal) and returns them with
+// the environment that sends it through them.
 func (r *soakRun) newWorkerLinks() (workerLinks, map[string]string) {
-	t, s := r.t, r.s
+	t := r.t
 	t.Helper()
-	via := func(raw string) (*testenv.Proxy, string) {
-		u, err := url.Parse(raw)
-		require.NoError(t, err)
-		p := testenv.NewProxy(t, u.Host)
-		u.Host = p.Addr()
-		return p, u.String()
+	links, env := r.s.proxiedLinks()
+	n := len(links) - 2
+	l := workerLinks{brokers: links[:n], postgres: links[n], temporal: links[n+1]}
+	require.Contains(t, env["DATABASE_URL"], l.postgres.Addr(), "the links come brokers first, then Postgres")
+	require.Equal(t, env["TEMPORAL_ADDRESS"], l.temporal.Addr(), "the links end with Temporal")
+	return l, env
+}
+
+// pauseWorker plays stepPauseWorker: the worker stops without dying (SIGSTOP), its
+// sockets open, its transaction and consumers held in its own eyes; the producer publishes
+// a burst its peers must read, and it wakes (SIGCONT) st.pause after it stopped, when
+// what it still does must be refused or harmless.
+func (r *soakRun) pauseWorker(st step) {
+	w := r.workers[st.worker]
+	w.proc.Pause()
+	defer w.proc.Resume()
+	r.slowFor(st, time.Now())
+}
+
+// silenceLink plays stepSilenceLink: the worker's links of the step stop forwarding,
+// both ways, without closing, for st.pause, while the producer publishes a burst.
+func (r *soakRun) silenceLink(st step) {
+	links := r.workers[st.worker].links.silenced(st)
+	for _, l := range links {
+		l.Silence()
 	}
-	var l workerLinks
-	var pgURL string
-	l.postgres, pgURL = via(s.Env["DATABASE_URL"])
-	var brokers []string
-	for _, raw := range strings.Split(s.Env["RABBITMQ_CONNECTION_STRINGS"], ",") {
-		p, u := via(raw)
-		l.brokers = append(l.brokers, p)
-		brokers = append(brokers, u)
-	}
-	l.temporal = testenv.NewProxy(t, r.dev.opts.ClientOptions.HostPort)
-	return l, map[string]string{
-		"DATABASE_URL":                pgURL,
-		"RABBITMQ_CONNECTION_STRINGS": strings.Join(brokers, ","),
-		"TEMPORAL_ADDRESS":            l.temporal.Addr(),
-	}
+	defer func() {
+		for _, l := range links {
+			l.Speak()
+		}
+	}()
+	r.slowFor(st, time.Now())
 }
 
 // silenced are the links of stepSilenceLink's kind.

@@ -76,8 +76,8 @@ const (
 // word after its second hop committed or while that hop waits for it
 // (soak_slow_test.go). Seeds recorded before they were on keep their options.
 const (
-	pausedWorkers          = false
-	silentLinkSchedules    = false
+	pausedWorkers          = true
+	silentLinkSchedules    = true
 	lateFirstWordSchedules = true
 )
 
@@ -434,6 +434,10 @@ func (r *soakRun) do(i int, st step) {
 		r.forceHopReturn(st)
 	case stepCutOffDrain:
 		r.cutOffDrain(st)
+	case stepPauseWorker:
+		r.pauseWorker(st)
+	case stepSilenceLink:
+		r.silenceLink(st)
 	case stepRotateReversedLate:
 		r.rotateReversedLate(st)
 	case stepPause:
