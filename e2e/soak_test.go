@@ -135,7 +135,7 @@ func TestSoak(t *testing.T) {
 			}
 		}
 	}
-	t.Logf("soak seeds: %v (replay one with SOAK_SEED=<seed> go test -run 'TestSoak$' ./e2e/)", seeds)
+	t.Logf("soak seeds: %v (replay one with SOAK_SEED=<seed> go test -tags integration -run 'TestSoak$' ./e2e/)", seeds)
 	play := func(seed uint64) {
 		sc := generateSchedule(seed, opts)
 		t.Run(fmt.Sprintf("seed=%d", seed), func(t *testing.T) { playSchedule(t, sc, tally) })
@@ -309,7 +309,7 @@ func playSchedule(t *testing.T, sc schedule, tally *soakTally) {
 		if t.Failed() {
 			tally.failed++
 			tally.failedSeeds = append(tally.failedSeeds, sc.seed)
-			t.Logf("SOAK FAILURE of seed %d; replay: SOAK_SEED=%d go test -count=1 -run 'TestSoak$' -v ./e2e/\n%s", sc.seed, sc.seed, sc)
+			t.Logf("SOAK FAILURE of seed %d; replay: SOAK_SEED=%d go test -tags integration -count=1 -run 'TestSoak$' -v ./e2e/\n%s", sc.seed, sc.seed, sc)
 		}
 	})
 	t.Logf("%s", sc)
