@@ -10,9 +10,14 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 )
 
-// drainIdle is how long a drain round waits for a delivery the queue's ready count
-// promised: the count is a snapshot, and another client may have taken the message.
-const drainIdle = time.Second
+// drainIdle is how long a drain round waits for a further delivery the queue's ready
+// count promised: the count is a snapshot, and another client may have taken the message.
+// drainFirst is how long it waits for the first: over a slow link a large body takes
+// seconds, and a round that never received one would leave the spare unread for good.
+const (
+	drainIdle  = time.Second
+	drainFirst = 3 * time.Second
+)
 
 // ErrQueueBusy is wrapped into Drain's error when the queue has a consumer of another
 // client: a window that has not stopped yet may hold a batch of it unsettled, which
@@ -80,13 +85,26 @@ func (p *Pool) DrainWith(ctx context.Context, index int, queue string, opts Drai
 		res, err := p.drainOnce(ctx, index, queue, opts, h)
 		total.Taken += res.Taken
 		total.Empty, total.Kept = res.Empty, res.Kept
-		if !errors.Is(err, ErrMovedToError) {
+		switch {
+		case errors.Is(err, ErrMovedToError):
+			opts.Max -= res.Taken + 1
+		case err == nil && shortWithProgress(res, opts.Max):
+			// A round ended early over a slow link, having taken some: what was still in
+			// flight went back when its channel closed, and a new channel reads on.
+			opts.Max -= res.Taken
+		default:
 			return total, err
 		}
-		if opts.Max -= res.Taken + 1; opts.Max < 1 {
+		if opts.Max < 1 {
 			return total, nil
 		}
 	}
+}
+
+// shortWithProgress tells whether a drain on one channel ended with a short round after
+// taking something, below max: neither empty, nor stopped at a kept message or the cap.
+func shortWithProgress(res DrainResult, max int) bool {
+	return !res.Empty && !res.Kept && res.Taken > 0 && res.Taken < max
 }
 
 // drainOnce is DrainWith on one channel, until the queue is empty, opts are met or a
@@ -253,7 +271,7 @@ func receive(ctx context.Context, ch *amqp.Channel, queue string, want int) (msg
 		return nil, false, nil, fmt.Errorf("consume: %w", err)
 	}
 	msgs = make([]amqp.Delivery, 0, want)
-	idle := time.NewTimer(drainIdle)
+	idle := time.NewTimer(drainFirst)
 	defer idle.Stop()
 	for len(msgs) < want {
 		select {

@@ -171,17 +171,7 @@ func errorsList(ctx context.Context, args []string, getenv Getenv, stdout, stder
 	}
 	q := query(f)
 	q.Set("limit", strconv.Itoa(*limit))
-	var l errorqueue.Listing
-	raw, err := c.get(ctx, "/api/v1/errors?"+q.Encode(), &l)
-	if err != nil {
-		return err
-	}
-	if conn.json() {
-		_, err := fmt.Fprintln(stdout, string(raw))
-		return err
-	}
-	printListing(stdout, l)
-	return nil
+	return getAndPrint(ctx, c, conn, "/api/v1/errors?"+q.Encode(), stdout, printListing)
 }
 
 func errorsShow(ctx context.Context, args []string, getenv Getenv, stdout, stderr io.Writer) error {
@@ -199,8 +189,15 @@ func errorsShow(ctx context.Context, args []string, getenv Getenv, stdout, stder
 	if err != nil {
 		return err
 	}
-	var shown errorqueue.Shown
-	raw, err := c.get(ctx, "/api/v1/errors/"+url.PathEscape(rest[0])+"?bodyBytes="+strconv.Itoa(*bodyBytes), &shown)
+	path := "/api/v1/errors/" + url.PathEscape(rest[0]) + "?bodyBytes=" + strconv.Itoa(*bodyBytes)
+	return getAndPrint(ctx, c, conn, path, stdout, printShown)
+}
+
+// getAndPrint reads path's answer into a T and prints it: as the API sent it with -o json,
+// else with print, for a person.
+func getAndPrint[T any](ctx context.Context, c *client, conn connection, path string, stdout io.Writer, print func(io.Writer, T)) error {
+	var v T
+	raw, err := c.get(ctx, path, &v)
 	if err != nil {
 		return err
 	}
@@ -208,7 +205,7 @@ func errorsShow(ctx context.Context, args []string, getenv Getenv, stdout, stder
 		_, err := fmt.Fprintln(stdout, string(raw))
 		return err
 	}
-	printShown(stdout, shown)
+	print(stdout, v)
 	return nil
 }
 
