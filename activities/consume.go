@@ -72,10 +72,13 @@ func (a *Window) Consume(ctx context.Context, in ConsumeInput) (err error) {
 	defer func() {
 		outcome := metrics.WindowElapsed
 		switch cause := context.Cause(windowCtx); {
-		case err != nil && ctx.Err() == nil:
+		case err != nil && ctx.Err() == nil && !errors.Is(err, lease.ErrQueueTaken):
 			outcome = metrics.WindowFailed
 			ping.fail(ctx, failureKind(err))
-		case ctx.Err() != nil, errors.Is(cause, errSwitched), errors.Is(cause, errStopping), errors.Is(cause, errStraggler):
+		case ctx.Err() != nil, errors.Is(cause, errSwitched), errors.Is(cause, errStopping), errors.Is(cause, errStraggler),
+			// A late batch of an attempt another took over, refused by the queue's fencing
+			// token: the queue is read, and nothing is wrong for anyone to act on.
+			errors.Is(err, lease.ErrQueueTaken):
 			outcome = metrics.WindowCancelled
 			ping.success(ctx)
 		default:
@@ -121,6 +124,9 @@ func (a *Window) Consume(ctx context.Context, in ConsumeInput) (err error) {
 			break
 		}
 	}
+	if endedWhileAsking(windowCtx, err) {
+		err = nil
+	}
 	if errors.Is(err, brokerstate.ErrNotActive) {
 		// The switch committed before this process's watcher heard of it: the batch went
 		// back unsettled, to be read after the new active broker's backlog.
@@ -136,6 +142,14 @@ func (a *Window) Consume(ctx context.Context, in ConsumeInput) (err error) {
 	// A cancelled activity (the workflow was cancelled, or the worker's stop timeout
 	// passed) reports cancellation; every other end is a success.
 	return ctx.Err()
+}
+
+// endedWhileAsking tells whether err, the exclusive consumer refused, came as the window
+// ended for a normal reason (a switch, a straggler, its length) while it still asked for
+// the consumer: a normal end, not a failed window that waits out a retry's backoff.
+func endedWhileAsking(windowCtx context.Context, err error) bool {
+	return errors.Is(err, broker.ErrExclusiveConsumer) && windowCtx.Err() != nil &&
+		!errors.Is(context.Cause(windowCtx), errFenced)
 }
 
 // consumerRetry is how often a window asks again for an exclusive consumer that another
