@@ -11,6 +11,7 @@ import (
 
 	"github.com/brokerswitch/brokerswitch/broker"
 	"github.com/brokerswitch/brokerswitch/brokerstate"
+	"github.com/brokerswitch/brokerswitch/lease"
 	"github.com/brokerswitch/brokerswitch/config"
 )
 
@@ -153,7 +154,9 @@ func (a *Window) leftoverDrain(ctx context.Context, in LeftoverDrainInput, g gua
 			res.Unreachable = append(res.Unreachable, idx)
 		default:
 			err = fmt.Errorf("leftover drain %s on %s: %w", in.Queue, a.endpoint(idx), err)
-			if ctx.Err() == nil {
+			// A batch refused because another attempt took the queue over is no failure
+			// to page anyone for: the queue is read.
+			if ctx.Err() == nil && !errors.Is(err, lease.ErrQueueTaken) {
 				a.Pings.Fail(ctx, failureKind(err))
 			}
 			return res, err
