@@ -40,8 +40,8 @@ func TestABatchOfABrokerNoLongerActiveIsGivenBack(t *testing.T) {
 }
 
 // A batch's checks end its transaction: a batch of a spare that became active since its
-// drain began is given back whole, unsettled, with nothing of it written, and so is a
-// batch of an attempt whose queue a successor took over.
+// drain began is given back whole, unsettled, with nothing of it written. (The queue's
+// fencing token refuses the same way: lease's TestATakeOverRefusesTheLateCommitsOfTheAttemptBefore.)
 func TestABatchWhoseCheckRefusesIsGivenBack(t *testing.T) {
 	e := newEnv(t)
 	store := &brokerstate.Store{DB: e.db, Brokers: []brokerstate.Ref{{Host: "a", Vhost: "/"}, {Host: "b", Vhost: "/"}}}

@@ -42,9 +42,8 @@ func TestASessionIdleInATransactionLosesItsLocks(t *testing.T) {
 
 	tx := paused.Begin()
 	require.NoError(t, tx.Exec(`SELECT pg_advisory_xact_lock(42)`).Error)
-	// The worker stops here: nothing more is sent on its transaction.
-	start := time.Now()
+	// The worker stops here: nothing more is sent on its transaction. The live session's
+	// 5 s lock timeout is the bound: it gets the lock only once Postgres ended the other.
 	require.NoError(t, live.Exec(`SELECT pg_advisory_xact_lock(42)`).Error, "the live session waited past its lock timeout")
-	require.Less(t, time.Since(start), 3*time.Second)
 	require.Error(t, tx.Commit().Error, "the paused session's late commit is refused")
 }

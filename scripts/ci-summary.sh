@@ -29,6 +29,6 @@ awk '
 	/^[^[:space:]]+\.(go|yml|sh):[0-9]+(:[0-9]+)?: / { print; next }
 	/^make(\[[0-9]+\])?: \*\*\* / { print; next }
 	/too many open files|timed out after/ { print; next }
-' "$log" | awk '!seen[$0]++' | head -80
+' "$log" | awk '!seen[$0]++ && n++ < 80'
 echo "=== ci summary: FAILED (the lines above; the whole output is in $log)"
 echo "packages: $passed passed, $failed failed"
