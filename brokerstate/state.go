@@ -207,22 +207,14 @@ func (s State) Force(index int, askedAt, now time.Time) State {
 			trail.Behind = route[i] + 1
 		}
 	} else {
-		trail = forcedBehind(trail, index)
+		// The operator forces to where the producer is: a return there that no word
+		// announced leaves the trail showing other brokers used after the forced one, yet
+		// what they hold is older than the forced broker's new events. Everything the
+		// producer told us of is behind the forced broker, read first.
+		trail.Behind = len(trail.Visits)
 	}
 	s.ActiveIndex = index
 	return s.withRoute(trail, recordedAt).clearFutureMark(now)
-}
-
-// forcedBehind places the trail's Behind and Canceled for a force to index that drops
-// what is pending: the visits up to the producer's last one to the forced broker are
-// behind it, and those after it are the brokers the producer used after the forced one,
-// ahead of it in the producer's order, as a cancel leaves them.
-func forcedBehind(t Trail, index int) Trail {
-	t.Behind, t.Canceled = len(t.Visits), len(t.Visits)
-	if p := lastVisit(t, index); p >= 0 {
-		t.Behind = p + 1
-	}
-	return t
 }
 
 // CancelPending takes off the route every hop the producer made up to upTo, the

@@ -342,17 +342,19 @@ func TestTheTrailKeepsEachBrokersLastVisit(t *testing.T) {
 	require.Equal(t, []int{3, 0, 1}, behind, "3 was left first, then 0, then 1")
 }
 
-// After a force, the brokers the producer used after the forced one hold its newer
-// events: they are read after the forced broker's backlog, in its order, not before it.
-func TestAForceKeepsTheBrokersUsedAfterTheForcedOneAhead(t *testing.T) {
+// A force names where the producer is: the brokers the trail shows it used after its
+// last announced visit to the forced broker are read before the forced broker, not after
+// it, since the producer may have returned there without a word (an operator's force
+// most often stands in for such a lost word), and then they hold older events.
+func TestAForceReadsEveryOtherBrokerBeforeTheForcedOne(t *testing.T) {
 	st := apply(t, State{}, hostNote(1, t0), NotificationRecorded)
 	st = apply(t, st, hostNote(2, t0.Add(time.Minute)), NotificationRecorded)
 	st = apply(t, st, hostNote(3, t0.Add(2*time.Minute)), NotificationRecorded)
 	forced := st.Force(1, time.Time{}, t0.Add(time.Hour))
 	require.Nil(t, forced.Pending, "the operator's hand wins: no route")
 	behind, ahead := forced.Spares([]int{0, 1, 2, 3})
-	require.Equal(t, []int{0}, behind)
-	require.Equal(t, []int{2, 3}, ahead)
+	require.ElementsMatch(t, []int{0, 2, 3}, behind)
+	require.Empty(t, ahead)
 }
 
 // A cancel leaves the canceled broker ahead; the producer's return to the active broker
