@@ -11,8 +11,8 @@ import (
 
 	"github.com/brokerswitch/brokerswitch/broker"
 	"github.com/brokerswitch/brokerswitch/brokerstate"
-	"github.com/brokerswitch/brokerswitch/lease"
 	"github.com/brokerswitch/brokerswitch/config"
+	"github.com/brokerswitch/brokerswitch/lease"
 )
 
 // LeftoverDrainInput names the queue, the brokers to visit and the cap for this cycle.
