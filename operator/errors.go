@@ -158,14 +158,7 @@ func errorsList(ctx context.Context, args []string, getenv Getenv, stdout, stder
 	conn := connectionFlags(fs, getenv)
 	ff := addFilterFlags(fs, false)
 	limit := fs.Int("limit", errorqueue.DefaultListLimit, "list at most this many messages (the counts cover all)")
-	if rest, err := parseFlags(fs, args); err != nil || len(rest) > 0 {
-		return usageErr(err, rest)
-	}
-	f, err := ff.parse()
-	if err != nil {
-		return err
-	}
-	c, err := conn.client()
+	c, f, err := parseFiltered(fs, args, ff, conn)
 	if err != nil {
 		return err
 	}
@@ -217,14 +210,7 @@ func errorsRequeue(ctx context.Context, args []string, getenv Getenv, stdout, st
 	fs.BoolVar(&opts.DryRun, "dry-run", false, "say what would be requeued, skipped and purged; move nothing")
 	fs.Float64Var(&opts.Rate, "rate", 0, "copy at most this many messages per second (0: no cap)")
 	fs.BoolVar(&opts.PurgeApplied, "purge-applied", false, "purge the messages the ledger shows applied since, rather than skip them")
-	if rest, err := parseFlags(fs, args); err != nil || len(rest) > 0 {
-		return usageErr(err, rest)
-	}
-	f, err := ff.parse()
-	if err != nil {
-		return err
-	}
-	c, err := conn.client()
+	c, f, err := parseFiltered(fs, args, ff, conn)
 	if err != nil {
 		return err
 	}
@@ -281,6 +267,20 @@ func runMove(ctx context.Context, c *client, conn connection, path string, body 
 		return fmt.Errorf("%d queue(s) not done: %s", len(run.Errors), strings.Join(run.Errors, "; "))
 	}
 	return nil
+}
+
+// parseFiltered parses the flags of a command that takes a filter and no arguments (list,
+// requeue, purge), then its filter, and gives the API client its connection flags name.
+func parseFiltered(fs *flag.FlagSet, args []string, ff filterFlags, conn connection) (*client, errorqueue.Filter, error) {
+	if rest, err := parseFlags(fs, args); err != nil || len(rest) > 0 {
+		return nil, errorqueue.Filter{}, usageErr(err, rest)
+	}
+	f, err := ff.parse()
+	if err != nil {
+		return nil, errorqueue.Filter{}, err
+	}
+	c, err := conn.client()
+	return c, f, err
 }
 
 func usageErr(err error, rest []string) error {
