@@ -48,6 +48,9 @@ type stateLoader interface {
 type spareMarks interface {
 	SpareMarks(ctx context.Context, queue string) (marks, reached map[int]brokerstate.SpareMark, err error)
 	MarkSpare(ctx context.Context, index int, queue string, m brokerstate.SpareMark) error
+	// HoldSpare writes m's held-since date alone, unless the mark has one (see
+	// brokerstate.Store.HoldSpare), and returns the date it has.
+	HoldSpare(ctx context.Context, index int, queue string, read time.Time, m brokerstate.SpareMark) (time.Time, error)
 	// Now is Postgres' clock, the one marks and the producer's trail are dated by.
 	Now(ctx context.Context) (time.Time, error)
 }
