@@ -26,7 +26,9 @@ const (
 	// drops a silent connection about three heartbeats later (3.10: 29 s at 10 s, 8 s at
 	// 3 s, measured against a SIGSTOPped client), and with it the exclusive consumer of a
 	// paused or cut-off worker: at 3 s its queues are read again within the 15 s a killed
-	// worker's are.
+	// worker's are. RabbitMQ advises at least 5 s against false positives; at 5 s the
+	// broker alone would take about 15 s, and a live connection dropped as silent only
+	// ends its windows, their batches back at the head of their queues.
 	DefaultHeartbeat = 3 * time.Second
 	// brokerHeartbeat is the heartbeat timeout RabbitMQ offers unless configured otherwise
 	// (heartbeat in rabbitmq.conf); the lower of both offers holds, and the broker's alone
