@@ -1,7 +1,6 @@
 package activities
 
 import (
-	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -107,7 +106,7 @@ func (a *Window) Consume(ctx context.Context, in ConsumeInput) (err error) {
 	go a.watchSpares(windowCtx, end, in)
 
 	opts := broker.ConsumeOptions{Prefetch: a.Prefetch, ConsumerTag: consumerTag(ctx), Fence: g.gone, SettleTimeout: a.settle()}
-	taken := time.Now().Add(a.consumerWait())
+	taken := time.Now().Add(a.consumerWait(in.BrokerIndex))
 	for {
 		err = a.Pool.Consume(windowCtx, in.BrokerIndex, in.Queue, opts, a.Handlers.ForActive(in.BrokerIndex, g.checks...))
 		// A message no consumer can hold is in -error now: reading on in this attempt
@@ -157,10 +156,12 @@ func endedWhileAsking(windowCtx context.Context, err error) bool {
 const consumerRetry = 500 * time.Millisecond
 
 // consumerWait is how long a window asks again for an exclusive consumer that another
-// connection holds: three heartbeats, after which the broker drops a silent connection,
-// and a margin.
-func (a *Window) consumerWait() time.Duration {
-	return 3*cmp.Or(a.Heartbeat, broker.DefaultHeartbeat) + 5*time.Second
+// connection to broker index holds: three heartbeats, after which the broker drops a
+// silent connection, and a margin. The heartbeat is the one our connections to it
+// negotiated, the URL's heartbeat parameter and the broker's own included: the workers
+// share the configuration, so the silent connection negotiated the same.
+func (a *Window) consumerWait(index int) time.Duration {
+	return 3*a.Pool.NegotiatedHeartbeat(index) + 5*time.Second
 }
 
 // pause waits for d, and tells whether ctx is still live after it.

@@ -64,6 +64,9 @@ type spareVisit struct {
 	// settled is set when the mark already says the queue was seen empty after the
 	// producer left (brokerstate.State.EmptyMarkSettled).
 	settled bool
+	// read is the visit the stored mark was made under, which mark may have left behind
+	// (brokerstate.State.CurrentMark).
+	read time.Time
 }
 
 // leftoverDrain takes what waits on the queue on the other brokers (see broker.Pool.Drain), and
@@ -194,7 +197,7 @@ func (a *Window) readings(ctx context.Context, in LeftoverDrainInput) (behind, u
 		return nil, nil, err
 	}
 	for _, idx := range in.Brokers {
-		v := spareVisit{index: idx, mark: st.CurrentMark(idx, marks[idx])}
+		v := spareVisit{index: idx, mark: st.CurrentMark(idx, marks[idx]), read: marks[idx].LastVisit}
 		v.reading = st.ReadSpare(idx, v.mark, st.CurrentMark(idx, reached[idx]), now, a.grace())
 		v.settled = st.EmptyMarkSettled(idx, v.mark)
 		if v.reading == brokerstate.ReadUnannounced {
@@ -223,16 +226,28 @@ func (a *Window) afterDrain(ctx context.Context, queue string, v spareVisit, got
 	switch {
 	case got.Empty:
 		// Dated again at every empty drain until the producer had left by then: a mark
-		// left at a time it was still there would read its return as stragglers.
+		// left at a time it was still there would read its return as stragglers. A
+		// held-since date a drain check wrote since this drain read the mark goes too: the
+		// next check dates it again, later, and the commit only waits longer.
 		mark.DrainedAt, mark.HeldSince = now, time.Time{}
 	case got.Kept:
 		if mark.HeldSince.IsZero() {
 			mark.HeldSince = now
 		}
+		// The date alone, and only when the mark has none: a drain check may have dated
+		// it since this drain read it, and its date is the earlier.
+		since, err := a.Marks.HoldSpare(ctx, v.index, queue, v.read, mark)
+		if err != nil {
+			return false, fmt.Errorf("leftover drain %s: %w", queue, err)
+		}
+		if !since.IsZero() {
+			mark.HeldSince = since
+		}
 		a.Metrics.UnannouncedHeld(queue, v.index)
 		a.Logger.WarnContext(ctx, "leftover drain: the broker has messages the producer never announced; they wait for its notification",
 			"queue", queue, "broker", a.endpoint(v.index), "since", mark.HeldSince, "read_after", mark.HeldSince.Add(a.grace()))
 		res.Unannounced = append(res.Unannounced, a.unannounced(spareVisit{index: v.index, mark: mark}))
+		return false, nil
 	case budget > 0:
 		a.Logger.WarnContext(ctx, "leftover drain: the broker was not seen empty; the window ends before the active broker",
 			"queue", queue, "broker", a.endpoint(v.index))

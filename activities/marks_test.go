@@ -175,12 +175,8 @@ func TestWhatAForcedBrokerHoldsWhenWeLeaveItIsAStraggler(t *testing.T) {
 // the windows' drains see it too), and once B's late word puts B on the route, nothing
 // holds the hop any more.
 func TestADrainCheckNamesTheSpareThatHoldsTheHop(t *testing.T) {
-	const b, c = 1, 2
-	m := newMarked(t, 3)
-	s := &Switch{Pool: m.w.Pool.(*broker.Pool), Store: m.store, Queues: []string{"issues"}, Now: time.Now,
-		Logger: slog.New(slog.DiscardHandler), UnnotifiedGrace: time.Hour}
-	m.publish(t, b)
-	m.notify(t, c)
+	const b = 1
+	m, s := holdingSpare(t, nil)
 	check, err := s.DrainCheck(t.Context(), DrainCheckInput{BrokerIndex: 0})
 	require.NoError(t, err)
 	require.True(t, check.Drained())
@@ -205,6 +201,81 @@ func TestADrainCheckNamesTheSpareThatHoldsTheHop(t *testing.T) {
 	placed, err := s.DrainCheck(t.Context(), DrainCheckInput{BrokerIndex: 0})
 	require.NoError(t, err)
 	require.Empty(t, placed.HeldBy, "B is on the route now")
+}
+
+// racing is the store of a drain check or a Leftover Drain that runs between, once,
+// after its first reading of the marks: what the other one writes meanwhile.
+type racing struct {
+	*brokerstate.Store
+	once    sync.Once
+	between func()
+}
+
+func (r *racing) SpareMarks(ctx context.Context, queue string) (marks, reached map[int]brokerstate.SpareMark, err error) {
+	marks, reached, err = r.Store.SpareMarks(ctx, queue)
+	r.once.Do(r.between)
+	return marks, reached, err
+}
+
+// holdingSpare is A active, C pending and B holding a message the producer never
+// announced, with a drain check of A on store.
+func holdingSpare(t *testing.T, store stateStore) (*marked, *Switch) {
+	t.Helper()
+	const b, c = 1, 2
+	m := newMarked(t, 3)
+	m.publish(t, b)
+	m.notify(t, c)
+	if store == nil {
+		store = m.store
+	}
+	return m, &Switch{Pool: m.w.Pool.(*broker.Pool), Store: store, Queues: []string{"issues"}, Now: time.Now,
+		Logger: slog.New(slog.DiscardHandler), UnnotifiedGrace: time.Hour}
+}
+
+// A drain check reads B's mark; a Leftover Drain marks B seen empty before the check dates
+// B as holding the hop. The check writes its date alone: the drain's mark stays.
+func TestADrainCheckKeepsWhatADrainMarkedMeanwhile(t *testing.T) {
+	const b = 1
+	store := &racing{}
+	m, s := holdingSpare(t, store)
+	store.Store = m.store
+	var drained time.Time
+	store.between = func() {
+		var err error
+		if drained, err = m.store.Now(context.Background()); err == nil {
+			err = m.store.MarkSpare(context.Background(), b, "issues", brokerstate.SpareMark{DrainedAt: drained})
+		}
+		require.NoError(t, err)
+	}
+	check, err := s.DrainCheck(t.Context(), DrainCheckInput{BrokerIndex: 0})
+	require.NoError(t, err)
+	require.Len(t, check.HeldBy, 1)
+	marks, _, err := m.store.SpareMarks(t.Context(), "issues")
+	require.NoError(t, err)
+	require.Equal(t, drained.Truncate(time.Microsecond), marks[b].DrainedAt, "the drain's mark stays")
+	require.Equal(t, check.HeldBy[0].Since, marks[b].HeldSince)
+}
+
+// A Leftover Drain reads B's mark; a drain check dates B as holding the hop before the
+// drain, which keeps B's message for its notification, dates it too. The first date
+// stands: the grace for B's word is counted from it, by both.
+func TestADrainKeepsTheDateADrainCheckWroteMeanwhile(t *testing.T) {
+	const b = 1
+	m, s := holdingSpare(t, nil)
+	var check brokerstate.DrainCheck
+	var checkErr error
+	m.w.Marks = &racing{Store: m.store, between: func() {
+		check, checkErr = s.DrainCheck(context.Background(), DrainCheckInput{BrokerIndex: 0})
+	}}
+	res := m.prepare(t)
+	require.NoError(t, checkErr)
+	require.Len(t, check.HeldBy, 1)
+	require.Zero(t, res.Taken[b])
+	require.Len(t, res.Unannounced, 1)
+	marks, _, err := m.store.SpareMarks(t.Context(), "issues")
+	require.NoError(t, err)
+	require.Equal(t, check.HeldBy[0].Since, marks[b].HeldSince, "the check's date stands")
+	require.Equal(t, check.HeldBy[0].Since, res.Unannounced[0].Since)
 }
 
 // checking applies nothing and acknowledges everything, as ackAll does, but runs each

@@ -259,11 +259,18 @@ func (a *Switch) heldBy(ctx context.Context, active int) ([]brokerstate.Held, er
 			if c, ok := counts[idx][q]; !ok || c.Idle() {
 				continue
 			}
-			mark := st.CurrentMark(idx, marks[idx])
-			hold, next := st.CommitHold(idx, mark, st.CurrentMark(idx, reached[idx]), now, grace)
+			mark, placing := st.CurrentMark(idx, marks[idx]), st.CurrentMark(idx, reached[idx])
+			hold, next := st.CommitHold(idx, mark, placing, now, grace)
 			if next != mark {
-				if err := a.Store.MarkSpare(ctx, idx, q, next); err != nil {
+				// The date alone: a Leftover Drain may have marked the queue since it was
+				// read, and what it saw is newer than that reading.
+				since, err := a.Store.HoldSpare(ctx, idx, q, marks[idx].LastVisit, next)
+				if err != nil {
 					return nil, err
+				}
+				if !since.IsZero() {
+					next.HeldSince = since
+					hold, _ = st.CommitHold(idx, next, placing, now, grace)
 				}
 			}
 			if hold {

@@ -23,6 +23,8 @@ type consumerPool interface {
 	DrainWith(ctx context.Context, index int, queue string, opts broker.DrainOptions, h broker.BatchHandler) (broker.DrainResult, error)
 	ReadyCounts(ctx context.Context, index int, queues []string) (map[string]int, error)
 	QueueCounts(ctx context.Context, index int, queues []string) (map[string]broker.QueueCount, error)
+	// NegotiatedHeartbeat is the AMQP heartbeat timeout of the connections to broker index.
+	NegotiatedHeartbeat(index int) time.Duration
 }
 
 // handlers gives the batch handler that applies a broker's deliveries (ingest.Ingester).
@@ -48,6 +50,9 @@ type stateLoader interface {
 type spareMarks interface {
 	SpareMarks(ctx context.Context, queue string) (marks, reached map[int]brokerstate.SpareMark, err error)
 	MarkSpare(ctx context.Context, index int, queue string, m brokerstate.SpareMark) error
+	// HoldSpare writes m's held-since date alone, unless the mark has one (see
+	// brokerstate.Store.HoldSpare), and returns the date it has.
+	HoldSpare(ctx context.Context, index int, queue string, read time.Time, m brokerstate.SpareMark) (time.Time, error)
 	// Now is Postgres' clock, the one marks and the producer's trail are dated by.
 	Now(ctx context.Context) (time.Time, error)
 }
@@ -78,9 +83,6 @@ type Window struct {
 	UnnotifiedGrace time.Duration
 	Topology        broker.Topology
 	Prefetch        int
-	// Heartbeat is AMQP_HEARTBEAT (0: broker.DefaultHeartbeat): a window waits about three
-	// of them for an exclusive consumer held on a connection gone silent.
-	Heartbeat time.Duration
 	// Leases registers each attempt under the worker's lease (lease.Keeper): a worker that
 	// dies has its attempts failed by a peer and retried at once, without heartbeats.
 	Leases attemptHolder

@@ -26,8 +26,14 @@ const (
 	// drops a silent connection about three heartbeats later (3.10: 29 s at 10 s, 8 s at
 	// 3 s, measured against a SIGSTOPped client), and with it the exclusive consumer of a
 	// paused or cut-off worker: at 3 s its queues are read again within the 15 s a killed
-	// worker's are.
+	// worker's are. RabbitMQ advises at least 5 s against false positives; at 5 s the
+	// broker alone would take about 15 s, and a live connection dropped as silent only
+	// ends its windows, their batches back at the head of their queues.
 	DefaultHeartbeat = 3 * time.Second
+	// brokerHeartbeat is the heartbeat timeout RabbitMQ offers unless configured otherwise
+	// (heartbeat in rabbitmq.conf); the lower of both offers holds, and the broker's alone
+	// when the client offers none.
+	brokerHeartbeat = 60 * time.Second
 	// closeTimeout bounds Pool.Close on a broker that no longer answers.
 	closeTimeout = 5 * time.Second
 	// connectionName shows up in the RabbitMQ management UI, unless Pool.ConnectionName says otherwise.
@@ -101,6 +107,9 @@ type brokerConn struct {
 	// connected tells whether a dial ever succeeded, so that the next one is a reconnect.
 	connected bool // guarded by lock
 	dials     atomic.Int64
+	// heartbeat is the heartbeat timeout the broker's last connection negotiated, its
+	// consumers' included; nil before the first.
+	heartbeat atomic.Pointer[time.Duration]
 
 	// declared maps each topology declared on this broker to the connection it was
 	// declared on, so that it is declared once per connection, not at every window start.
@@ -138,6 +147,37 @@ func NewPool(endpoints []Endpoint, logger *slog.Logger) *Pool {
 // Endpoints returns a copy of the pool's endpoints.
 func (p *Pool) Endpoints() []Endpoint {
 	return append([]Endpoint(nil), p.endpoints...)
+}
+
+// NegotiatedHeartbeat is the AMQP heartbeat timeout of broker index's connections, as
+// the last one negotiated it, or before the first what the pool offers (the URL's
+// heartbeat parameter over Heartbeat) against RabbitMQ's default: a broker drops a
+// connection of ours that stays silent about three times this long, and with it the
+// exclusive consumer and the unacknowledged batch of a worker paused or cut off. Zero
+// means none: heartbeats are off.
+func (p *Pool) NegotiatedHeartbeat(index int) time.Duration {
+	b, ok := p.brokers[index]
+	if !ok {
+		return 0
+	}
+	if hb := b.heartbeat.Load(); hb != nil {
+		return *hb
+	}
+	offered := cmp.Or(p.Heartbeat, DefaultHeartbeat)
+	if u, err := neturl.Parse(b.ep.URL); err == nil && u.Query().Has("heartbeat") {
+		// As amqp091-go reads it: whole seconds, over the Config's.
+		secs, err := strconv.ParseUint(u.Query().Get("heartbeat"), 10, 16)
+		if err != nil {
+			return offered // the dial refuses it
+		}
+		offered = time.Duration(secs) * time.Second
+	}
+	// As amqp091-go negotiates it: whole seconds, the lower offer, and an offer of none
+	// (under a second) takes the other.
+	if offered < time.Second {
+		return brokerHeartbeat
+	}
+	return min(offered.Truncate(time.Second), brokerHeartbeat)
 }
 
 // Dials returns how many times the pool has dialed broker index, failed
@@ -286,6 +326,8 @@ func (p *Pool) connection(ctx context.Context, b *brokerConn) (*amqp.Connection,
 	if b.connected {
 		p.Metrics.Reconnected(b.ep.Index)
 	}
+	negotiated := conn.Config.Heartbeat
+	p.brokers[b.ep.Index].heartbeat.Store(&negotiated)
 	b.conn, b.connected = conn, true
 	logger := p.logger
 	if b.queue != "" {

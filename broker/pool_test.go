@@ -193,3 +193,26 @@ func connectionStart(mechanisms string) []byte {
 	frame = append(frame, payload...)
 	return append(frame, 0xCE)
 }
+
+// Once connected, the heartbeat is the one the broker agreed to: the URL's parameter over
+// Pool.Heartbeat, the lower of the two offers.
+func TestPoolKnowsTheHeartbeatItNegotiated(t *testing.T) {
+	t.Parallel()
+	url := testenv.NewVhost(t)
+	sep := "?"
+	if strings.Contains(url, "?") {
+		sep = "&"
+	}
+	eps, err := ParseEndpoints(url + "," + testenv.NewVhost(t) + sep + "heartbeat=7")
+	require.NoError(t, err)
+	pool := NewPool(eps, nil)
+	pool.Heartbeat = 4 * time.Second
+	t.Cleanup(func() { _ = pool.Close() })
+	for i := range eps {
+		ch, err := pool.Channel(context.Background(), i)
+		require.NoError(t, err)
+		require.NoError(t, ch.Close())
+	}
+	require.Equal(t, 4*time.Second, pool.NegotiatedHeartbeat(0))
+	require.Equal(t, 7*time.Second, pool.NegotiatedHeartbeat(1), "the URL's")
+}

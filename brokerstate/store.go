@@ -435,6 +435,39 @@ func (s *Store) markSpare(db *gorm.DB, index int, queue string, m SpareMark) err
 	return nil
 }
 
+// HoldSpare dates queue on broker index as first seen holding messages of unknown place
+// (m.HeldSince), under the producer's visit m.LastVisit, and writes nothing else, so
+// that it loses no mark written since the caller read it (what a drain check and a
+// Leftover Drain write race each other): a mark under that visit keeps its date seen
+// empty, and its own held-since date if it has one. A mark still made under the visit the
+// caller read it under (read, as SpareMarks gave it) says nothing of m's visit
+// (CurrentMark) and is replaced by m; one made under another visit since is left alone.
+// It returns the held-since date the mark has, zero when it was left alone.
+func (s *Store) HoldSpare(ctx context.Context, index int, queue string, read time.Time, m SpareMark) (time.Time, error) {
+	if index < 0 || index >= len(s.Brokers) {
+		return time.Time{}, fmt.Errorf("hold spare %d: not configured", index)
+	}
+	b := s.Brokers[index]
+	var since []time.Time
+	err := s.DB.WithContext(ctx).Raw(`INSERT INTO spare_marks AS m (host, vhost, queue, last_visit, held_since, updated_at)
+		VALUES (?, ?, ?, ?, ?, now())
+		ON CONFLICT (host, vhost, queue) DO UPDATE SET
+			held_since = CASE WHEN m.last_visit IS NOT DISTINCT FROM excluded.last_visit
+				THEN coalesce(m.held_since, excluded.held_since) ELSE excluded.held_since END,
+			drained_at = CASE WHEN m.last_visit IS NOT DISTINCT FROM excluded.last_visit THEN m.drained_at END,
+			last_visit = excluded.last_visit, updated_at = now()
+		WHERE m.last_visit IS NOT DISTINCT FROM excluded.last_visit OR m.last_visit IS NOT DISTINCT FROM ?
+		RETURNING held_since`,
+		strings.ToLower(b.Host), b.Vhost, queue, ref(m.LastVisit), ref(m.HeldSince), ref(read)).Scan(&since).Error
+	if err != nil {
+		return time.Time{}, fmt.Errorf("date %s on broker %d as held: %w", queue, index, err)
+	}
+	if len(since) == 0 {
+		return time.Time{}, nil
+	}
+	return since[0].UTC(), nil
+}
+
 // markLeft records, in the transaction that moves the active broker away from cur, that
 // we were active there: what it holds from now on is older than the next one's backlog,
 // whether or not the producer's trail has a visit to it. What its queues' marks said of

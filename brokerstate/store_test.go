@@ -164,6 +164,45 @@ func TestSpareMarksFollowTheirEndpoint(t *testing.T) {
 	require.Empty(t, other)
 }
 
+// HoldSpare writes a held-since date and nothing else: a date seen empty written since the
+// caller read the mark stays, an earlier held-since date stays, a mark made under an
+// earlier visit is replaced, and one made under another visit since is left alone.
+func TestHoldingASpareKeepsWhatOthersMarked(t *testing.T) {
+	ctx := context.Background()
+	store := &brokerstate.Store{DB: openMigrated(t), Brokers: []brokerstate.Ref{brokerA, brokerB}}
+	visit := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
+	drained, held, later := visit.Add(time.Minute), visit.Add(2*time.Minute), visit.Add(3*time.Minute)
+	mark := func() brokerstate.SpareMark {
+		marks, _, err := store.SpareMarks(ctx, "issues")
+		require.NoError(t, err)
+		return marks[1]
+	}
+
+	since, err := store.HoldSpare(ctx, 1, "issues", time.Time{}, brokerstate.SpareMark{LastVisit: visit, HeldSince: held})
+	require.NoError(t, err)
+	require.Equal(t, held, since, "no mark yet: this one")
+	require.NoError(t, store.MarkSpare(ctx, 1, "issues", brokerstate.SpareMark{LastVisit: visit, DrainedAt: drained}))
+	since, err = store.HoldSpare(ctx, 1, "issues", time.Time{}, brokerstate.SpareMark{LastVisit: visit, HeldSince: held})
+	require.NoError(t, err)
+	require.Equal(t, held, since)
+	require.Equal(t, brokerstate.SpareMark{LastVisit: visit, DrainedAt: drained, HeldSince: held}, mark(), "seen empty, kept")
+	since, err = store.HoldSpare(ctx, 1, "issues", visit, brokerstate.SpareMark{LastVisit: visit, HeldSince: later})
+	require.NoError(t, err)
+	require.Equal(t, held, since, "dated once")
+	require.Equal(t, held, mark().HeldSince)
+
+	next := visit.Add(time.Hour)
+	since, err = store.HoldSpare(ctx, 1, "issues", visit, brokerstate.SpareMark{LastVisit: next, HeldSince: later})
+	require.NoError(t, err)
+	require.Equal(t, later, since)
+	require.Equal(t, brokerstate.SpareMark{LastVisit: next, HeldSince: later}, mark(), "the mark of the visit read says nothing of the next")
+
+	since, err = store.HoldSpare(ctx, 1, "issues", visit, brokerstate.SpareMark{LastVisit: visit, HeldSince: held})
+	require.NoError(t, err)
+	require.Zero(t, since, "read under a visit the mark has left")
+	require.Equal(t, brokerstate.SpareMark{LastVisit: next, HeldSince: later}, mark(), "left alone")
+}
+
 // Update dates each new visit of the trail on Postgres' clock, once; a visit already on
 // the trail keeps its date.
 func TestVisitsAreDatedWhenRecorded(t *testing.T) {

@@ -40,6 +40,13 @@ type Config struct {
 	// DBLockTimeout from DB_LOCK_TIMEOUT (default 10s): Postgres ends a wait for a lock
 	// that lasts longer; the activity or request that waited is retried.
 	DBLockTimeout time.Duration
+	// DBIdleInTransactionTimeout from DB_IDLE_IN_TRANSACTION_TIMEOUT (default 5s): Postgres
+	// ends a session of ours that sits in an open transaction without a statement for
+	// longer (idle_in_transaction_session_timeout), so that the ledger claims and row locks
+	// of a worker paused or cut off mid-batch are gone before its lease expires
+	// (WORKER_LEASE_TTL) and a peer takes its queues; longer, the peer's batches wait on
+	// them until DB_LOCK_TIMEOUT and are retried.
+	DBIdleInTransactionTimeout time.Duration
 	// TemporalAddress from TEMPORAL_ADDRESS (default 127.0.0.1:7233).
 	TemporalAddress string
 	// TemporalNamespace from TEMPORAL_NAMESPACE (default "default").
@@ -167,10 +174,10 @@ const (
 	// DefaultWorkerLeaseTTL is WORKER_LEASE_TTL's default: a killed worker's queues are
 	// read again about this long after its last renewal.
 	DefaultWorkerLeaseTTL = 8 * time.Second
-	// DBSilentSessionTimeout is how long Postgres keeps a session of ours that sits in a
-	// transaction without a word, and about how soon either end of a connection gives a
-	// silent link up: the ledger claims and row locks of a worker paused or cut off
-	// mid-batch are gone within it, before its lease expires and a peer takes its queues.
+	// DBSilentSessionTimeout is about how soon either end of a Postgres connection gives a
+	// silent link up (TCP keepalives, tcp_user_timeout): the session of a worker cut off
+	// mid-batch, and its ledger claims and row locks, are gone within it, before its lease
+	// expires and a peer takes its queues.
 	DBSilentSessionTimeout = 5 * time.Second
 	// DefaultUnnotifiedBrokerGrace is UNNOTIFIED_BROKER_GRACE's default. WebhooksHandler
 	// retries a failed notification through its own -retry queue, ten minutes a cycle and
@@ -201,38 +208,39 @@ func FromEnv(getenv Getenv) (Config, error) {
 	r := reader{}
 	r.getenv = r.withFiles(getenv)
 	c := Config{
-		DatabaseURL:              r.str("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/brokerswitch?sslmode=disable"),
-		DBMaxOpenConns:           r.positiveInt("DB_MAX_OPEN_CONNS", 10),
-		DBStatementTimeout:       r.durationAtMost("DB_STATEMENT_TIMEOUT", 30*time.Second, maxPostgresTimeout),
-		DBLockTimeout:            r.durationAtMost("DB_LOCK_TIMEOUT", 10*time.Second, maxPostgresTimeout),
-		TaskQueue:                r.str("TEMPORAL_TASK_QUEUE", "brokerswitch"),
-		Queues:                   r.list("QUEUES", "pull_requests,issues,pushes,installations"),
-		ConsumerWindow:           r.duration("CONSUMER_WINDOW", 2*time.Hour),
-		SpareCheckInterval:       r.duration("SPARE_CHECK_INTERVAL", DefaultSpareCheckInterval),
-		RetryTTL:                 r.duration("RETRY_TTL", 10*time.Minute),
-		MaxRetryCycles:           r.positiveInt("MAX_RETRY_CYCLES", 10),
-		LedgerRetention:          r.duration("LEDGER_RETENTION", 168*time.Hour),
-		Prefetch:                 r.positiveInt("PREFETCH", broker.DefaultPrefetch),
-		MaxMessageBytes:          r.intAtMost("MAX_MESSAGE_BYTES", 26214400, MaxBodyBytes),
-		MaxBatchBytes:            r.intAtMost("MAX_BATCH_BYTES", 16777216, MaxBodyBytes),
-		MemoryLimit:              r.bytes("MEMORY_LIMIT"),
-		DrainCheckInterval:       r.duration("DRAIN_CHECK_INTERVAL", DefaultDrainCheckInterval),
-		WorkerLeaseTTL:           r.duration("WORKER_LEASE_TTL", DefaultWorkerLeaseTTL),
-		AMQPHeartbeat:            r.duration("AMQP_HEARTBEAT", broker.DefaultHeartbeat),
-		WorkerStopTimeout:        r.duration("WORKER_STOP_TIMEOUT", time.Minute),
-		LeftoverDrainCap:         r.positiveInt("LEFTOVER_DRAIN_CAP", 500),
-		UnnotifiedBrokerGrace:    r.duration("UNNOTIFIED_BROKER_GRACE", DefaultUnnotifiedBrokerGrace),
-		HTTPAddr:                 r.str("HTTP_ADDR", ":8080"),
-		ProducerToken:            r.token("PRODUCER_TOKEN"),
-		OperatorToken:            r.token("OPERATOR_TOKEN"),
-		InsecureNoAuth:           r.boolean("API_INSECURE_NO_AUTH"),
-		LogLevel:                 r.str("LOG_LEVEL", "info"),
-		MetricsAddr:              r.str("METRICS_ADDR", ":9090"),
-		HealthchecksPingURL:      r.str("HEALTHCHECKS_PING_URL", ""),
-		WebhookSecret:            r.str("WEBHOOK_SECRET", ""),
-		NotificationMaxClockSkew: r.duration("NOTIFICATION_MAX_CLOCK_SKEW", DefaultNotificationMaxClockSkew),
-		NotificationRate:         r.positiveFloat("NOTIFICATION_RATE", 1),
-		NotificationBurst:        r.positiveInt("NOTIFICATION_BURST", 10),
+		DatabaseURL:                r.str("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/brokerswitch?sslmode=disable"),
+		DBMaxOpenConns:             r.positiveInt("DB_MAX_OPEN_CONNS", 10),
+		DBStatementTimeout:         r.durationAtMost("DB_STATEMENT_TIMEOUT", 30*time.Second, maxPostgresTimeout),
+		DBLockTimeout:              r.durationAtMost("DB_LOCK_TIMEOUT", 10*time.Second, maxPostgresTimeout),
+		DBIdleInTransactionTimeout: r.durationAtMost("DB_IDLE_IN_TRANSACTION_TIMEOUT", 5*time.Second, maxPostgresTimeout),
+		TaskQueue:                  r.str("TEMPORAL_TASK_QUEUE", "brokerswitch"),
+		Queues:                     r.list("QUEUES", "pull_requests,issues,pushes,installations"),
+		ConsumerWindow:             r.duration("CONSUMER_WINDOW", 2*time.Hour),
+		SpareCheckInterval:         r.duration("SPARE_CHECK_INTERVAL", DefaultSpareCheckInterval),
+		RetryTTL:                   r.duration("RETRY_TTL", 10*time.Minute),
+		MaxRetryCycles:             r.positiveInt("MAX_RETRY_CYCLES", 10),
+		LedgerRetention:            r.duration("LEDGER_RETENTION", 168*time.Hour),
+		Prefetch:                   r.positiveInt("PREFETCH", broker.DefaultPrefetch),
+		MaxMessageBytes:            r.intAtMost("MAX_MESSAGE_BYTES", 26214400, MaxBodyBytes),
+		MaxBatchBytes:              r.intAtMost("MAX_BATCH_BYTES", 16777216, MaxBodyBytes),
+		MemoryLimit:                r.bytes("MEMORY_LIMIT"),
+		DrainCheckInterval:         r.duration("DRAIN_CHECK_INTERVAL", DefaultDrainCheckInterval),
+		WorkerLeaseTTL:             r.duration("WORKER_LEASE_TTL", DefaultWorkerLeaseTTL),
+		AMQPHeartbeat:              r.duration("AMQP_HEARTBEAT", broker.DefaultHeartbeat),
+		WorkerStopTimeout:          r.duration("WORKER_STOP_TIMEOUT", time.Minute),
+		LeftoverDrainCap:           r.positiveInt("LEFTOVER_DRAIN_CAP", 500),
+		UnnotifiedBrokerGrace:      r.duration("UNNOTIFIED_BROKER_GRACE", DefaultUnnotifiedBrokerGrace),
+		HTTPAddr:                   r.str("HTTP_ADDR", ":8080"),
+		ProducerToken:              r.token("PRODUCER_TOKEN"),
+		OperatorToken:              r.token("OPERATOR_TOKEN"),
+		InsecureNoAuth:             r.boolean("API_INSECURE_NO_AUTH"),
+		LogLevel:                   r.str("LOG_LEVEL", "info"),
+		MetricsAddr:                r.str("METRICS_ADDR", ":9090"),
+		HealthchecksPingURL:        r.str("HEALTHCHECKS_PING_URL", ""),
+		WebhookSecret:              r.str("WEBHOOK_SECRET", ""),
+		NotificationMaxClockSkew:   r.duration("NOTIFICATION_MAX_CLOCK_SKEW", DefaultNotificationMaxClockSkew),
+		NotificationRate:           r.positiveFloat("NOTIFICATION_RATE", 1),
+		NotificationBurst:          r.positiveInt("NOTIFICATION_BURST", 10),
 	}
 	c.Temporal = r.temporal(r.getenv)
 	c.TemporalAddress, c.TemporalNamespace = c.Temporal.HostPort, c.Temporal.Namespace
@@ -462,8 +470,8 @@ const (
 	// MaxBodyBytes bounds MAX_MESSAGE_BYTES and MAX_BATCH_BYTES: 512 MiB, RabbitMQ's
 	// largest max_message_size.
 	MaxBodyBytes = 512 << 20
-	// maxPostgresTimeout is the longest statement_timeout or lock_timeout Postgres takes,
-	// INT_MAX milliseconds.
+	// maxPostgresTimeout is the longest statement_timeout, lock_timeout or
+	// idle_in_transaction_session_timeout Postgres takes, INT_MAX milliseconds.
 	maxPostgresTimeout = math.MaxInt32 * time.Millisecond
 )
 

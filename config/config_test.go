@@ -46,24 +46,35 @@ func TestBrokersAreSplitByCommasAndNewlines(t *testing.T) {
 
 func TestEveryBadVariableIsNamed(t *testing.T) {
 	_, err := FromEnv(env(map[string]string{
-		"CONSUMER_WINDOW":         "five minutes",
-		"RETRY_TTL":               "-1s",
-		"MAX_RETRY_CYCLES":        "0",
-		"PREFETCH":                "5000",
-		"LEFTOVER_DRAIN_CAP":      "many",
-		"DRAIN_CHECK_INTERVAL":    "0s",
-		"API_INSECURE_NO_AUTH":    "perhaps",
-		"LOG_LEVEL":               "loud",
-		"QUEUES":                  " , ",
-		"MAX_MESSAGE_BYTES":       "25MB",
-		"MAX_BATCH_BYTES":         "-1",
-		"UNNOTIFIED_BROKER_GRACE": "0s",
+		"CONSUMER_WINDOW":                "five minutes",
+		"RETRY_TTL":                      "-1s",
+		"MAX_RETRY_CYCLES":               "0",
+		"PREFETCH":                       "5000",
+		"LEFTOVER_DRAIN_CAP":             "many",
+		"DRAIN_CHECK_INTERVAL":           "0s",
+		"API_INSECURE_NO_AUTH":           "perhaps",
+		"LOG_LEVEL":                      "loud",
+		"QUEUES":                         " , ",
+		"MAX_MESSAGE_BYTES":              "25MB",
+		"MAX_BATCH_BYTES":                "-1",
+		"UNNOTIFIED_BROKER_GRACE":        "0s",
+		"DB_IDLE_IN_TRANSACTION_TIMEOUT": "5",
 	}))
 	require.Error(t, err)
 	for _, name := range []string{"CONSUMER_WINDOW", "RETRY_TTL", "MAX_RETRY_CYCLES", "PREFETCH", "LEFTOVER_DRAIN_CAP",
-		"DRAIN_CHECK_INTERVAL", "API_INSECURE_NO_AUTH", "LOG_LEVEL", "QUEUES", "MAX_MESSAGE_BYTES", "MAX_BATCH_BYTES", "UNNOTIFIED_BROKER_GRACE"} {
+		"DRAIN_CHECK_INTERVAL", "API_INSECURE_NO_AUTH", "LOG_LEVEL", "QUEUES", "MAX_MESSAGE_BYTES", "MAX_BATCH_BYTES", "UNNOTIFIED_BROKER_GRACE",
+		"DB_IDLE_IN_TRANSACTION_TIMEOUT"} {
 		require.Contains(t, err.Error(), name)
 	}
+}
+
+// DB_IDLE_IN_TRANSACTION_TIMEOUT is a duration Postgres takes: at most INT_MAX milliseconds.
+func TestIdleInTransactionTimeout(t *testing.T) {
+	c, err := FromEnv(env(map[string]string{"DB_IDLE_IN_TRANSACTION_TIMEOUT": "2s"}))
+	require.NoError(t, err)
+	require.Equal(t, 2*time.Second, c.DBIdleInTransactionTimeout)
+	_, err = FromEnv(env(map[string]string{"DB_IDLE_IN_TRANSACTION_TIMEOUT": "600h"}))
+	require.ErrorContains(t, err, `config: DB_IDLE_IN_TRANSACTION_TIMEOUT: "600h" is longer than 596h31m23.647s`)
 }
 
 func TestABrokerURLErrorNeverShowsThePassword(t *testing.T) {

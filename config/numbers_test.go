@@ -62,7 +62,7 @@ var numericVariables = []string{
 	"PREFETCH", "MAX_BATCH_BYTES", "NOTIFICATION_BURST", "LEDGER_RETENTION", "DB_MAX_OPEN_CONNS",
 	"CONSUMER_WINDOW", "WORKER_LEASE_TTL", "AMQP_HEARTBEAT", "LEFTOVER_DRAIN_CAP", "DB_STATEMENT_TIMEOUT",
 	"UNNOTIFIED_BROKER_GRACE", "NOTIFICATION_MAX_CLOCK_SKEW", "WORKER_STOP_TIMEOUT", "DRAIN_CHECK_INTERVAL",
-	"SPARE_CHECK_INTERVAL", "DB_LOCK_TIMEOUT",
+	"SPARE_CHECK_INTERVAL", "DB_LOCK_TIMEOUT", "DB_IDLE_IN_TRANSACTION_TIMEOUT",
 }
 
 func requireInRange(t *testing.T, c Config) {
@@ -71,7 +71,7 @@ func requireInRange(t *testing.T, c Config) {
 	for _, n := range []int{c.DBMaxOpenConns, c.MaxRetryCycles, c.Prefetch, c.MaxMessageBytes, c.MaxBatchBytes, c.NotificationBurst, c.LeftoverDrainCap} {
 		require.Positive(t, n)
 	}
-	for _, d := range []time.Duration{c.DBStatementTimeout, c.DBLockTimeout, c.ConsumerWindow, c.SpareCheckInterval, c.RetryTTL,
+	for _, d := range []time.Duration{c.DBStatementTimeout, c.DBLockTimeout, c.DBIdleInTransactionTimeout, c.ConsumerWindow, c.SpareCheckInterval, c.RetryTTL,
 		c.LedgerRetention, c.WorkerLeaseTTL, c.AMQPHeartbeat, c.WorkerStopTimeout, c.DrainCheckInterval,
 		c.NotificationMaxClockSkew, c.UnnotifiedBrokerGrace} {
 		require.Positive(t, d)

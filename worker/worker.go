@@ -181,7 +181,6 @@ func Register(w sdkworker.Registry, d Deps, watcher *brokerstate.StateWatcher, k
 		Watcher:          watcher,
 		Topology:         topology(d.Config),
 		Prefetch:         d.Config.Prefetch,
-		Heartbeat:        d.Config.AMQPHeartbeat,
 		WindowLength:     d.Config.ConsumerWindow,
 		LeftoverDrainCap: d.Config.LeftoverDrainCap,
 		Leases:           keeper,

@@ -196,7 +196,7 @@ type services struct {
 func withServices(ctx context.Context, cfg config.Config, logger *slog.Logger, fn func(context.Context, services) error) error {
 	db, err := models.OpenPool(ctx, cfg.DatabaseURL, models.PoolConfig{
 		MaxOpenConns: cfg.DBMaxOpenConns, StatementTimeout: cfg.DBStatementTimeout, LockTimeout: cfg.DBLockTimeout,
-		IdleInTransactionTimeout: config.DBSilentSessionTimeout, DeadPeerTimeout: config.DBSilentSessionTimeout,
+		IdleInTransactionTimeout: cfg.DBIdleInTransactionTimeout, DeadPeerTimeout: config.DBSilentSessionTimeout,
 	})
 	if err != nil {
 		return fmt.Errorf("DATABASE_URL: %w", err)
