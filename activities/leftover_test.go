@@ -83,6 +83,19 @@ func channel(t *testing.T, url string) *amqp.Channel {
 	return ch
 }
 
+// publishOne leaves one message on queue through ch and returns once the broker confirms
+// it: a drain that follows must find it, and on a quorum queue an unconfirmed publish may
+// not be in the queue yet when the next connection counts it.
+func publishOne(t *testing.T, ch *amqp.Channel, queue string) {
+	t.Helper()
+	require.NoError(t, ch.Confirm(false))
+	confirm, err := ch.PublishWithDeferredConfirmWithContext(t.Context(), "", queue, false, false, amqp.Publishing{Body: []byte("{}")})
+	require.NoError(t, err)
+	acked, err := confirm.WaitContext(t.Context())
+	require.NoError(t, err)
+	require.True(t, acked, "the broker refused the message")
+}
+
 // publishOnPlainQueue declares issues on the broker at url with its dead-letter arguments
 // only, as a producer might, and leaves one message on it.
 func publishOnPlainQueue(t *testing.T, url string) {
@@ -92,7 +105,7 @@ func publishOnPlainQueue(t *testing.T, url string) {
 		"x-dead-letter-exchange": "", "x-dead-letter-routing-key": "issues-retry",
 	})
 	require.NoError(t, err)
-	require.NoError(t, ch.Publish("", "issues", false, false, amqp.Publishing{Body: []byte("{}")}))
+	publishOne(t, ch, "issues")
 }
 
 // setReads sets guest's read permission on the vhost of url (3.10's rabbitmqctl): "^$"
@@ -112,7 +125,7 @@ func TestTheLeftoverDrainDeclaresTheSparesTopologyFirst(t *testing.T) {
 	ch := channel(t, spare)
 	_, err := ch.QueueDeclare("issues", true, false, false, false, nil)
 	require.NoError(t, err)
-	require.NoError(t, ch.Publish("", "issues", false, false, amqp.Publishing{Body: []byte("{}")}))
+	publishOne(t, ch, "issues")
 
 	res, err := leftoverDrain(t, active, spare)
 	// The plain queue's arguments differ from ours: the spare is not drained with nowhere
@@ -169,13 +182,9 @@ func TestASpareAheadWaitsForTheActiveBacklog(t *testing.T) {
 	for i := range eps {
 		require.NoError(t, pool.DeclareTopology(context.Background(), i, testTopology()))
 	}
-	publish := func(url, queue string) {
-		t.Helper()
-		require.NoError(t, channel(t, url).Publish("", queue, false, false, amqp.Publishing{Body: []byte("{}")}))
-	}
-	publish(behind, "issues")
-	publish(ahead, "issues")
-	publish(active, "issues-retry") // a backlog, even one waiting in -retry, holds the spare
+	publishOne(t, channel(t, behind), "issues")
+	publishOne(t, channel(t, ahead), "issues")
+	publishOne(t, channel(t, active), "issues-retry") // a backlog, even one waiting in -retry, holds the spare
 	in := LeftoverDrainInput{Queue: "issues", Brokers: []int{1}, Ahead: []int{2}, Active: 0, Cap: 10}
 
 	res, err := leftoverDrainOf(t, in, active, behind, ahead)
@@ -234,8 +243,8 @@ func TestASpareAheadWaitsForTheActiveBrokersUnacknowledgedBacklog(t *testing.T) 
 	for i := range eps {
 		require.NoError(t, pool.DeclareTopology(context.Background(), i, testTopology()))
 	}
-	require.NoError(t, channel(t, active).Publish("", "issues", false, false, amqp.Publishing{Body: []byte("{}")}))
-	require.NoError(t, channel(t, ahead).Publish("", "issues", false, false, amqp.Publishing{Body: []byte("{}")}))
+	publishOne(t, channel(t, active), "issues")
+	publishOne(t, channel(t, ahead), "issues")
 	hold(t, active, "issues")
 
 	res, err := leftoverDrainOf(t, LeftoverDrainInput{Queue: "issues", Ahead: []int{1}, Active: 0, Cap: 10}, active, ahead)
