@@ -3,7 +3,6 @@ package broker
 import (
 	"cmp"
 	"context"
-	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -333,60 +332,17 @@ func dial(ctx context.Context, ep Endpoint, frameSize int, heartbeat time.Durati
 	props := amqp.NewConnectionProperties()
 	props.SetClientConnectionName(name)
 
-	// stopAbort is set by the Dial func below: it undoes the hook that aborts
-	// the handshake when ctx ends.
-	stopAbort := func() bool { return true }
-	// raw is the socket the Dial func opened: amqp091-go leaves it open when the AMQP
-	// handshake fails (no SASL mechanism in common, say) until the deadline ends it.
-	var raw net.Conn
+	s := &socket{ctx: ctx, uri: uri, secure: secure, guard: guard, stopAbort: func() bool { return true }}
 	url := ep.URL
 	if guard != nil && secure {
 		url = plainSchemeURL(ep.URL, uri)
 	}
-	cfg := amqp.Config{
-		FrameSize:  frameSize,
-		Heartbeat:  heartbeat,
-		Properties: props,
-		Dial: func(network, addr string) (net.Conn, error) {
-			var d net.Dialer
-			conn, err := d.DialContext(ctx, network, addr)
-			if err != nil {
-				return nil, err
-			}
-			raw = conn
-			// amqp091-go clears the deadline once the AMQP handshake is done.
-			deadline, _ := ctx.Deadline()
-			if err := conn.SetDeadline(deadline); err != nil {
-				conn.Close()
-				return nil, err
-			}
-			stopAbort = context.AfterFunc(ctx, func() { _ = conn.SetDeadline(time.Now()) })
-			if guard == nil {
-				return conn, nil
-			}
-			if secure {
-				// The guard reads AMQP frames, so it goes above TLS, which the library would
-				// otherwise put above it: TLS is done here, as dialRaw does it.
-				tlsCfg, err := tlsConfigOf(uri)
-				if err != nil {
-					conn.Close()
-					return nil, err
-				}
-				tc := tls.Client(conn, tlsCfg)
-				if err := tc.HandshakeContext(ctx); err != nil {
-					conn.Close()
-					return nil, err
-				}
-				conn = tc
-			}
-			return guard(conn), nil
-		},
-	}
+	cfg := amqp.Config{FrameSize: frameSize, Heartbeat: heartbeat, Properties: props, Dial: s.dial}
 	conn, err := amqp.DialConfig(url, cfg)
-	aborted := !stopAbort()
+	aborted := !s.stopAbort()
 	if err != nil {
-		if raw != nil {
-			raw.Close()
+		if s.raw != nil {
+			s.raw.Close()
 		}
 		if ctx.Err() != nil {
 			err = fmt.Errorf("%w (%w)", ctx.Err(), err)
@@ -399,6 +355,52 @@ func dial(ctx context.Context, ep Endpoint, frameSize int, heartbeat time.Durati
 		return nil, ctx.Err()
 	}
 	return conn, nil
+}
+
+// socket is the Dial func of one dial: it opens the socket within ctx, puts TLS beneath
+// guard when the URL is amqps (secure) and guard is set, and keeps what dial needs once
+// the handshake is over.
+type socket struct {
+	ctx    context.Context
+	uri    amqp.URI
+	secure bool
+	guard  func(net.Conn) net.Conn
+	// raw is the socket dial opened: amqp091-go leaves it open when the AMQP handshake
+	// fails (no SASL mechanism in common, say) until the deadline ends it.
+	raw net.Conn
+	// stopAbort undoes the hook that aborts the handshake when ctx ends.
+	stopAbort func() bool
+}
+
+// dial is amqp.Config's Dial.
+func (s *socket) dial(network, addr string) (net.Conn, error) {
+	var d net.Dialer
+	conn, err := d.DialContext(s.ctx, network, addr)
+	if err != nil {
+		return nil, err
+	}
+	s.raw = conn
+	// amqp091-go clears the deadline once the AMQP handshake is done.
+	deadline, _ := s.ctx.Deadline()
+	if err := conn.SetDeadline(deadline); err != nil {
+		conn.Close()
+		return nil, err
+	}
+	s.stopAbort = context.AfterFunc(s.ctx, func() { _ = conn.SetDeadline(time.Now()) })
+	if s.guard == nil {
+		return conn, nil
+	}
+	if s.secure {
+		// The guard reads AMQP frames, so it goes above TLS, which the library would
+		// otherwise put above it: TLS is done here, as dialRaw does it.
+		tc, err := clientTLS(s.ctx, conn, s.uri)
+		if err != nil {
+			conn.Close()
+			return nil, err
+		}
+		conn = tc
+	}
+	return s.guard(conn), nil
 }
 
 // plainSchemeURL is raw, an amqps URL that parsed as uri, with the amqp scheme and the
