@@ -134,44 +134,59 @@ func Decode(d amqp.Delivery) (Event, error) {
 // decodeWithin is Decode, refusing a body larger than maxBody bytes (0: no limit) before
 // reading it: such a message is malformed, with its headers read for the ledger.
 func decodeWithin(d amqp.Delivery, maxBody int) (Event, error) {
+	ev, err := readHeaders(d.Headers)
+	if err != nil {
+		return ev, err
+	}
+	if maxBody > 0 && len(d.Body) > maxBody {
+		return ev, fmt.Errorf("%w: body of %d bytes is larger than the limit of %d bytes (MAX_MESSAGE_BYTES)",
+			ErrMalformed, len(d.Body), maxBody)
+	}
+	err = readBody(&ev, d.Body)
+	return ev, err
+}
+
+// readHeaders reads an event's headers. On an error wrapping ErrMalformed, the event
+// holds those read before the one that failed.
+func readHeaders(h amqp.Table) (Event, error) {
 	var ev Event
-	ev.Deaths = deaths(d.Headers)
-	if n, ok := toInt(d.Headers[broker.HeaderRetryCycles]); ok {
+	ev.Deaths = deaths(h)
+	if n, ok := toInt(h[broker.HeaderRetryCycles]); ok {
 		ev.RecordedRetryCycles = n
 	}
 
 	var err error
-	if ev.DeliveryID, err = requiredHeader(d.Headers, HeaderDelivery); err != nil {
+	if ev.DeliveryID, err = requiredHeader(h, HeaderDelivery); err != nil {
 		return ev, err
 	}
 	if err := checkDeliveryID(ev.DeliveryID); err != nil {
 		ev.DeliveryID = ""
 		return ev, err
 	}
-	if ev.Type, err = requiredHeader(d.Headers, HeaderEvent); err != nil {
+	if ev.Type, err = requiredHeader(h, HeaderEvent); err != nil {
 		return ev, err
 	}
 	if err := checkEventType(ev.Type); err != nil {
 		ev.Type = ""
 		return ev, err
 	}
-	ev.HookID = optionalHeader(d.Headers, HeaderHookID)
-	ev.HookTargetID = optionalHeader(d.Headers, HeaderHookTargetID)
-	ev.HookTargetType = optionalHeader(d.Headers, HeaderHookTargetType)
+	ev.HookID = optionalHeader(h, HeaderHookID)
+	ev.HookTargetID = optionalHeader(h, HeaderHookTargetID)
+	ev.HookTargetType = optionalHeader(h, HeaderHookTargetType)
+	return ev, nil
+}
 
-	if maxBody > 0 && len(d.Body) > maxBody {
-		return ev, fmt.Errorf("%w: body of %d bytes is larger than the limit of %d bytes (MAX_MESSAGE_BYTES)",
-			ErrMalformed, len(d.Body), maxBody)
+// readBody reads into ev, whose headers are read, what the body says: the payload its
+// table stores, or, for an event without a table, its action and sender.
+func readBody(ev *Event, body []byte) error {
+	if err := checkShape(body); err != nil {
+		return err
 	}
-
-	if err := checkShape(d.Body); err != nil {
-		return ev, err
-	}
-	if trimmed := bytes.TrimLeft(d.Body, " \t\r\n"); len(trimmed) == 0 || trimmed[0] != '{' {
-		if !json.Valid(d.Body) {
-			return ev, fmt.Errorf("%w: body is not valid JSON: %w", ErrMalformed, syntaxError(d.Body))
+	if trimmed := bytes.TrimLeft(body, " \t\r\n"); len(trimmed) == 0 || trimmed[0] != '{' {
+		if !json.Valid(body) {
+			return fmt.Errorf("%w: body is not valid JSON: %w", ErrMalformed, syntaxError(body))
 		}
-		return ev, fmt.Errorf("%w: body is not a JSON object", ErrMalformed)
+		return fmt.Errorf("%w: body is not a JSON object", ErrMalformed)
 	}
 
 	if applierFor(ev.Type) == nil {
@@ -180,22 +195,22 @@ func decodeWithin(d amqp.Delivery, maxBody int) (Event, error) {
 			Action string   `json:"action"`
 			Sender *account `json:"sender"`
 		}
-		if err := json.Unmarshal(d.Body, &envelope); err != nil {
-			return ev, bodyError(err, d.Body, "a webhook")
+		if err := json.Unmarshal(body, &envelope); err != nil {
+			return bodyError(err, body, "a webhook")
 		}
 		ev.Action, ev.Sender = envelope.Action, envelope.Sender
-		return ev, nil
+		return nil
 	}
 
 	p := new(payload)
-	if err := json.Unmarshal(d.Body, p); err != nil {
-		return ev, bodyError(err, d.Body, "the "+ev.Type)
+	if err := json.Unmarshal(body, p); err != nil {
+		return bodyError(err, body, "the "+ev.Type)
 	}
 	ev.Payload, ev.Action, ev.Sender = p, p.Action, p.Sender
 	if err := validate(ev.Type, p); err != nil {
-		return ev, fmt.Errorf("%w: %s event: %w", ErrMalformed, ev.Type, err)
+		return fmt.Errorf("%w: %s event: %w", ErrMalformed, ev.Type, err)
 	}
-	return ev, nil
+	return nil
 }
 
 // bodyError tells invalid JSON apart from valid JSON of the wrong shape.
