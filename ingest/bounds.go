@@ -8,16 +8,16 @@ import (
 	"github.com/segmentio/encoding/json"
 )
 
-// MaxNesting is the deepest nesting of arrays and objects a body may have. GitHub's
+// maxNesting is the deepest nesting of arrays and objects a body may have. GitHub's
 // payloads nest at most 7 deep (the vendored examples); the decoder recurses once per
 // level without a limit of its own, so a body of a few megabytes of "[" overflowed the
 // goroutine stack, which is a fatal error that no recover catches: the process died, the
 // message went back to the head of its queue, and killed the next worker too.
-const MaxNesting = 64
+const maxNesting = 64
 
 // checkShape refuses, before any decoding, a body the decoder must not be given: one
 // that is not UTF-8 (RFC 8259 requires it, and Postgres would refuse its strings on
-// every retry) or one nested deeper than MaxNesting. It reads the body once, without
+// every retry) or one nested deeper than maxNesting. It reads the body once, without
 // recursion or allocation, so its cost is linear in the body's size, which
 // MAX_MESSAGE_BYTES bounds.
 //
@@ -38,8 +38,8 @@ func checkShape(body []byte) error {
 			}
 			i = end
 		case '[', '{':
-			if depth++; depth > MaxNesting {
-				return fmt.Errorf("%w: body nests arrays and objects deeper than %d levels (at byte %d)", ErrMalformed, MaxNesting, i)
+			if depth++; depth > maxNesting {
+				return fmt.Errorf("%w: body nests arrays and objects deeper than %d levels (at byte %d)", ErrMalformed, maxNesting, i)
 			}
 		case ']', '}':
 			depth--

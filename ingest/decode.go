@@ -21,12 +21,12 @@ const (
 	HeaderEvent = "x-github-event"
 	// HeaderDelivery is the delivery GUID, the ledger key; required.
 	HeaderDelivery = "x-github-delivery"
-	// HeaderHookID is the id of the webhook that sent the delivery; optional.
-	HeaderHookID = "x-github-hook-id"
-	// HeaderHookTargetID is the id of the resource the webhook is installed on; optional.
-	HeaderHookTargetID = "x-github-hook-installation-target-id"
-	// HeaderHookTargetType is the type of that resource; optional.
-	HeaderHookTargetType = "x-github-hook-installation-target-type"
+	// headerHookID is the id of the webhook that sent the delivery; optional.
+	headerHookID = "x-github-hook-id"
+	// headerHookTargetID is the id of the resource the webhook is installed on; optional.
+	headerHookTargetID = "x-github-hook-installation-target-id"
+	// headerHookTargetType is the type of that resource; optional.
+	headerHookTargetType = "x-github-hook-installation-target-type"
 )
 
 const (
@@ -64,10 +64,10 @@ type Event struct {
 	RecordedRetryCycles int
 }
 
-// MaxRetryCount is the largest retry count read from a header. A count the broker cannot
+// maxRetryCount is the largest retry count read from a header. A count the broker cannot
 // have written (negative, or beyond this) reads as this: the message goes to -error on its
 // next failure, instead of retrying forever or wrapping around.
-const MaxRetryCount = 1 << 20
+const maxRetryCount = 1 << 20
 
 // Death is one x-death entry: how often the message died on Queue for Reason.
 type Death struct {
@@ -79,7 +79,7 @@ type Death struct {
 	Count int
 }
 
-// RetryCycles counts the trips through queue's -retry sibling: each one starts with the
+// retryCycles counts the trips through queue's -retry sibling: each one starts with the
 // consumer rejecting the message on queue, which RabbitMQ records as the x-death entry
 // {queue: queue, reason: rejected}.
 //
@@ -88,7 +88,7 @@ type Death struct {
 // message an operator moved back from -error (a client publish) keeps its count only
 // through our header. Such a message therefore goes straight back to -error if it fails
 // once more: the operator moved it because the cause was fixed.
-func (e Event) RetryCycles(queue string) int {
+func (e Event) retryCycles(queue string) int {
 	n := sane(e.RecordedRetryCycles)
 	for _, d := range e.Deaths {
 		if d.Queue == queue && d.Reason == deathReasonRejected {
@@ -99,9 +99,9 @@ func (e Event) RetryCycles(queue string) int {
 	return n
 }
 
-// DeliveryLimited tells whether RabbitMQ dead-lettered the message for its quorum queue's
+// deliveryLimited tells whether RabbitMQ dead-lettered the message for its quorum queue's
 // delivery limit: it came back through -retry behind messages published after it.
-func (e Event) DeliveryLimited() bool {
+func (e Event) deliveryLimited() bool {
 	for _, d := range e.Deaths {
 		if d.Reason == deathReasonDeliveryLimit {
 			return true
@@ -112,8 +112,8 @@ func (e Event) DeliveryLimited() bool {
 
 // sane reads a count from a header: one the broker cannot have written counts as used up.
 func sane(n int) int {
-	if n < 0 || n > MaxRetryCount {
-		return MaxRetryCount
+	if n < 0 || n > maxRetryCount {
+		return maxRetryCount
 	}
 	return n
 }
@@ -170,9 +170,9 @@ func readHeaders(h amqp.Table) (Event, error) {
 		ev.Type = ""
 		return ev, err
 	}
-	ev.HookID = optionalHeader(h, HeaderHookID)
-	ev.HookTargetID = optionalHeader(h, HeaderHookTargetID)
-	ev.HookTargetType = optionalHeader(h, HeaderHookTargetType)
+	ev.HookID = optionalHeader(h, headerHookID)
+	ev.HookTargetID = optionalHeader(h, headerHookTargetID)
+	ev.HookTargetType = optionalHeader(h, headerHookTargetType)
 	return ev, nil
 }
 

@@ -52,16 +52,13 @@ type Ingester struct {
 	// config.DefaultNotificationMaxClockSkew. The worker sets NOTIFICATION_MAX_CLOCK_SKEW.
 	MaxClockSkew time.Duration
 	// WebhookSecret, when set, is the GitHub webhook's secret: every message must carry
-	// the HMAC of its body in HeaderSignature, or it is malformed. Empty verifies nothing.
+	// the HMAC of its body in headerSignature, or it is malformed. Empty verifies nothing.
 	WebhookSecret []byte
 	// Active is checked last in the transaction of every batch from a ForActive handler
 	// (brokerstate.Store): its refusal rolls the batch back and gives it back
 	// unsettled, so that a consumer window whose view of the broker state lags never
 	// commits a batch of a broker we left. Required for ForActive.
 	Active ActiveHolder
-	// decode decodes one delivery, refusing a body over its second argument's bytes; nil
-	// means decodeWithin. Tests set it to a decoder that panics.
-	decode func(amqp.Delivery, int) (Event, error)
 	// TransientBackoff is the pause before the second attempt, doubled before each next
 	// one up to maxTransientBackoff; 0 means DefaultTransientBackoff.
 	TransientBackoff time.Duration
@@ -149,10 +146,7 @@ func (h *batchHandler) HandleBatch(ctx context.Context, queue string, deliveries
 		return nil, errors.New("ingest: Ingester.DB is nil")
 	}
 	now := h.now()
-	decode := h.ingester.decode
-	if decode == nil {
-		decode = decodeWithin
-	}
+	decode := decodeWithin
 	if secret := h.ingester.WebhookSecret; len(secret) > 0 {
 		unsigned := decode
 		decode = func(d amqp.Delivery, maxBody int) (Event, error) {
@@ -251,15 +245,10 @@ func decodeAll(queue string, deliveries []amqp.Delivery, maxBody int, decode fun
 	return msgs
 }
 
-// decodeMessage decodes one delivery of queue, refusing a body over maxBody bytes.
-func decodeMessage(queue string, d amqp.Delivery, maxBody int) message {
-	return decodeSafely(queue, d, maxBody, decodeWithin)
-}
-
-// decodeSafely is decodeMessage with decode. A panic inside it (a decoder bug that a
-// payload finds) would kill the process with the message at the head of its queue, to do
-// it again at every start: it makes the message malformed instead, under the delivery id
-// of its header when that one is valid.
+// decodeSafely decodes one delivery of queue with decode, refusing a body over maxBody
+// bytes. A panic inside decode (a decoder bug that a payload finds) would kill the process
+// with the message at the head of its queue, to do it again at every start: it makes the
+// message malformed instead, under the delivery id of its header when that one is valid.
 func decodeSafely(queue string, d amqp.Delivery, maxBody int, decode func(amqp.Delivery, int) (Event, error)) (m message) {
 	defer func() {
 		if r := recover(); r != nil {
@@ -271,7 +260,7 @@ func decodeSafely(queue string, d amqp.Delivery, maxBody int, decode func(amqp.D
 		}
 	}()
 	ev, err := decode(d, maxBody)
-	return message{event: ev, malformed: err, retryCycles: ev.RetryCycles(queue), hash: sha256.Sum256(d.Body)}
+	return message{event: ev, malformed: err, retryCycles: ev.retryCycles(queue), hash: sha256.Sum256(d.Body)}
 }
 
 // isolate applies each message in its own transaction, in order. Messages committed
@@ -463,7 +452,7 @@ func (h *batchHandler) report(ctx context.Context, queue string, m message, outc
 				"clock", m.ahead.Format(time.RFC3339))
 		}
 	}
-	if m.event.DeliveryLimited() {
+	if m.event.deliveryLimited() {
 		h.ingester.Metrics.DeliveryLimited(queue)
 		h.logger().WarnContext(ctx, "applied a delivery its quorum queue dead-lettered for its delivery limit: it came back behind later ones",
 			"queue", queue, "broker", h.broker, "delivery_id", m.event.DeliveryID, "event", m.event.Type)
