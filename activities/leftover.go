@@ -66,7 +66,7 @@ type spareVisit struct {
 	settled bool
 }
 
-// leftoverDrain takes what waits on the queue on the other brokers (see broker.Pool.Drain), and
+// leftoverDrain takes what waits on the queue on the other brokers (see broker.Pool.DrainWith), and
 // applies it before the window starts: those messages are older than anything on the
 // active broker. What may be the producer's future (brokerstate.ReadSpare) waits for its
 // notification. A broker that cannot be reached is a warning, never a failed window; one

@@ -10,7 +10,6 @@ import (
 	neturl "net/url"
 	"strconv"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
@@ -99,7 +98,6 @@ type brokerConn struct {
 	closed bool             // guarded by lock
 	// connected tells whether a dial ever succeeded, so that the next one is a reconnect.
 	connected bool // guarded by lock
-	dials     atomic.Int64
 
 	// declared maps each topology declared on this broker to the connection it was
 	// declared on, so that it is declared once per connection, not at every window start.
@@ -137,17 +135,6 @@ func NewPool(endpoints []Endpoint, logger *slog.Logger) *Pool {
 // Endpoints returns a copy of the pool's endpoints.
 func (p *Pool) Endpoints() []Endpoint {
 	return append([]Endpoint(nil), p.endpoints...)
-}
-
-// Dials returns how many times the pool has dialed broker index, failed
-// attempts included. Tests and benchmarks use it to check that there is one
-// connection per broker.
-func (p *Pool) Dials(index int) int64 {
-	b, ok := p.brokers[index]
-	if !ok {
-		return 0
-	}
-	return b.dials.Load()
 }
 
 // Channel opens a new channel on broker index, dialing first when there is no
@@ -275,7 +262,6 @@ func (p *Pool) connection(ctx context.Context, b *brokerConn) (*amqp.Connection,
 		guard = func(c net.Conn) net.Conn { return newGuardConn(c, p.MaxMessageBytes, p.oversizeMark) }
 	}
 	conn, err := dial(ctx, b.ep, p.FrameSize, cmp.Or(p.Heartbeat, DefaultHeartbeat), cmp.Or(p.ConnectionName, connectionName), guard)
-	b.dials.Add(1)
 	if err != nil {
 		p.Metrics.DialFailed(b.ep.Index)
 		// dial never puts the URL in its errors; the endpoint logs without credentials.
