@@ -258,7 +258,8 @@ func (a *Window) afterDrain(ctx context.Context, queue string, v spareVisit, got
 func (a *Window) unverified(ctx context.Context, queue string, index int, cause error) error {
 	if errors.Is(cause, broker.ErrQueueBusy) {
 		// A window that has not stopped yet (a worker cut off from Temporal) holds it; it
-		// gives up within its heartbeat timeout.
+		// stops once its worker cannot renew its lease, within WORKER_LEASE_TTL (package
+		// lease), and the retry of this attempt reads the queue then.
 		return fmt.Errorf("leftover drain %s on %s: another consumer may hold messages that come back to its head: %w",
 			queue, a.endpoint(index), cause)
 	}

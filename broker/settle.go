@@ -33,10 +33,10 @@ const publishTimeout = 30 * time.Second
 // share it so both settle exactly the same way.
 //
 // The channel is transactional (tx.select): a message rejected to {q}-error is copied and
-// acknowledged in one transaction, with the other verdicts of its batch. With a publisher
-// confirm and then an ack, a connection lost between the two left the copy in -error and
-// the original in its queue, to be copied again when redelivered: a broker cut between
-// the confirm and the ack left -error holding the message twice.
+// acknowledged in one transaction, with the other verdicts of its batch. A publisher
+// confirm and then an ack would not do: a connection lost between the two leaves the copy
+// in -error and the original in its queue, to be copied again when redelivered, so that
+// -error holds the message twice.
 type settler struct {
 	pool      *Pool
 	index     int

@@ -64,7 +64,7 @@ type rowChange struct {
 //     (opened is NEW only on a missing row; a real lifecycle starts with it, so when it is
 //     the newest event it is the only one.)
 //   - When the clocks cannot tell (equal seconds, a missing clock), the queue decides,
-//     with the rules below as they were before rows had clocks.
+//     by the lifecycle rules below alone.
 //
 // Where the comparison is made: within a batch, in the fold, between an event and the
 // batch's events before it; against the row as stored, only in SQL. The locked read
@@ -72,8 +72,8 @@ type rowChange struct {
 // batch's clocks tell apart (storedClock: before the batch's event, in the same second,
 // ...), and the set-based apply's one statement per table writes, per row, the result
 // whose assumption its WHERE finds true (rowSet.flushClocked), or nothing when every
-// event is older. The rules above therefore see the prior row as they always did, and
-// the clock decision is Postgres'.
+// event is older. The rules above therefore see the prior row as the locked read
+// returns it, and the clock decision is Postgres'.
 func nextState(prior priorRow, action string) rowChange {
 	switch {
 	case prior.Order == eventOlder:
