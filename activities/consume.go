@@ -44,8 +44,9 @@ type SpareWatch struct {
 
 // aheadPause is the shortest a window lasts before it ends for a spare ahead of the
 // active broker: the producer may be filling such a spare (after a force or a cancel), and
-// ending on its every message would cost a window's Actions each time. It is what those
-// spares waited when every window lasted five minutes.
+// ending on its every message would cost a window's Actions each time. Five minutes holds
+// that cost to 3 Actions per queue every five minutes while the producer fills the spare,
+// and still reads its messages minutes after the active broker's backlog.
 const aheadPause = 5 * time.Minute
 
 // pingEvery is how often a long window reports to HealthChecks: a check expects a ping
@@ -68,25 +69,9 @@ func (a *Window) Consume(ctx context.Context, in ConsumeInput) (err error) {
 	ping := newPinging(ctx, a.Pings)
 	windowCtx, end := context.WithCancelCause(ctx)
 	defer end(nil)
-	defer func() {
-		outcome := metrics.WindowElapsed
-		switch cause := context.Cause(windowCtx); {
-		case err != nil && ctx.Err() == nil && !errors.Is(err, lease.ErrQueueTaken):
-			outcome = metrics.WindowFailed
-			ping.fail(ctx, failureKind(err))
-		case ctx.Err() != nil, errors.Is(cause, errSwitched), errors.Is(cause, errStopping), errors.Is(cause, errStraggler),
-			// A late batch of an attempt another took over, refused by the queue's fencing
-			// token: the queue is read, and nothing is wrong for anyone to act on.
-			errors.Is(err, lease.ErrQueueTaken):
-			outcome = metrics.WindowCancelled
-			ping.success(ctx)
-		default:
-			ping.success(ctx)
-		}
-		a.Metrics.Window(in.Queue, outcome, time.Since(start))
-	}()
+	defer func() { a.report(ctx, context.Cause(windowCtx), in.Queue, time.Since(start), ping, err) }()
 	// A retried attempt, or a plan read just before a switch, must not read a broker that
-	// is no longer active.
+	// is not the active one any more.
 	planned, err := a.State.Load(ctx)
 	if err != nil {
 		return fmt.Errorf("consume %s: %w", in.Queue, err)
@@ -105,24 +90,7 @@ func (a *Window) Consume(ctx context.Context, in ConsumeInput) (err error) {
 	go a.endEarly(windowCtx, end, in, planned)
 	go a.watchSpares(windowCtx, end, in)
 
-	opts := broker.ConsumeOptions{Prefetch: a.Prefetch, ConsumerTag: consumerTag(ctx), Fence: g.gone, SettleTimeout: a.settle()}
-	taken := time.Now().Add(a.consumerWait(in.BrokerIndex))
-	for {
-		err = a.Pool.Consume(windowCtx, in.BrokerIndex, in.Queue, opts, a.Handlers.ForActive(in.BrokerIndex, g.checks...))
-		// A message no consumer can hold is in -error now: reading on in this attempt
-		// costs the queue nothing, where failing it would wait out a retry's backoff.
-		if errors.Is(err, broker.ErrMovedToError) {
-			continue
-		}
-		// The attempt this one replaces may hold the exclusive consumer on a connection
-		// gone silent (its worker paused or cut off): the broker drops it a few heartbeats
-		// later, and its batches are refused meanwhile (the queue's fencing token). Asking
-		// again here takes the queue as soon as it is free, where a failed attempt would
-		// wait out a growing retry backoff.
-		if !errors.Is(err, broker.ErrExclusiveConsumer) || !time.Now().Before(taken) || !pause(windowCtx, consumerRetry) {
-			break
-		}
-	}
+	err = a.consume(windowCtx, in, g)
 	if endedWhileAsking(windowCtx, err) {
 		err = nil
 	}
@@ -141,6 +109,49 @@ func (a *Window) Consume(ctx context.Context, in ConsumeInput) (err error) {
 	// A cancelled activity (the workflow was cancelled, or the worker's stop timeout
 	// passed) reports cancellation; every other end is a success.
 	return ctx.Err()
+}
+
+// consume reads in's queue until windowCtx ends, g's fence closes or reading fails,
+// and returns why it stopped.
+func (a *Window) consume(windowCtx context.Context, in ConsumeInput, g guarded) error {
+	opts := broker.ConsumeOptions{Prefetch: a.Prefetch, ConsumerTag: consumerTag(windowCtx), Fence: g.gone, SettleTimeout: a.settle()}
+	taken := time.Now().Add(a.consumerWait(in.BrokerIndex))
+	for {
+		err := a.Pool.Consume(windowCtx, in.BrokerIndex, in.Queue, opts, a.Handlers.ForActive(in.BrokerIndex, g.checks...))
+		// A message no consumer can hold has been moved to -error: reading on in this
+		// attempt costs the queue nothing, where failing it would wait out a retry's backoff.
+		if errors.Is(err, broker.ErrMovedToError) {
+			continue
+		}
+		// The attempt this one replaces may hold the exclusive consumer on a connection
+		// gone silent (its worker paused or cut off): the broker drops it a few heartbeats
+		// later, and its batches are refused meanwhile (the queue's fencing token). Asking
+		// again here takes the queue as soon as it is free, where a failed attempt would
+		// wait out a growing retry backoff.
+		if !errors.Is(err, broker.ErrExclusiveConsumer) || !time.Now().Before(taken) || !pause(windowCtx, consumerRetry) {
+			return err
+		}
+	}
+}
+
+// report tells metrics and HealthChecks how a window of queue ended after lasting took:
+// err is what Consume returns, cause why its window's context ended.
+func (a *Window) report(ctx context.Context, cause error, queue string, took time.Duration, ping *pinging, err error) {
+	outcome := metrics.WindowElapsed
+	switch {
+	case err != nil && ctx.Err() == nil && !errors.Is(err, lease.ErrQueueTaken):
+		outcome = metrics.WindowFailed
+		ping.fail(ctx, failureKind(err))
+	case ctx.Err() != nil, errors.Is(cause, errSwitched), errors.Is(cause, errStopping), errors.Is(cause, errStraggler),
+		// A late batch of an attempt another took over, refused by the queue's fencing
+		// token: the queue is read, and nothing is wrong for anyone to act on.
+		errors.Is(err, lease.ErrQueueTaken):
+		outcome = metrics.WindowCancelled
+		ping.success(ctx)
+	default:
+		ping.success(ctx)
+	}
+	a.Metrics.Window(queue, outcome, took)
 }
 
 // endedWhileAsking tells whether err, the exclusive consumer refused, came as the window

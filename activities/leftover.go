@@ -69,7 +69,7 @@ type spareVisit struct {
 	read time.Time
 }
 
-// leftoverDrain takes what waits on the queue on the other brokers (see broker.Pool.Drain), and
+// leftoverDrain takes what waits on the queue on the other brokers (see broker.Pool.DrainWith), and
 // applies it before the window starts: those messages are older than anything on the
 // active broker. What may be the producer's future (brokerstate.ReadSpare) waits for its
 // notification. A broker that cannot be reached is a warning, never a failed window; one
@@ -273,7 +273,8 @@ func (a *Window) afterDrain(ctx context.Context, queue string, v spareVisit, got
 func (a *Window) unverified(ctx context.Context, queue string, index int, cause error) error {
 	if errors.Is(cause, broker.ErrQueueBusy) {
 		// A window that has not stopped yet (a worker cut off from Temporal) holds it; it
-		// gives up within its heartbeat timeout.
+		// stops once its worker cannot renew its lease, within WORKER_LEASE_TTL (package
+		// lease), and the retry of this attempt reads the queue then.
 		return fmt.Errorf("leftover drain %s on %s: another consumer may hold messages that come back to its head: %w",
 			queue, a.endpoint(index), cause)
 	}

@@ -56,20 +56,10 @@ func (s *server) postPendingSwitch(c *gin.Context) {
 		s.fail(c, http.StatusBadRequest, "host is required")
 		return
 	}
-	if req.SwitchedAt == nil || *req.SwitchedAt == "" {
-		s.fail(c, http.StatusBadRequest, "switchedAt is required (an RFC 3339 time such as 2026-01-02T15:04:05Z)")
-		return
-	}
-	switchedAt, err := time.Parse(time.RFC3339, *req.SwitchedAt)
-	if err != nil {
-		s.fail(c, http.StatusBadRequest, fmt.Sprintf("switchedAt %q is not an RFC 3339 time such as 2026-01-02T15:04:05Z", *req.SwitchedAt))
-		return
-	}
 	now := s.deps.Now()
-	// The mark of notifications taken only rises: one dated far ahead would make every
-	// real notification stale until then.
-	if err := brokerstate.CheckSwitchedAt(switchedAt, now, s.deps.Config.NotificationMaxClockSkew); err != nil {
-		s.fail(c, http.StatusUnprocessableEntity, err.Error())
+	switchedAt, status, msg := s.switchedAt(req.SwitchedAt, now)
+	if status != 0 {
+		s.fail(c, status, msg)
 		return
 	}
 	vhost := ""
@@ -96,7 +86,7 @@ func (s *server) postPendingSwitch(c *gin.Context) {
 		n.From = s.fromHop(ctx, req.From)
 	}
 	var outcome string
-	_, err = s.deps.Store.Update(ctx, func(cur brokerstate.State) (brokerstate.State, error) {
+	_, err := s.deps.Store.Update(ctx, func(cur brokerstate.State) (brokerstate.State, error) {
 		var next brokerstate.State
 		next, outcome = cur.ApplyNotification(n, now)
 		return next, nil
@@ -105,6 +95,13 @@ func (s *server) postPendingSwitch(c *gin.Context) {
 		s.failInternal(c, http.StatusServiceUnavailable, "the notification could not be recorded; retry later", err)
 		return
 	}
+	s.answerNotification(c, n, ep, outcome)
+}
+
+// answerNotification tells the workflow of a notification recorded with outcome, unless
+// it is stale, and answers the producer.
+func (s *server) answerNotification(c *gin.Context, n brokerstate.Notification, ep broker.Endpoint, outcome string) {
+	ctx := c.Request.Context()
 	answer := notificationAnswer{Outcome: outcome, Target: brokerRef{Index: ep.Index, Host: ep.Host, Vhost: ep.Vhost}}
 	if outcome == brokerstate.NotificationStale {
 		answer.Ignored = outcome
@@ -124,6 +121,24 @@ func (s *server) postPendingSwitch(c *gin.Context) {
 		return
 	}
 	c.JSON(http.StatusAccepted, answer)
+}
+
+// switchedAt reads a notification's switchedAt, or returns the status and message that
+// refuse it.
+func (s *server) switchedAt(field *string, now time.Time) (time.Time, int, string) {
+	if field == nil || *field == "" {
+		return time.Time{}, http.StatusBadRequest, "switchedAt is required (an RFC 3339 time such as 2026-01-02T15:04:05Z)"
+	}
+	switchedAt, err := time.Parse(time.RFC3339, *field)
+	if err != nil {
+		return time.Time{}, http.StatusBadRequest, fmt.Sprintf("switchedAt %q is not an RFC 3339 time such as 2026-01-02T15:04:05Z", *field)
+	}
+	// The mark of notifications taken only rises: one dated far ahead would make every
+	// real notification stale until then.
+	if err := brokerstate.CheckSwitchedAt(switchedAt, now, s.deps.Config.NotificationMaxClockSkew); err != nil {
+		return time.Time{}, http.StatusUnprocessableEntity, err.Error()
+	}
+	return switchedAt, 0, ""
 }
 
 // fromHop resolves the broker a notification says the producer came from. One that is

@@ -117,94 +117,140 @@ func (p *Pool) Consume(ctx context.Context, index int, queue string, opts Consum
 		return fmt.Errorf("consume %s: %w", queue, err)
 	}
 	defer ch.Close()
-	closed := ch.NotifyClose(make(chan *amqp.Error, 1))
-	// Buffered: the library waits for a cancel listener to take the tag.
-	cancelled := ch.NotifyCancel(make(chan string, 1))
+	c := &consumer{
+		pool: p, ep: ep, ch: ch, frameMax: frameMax, queue: queue, opts: opts,
+		closed: ch.NotifyClose(make(chan *amqp.Error, 1)),
+		// Buffered: the library waits for a cancel listener to take the tag.
+		cancelled: ch.NotifyCancel(make(chan string, 1)),
+	}
 
 	deliveries, err := subscribe(ch, queue, opts)
 	if err != nil {
 		if isCode(err, amqp.NotFound) {
 			p.forgetTopology(index)
 		}
-		return fmt.Errorf("consume %s on %s: %w", queue, ep, err)
+		return c.wrap(err)
 	}
 	stop := make(chan struct{})
 	defer close(stop)
 	buffered := forward(deliveries, opts.Prefetch, stop)
 
-	s, err := newSettler(p, ep, ch, frameMax, queue, opts.OnSettled)
+	c.s, err = newSettler(p, ep, ch, frameMax, queue, opts.OnSettled)
 	if err != nil {
 		// The first delivery may cut the connection before the channel is transactional.
-		if e := closedBy(closed, err); unreadableClose(e) {
-			return p.afterUnreadable(ctx, ep, queue, frameMax, opts.Prefetch, fmt.Errorf("%w (channel closed: %w)", err, e))
+		if e := closedBy(c.closed, err); unreadableClose(e) {
+			return c.afterUnreadable(ctx, fmt.Errorf("%w (channel closed: %w)", err, e))
 		}
 		return err
 	}
-	s.fence, s.settleTimeout = opts.Fence, opts.SettleTimeout
+	c.s.fence, c.s.settleTimeout = opts.Fence, opts.SettleTimeout
 	// Every way out waits for the settle in flight, before the channel closes: its batch
 	// committed, and its acks must be in before the unsettled deliveries go back.
-	defer func() { _ = s.wait() }()
-	failed := func(err error) error {
-		if errors.Is(err, ErrOversize) {
-			// The batch ahead of the large message committed: its acks go in before the
-			// channel closes for the move, and their failure comes first, in queue order.
-			if serr := s.wait(); serr != nil {
-				return fmt.Errorf("consume %s on %s: %w", queue, ep, serr)
-			}
-			return p.afterOversize(ctx, ep, ch, "consume", queue, err)
-		}
-		if e := closedBy(closed, err); unreadableClose(e) {
-			return p.afterUnreadable(ctx, ep, queue, frameMax, opts.Prefetch, fmt.Errorf("%w (channel closed: %w)", err, e))
-		}
-		if ctx.Err() != nil && !errors.Is(err, ErrFenced) {
-			return nil
-		}
-		return fmt.Errorf("consume %s on %s: %w", queue, ep, err)
-	}
+	defer func() { _ = c.s.wait() }()
+	return c.run(ctx, buffered, h)
+}
+
+// consumer is one Consume call once its channel is open: what its ways out need, and,
+// once its consumer is subscribed, the settler of its channel.
+type consumer struct {
+	pool      *Pool
+	ep        Endpoint
+	ch        *amqp.Channel
+	frameMax  int
+	queue     string
+	opts      ConsumeOptions
+	closed    <-chan *amqp.Error
+	cancelled <-chan string
+	s         *settler
+}
+
+// run hands h the deliveries of buffered batch after batch, each while the one ahead of
+// it settles, until ctx ends, the fence closes or something fails (see Consume).
+func (c *consumer) run(ctx context.Context, buffered <-chan amqp.Delivery, h BatchHandler) error {
 	for {
 		received := time.Now()
 		waited := len(buffered) == 0
-		batch, open := nextBatch(ctx, buffered, opts.MaxBatch, opts.Fence, s.failing())
-		if isClosed(opts.Fence) {
-			_ = s.wait()
-			return fmt.Errorf("consume %s on %s: %w", queue, ep, ErrFenced)
+		batch, open := nextBatch(ctx, buffered, c.opts.MaxBatch, c.opts.Fence, c.s.failing())
+		if isClosed(c.opts.Fence) {
+			_ = c.s.wait()
+			return c.wrap(ErrFenced)
 		}
 		if !open {
-			_ = s.wait()
-			err := endReason(closed, cancelled)
-			if e := (*amqp.Error)(nil); errors.As(err, &e) && unreadableClose(e) {
-				return p.afterUnreadable(ctx, ep, queue, frameMax, opts.Prefetch, err)
-			}
-			return fmt.Errorf("consume %s on %s: %w", queue, ep, err)
+			_ = c.s.wait()
+			return c.ended(ctx)
 		}
-		if s.settleFailed() || ctx.Err() != nil {
+		if c.s.settleFailed() || ctx.Err() != nil {
 			// Unhandled deliveries go back to the queue, in order, when the channel closes.
 			// No basic.cancel first: on a quorum queue (4.0.5) it returns the deliveries
 			// still in flight at once, ahead of those already received, which the close
 			// returns after them.
-			if err := s.wait(); err != nil {
-				return failed(err)
+			if err := c.s.wait(); err != nil {
+				return c.failed(ctx, err)
 			}
 			return nil
 		}
-		var trace *BatchTrace
-		if p.Trace != nil {
-			trace = &BatchTrace{Queue: queue, Deliveries: len(batch)}
-			trace.Add(PhaseReceive, received)
-			if waited {
-				trace.AMQPRoundTrips++
-			}
-		}
-		settled := func() {
-			if trace != nil {
-				trace.Wall = time.Since(received)
-				p.Trace(trace)
-			}
-		}
-		if err := s.handleAhead(withTrace(ctx, trace), h, batch, settled); err != nil {
-			return failed(err)
+		trace, settled := c.trace(len(batch), received, waited)
+		if err := c.s.handleAhead(withTrace(ctx, trace), h, batch, settled); err != nil {
+			return c.failed(ctx, err)
 		}
 	}
+}
+
+// trace starts the trace of a batch of n deliveries, received from received on (waited:
+// after a wait for the first), when the pool traces batches, and returns it with the
+// call that hands it over once the batch is settled.
+func (c *consumer) trace(n int, received time.Time, waited bool) (*BatchTrace, func()) {
+	p := c.pool
+	if p.Trace == nil {
+		return nil, func() {}
+	}
+	trace := &BatchTrace{Queue: c.queue, Deliveries: n}
+	trace.Add(PhaseReceive, received)
+	if waited {
+		trace.AMQPRoundTrips++
+	}
+	return trace, func() {
+		trace.Wall = time.Since(received)
+		p.Trace(trace)
+	}
+}
+
+// failed is what Consume returns when handling or settling failed with err.
+func (c *consumer) failed(ctx context.Context, err error) error {
+	if errors.Is(err, ErrOversize) {
+		// The batch ahead of the large message committed: its acks go in before the
+		// channel closes for the move, and their failure comes first, in queue order.
+		if serr := c.s.wait(); serr != nil {
+			return c.wrap(serr)
+		}
+		return c.pool.afterOversize(ctx, c.ep, c.ch, "consume", c.queue, err)
+	}
+	if e := closedBy(c.closed, err); unreadableClose(e) {
+		return c.afterUnreadable(ctx, fmt.Errorf("%w (channel closed: %w)", err, e))
+	}
+	if ctx.Err() != nil && !errors.Is(err, ErrFenced) {
+		return nil
+	}
+	return c.wrap(err)
+}
+
+// ended is what Consume returns when its deliveries channel closed.
+func (c *consumer) ended(ctx context.Context) error {
+	err := endReason(c.closed, c.cancelled)
+	if e := (*amqp.Error)(nil); errors.As(err, &e) && unreadableClose(e) {
+		return c.afterUnreadable(ctx, err)
+	}
+	return c.wrap(err)
+}
+
+// afterUnreadable is Pool.afterUnreadable for this consumer's queue.
+func (c *consumer) afterUnreadable(ctx context.Context, cause error) error {
+	return c.pool.afterUnreadable(ctx, c.ep, c.queue, c.frameMax, c.opts.Prefetch, cause)
+}
+
+// wrap says which queue, on which broker, err stopped.
+func (c *consumer) wrap(err error) error {
+	return fmt.Errorf("consume %s on %s: %w", c.queue, c.ep, err)
 }
 
 func subscribe(ch *amqp.Channel, queue string, opts ConsumeOptions) (<-chan amqp.Delivery, error) {

@@ -61,14 +61,6 @@ type DrainResult struct {
 	Kept bool
 }
 
-// Drain is the Leftover Drain: it takes messages from queue on broker index until the
-// queue is empty or max messages were taken, hands them to h in batches of up to batch,
-// and settles the verdicts exactly as Consume does. See DrainWith.
-func (p *Pool) Drain(ctx context.Context, index int, queue string, max int, batch int, h BatchHandler) (taken int, err error) {
-	res, err := p.DrainWith(ctx, index, queue, DrainOptions{Max: max, Batch: batch}, h)
-	return res.Taken, err
-}
-
 // DrainWith takes messages from queue on broker index as opts say, hands them to h and
 // settles the verdicts exactly as Consume does. Messages are never auto-acknowledged:
 // should the channel close, the unsettled ones go back to the queue.

@@ -30,13 +30,13 @@ func TestDrainRespectsMaxThenEmptiesTheQueue(t *testing.T) {
 		}
 		return Verdict{Outcome: Ack}
 	}}
-	taken, err := r.pool.Drain(ctx, 0, "issues", 10, 4, h)
+	taken, err := drain(ctx, r.pool, 0, "issues", 10, 4, h)
 	require.NoError(t, err)
 	assert.Equal(t, 10, taken)
 	assert.Equal(t, []int{4, 4, 2}, h.batchSizes())
 	assert.Equal(t, 15, r.count("issues"))
 
-	taken, err = r.pool.Drain(ctx, 0, "issues", 100, 4, h)
+	taken, err = drain(ctx, r.pool, 0, "issues", 100, 4, h)
 	require.NoError(t, err)
 	assert.Equal(t, 15, taken)
 	assert.Equal(t, numbered(25), h.bodies())
@@ -47,7 +47,7 @@ func TestDrainRespectsMaxThenEmptiesTheQueue(t *testing.T) {
 	assert.Equal(t, 0, r.count("issues"))
 	assert.Equal(t, []string{"3"}, bodies(r.getAll("issues-error")))
 
-	taken, err = r.pool.Drain(ctx, 0, "issues", 100, 4, h)
+	taken, err = drain(ctx, r.pool, 0, "issues", 100, 4, h)
 	require.NoError(t, err)
 	assert.Equal(t, 0, taken)
 }
@@ -55,7 +55,7 @@ func TestDrainRespectsMaxThenEmptiesTheQueue(t *testing.T) {
 func TestDrainMissingQueueIsEmpty(t *testing.T) {
 	t.Parallel()
 	r := newRabbit(t)
-	taken, err := r.pool.Drain(context.Background(), 0, "nope", 10, 10, &recorder{})
+	taken, err := drain(context.Background(), r.pool, 0, "nope", 10, 10, &recorder{})
 	require.NoError(t, err)
 	assert.Equal(t, 0, taken)
 }
@@ -75,7 +75,7 @@ func TestDrainHandlerErrorKeepsTheBatch(t *testing.T) {
 		}
 		return make([]Verdict, len(ds)), nil
 	})
-	taken, err := r.pool.Drain(context.Background(), 0, "issues", 100, 3, h)
+	taken, err := drain(context.Background(), r.pool, 0, "issues", 100, 3, h)
 	require.ErrorIs(t, err, errDB)
 	assert.Equal(t, 3, taken)
 	r.eventuallyCount("issues", 4)
@@ -92,7 +92,7 @@ func TestDrainCapInsideAPrefetchWindowKeepsOrder(t *testing.T) {
 	r.publish("issues", numbered(120)...)
 	h := &recorder{}
 	for _, limit := range []int{7, 1, 13, 50, 3} {
-		taken, err := r.pool.Drain(context.Background(), 0, "issues", limit, 10, h)
+		taken, err := drain(context.Background(), r.pool, 0, "issues", limit, 10, h)
 		require.NoError(t, err)
 		require.Equal(t, limit, taken)
 	}
@@ -119,7 +119,7 @@ func TestDrainBesideAnExclusiveConsumer(t *testing.T) {
 	first := <-held
 
 	h := &recorder{}
-	taken, err := r.pool.Drain(context.Background(), 0, "issues", 5, 3, h)
+	taken, err := drain(context.Background(), r.pool, 0, "issues", 5, 3, h)
 	require.ErrorIs(t, err, ErrQueueBusy)
 	assert.Equal(t, 0, taken)
 	assert.Empty(t, h.bodies())
@@ -129,7 +129,7 @@ func TestDrainBesideAnExclusiveConsumer(t *testing.T) {
 	// the queue in order.
 	require.NoError(t, ch.Close())
 	r.eventuallyCount("issues", 8)
-	taken, err = r.pool.Drain(context.Background(), 0, "issues", 100, 3, h)
+	taken, err = drain(context.Background(), r.pool, 0, "issues", 100, 3, h)
 	require.NoError(t, err)
 	assert.Equal(t, 8, taken)
 	assert.Equal(t, numbered(8), h.bodies())
@@ -239,7 +239,7 @@ func TestBatchesAreBoundedInBytes(t *testing.T) {
 	r.pool.MaxBatchBytes = 200
 
 	h := &recorder{}
-	taken, err := r.pool.Drain(context.Background(), 0, "issues", 10, 10, h)
+	taken, err := drain(context.Background(), r.pool, 0, "issues", 10, 10, h)
 	require.NoError(t, err)
 	assert.Equal(t, 5, taken)
 	assert.Equal(t, sent, h.bodies())

@@ -4,6 +4,7 @@ import (
 	"context"
 	"log/slog"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -45,6 +46,25 @@ func newRabbit(t *testing.T) *rabbit {
 		}
 	})
 	return r
+}
+
+// connections counts the connections the pool opened to the test's broker for its
+// channels (a queue's consumers have connections of their own), from the pool's log:
+// it logs each one it opens.
+func (r *rabbit) connections() int {
+	n := 0
+	for line := range strings.Lines(r.logs.String()) {
+		if strings.Contains(line, `msg="broker connected"`) && !strings.Contains(line, "consumers_of=") {
+			n++
+		}
+	}
+	return n
+}
+
+// drain is p.DrainWith with Max and Batch alone, returning how many messages it took.
+func drain(ctx context.Context, p *Pool, index int, queue string, max, batch int, h BatchHandler) (int, error) {
+	res, err := p.DrainWith(ctx, index, queue, DrainOptions{Max: max, Batch: batch}, h)
+	return res.Taken, err
 }
 
 // channel opens a channel on the test's own connection, redialing it when

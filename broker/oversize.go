@@ -131,7 +131,7 @@ const guardBuffer = 64 << 10
 // guardConn is a consumer connection's socket as amqp091-go reads it. The library holds
 // every prefetched delivery whole, however large (RabbitMQ refuses a body only over its
 // max_message_size: 16 MiB by default on 4.x, 128 MiB on 3.x, and a shared plan may not
-// let it be changed), so the bodies a consumer could hold had no bound of ours. The guard
+// let it be changed), so without a bound of ours a consumer could hold any of them. The guard
 // reads the frames as they pass and, for a delivery whose content header announces a body
 // over limit, hands the library a stand-in body (mark and the real size) and reads the
 // real one past, discarding it: no consumer ever holds a body over limit. It never waits

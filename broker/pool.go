@@ -3,7 +3,6 @@ package broker
 import (
 	"cmp"
 	"context"
-	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -106,7 +105,6 @@ type brokerConn struct {
 	closed bool             // guarded by lock
 	// connected tells whether a dial ever succeeded, so that the next one is a reconnect.
 	connected bool // guarded by lock
-	dials     atomic.Int64
 	// heartbeat is the heartbeat timeout the broker's last connection negotiated, its
 	// consumers' included; nil before the first.
 	heartbeat atomic.Pointer[time.Duration]
@@ -178,17 +176,6 @@ func (p *Pool) NegotiatedHeartbeat(index int) time.Duration {
 		return brokerHeartbeat
 	}
 	return min(offered.Truncate(time.Second), brokerHeartbeat)
-}
-
-// Dials returns how many times the pool has dialed broker index, failed
-// attempts included. Tests and benchmarks use it to check that there is one
-// connection per broker.
-func (p *Pool) Dials(index int) int64 {
-	b, ok := p.brokers[index]
-	if !ok {
-		return 0
-	}
-	return b.dials.Load()
 }
 
 // Channel opens a new channel on broker index, dialing first when there is no
@@ -316,7 +303,6 @@ func (p *Pool) connection(ctx context.Context, b *brokerConn) (*amqp.Connection,
 		guard = func(c net.Conn) net.Conn { return newGuardConn(c, p.MaxMessageBytes, p.oversizeMark) }
 	}
 	conn, err := dial(ctx, b.ep, p.FrameSize, cmp.Or(p.Heartbeat, DefaultHeartbeat), cmp.Or(p.ConnectionName, connectionName), guard)
-	b.dials.Add(1)
 	if err != nil {
 		p.Metrics.DialFailed(b.ep.Index)
 		// dial never puts the URL in its errors; the endpoint logs without credentials.
@@ -375,60 +361,17 @@ func dial(ctx context.Context, ep Endpoint, frameSize int, heartbeat time.Durati
 	props := amqp.NewConnectionProperties()
 	props.SetClientConnectionName(name)
 
-	// stopAbort is set by the Dial func below: it undoes the hook that aborts
-	// the handshake when ctx ends.
-	stopAbort := func() bool { return true }
-	// raw is the socket the Dial func opened: amqp091-go leaves it open when the AMQP
-	// handshake fails (no SASL mechanism in common, say) until the deadline ends it.
-	var raw net.Conn
+	s := &socket{ctx: ctx, uri: uri, secure: secure, guard: guard, stopAbort: func() bool { return true }}
 	url := ep.URL
 	if guard != nil && secure {
 		url = plainSchemeURL(ep.URL, uri)
 	}
-	cfg := amqp.Config{
-		FrameSize:  frameSize,
-		Heartbeat:  heartbeat,
-		Properties: props,
-		Dial: func(network, addr string) (net.Conn, error) {
-			var d net.Dialer
-			conn, err := d.DialContext(ctx, network, addr)
-			if err != nil {
-				return nil, err
-			}
-			raw = conn
-			// amqp091-go clears the deadline once the AMQP handshake is done.
-			deadline, _ := ctx.Deadline()
-			if err := conn.SetDeadline(deadline); err != nil {
-				conn.Close()
-				return nil, err
-			}
-			stopAbort = context.AfterFunc(ctx, func() { _ = conn.SetDeadline(time.Now()) })
-			if guard == nil {
-				return conn, nil
-			}
-			if secure {
-				// The guard reads AMQP frames, so it goes above TLS, which the library would
-				// otherwise put above it: TLS is done here, as dialRaw does it.
-				tlsCfg, err := tlsConfigOf(uri)
-				if err != nil {
-					conn.Close()
-					return nil, err
-				}
-				tc := tls.Client(conn, tlsCfg)
-				if err := tc.HandshakeContext(ctx); err != nil {
-					conn.Close()
-					return nil, err
-				}
-				conn = tc
-			}
-			return guard(conn), nil
-		},
-	}
+	cfg := amqp.Config{FrameSize: frameSize, Heartbeat: heartbeat, Properties: props, Dial: s.dial}
 	conn, err := amqp.DialConfig(url, cfg)
-	aborted := !stopAbort()
+	aborted := !s.stopAbort()
 	if err != nil {
-		if raw != nil {
-			raw.Close()
+		if s.raw != nil {
+			s.raw.Close()
 		}
 		if ctx.Err() != nil {
 			err = fmt.Errorf("%w (%w)", ctx.Err(), err)
@@ -441,6 +384,52 @@ func dial(ctx context.Context, ep Endpoint, frameSize int, heartbeat time.Durati
 		return nil, ctx.Err()
 	}
 	return conn, nil
+}
+
+// socket is the Dial func of one dial: it opens the socket within ctx, puts TLS beneath
+// guard when the URL is amqps (secure) and guard is set, and keeps what dial needs once
+// the handshake is over.
+type socket struct {
+	ctx    context.Context
+	uri    amqp.URI
+	secure bool
+	guard  func(net.Conn) net.Conn
+	// raw is the socket dial opened: amqp091-go leaves it open when the AMQP handshake
+	// fails (no SASL mechanism in common, say) until the deadline ends it.
+	raw net.Conn
+	// stopAbort undoes the hook that aborts the handshake when ctx ends.
+	stopAbort func() bool
+}
+
+// dial is amqp.Config's Dial.
+func (s *socket) dial(network, addr string) (net.Conn, error) {
+	var d net.Dialer
+	conn, err := d.DialContext(s.ctx, network, addr)
+	if err != nil {
+		return nil, err
+	}
+	s.raw = conn
+	// amqp091-go clears the deadline once the AMQP handshake is done.
+	deadline, _ := s.ctx.Deadline()
+	if err := conn.SetDeadline(deadline); err != nil {
+		conn.Close()
+		return nil, err
+	}
+	s.stopAbort = context.AfterFunc(s.ctx, func() { _ = conn.SetDeadline(time.Now()) })
+	if s.guard == nil {
+		return conn, nil
+	}
+	if s.secure {
+		// The guard reads AMQP frames, so it goes above TLS, which the library would
+		// otherwise put above it: TLS is done here, as dialRaw does it.
+		tc, err := clientTLS(s.ctx, conn, s.uri)
+		if err != nil {
+			conn.Close()
+			return nil, err
+		}
+		conn = tc
+	}
+	return s.guard(conn), nil
 }
 
 // plainSchemeURL is raw, an amqps URL that parsed as uri, with the amqp scheme and the

@@ -51,7 +51,7 @@ func TestPoolSharesOneConnectionPerBroker(t *testing.T) {
 		require.NoError(t, err)
 		require.NoError(t, ch.Close())
 	}
-	assert.Equal(t, int64(1), r.pool.Dials(0))
+	assert.Equal(t, 1, r.connections())
 	assert.NotContains(t, r.logs.String(), "guest:guest")
 }
 
@@ -60,7 +60,7 @@ func TestPoolRedialsAfterTheBrokerClosedTheConnection(t *testing.T) {
 	r := newRabbit(t)
 	ctx := context.Background()
 	r.declare(Topology{Queues: []string{"issues"}, RetryTTL: time.Minute})
-	require.Equal(t, int64(1), r.pool.Dials(0))
+	require.Equal(t, 1, r.connections())
 
 	// A consumer in progress must end with an error when the connection goes.
 	done := r.consume(ctx, "issues", ConsumeOptions{}, &recorder{})
@@ -78,7 +78,7 @@ func TestPoolRedialsAfterTheBrokerClosedTheConnection(t *testing.T) {
 			return false
 		}
 		ch.Close()
-		return r.pool.Dials(0) == 2
+		return r.connections() == 2
 	}, waitFor, 20*time.Millisecond)
 	r.publish("issues", "after-restart")
 	assert.Equal(t, 1, r.count("issues"))

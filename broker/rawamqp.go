@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"bytes"
 	"context"
-	"crypto/tls"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -100,13 +99,8 @@ func dialRaw(ctx context.Context, ep Endpoint) (*rawConn, error) {
 		return nil, scrub(err, ep)
 	}
 	if uri.Scheme == "amqps" {
-		tlsCfg, err := tlsConfigOf(uri)
+		tc, err := clientTLS(ctx, nc, uri)
 		if err != nil {
-			nc.Close()
-			return nil, err
-		}
-		tc := tls.Client(nc, tlsCfg)
-		if err := tc.HandshakeContext(ctx); err != nil {
 			nc.Close()
 			return nil, scrub(err, ep)
 		}

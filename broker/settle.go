@@ -33,10 +33,10 @@ const publishTimeout = 30 * time.Second
 // share it so both settle exactly the same way.
 //
 // The channel is transactional (tx.select): a message rejected to {q}-error is copied and
-// acknowledged in one transaction, with the other verdicts of its batch. With a publisher
-// confirm and then an ack, a connection lost between the two left the copy in -error and
-// the original in its queue, to be copied again when redelivered: a broker cut between
-// the confirm and the ack left -error holding the message twice.
+// acknowledged in one transaction, with the other verdicts of its batch. A publisher
+// confirm and then an ack would not do: a connection lost between the two leaves the copy
+// in -error and the original in its queue, to be copied again when redelivered, so that
+// -error holds the message twice.
 type settler struct {
 	pool      *Pool
 	index     int
@@ -285,41 +285,7 @@ func (s *settler) settle(ctx context.Context, batch []amqp.Delivery, verdicts []
 	if err := checkVerdicts(batch, verdicts); err != nil {
 		return 0, err
 	}
-	if slices.ContainsFunc(verdicts, func(v Verdict) bool { return v.Outcome == Reject }) {
-		// A copy that no queue takes is returned only once the transaction commits, with
-		// its original acknowledged; a missing -error queue fails here instead, and closing
-		// the channel rolls the transaction back.
-		target := ErrorQueue(s.queue)
-		s.roundTrip(ctx)
-		if _, err := s.ch.QueueDeclarePassive(target, true, false, false, false, nil); err != nil {
-			return 0, fmt.Errorf("reject messages of %s on %s: %s: %w", s.queue, s.ep, target, err)
-		}
-	}
-	acks := 0 // consecutive Acks not sent yet, ending at batch[i-1]
-	flush := func(i int) error {
-		if acks == 0 {
-			return nil
-		}
-		last := batch[i-1]
-		if err := s.ch.Ack(last.DeliveryTag, acks > 1); err != nil {
-			return fmt.Errorf("ack %s on %s: %w", s.queue, s.ep, err)
-		}
-		acks = 0
-		return nil
-	}
-	for i, v := range verdicts {
-		if v.Outcome == Ack {
-			acks++
-			continue
-		}
-		if err := flush(i); err != nil {
-			return 0, err
-		}
-		if err := s.settleOne(ctx, batch[i], v); err != nil {
-			return 0, err
-		}
-	}
-	if err := flush(len(batch)); err != nil {
+	if err := s.send(ctx, batch, verdicts); err != nil {
 		return 0, err
 	}
 	s.roundTrip(ctx)
@@ -346,6 +312,45 @@ func (s *settler) settle(ctx context.Context, batch []amqp.Delivery, verdicts []
 		s.notify(v)
 	}
 	return len(batch), nil
+}
+
+// send sends verdicts, for batch, in the channel's transaction, without committing it.
+func (s *settler) send(ctx context.Context, batch []amqp.Delivery, verdicts []Verdict) error {
+	if slices.ContainsFunc(verdicts, func(v Verdict) bool { return v.Outcome == Reject }) {
+		// A copy that no queue takes is returned only once the transaction commits, with
+		// its original acknowledged; a missing -error queue fails here instead, and closing
+		// the channel rolls the transaction back.
+		target := ErrorQueue(s.queue)
+		s.roundTrip(ctx)
+		if _, err := s.ch.QueueDeclarePassive(target, true, false, false, false, nil); err != nil {
+			return fmt.Errorf("reject messages of %s on %s: %s: %w", s.queue, s.ep, target, err)
+		}
+	}
+	acks := 0 // consecutive Acks not sent yet, ending at batch[i-1]
+	flush := func(i int) error {
+		if acks == 0 {
+			return nil
+		}
+		last := batch[i-1]
+		if err := s.ch.Ack(last.DeliveryTag, acks > 1); err != nil {
+			return fmt.Errorf("ack %s on %s: %w", s.queue, s.ep, err)
+		}
+		acks = 0
+		return nil
+	}
+	for i, v := range verdicts {
+		if v.Outcome == Ack {
+			acks++
+			continue
+		}
+		if err := flush(i); err != nil {
+			return err
+		}
+		if err := s.settleOne(ctx, batch[i], v); err != nil {
+			return err
+		}
+	}
+	return flush(len(batch))
 }
 
 // roundTrip counts a method whose answer settle waits for in the batch's trace.

@@ -2,10 +2,12 @@ package broker
 
 import (
 	"cmp"
+	"context"
 	"crypto/tls"
 	"crypto/x509"
 	"errors"
 	"fmt"
+	"net"
 	"os"
 
 	amqp "github.com/rabbitmq/amqp091-go"
@@ -36,4 +38,17 @@ func tlsConfigOf(uri amqp.URI) (*tls.Config, error) {
 		cfg.Certificates = []tls.Certificate{cert}
 	}
 	return cfg, nil
+}
+
+// clientTLS runs the TLS handshake over conn, with the TLS settings of uri, within ctx.
+func clientTLS(ctx context.Context, conn net.Conn, uri amqp.URI) (net.Conn, error) {
+	cfg, err := tlsConfigOf(uri)
+	if err != nil {
+		return nil, err
+	}
+	tc := tls.Client(conn, cfg)
+	if err := tc.HandshakeContext(ctx); err != nil {
+		return nil, err
+	}
+	return tc, nil
 }

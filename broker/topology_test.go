@@ -157,7 +157,7 @@ func TestDeclareTopologyOncePerConnection(t *testing.T) {
 	require.NoError(t, b.conn.Close())
 	r.declare(topo)
 	assert.True(t, exists("issues-error"), "a new connection did not declare again")
-	assert.Equal(t, int64(2), r.pool.Dials(0))
+	assert.Equal(t, 2, r.connections())
 }
 
 func TestDeclareTopologyOfTheOtherTypeNamesQueueTypeAndSetting(t *testing.T) {

@@ -188,7 +188,7 @@ func TestMetricsAndPingsFollowRealWork(t *testing.T) {
 			broker.HeaderErrorReason: "moved back by an operator"}, ev.Body)
 	}
 	s.waitFor("the leftovers applied", time.Minute, func() bool { return s.deliveries() == int64(len(events)+len(leftovers))+1 })
-	// Counted once Pool.Drain returned, after the rows committed.
+	// Counted once Pool.DrainWith returned, after the rows committed.
 	o.requireCount(s, float64(len(leftovers)), "brokerswitch_leftover_drain_messages_total", "broker", "1")
 
 	// A drained switch: counted, with its lags, and the gauges read from Postgres.

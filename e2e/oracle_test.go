@@ -19,6 +19,7 @@ import (
 
 	"github.com/brokerswitch/brokerswitch/broker"
 	"github.com/brokerswitch/brokerswitch/models"
+	"github.com/brokerswitch/brokerswitch/models/modelstest"
 	"github.com/brokerswitch/brokerswitch/simulate"
 )
 
@@ -204,7 +205,7 @@ CREATE TRIGGER test_switches AFTER INSERT OR UPDATE ON settings FOR EACH ROW
 // and users, which events write beside the row they are about (a pull request's
 // repository, its author), so the oracle judges order on the rows the events are about.
 func auditedTables() []string {
-	return slices.DeleteFunc(models.GitHubTables(), func(t string) bool {
+	return slices.DeleteFunc(modelstest.GitHubTables(), func(t string) bool {
 		return t == models.Repository{}.TableName() || t == models.User{}.TableName()
 	})
 }

@@ -10,10 +10,10 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/stretchr/testify/require"
 
 	"github.com/brokerswitch/brokerswitch/metrics"
+	"github.com/brokerswitch/brokerswitch/metrics/metricstest"
 	"github.com/brokerswitch/brokerswitch/models"
 )
 
@@ -151,8 +151,8 @@ func TestAnInterruptedRequeueRunAgainMovesNothingTwice(t *testing.T) {
 	require.Equal(t, []Outcome{{Queue: "issues", Kind: "retries", Purged: 1}}, run.Outcomes)
 	require.Equal(t, 0, e.held("issues-error"))
 	require.Equal(t, []string{"a", "c", "d"}, e.takeAll("issues"), "each copied once, in -error's order")
-	require.Equal(t, 3.0, testutil.ToFloat64(counts.Requeued("issues", "retries")), "a and c, then d and c's take")
-	require.Equal(t, 1.0, testutil.ToFloat64(counts.Purged("issues", "retries")))
+	require.Equal(t, 3.0, metricstest.Value(t, reg, "brokerswitch_error_messages_requeued_total", "queue", "issues", "reason", "retries"), "a and c, then d and c's take")
+	require.Equal(t, 1.0, metricstest.Value(t, reg, "brokerswitch_error_messages_purged_total", "queue", "issues", "reason", "retries"))
 	require.Contains(t, e.logs.String(), "-error requeue run")
 
 	_, err = e.svc.Requeue(ctx, Filter{}, RequeueOptions{})

@@ -10,6 +10,7 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 	"github.com/stretchr/testify/require"
 
+	"github.com/brokerswitch/brokerswitch/broker"
 	"github.com/brokerswitch/brokerswitch/ingest"
 	"github.com/brokerswitch/brokerswitch/models"
 )
@@ -35,9 +36,9 @@ func TestARequeuedPoisonMessageIsAppliedOnceTheReleaseFixedIt(t *testing.T) {
 	ch.Close()
 
 	apply := (&ingest.Ingester{DB: e.db, MaxRetryCycles: 3}).ForBroker(0)
-	taken, err := e.pool.Drain(ctx, 0, "issues", 1, 1, apply)
+	drained, err := e.pool.DrainWith(ctx, 0, "issues", broker.DrainOptions{Max: 1, Batch: 1}, apply)
 	require.NoError(t, err)
-	require.Equal(t, 1, taken)
+	require.Equal(t, 1, drained.Taken)
 
 	l := mustList(t, e)
 	require.Equal(t, []string{"poison-1"}, ids(l.Messages))
@@ -54,9 +55,9 @@ func TestARequeuedPoisonMessageIsAppliedOnceTheReleaseFixedIt(t *testing.T) {
 	for e.held("issues") == 0 && time.Now().Before(deadline) {
 		time.Sleep(20 * time.Millisecond)
 	}
-	taken, err = e.pool.Drain(ctx, 0, "issues", 1, 1, apply)
+	drained, err = e.pool.DrainWith(ctx, 0, "issues", broker.DrainOptions{Max: 1, Batch: 1}, apply)
 	require.NoError(t, err)
-	require.Equal(t, 1, taken)
+	require.Equal(t, 1, drained.Taken)
 
 	var row models.Delivery
 	require.NoError(t, e.db.Where("delivery_id = ?", "poison-1").Take(&row).Error)

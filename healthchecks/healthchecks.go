@@ -85,7 +85,9 @@ func (p *Pinger) Fail(ctx context.Context, kind Kind) {
 	p.ping(ctx, "/fail", "", string(kind))
 }
 
-// Wait blocks until the pings sent so far are delivered or given up; tests and shutdown use it.
+// Wait blocks until the pings sent so far are delivered or given up: before the check's
+// server goes, say. The service does not wait for its last pings when it stops: they are
+// best effort.
 func (p *Pinger) Wait() {
 	if p != nil {
 		p.wg.Wait()

@@ -8,16 +8,16 @@ import (
 	"github.com/segmentio/encoding/json"
 )
 
-// MaxNesting is the deepest nesting of arrays and objects a body may have. GitHub's
+// maxNesting is the deepest nesting of arrays and objects a body may have. GitHub's
 // payloads nest at most 7 deep (the vendored examples); the decoder recurses once per
-// level without a limit of its own, so a body of a few megabytes of "[" overflowed the
-// goroutine stack, which is a fatal error that no recover catches: the process died, the
-// message went back to the head of its queue, and killed the next worker too.
-const MaxNesting = 64
+// level without a limit of its own, so a body of a few megabytes of "[" would overflow
+// the goroutine stack: a fatal error that no recover catches. The process would die, and
+// the message, back at the head of its queue, would kill the next worker too.
+const maxNesting = 64
 
 // checkShape refuses, before any decoding, a body the decoder must not be given: one
 // that is not UTF-8 (RFC 8259 requires it, and Postgres would refuse its strings on
-// every retry) or one nested deeper than MaxNesting. It reads the body once, without
+// every retry) or one nested deeper than maxNesting. It reads the body once, without
 // recursion or allocation, so its cost is linear in the body's size, which
 // MAX_MESSAGE_BYTES bounds.
 //
@@ -38,8 +38,8 @@ func checkShape(body []byte) error {
 			}
 			i = end
 		case '[', '{':
-			if depth++; depth > MaxNesting {
-				return fmt.Errorf("%w: body nests arrays and objects deeper than %d levels (at byte %d)", ErrMalformed, MaxNesting, i)
+			if depth++; depth > maxNesting {
+				return fmt.Errorf("%w: body nests arrays and objects deeper than %d levels (at byte %d)", ErrMalformed, maxNesting, i)
 			}
 		case ']', '}':
 			depth--
@@ -82,15 +82,16 @@ func invalidUTF8At(b []byte) int {
 const minListedRepositoryBytes = 64
 
 // repositoryList is a payload's list of repositories (an installation's). Decoded as a
-// plain []repository, a body of 3-byte "{}," elements took 150 times its size, 3.8 GB for
-// a 25 MB message. A list of more elements than one per minListedRepositoryBytes is
+// plain []repository, a body of 3-byte "{}," elements would take 150 times its size,
+// 3.8 GB for a 25 MB message. A list of more elements than one per minListedRepositoryBytes is
 // refused before any is decoded, and the rest fill a slice made to size once: a list
 // takes at most 176/64 times its bytes.
 type repositoryList []repository
 
 // UnmarshalJSON keeps the elements that have an id, in order. The decoder hands it one
 // whole JSON value, already checked, so the elements are cut out by their brackets alone;
-// decoding each with json.Parse on the rest of the list took time quadratic in its length.
+// decoding each with json.Parse on the rest of the list would take time quadratic in its
+// length.
 func (l *repositoryList) UnmarshalJSON(b []byte) error {
 	b = bytes.TrimLeft(b, " \t\r\n")
 	if len(b) == 0 || b[0] != '[' {

@@ -20,7 +20,7 @@ func decodeBody(event string, body []byte) (Event, error) {
 	return Decode(amqp.Delivery{Headers: amqp.Table{HeaderEvent: event, HeaderDelivery: "d-1"}, Body: body})
 }
 
-// Bodies that nest deeper than MaxNesting, as the review's 6 MB of "[" did, are refused
+// Bodies that nest deeper than maxNesting, as the review's 6 MB of "[" did, are refused
 // before the decoder sees them: before, they overflowed the goroutine stack and killed
 // the process. A body at the limit still decodes.
 func TestDeepNestingIsRefused(t *testing.T) {
@@ -35,8 +35,8 @@ func TestDeepNestingIsRefused(t *testing.T) {
 		{"arrays at the root", "issues", nested("[", 3_000_000, ""), tooDeep},
 		{"unterminated arrays", "issues", `{"x":` + strings.Repeat("[", 3_000_000), tooDeep},
 		{"brackets inside a string do not count", "brand_new_event", `{"x":"` + strings.Repeat(`[\"`, 1000) + `"}`, ""},
-		{"at the limit", "brand_new_event", `{"x":` + nested("[", MaxNesting-1, "") + `}`, ""},
-		{"one past the limit", "brand_new_event", `{"x":` + nested("[", MaxNesting, "") + `}`, tooDeep},
+		{"at the limit", "brand_new_event", `{"x":` + nested("[", maxNesting-1, "") + `}`, ""},
+		{"one past the limit", "brand_new_event", `{"x":` + nested("[", maxNesting, "") + `}`, tooDeep},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := decodeBody(tc.event, []byte(tc.body))

@@ -139,19 +139,18 @@ func clockField(ev Event) (string, *stamp) {
 	return table, s
 }
 
-// Order is how an event's clock compares with the clock of the row it changes.
-type Order int
+// clockOrder is how an event's clock compares with the clock of the row it changes.
+type clockOrder int
 
 const (
-	// InQueueOrder means the clocks cannot tell: they are equal (GitHub's tick in whole
-	// seconds), the event has none, or the row does not exist yet. The queue decides, as
-	// it did before rows had clocks.
-	InQueueOrder Order = iota
-	// Newer means the event happened after the payload the row holds, or the row has no
+	// inQueueOrder means the clocks cannot tell: they are equal (GitHub's tick in whole
+	// seconds), the event has none, or the row does not exist yet: the queue decides.
+	inQueueOrder clockOrder = iota
+	// eventNewer means the event happened after the payload the row holds, or the row has no
 	// clock (it compares as older than anything).
-	Newer
-	// Older means the row already holds a newer payload of the entity.
-	Older
+	eventNewer
+	// eventOlder means the row already holds a newer payload of the entity.
+	eventOlder
 )
 
 // storedClock is what one fold assumes of the clock of the row as stored, which the
@@ -168,16 +167,16 @@ type storedClock struct {
 // order is how an event with clock event compares with the stored row under s. The
 // bounds are clocks of the batch, so event is never strictly between them; an equal
 // stored clock is assumed only by a range of that one instant.
-func (s storedClock) order(event *time.Time) Order {
+func (s storedClock) order(event *time.Time) clockOrder {
 	switch {
 	case event == nil:
-		return InQueueOrder
+		return inQueueOrder
 	case s.lo != nil && s.hi != nil && s.lo.Equal(*s.hi) && event.Equal(*s.lo):
-		return InQueueOrder
+		return inQueueOrder
 	case s.lo != nil && !event.After(*s.lo):
-		return Older
+		return eventOlder
 	default:
-		return Newer
+		return eventNewer
 	}
 }
 
@@ -211,18 +210,18 @@ func assumptions(clocks []*time.Time) []storedClock {
 // exists is false when there is no row. A row without a clock is the stored row, whose
 // clock stored assumes (it compares as older than anything if it has none, as the
 // lowest assumption has it).
-func compareClocks(event, row *time.Time, exists bool, stored storedClock) Order {
+func compareClocks(event, row *time.Time, exists bool, stored storedClock) clockOrder {
 	switch {
 	case !exists || event == nil:
-		return InQueueOrder
+		return inQueueOrder
 	case row == nil:
 		return stored.order(event)
 	case event.After(*row):
-		return Newer
+		return eventNewer
 	case event.Before(*row):
-		return Older
+		return eventOlder
 	default:
-		return InQueueOrder
+		return inQueueOrder
 	}
 }
 
@@ -234,7 +233,7 @@ func laterClock(event, row *time.Time, stored storedClock) *time.Time {
 	case event == nil:
 		return row
 	case row == nil:
-		if stored.order(event) == Older {
+		if stored.order(event) == eventOlder {
 			return nil
 		}
 		return event

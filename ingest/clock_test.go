@@ -209,7 +209,7 @@ func TestUpsertKeepsANewerRowInsertedAfterTheRead(t *testing.T) {
 	assert.Equal(t, "newest", e.pullRequest(t).LastDeliveryID)
 }
 
-// When the event's clock ties with the row's, NextState's queue-order rule holds, though
+// When the event's clock ties with the row's, nextState's queue-order rule holds, though
 // only the write's WHERE sees the stored clock: a late event in the same second never
 // moves a closed row and only records its last_*, and on an open row it refreshes every
 // column but the state.
@@ -410,7 +410,7 @@ func TestAssumptionsPartitionTheStoredClock(t *testing.T) {
 				n++
 				for _, c := range clocks {
 					// Under the assumption that holds, order is the true comparison.
-					want := InQueueOrder
+					want := inQueueOrder
 					if c != nil {
 						want = compareClocks(c, stored, true, storedClock{})
 					}

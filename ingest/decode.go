@@ -21,12 +21,12 @@ const (
 	HeaderEvent = "x-github-event"
 	// HeaderDelivery is the delivery GUID, the ledger key; required.
 	HeaderDelivery = "x-github-delivery"
-	// HeaderHookID is the id of the webhook that sent the delivery; optional.
-	HeaderHookID = "x-github-hook-id"
-	// HeaderHookTargetID is the id of the resource the webhook is installed on; optional.
-	HeaderHookTargetID = "x-github-hook-installation-target-id"
-	// HeaderHookTargetType is the type of that resource; optional.
-	HeaderHookTargetType = "x-github-hook-installation-target-type"
+	// headerHookID is the id of the webhook that sent the delivery; optional.
+	headerHookID = "x-github-hook-id"
+	// headerHookTargetID is the id of the resource the webhook is installed on; optional.
+	headerHookTargetID = "x-github-hook-installation-target-id"
+	// headerHookTargetType is the type of that resource; optional.
+	headerHookTargetType = "x-github-hook-installation-target-type"
 )
 
 const (
@@ -64,10 +64,10 @@ type Event struct {
 	RecordedRetryCycles int
 }
 
-// MaxRetryCount is the largest retry count read from a header. A count the broker cannot
+// maxRetryCount is the largest retry count read from a header. A count the broker cannot
 // have written (negative, or beyond this) reads as this: the message goes to -error on its
 // next failure, instead of retrying forever or wrapping around.
-const MaxRetryCount = 1 << 20
+const maxRetryCount = 1 << 20
 
 // Death is one x-death entry: how often the message died on Queue for Reason.
 type Death struct {
@@ -79,7 +79,7 @@ type Death struct {
 	Count int
 }
 
-// RetryCycles counts the trips through queue's -retry sibling: each one starts with the
+// retryCycles counts the trips through queue's -retry sibling: each one starts with the
 // consumer rejecting the message on queue, which RabbitMQ records as the x-death entry
 // {queue: queue, reason: rejected}.
 //
@@ -88,7 +88,7 @@ type Death struct {
 // message an operator moved back from -error (a client publish) keeps its count only
 // through our header. Such a message therefore goes straight back to -error if it fails
 // once more: the operator moved it because the cause was fixed.
-func (e Event) RetryCycles(queue string) int {
+func (e Event) retryCycles(queue string) int {
 	n := sane(e.RecordedRetryCycles)
 	for _, d := range e.Deaths {
 		if d.Queue == queue && d.Reason == deathReasonRejected {
@@ -99,9 +99,9 @@ func (e Event) RetryCycles(queue string) int {
 	return n
 }
 
-// DeliveryLimited tells whether RabbitMQ dead-lettered the message for its quorum queue's
+// deliveryLimited tells whether RabbitMQ dead-lettered the message for its quorum queue's
 // delivery limit: it came back through -retry behind messages published after it.
-func (e Event) DeliveryLimited() bool {
+func (e Event) deliveryLimited() bool {
 	for _, d := range e.Deaths {
 		if d.Reason == deathReasonDeliveryLimit {
 			return true
@@ -112,8 +112,8 @@ func (e Event) DeliveryLimited() bool {
 
 // sane reads a count from a header: one the broker cannot have written counts as used up.
 func sane(n int) int {
-	if n < 0 || n > MaxRetryCount {
-		return MaxRetryCount
+	if n < 0 || n > maxRetryCount {
+		return maxRetryCount
 	}
 	return n
 }
@@ -134,44 +134,59 @@ func Decode(d amqp.Delivery) (Event, error) {
 // decodeWithin is Decode, refusing a body larger than maxBody bytes (0: no limit) before
 // reading it: such a message is malformed, with its headers read for the ledger.
 func decodeWithin(d amqp.Delivery, maxBody int) (Event, error) {
+	ev, err := readHeaders(d.Headers)
+	if err != nil {
+		return ev, err
+	}
+	if maxBody > 0 && len(d.Body) > maxBody {
+		return ev, fmt.Errorf("%w: body of %d bytes is larger than the limit of %d bytes (MAX_MESSAGE_BYTES)",
+			ErrMalformed, len(d.Body), maxBody)
+	}
+	err = readBody(&ev, d.Body)
+	return ev, err
+}
+
+// readHeaders reads an event's headers. On an error wrapping ErrMalformed, the event
+// holds those read before the one that failed.
+func readHeaders(h amqp.Table) (Event, error) {
 	var ev Event
-	ev.Deaths = deaths(d.Headers)
-	if n, ok := toInt(d.Headers[broker.HeaderRetryCycles]); ok {
+	ev.Deaths = deaths(h)
+	if n, ok := toInt(h[broker.HeaderRetryCycles]); ok {
 		ev.RecordedRetryCycles = n
 	}
 
 	var err error
-	if ev.DeliveryID, err = requiredHeader(d.Headers, HeaderDelivery); err != nil {
+	if ev.DeliveryID, err = requiredHeader(h, HeaderDelivery); err != nil {
 		return ev, err
 	}
 	if err := checkDeliveryID(ev.DeliveryID); err != nil {
 		ev.DeliveryID = ""
 		return ev, err
 	}
-	if ev.Type, err = requiredHeader(d.Headers, HeaderEvent); err != nil {
+	if ev.Type, err = requiredHeader(h, HeaderEvent); err != nil {
 		return ev, err
 	}
 	if err := checkEventType(ev.Type); err != nil {
 		ev.Type = ""
 		return ev, err
 	}
-	ev.HookID = optionalHeader(d.Headers, HeaderHookID)
-	ev.HookTargetID = optionalHeader(d.Headers, HeaderHookTargetID)
-	ev.HookTargetType = optionalHeader(d.Headers, HeaderHookTargetType)
+	ev.HookID = optionalHeader(h, headerHookID)
+	ev.HookTargetID = optionalHeader(h, headerHookTargetID)
+	ev.HookTargetType = optionalHeader(h, headerHookTargetType)
+	return ev, nil
+}
 
-	if maxBody > 0 && len(d.Body) > maxBody {
-		return ev, fmt.Errorf("%w: body of %d bytes is larger than the limit of %d bytes (MAX_MESSAGE_BYTES)",
-			ErrMalformed, len(d.Body), maxBody)
+// readBody reads into ev, whose headers are read, what the body says: the payload its
+// table stores, or, for an event without a table, its action and sender.
+func readBody(ev *Event, body []byte) error {
+	if err := checkShape(body); err != nil {
+		return err
 	}
-
-	if err := checkShape(d.Body); err != nil {
-		return ev, err
-	}
-	if trimmed := bytes.TrimLeft(d.Body, " \t\r\n"); len(trimmed) == 0 || trimmed[0] != '{' {
-		if !json.Valid(d.Body) {
-			return ev, fmt.Errorf("%w: body is not valid JSON: %w", ErrMalformed, syntaxError(d.Body))
+	if trimmed := bytes.TrimLeft(body, " \t\r\n"); len(trimmed) == 0 || trimmed[0] != '{' {
+		if !json.Valid(body) {
+			return fmt.Errorf("%w: body is not valid JSON: %w", ErrMalformed, syntaxError(body))
 		}
-		return ev, fmt.Errorf("%w: body is not a JSON object", ErrMalformed)
+		return fmt.Errorf("%w: body is not a JSON object", ErrMalformed)
 	}
 
 	if applierFor(ev.Type) == nil {
@@ -180,22 +195,22 @@ func decodeWithin(d amqp.Delivery, maxBody int) (Event, error) {
 			Action string   `json:"action"`
 			Sender *account `json:"sender"`
 		}
-		if err := json.Unmarshal(d.Body, &envelope); err != nil {
-			return ev, bodyError(err, d.Body, "a webhook")
+		if err := json.Unmarshal(body, &envelope); err != nil {
+			return bodyError(err, body, "a webhook")
 		}
 		ev.Action, ev.Sender = envelope.Action, envelope.Sender
-		return ev, nil
+		return nil
 	}
 
 	p := new(payload)
-	if err := json.Unmarshal(d.Body, p); err != nil {
-		return ev, bodyError(err, d.Body, "the "+ev.Type)
+	if err := json.Unmarshal(body, p); err != nil {
+		return bodyError(err, body, "the "+ev.Type)
 	}
 	ev.Payload, ev.Action, ev.Sender = p, p.Action, p.Sender
 	if err := validate(ev.Type, p); err != nil {
-		return ev, fmt.Errorf("%w: %s event: %w", ErrMalformed, ev.Type, err)
+		return fmt.Errorf("%w: %s event: %w", ErrMalformed, ev.Type, err)
 	}
-	return ev, nil
+	return nil
 }
 
 // bodyError tells invalid JSON apart from valid JSON of the wrong shape.

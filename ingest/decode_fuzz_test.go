@@ -107,8 +107,8 @@ func FuzzDecode(f *testing.F) {
 				t.Fatalf("accepted the event name %q", ev.Type)
 			}
 		}
-		if shape&shapeDeath != 0 && ev.RetryCycles("issues") != int(shape) {
-			t.Fatalf("retry cycles %d, want %d", ev.RetryCycles("issues"), shape)
+		if shape&shapeDeath != 0 && ev.retryCycles("issues") != int(shape) {
+			t.Fatalf("retry cycles %d, want %d", ev.retryCycles("issues"), shape)
 		}
 		if ev.Payload != nil {
 			if err := validate(ev.Type, ev.Payload); err != nil {
@@ -122,14 +122,14 @@ func FuzzDecode(f *testing.F) {
 // objects, in a fuzzed order, inside a fuzzed prefix and suffix, closed or not: the
 // decoder recursed once per level, and 6 MB of "[" overflowed the goroutine stack. Decode
 // must return, failing only with ErrMalformed, and what it accepts nests at most
-// MaxNesting deep, as the standard library's non-recursive tokenizer counts it.
+// maxNesting deep, as the standard library's non-recursive tokenizer counts it.
 func FuzzDecodeNesting(f *testing.F) {
 	f.Add("issues", uint32(3_000_000), []byte{0}, []byte(``), []byte(`{"action":"opened","issue":`), []byte(`}`), true)
 	f.Add("issues", uint32(1_000_000), []byte{1}, []byte(`1`), []byte(`{"action":"opened","issue":`), []byte(`}`), true)
 	f.Add("pull_request", uint32(500_000), []byte{0, 1, 1}, []byte(`"x"`), []byte(`{"x":`), []byte(`}`), false)
-	f.Add("brand_new_event", uint32(MaxNesting-1), []byte{0, 1}, []byte(`null`), []byte(`{"x":`), []byte(`}`), true)
+	f.Add("brand_new_event", uint32(maxNesting-1), []byte{0, 1}, []byte(`null`), []byte(`{"x":`), []byte(`}`), true)
 	f.Add("installation", uint32(100_000), []byte{1}, []byte(`{}`), []byte(`{"installation":{"id":1},"repositories":[`), []byte(`]}`), true)
-	f.Add("push", uint32(MaxNesting), []byte{0}, []byte(``), []byte(`{"ref":"r","repository":{"id":1},"x":"[[[","y":`), []byte(`}`), true)
+	f.Add("push", uint32(maxNesting), []byte{0}, []byte(``), []byte(`{"ref":"r","repository":{"id":1},"x":"[[[","y":`), []byte(`}`), true)
 
 	f.Fuzz(func(t *testing.T, event string, depth uint32, order, inner, prefix, suffix []byte, closed bool) {
 		depth %= 1 << 21
@@ -165,7 +165,7 @@ func FuzzDecodeNesting(f *testing.F) {
 			}
 			return
 		}
-		if got := tokenDepth(t, body); got > MaxNesting {
+		if got := tokenDepth(t, body); got > maxNesting {
 			t.Fatalf("accepted a body nested %d deep, past MaxNesting", got)
 		}
 	})

@@ -114,9 +114,9 @@ func TestDecode(t *testing.T) {
 
 func TestDecodeOptionalHeadersAndTypedPayload(t *testing.T) {
 	d := delivery("push", "d-1", example(t, "push.none.0"))
-	d.Headers[HeaderHookID] = "123"
-	d.Headers[HeaderHookTargetID] = []byte("456")
-	d.Headers[HeaderHookTargetType] = "repository"
+	d.Headers[headerHookID] = "123"
+	d.Headers[headerHookTargetID] = []byte("456")
+	d.Headers[headerHookTargetType] = "repository"
 	ev, err := Decode(d)
 	require.NoError(t, err)
 	assert.Equal(t, "123", ev.HookID)
@@ -156,9 +156,9 @@ func TestRetryCycles(t *testing.T) {
 		{"garbage is ignored", "not a list", 0},
 		{"entry without count is ignored", []any{amqp.Table{"queue": "issues", "reason": "rejected"}}, 0},
 		// Forged or odd counts neither retry forever nor wrap around: they read as used up.
-		{"negative count", []any{amqp.Table{"queue": "issues", "reason": "rejected", "count": int64(-5)}}, MaxRetryCount},
-		{"huge count", []any{amqp.Table{"queue": "issues", "reason": "rejected", "count": int64(1) << 62}}, MaxRetryCount},
-		{"count past int64", []any{amqp.Table{"queue": "issues", "reason": "rejected", "count": uint64(1) << 63}}, MaxRetryCount},
+		{"negative count", []any{amqp.Table{"queue": "issues", "reason": "rejected", "count": int64(-5)}}, maxRetryCount},
+		{"huge count", []any{amqp.Table{"queue": "issues", "reason": "rejected", "count": int64(1) << 62}}, maxRetryCount},
+		{"count past int64", []any{amqp.Table{"queue": "issues", "reason": "rejected", "count": uint64(1) << 63}}, maxRetryCount},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -168,7 +168,7 @@ func TestRetryCycles(t *testing.T) {
 			}
 			ev, err := Decode(d)
 			require.NoError(t, err)
-			assert.Equal(t, tt.want, ev.RetryCycles("issues"))
+			assert.Equal(t, tt.want, ev.retryCycles("issues"))
 		})
 	}
 }
@@ -177,7 +177,7 @@ func TestRetryCyclesSurviveMalformed(t *testing.T) {
 	d := withDeaths(delivery("issues", "d-1", []byte("{")), "issues", 2)
 	ev, err := Decode(d)
 	require.ErrorIs(t, err, ErrMalformed)
-	assert.Equal(t, 2, ev.RetryCycles("issues"))
+	assert.Equal(t, 2, ev.retryCycles("issues"))
 }
 
 // A message moved back from -error keeps its count through our own header, also where the
@@ -187,15 +187,15 @@ func TestRetryCyclesFallBackToOurHeader(t *testing.T) {
 	d.Headers[broker.HeaderRetryCycles] = int64(10)
 	ev, err := Decode(d)
 	require.NoError(t, err)
-	assert.Equal(t, 10, ev.RetryCycles("issues"), "no x-death (4.x dropped the client's): our header counts")
+	assert.Equal(t, 10, ev.retryCycles("issues"), "no x-death (4.x dropped the client's): our header counts")
 
 	d = withDeaths(d, "issues", 12)
 	ev, err = Decode(d)
 	require.NoError(t, err)
-	assert.Equal(t, 12, ev.RetryCycles("issues"), "the broker's count where it is larger")
+	assert.Equal(t, 12, ev.retryCycles("issues"), "the broker's count where it is larger")
 
 	d.Headers[broker.HeaderRetryCycles] = int64(-1)
 	ev, err = Decode(d)
 	require.NoError(t, err)
-	assert.Equal(t, MaxRetryCount, ev.RetryCycles("issues"), "a forged header of ours is used up too")
+	assert.Equal(t, maxRetryCount, ev.retryCycles("issues"), "a forged header of ours is used up too")
 }

@@ -13,7 +13,7 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 	"github.com/stretchr/testify/require"
 
-	"github.com/brokerswitch/brokerswitch/models"
+	"github.com/brokerswitch/brokerswitch/models/modelstest"
 	"github.com/brokerswitch/brokerswitch/payloads"
 )
 
@@ -43,7 +43,7 @@ func TestSetBasedApplyEqualsOneByOne(t *testing.T) {
 			_, err := oneByOne.ing.ForBroker(0).HandleBatch(ctx, queue, []amqp.Delivery{d})
 			require.NoError(t, err)
 		}
-		for _, table := range models.GitHubTables() {
+		for _, table := range modelstest.GitHubTables() {
 			want, got := dump(t, oneByOne, table), dump(t, batched, table)
 			require.Equal(t, want, got, "round %d (seed %d): %s differs between one-by-one and set-based apply", round, seed, table)
 		}
@@ -70,7 +70,7 @@ func seeded(t *testing.T, stream uint64) (uint64, *rand.Rand) {
 
 func joinTables() string {
 	out := ""
-	for i, t := range models.GitHubTables() {
+	for i, t := range modelstest.GitHubTables() {
 		if i > 0 {
 			out += ", "
 		}

@@ -52,16 +52,13 @@ type Ingester struct {
 	// config.DefaultNotificationMaxClockSkew. The worker sets NOTIFICATION_MAX_CLOCK_SKEW.
 	MaxClockSkew time.Duration
 	// WebhookSecret, when set, is the GitHub webhook's secret: every message must carry
-	// the HMAC of its body in HeaderSignature, or it is malformed. Empty verifies nothing.
+	// the HMAC of its body in headerSignature, or it is malformed. Empty verifies nothing.
 	WebhookSecret []byte
 	// Active is checked last in the transaction of every batch from a ForActive handler
 	// (brokerstate.Store): its refusal rolls the batch back and gives it back
 	// unsettled, so that a consumer window whose view of the broker state lags never
 	// commits a batch of a broker we left. Required for ForActive.
 	Active ActiveHolder
-	// decode decodes one delivery, refusing a body over its second argument's bytes; nil
-	// means decodeWithin. Tests set it to a decoder that panics.
-	decode func(amqp.Delivery, int) (Event, error)
 	// TransientBackoff is the pause before the second attempt, doubled before each next
 	// one up to maxTransientBackoff; 0 means DefaultTransientBackoff.
 	TransientBackoff time.Duration
@@ -149,10 +146,7 @@ func (h *batchHandler) HandleBatch(ctx context.Context, queue string, deliveries
 		return nil, errors.New("ingest: Ingester.DB is nil")
 	}
 	now := h.now()
-	decode := h.ingester.decode
-	if decode == nil {
-		decode = decodeWithin
-	}
+	decode := decodeWithin
 	if secret := h.ingester.WebhookSecret; len(secret) > 0 {
 		unsigned := decode
 		decode = func(d amqp.Delivery, maxBody int) (Event, error) {
@@ -251,15 +245,10 @@ func decodeAll(queue string, deliveries []amqp.Delivery, maxBody int, decode fun
 	return msgs
 }
 
-// decodeMessage decodes one delivery of queue, refusing a body over maxBody bytes.
-func decodeMessage(queue string, d amqp.Delivery, maxBody int) message {
-	return decodeSafely(queue, d, maxBody, decodeWithin)
-}
-
-// decodeSafely is decodeMessage with decode. A panic inside it (a decoder bug that a
-// payload finds) would kill the process with the message at the head of its queue, to do
-// it again at every start: it makes the message malformed instead, under the delivery id
-// of its header when that one is valid.
+// decodeSafely decodes one delivery of queue with decode, refusing a body over maxBody
+// bytes. A panic inside decode (a decoder bug that a payload finds) would kill the process
+// with the message at the head of its queue, to do it again at every start: it makes the
+// message malformed instead, under the delivery id of its header when that one is valid.
 func decodeSafely(queue string, d amqp.Delivery, maxBody int, decode func(amqp.Delivery, int) (Event, error)) (m message) {
 	defer func() {
 		if r := recover(); r != nil {
@@ -271,7 +260,7 @@ func decodeSafely(queue string, d amqp.Delivery, maxBody int, decode func(amqp.D
 		}
 	}()
 	ev, err := decode(d, maxBody)
-	return message{event: ev, malformed: err, retryCycles: ev.RetryCycles(queue), hash: sha256.Sum256(d.Body)}
+	return message{event: ev, malformed: err, retryCycles: ev.retryCycles(queue), hash: sha256.Sum256(d.Body)}
 }
 
 // isolate applies each message in its own transaction, in order. Messages committed
@@ -298,41 +287,65 @@ func (h *batchHandler) isolate(ctx context.Context, queue string, msgs []message
 // nothing was committed.
 func (h *batchHandler) applyInTx(ctx context.Context, queue string, msgs []message, now time.Time) ([]broker.Verdict, error) {
 	rows, owner := h.ledgerRows(queue, msgs, now)
-	verdicts := make([]broker.Verdict, len(msgs))
-	outcomes := make([]string, len(msgs))
 	if len(rows) == 0 {
 		// Every well-formed delivery has a ledger row, so these are all malformed without a
 		// delivery id: nothing to record, and no reason to need the database to reject them.
-		for i, m := range msgs {
-			verdicts[i] = broker.Verdict{Outcome: broker.Reject, Reason: m.malformed.Error()}
-			h.count(queue, m, metrics.OutcomeRejected)
-		}
-		return verdicts, nil
+		return h.rejectMalformed(queue, msgs), nil
 	}
+	tx, err := h.commit(ctx, msgs, rows, owner, now)
+	if err != nil {
+		return nil, h.refused(err)
+	}
+	reused := reusedIDs(msgs, owner, tx.claimed, tx.stored) // per message: why its id stands for another payload
+	verdicts, outcomes := h.verdictsOf(msgs, owner, tx.claimed, reused)
+	broker.TraceOf(ctx).Add(broker.PhaseWrite, tx.writing)
+	for i, m := range msgs {
+		h.report(ctx, queue, m, outcomes[i], reused[i])
+	}
+	return verdicts, nil
+}
+
+// rejectMalformed rejects msgs, all malformed, and counts them.
+func (h *batchHandler) rejectMalformed(queue string, msgs []message) []broker.Verdict {
+	verdicts := make([]broker.Verdict, len(msgs))
+	for i, m := range msgs {
+		verdicts[i] = broker.Verdict{Outcome: broker.Reject, Reason: m.malformed.Error()}
+		h.count(queue, m, metrics.OutcomeRejected)
+	}
+	return verdicts
+}
+
+// committed is what a batch's transaction learnt on its way to the COMMIT: the delivery
+// ids the ledger claimed for it, the stored hashes of the others, and when its writes
+// began (the end of its read phase).
+type committed struct {
+	claimed map[string]bool
+	stored  map[string][]byte
+	writing time.Time
+}
+
+// commit runs a batch's transaction in two exchanges with Postgres: the ledger claim with
+// the locked reads, then the writes of the claimed deliveries with the checks that may
+// refuse the batch.
+func (h *batchHandler) commit(ctx context.Context, msgs []message, rows []models.Delivery, owner []bool, now time.Time) (committed, error) {
 	// The rows every message that may apply would change: which of them the ledger claims
 	// is known only once the first exchange is back, and the locked reads go in it. A
 	// redelivery's rows are locked for nothing, and left as they are.
 	probe := newWrites(now)
 	for i, m := range msgs {
-		if m.malformed != nil || !owner[i] {
-			continue
+		if m.malformed == nil && owner[i] {
+			h.addWrites(probe, m.event)
 		}
-		if apply := h.applyFor(m.event); apply != nil {
-			apply(probe, m.event)
-		}
-		probe.addSender(m.event)
 	}
 	db := h.ingester.DB.WithContext(ctx)
 	trace := broker.TraceOf(ctx)
-	var claimed map[string]bool
-	var stored map[string][]byte
-	var writing time.Time
+	var tx committed
 	err := inTx(ctx, db, func(p *pipeline) error {
 		// The first exchange: BEGIN, the ledger claim and the locked reads. Postgres runs
 		// them in order, so the reads lock rows after the claim, as every consumer does
 		// (the ledger first, then the tables in their order).
 		reading := time.Now()
-		claimed = queueClaim(p, rows)
+		tx.claimed = queueClaim(p, rows)
 		reads, err := probe.queueReads(p, db)
 		if err != nil {
 			return err
@@ -341,43 +354,66 @@ func (h *batchHandler) applyInTx(ctx context.Context, queue string, msgs []messa
 			return err
 		}
 		trace.Add(broker.PhaseRead, reading)
-		writing = time.Now()
+		tx.writing = time.Now()
 		// The second exchange, which inTx sends with the COMMIT unless the broker's being
 		// active is checked: the stored hashes of the redelivered ids (they decide verdicts
 		// only, never a write), then the writes of the claimed deliveries.
-		var unclaimed []string
-		w := newWrites(now)
-		for i, m := range msgs {
-			switch {
-			case m.malformed != nil || !owner[i]:
-			case !claimed[m.event.DeliveryID]:
-				unclaimed = append(unclaimed, m.event.DeliveryID)
-			default:
-				if apply := h.applyFor(m.event); apply != nil {
-					apply(w, m.event)
-				}
-				w.addSender(m.event)
-			}
-		}
-		stored = queueHashes(p, unclaimed)
+		w, unclaimed := h.claimedWrites(msgs, owner, tx.claimed, now)
+		tx.stored = queueHashes(p, unclaimed)
 		if err := w.queueWrites(ctx, p, db, reads); err != nil {
 			return err
 		}
-		if h.whileActive {
-			// Last, so that a batch that waits on a slow Postgres does not hold a forced
-			// switch back: the switch commits, and the batch finds its broker left.
-			query, args := h.ingester.Active.ActiveCheck(h.broker)
-			p.add(query, args, nil)
-		}
-		for _, c := range h.checks {
-			p.add(c.Query, c.Args, nil)
-		}
+		h.queueChecks(p)
 		return nil
 	})
-	if err != nil {
-		return nil, h.refused(err)
+	return tx, err
+}
+
+// addWrites adds what ev changes to w: its table's row, when it has a table, and its
+// sender.
+func (h *batchHandler) addWrites(w *writes, ev Event) {
+	if apply := h.applyFor(ev); apply != nil {
+		apply(w, ev)
 	}
-	reused := reusedIDs(msgs, owner, claimed, stored) // per message: why its id stands for another payload
+	w.addSender(ev)
+}
+
+// claimedWrites returns the writes of the well-formed messages whose ledger rows this
+// transaction claimed, and the delivery ids of the others, which are redeliveries.
+func (h *batchHandler) claimedWrites(msgs []message, owner []bool, claimed map[string]bool, now time.Time) (*writes, []string) {
+	var unclaimed []string
+	w := newWrites(now)
+	for i, m := range msgs {
+		switch {
+		case m.malformed != nil || !owner[i]:
+		case !claimed[m.event.DeliveryID]:
+			unclaimed = append(unclaimed, m.event.DeliveryID)
+		default:
+			h.addWrites(w, m.event)
+		}
+	}
+	return w, unclaimed
+}
+
+// queueChecks queues, at the end of a batch's transaction, the checks whose failure
+// refuses the batch (see refused).
+func (h *batchHandler) queueChecks(p *pipeline) {
+	if h.whileActive {
+		// Last, so that a batch that waits on a slow Postgres does not hold a forced
+		// switch back: the switch commits, and the batch finds its broker left.
+		query, args := h.ingester.Active.ActiveCheck(h.broker)
+		p.add(query, args, nil)
+	}
+	for _, c := range h.checks {
+		p.add(c.Query, c.Args, nil)
+	}
+}
+
+// verdictsOf returns each message's verdict once its batch committed, and the outcome it
+// counts under.
+func (h *batchHandler) verdictsOf(msgs []message, owner []bool, claimed map[string]bool, reused []error) ([]broker.Verdict, []string) {
+	verdicts := make([]broker.Verdict, len(msgs))
+	outcomes := make([]string, len(msgs))
 	for i, m := range msgs {
 		switch {
 		case m.malformed != nil:
@@ -398,31 +434,34 @@ func (h *batchHandler) applyInTx(ctx context.Context, queue string, msgs []messa
 			verdicts[i] = broker.Verdict{Outcome: broker.Ack}
 		}
 	}
-	trace.Add(broker.PhaseWrite, writing)
-	for i, m := range msgs {
-		h.count(queue, m, outcomes[i])
-		if outcomes[i] == metrics.OutcomeApplied {
-			if c := clockOf(m.event); c.fallback != "" {
-				h.ingester.Metrics.ClockFallback(c.table, c.fallback)
-			}
-			if !m.ahead.IsZero() {
-				h.logger().WarnContext(ctx, "entity clock in the future, applied in queue order as an event without one",
-					"queue", queue, "broker", h.broker, "delivery_id", m.event.DeliveryID, "event", m.event.Type,
-					"clock", m.ahead.Format(time.RFC3339))
-			}
+	return verdicts, outcomes
+}
+
+// report counts a committed message under its outcome and tells the operator what about
+// it needs an eye: a clock that fell back or ran ahead, a delivery limit its quorum queue
+// hit, a delivery id reused for another payload (reused, when not nil).
+func (h *batchHandler) report(ctx context.Context, queue string, m message, outcome string, reused error) {
+	h.count(queue, m, outcome)
+	if outcome == metrics.OutcomeApplied {
+		if c := clockOf(m.event); c.fallback != "" {
+			h.ingester.Metrics.ClockFallback(c.table, c.fallback)
 		}
-		if m.event.DeliveryLimited() {
-			h.ingester.Metrics.DeliveryLimited(queue)
-			h.logger().WarnContext(ctx, "applied a delivery its quorum queue dead-lettered for its delivery limit: it came back behind later ones",
-				"queue", queue, "broker", h.broker, "delivery_id", m.event.DeliveryID, "event", m.event.Type)
-		}
-		if reused[i] != nil {
-			h.ingester.Metrics.DeliveryIDReused(queue)
-			h.logger().WarnContext(ctx, "delivery id reused with another payload, rejected",
-				"queue", queue, "broker", h.broker, "delivery_id", m.event.DeliveryID, "event", m.event.Type)
+		if !m.ahead.IsZero() {
+			h.logger().WarnContext(ctx, "entity clock in the future, applied in queue order as an event without one",
+				"queue", queue, "broker", h.broker, "delivery_id", m.event.DeliveryID, "event", m.event.Type,
+				"clock", m.ahead.Format(time.RFC3339))
 		}
 	}
-	return verdicts, nil
+	if m.event.deliveryLimited() {
+		h.ingester.Metrics.DeliveryLimited(queue)
+		h.logger().WarnContext(ctx, "applied a delivery its quorum queue dead-lettered for its delivery limit: it came back behind later ones",
+			"queue", queue, "broker", h.broker, "delivery_id", m.event.DeliveryID, "event", m.event.Type)
+	}
+	if reused != nil {
+		h.ingester.Metrics.DeliveryIDReused(queue)
+		h.logger().WarnContext(ctx, "delivery id reused with another payload, rejected",
+			"queue", queue, "broker", h.broker, "delivery_id", m.event.DeliveryID, "event", m.event.Type)
+	}
 }
 
 // refused is err, the failure of a batch's transaction, as a heldBack when one of its

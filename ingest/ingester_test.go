@@ -710,3 +710,26 @@ func TestEveryVendoredPayloadApplies(t *testing.T) {
 	require.NoError(t, e.db.Raw("SELECT DISTINCT kind FROM github_comments ORDER BY kind").Scan(&kinds).Error)
 	assert.Equal(t, []string{"commit_comment", "issue_comment", "review", "review_comment"}, kinds)
 }
+
+// decodeMessage decodes one delivery of queue as a batch does, refusing a body over
+// maxBody bytes.
+func decodeMessage(queue string, d amqp.Delivery, maxBody int) message {
+	return decodeSafely(queue, d, maxBody, decodeWithin)
+}
+
+// flush writes the batch's rows in tx, one statement at a time: the statements a batch
+// pipelines (queueReads, queueWrites), for a test that writes rows without a batch.
+func (w *writes) flush(ctx context.Context, tx *gorm.DB) error {
+	q := &inGorm{ctx: ctx, db: tx}
+	read, err := w.queueReads(q, tx)
+	if err != nil {
+		return err
+	}
+	if err := q.send(); err != nil {
+		return err
+	}
+	if err := w.queueWrites(ctx, q, tx, read); err != nil {
+		return err
+	}
+	return q.send()
+}

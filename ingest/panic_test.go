@@ -1,41 +1,36 @@
-//go:build integration
-
 package ingest
 
 import (
-	"strings"
 	"testing"
 
 	amqp "github.com/rabbitmq/amqp091-go"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
-
-	"github.com/brokerswitch/brokerswitch/broker"
-	"github.com/brokerswitch/brokerswitch/models"
 )
 
-// A panic in a decoder goroutine killed the process, and the message that set it off
-// stayed at the head of its queue to do it again at every start. It is now a malformed
-// message: rejected to -error with the reason, in the ledger under its delivery id, and
-// the messages around it are applied.
+// A panic in the decoder (a bug a payload finds) must not kill the process: the message
+// that set it off would stay at the head of its queue, to do it again at every start. It
+// makes the message malformed, under its delivery id, so that the batch rejects it to
+// -error and records it in the ledger like any malformed message; the messages around it
+// decode.
 func TestADecoderPanicMakesTheMessageMalformed(t *testing.T) {
-	e := newEnv(t)
-	e.ing.decode = func(d amqp.Delivery, maxBody int) (Event, error) {
+	deliveries := []amqp.Delivery{
+		delivery("pull_request", "d-1", example(t, "pull_request.opened.0")),
+		delivery("pull_request", "d-boom", example(t, "pull_request.closed.0")),
+		delivery("pull_request", "d-3", example(t, "pull_request.closed.0")),
+	}
+	decode := func(d amqp.Delivery, maxBody int) (Event, error) {
 		if d.Headers[HeaderDelivery] == "d-boom" {
 			panic("a decoder bug")
 		}
 		return decodeWithin(d, maxBody)
 	}
-	verdicts := e.handle(t,
-		delivery("pull_request", "d-1", example(t, "pull_request.opened.0")),
-		delivery("pull_request", "d-boom", example(t, "pull_request.closed.0")),
-		delivery("pull_request", "d-3", example(t, "pull_request.closed.0")),
-	)
-	assert.Equal(t, broker.Ack, verdicts[0].Outcome)
-	require.Equal(t, broker.Reject, verdicts[1].Outcome)
-	assert.Contains(t, verdicts[1].Reason, "the decoder failed on it (panic: a decoder bug)")
-	assert.Equal(t, broker.Ack, verdicts[2].Outcome)
-	assert.Equal(t, models.OutcomeError, e.ledger(t, "d-boom").Outcome)
-	assert.True(t, strings.HasPrefix(e.ledger(t, "d-boom").ErrorReason, "malformed delivery"))
-	assert.Equal(t, "d-3", e.pullRequest(t).LastDeliveryID, "the message behind it applied")
+	msgs := decodeAll("pull_requests", deliveries, 0, decode)
+	require.Len(t, msgs, 3)
+	assert.NoError(t, msgs[0].malformed)
+	require.ErrorIs(t, msgs[1].malformed, ErrMalformed)
+	assert.Contains(t, msgs[1].malformed.Error(), "the decoder failed on it (panic: a decoder bug)")
+	assert.Equal(t, "d-boom", msgs[1].event.DeliveryID, "kept for the ledger")
+	assert.NoError(t, msgs[2].malformed)
+	assert.Equal(t, "d-3", msgs[2].event.DeliveryID)
 }

@@ -56,7 +56,7 @@ func (r *Retention) Run(ctx context.Context) {
 		every = DefaultRetentionEvery
 	}
 	for {
-		deleted, err := r.Sweep(ctx)
+		deleted, err := r.sweep(ctx)
 		switch {
 		case ctx.Err() != nil:
 			return
@@ -73,12 +73,12 @@ func (r *Retention) Run(ctx context.Context) {
 	}
 }
 
-// Sweep deletes the rows older than After, a batch per statement, and returns how many
+// sweep deletes the rows older than After, a batch per statement, and returns how many
 // went. Each DELETE is its own transaction and skips rows another transaction holds (a
 // batch claiming a redelivery of one): those go at the next sweep. After each batch it
 // pauses as long as the batch took, so that the sweep of a large backlog takes at most
 // half of one connection's time and leaves Postgres' I/O to ingestion.
-func (r *Retention) Sweep(ctx context.Context) (int64, error) {
+func (r *Retention) sweep(ctx context.Context) (int64, error) {
 	if r.After <= 0 {
 		return 0, errRetentionUnset
 	}
@@ -117,7 +117,7 @@ func (r *Retention) Sweep(ctx context.Context) (int64, error) {
 		case <-time.After(took):
 		}
 	}
-	reading, err := ReadLedger(ctx, r.DB)
+	reading, err := readLedger(ctx, r.DB)
 	if err != nil {
 		return total, err
 	}
@@ -125,9 +125,9 @@ func (r *Retention) Sweep(ctx context.Context) (int64, error) {
 	return total, nil
 }
 
-// ReadLedger reads the ledger's size and its oldest row without counting it: a count of
+// readLedger reads the ledger's size and its oldest row without counting it: a count of
 // millions of rows is a scan, the estimate and the index's first entry are not.
-func ReadLedger(ctx context.Context, db *gorm.DB) (metrics.LedgerReading, error) {
+func readLedger(ctx context.Context, db *gorm.DB) (metrics.LedgerReading, error) {
 	var row struct {
 		Rows   int64
 		Bytes  int64

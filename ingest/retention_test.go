@@ -81,7 +81,7 @@ func TestRetentionDeletesOldRowsWhileIngesting(t *testing.T) {
 			in.fresh = append(in.fresh, fresh)
 		}
 	}()
-	deleted, err := r.Sweep(ctx)
+	deleted, err := r.sweep(ctx)
 	close(swept)
 	in := <-done
 	require.NoError(t, err)
@@ -104,7 +104,7 @@ func TestRetentionDeletesOldRowsWhileIngesting(t *testing.T) {
 	require.GreaterOrEqual(t, in.batches, deletes/4, "the consumer kept applying while the sweep ran")
 	require.Less(t, in.slowest, 2*time.Second, "no batch waited long on the sweep's locks")
 
-	reading, err := ReadLedger(ctx, e.db)
+	reading, err := readLedger(ctx, e.db)
 	require.NoError(t, err)
 	require.False(t, reading.Oldest.Before(now.Add(-7*24*time.Hour)), "the oldest row left is within the retention")
 	require.Positive(t, reading.Bytes)
@@ -114,7 +114,7 @@ func TestRetentionDeletesOldRowsWhileIngesting(t *testing.T) {
 func TestRetentionWithoutAfterDeletesNothing(t *testing.T) {
 	e := newEnv(t)
 	seedLedger(t, e, "old", 10, e.clock.now, time.Hour)
-	_, err := (&Retention{DB: e.db}).Sweep(context.Background())
+	_, err := (&Retention{DB: e.db}).sweep(context.Background())
 	require.ErrorIs(t, err, errRetentionUnset)
 	require.EqualValues(t, 10, e.count(t, "github_deliveries"))
 }

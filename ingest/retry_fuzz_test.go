@@ -23,7 +23,7 @@ var asHeader = []func(int64) any{
 
 // FuzzRetryHeaders feeds the retry count arbitrary x-death entries and our own
 // retry-cycles header, in every integer type AMQP carries: the count is never negative,
-// never beyond MaxRetryCount (no wrap-around, no retrying forever), and an honest count
+// never beyond maxRetryCount (no wrap-around, no retrying forever), and an honest count
 // reads as itself.
 func FuzzRetryHeaders(f *testing.F) {
 	f.Add(int64(3), uint8(0), int64(0), "issues", "rejected")
@@ -41,12 +41,12 @@ func FuzzRetryHeaders(f *testing.F) {
 			headers[broker.HeaderRetryCycles] = ours
 		}
 		ev, _ := Decode(amqp.Delivery{Headers: headers, Body: []byte(`{}`)})
-		got := ev.RetryCycles("issues")
-		if got < 0 || got > MaxRetryCount {
-			t.Fatalf("retry cycles %d out of [0, %d]", got, MaxRetryCount)
+		got := ev.retryCycles("issues")
+		if got < 0 || got > maxRetryCount {
+			t.Fatalf("retry cycles %d out of [0, %d]", got, maxRetryCount)
 		}
 		if kind%uint8(len(asHeader)) == 0 && queue == "issues" && reason == "rejected" && ours == 0 &&
-			count >= 0 && count <= MaxRetryCount && int64(got) != count {
+			count >= 0 && count <= maxRetryCount && int64(got) != count {
 			t.Fatalf("an honest count %d read as %d", count, got)
 		}
 	})

@@ -257,7 +257,7 @@ func (s *rowSet[K, R]) queueLock(q statements, db *gorm.DB, keys []K) (*readRows
 // candidate whose assumption holds for the stored clock: its WHERE compares the clocks
 // (clockedUpsert). When none holds (every event older than the row) nothing is written,
 // and the events are in the ledger alone. The read stays for what the rules need of the
-// prior row: its state and existence (NextState), the columns a partial refresh keeps,
+// prior row: its state and existence (nextState), the columns a partial refresh keeps,
 // and the tracking columns.
 func (s *rowSet[K, R]) queueWrite(ctx context.Context, q statements, db *gorm.DB, existing *readRows[K, R]) error {
 	if len(s.keys) == 0 {

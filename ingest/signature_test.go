@@ -20,7 +20,7 @@ import (
 func TestVerifySignatureMatchesGitHubsExample(t *testing.T) {
 	t.Parallel()
 	d := amqp.Delivery{Body: []byte("Hello, World!"), Headers: amqp.Table{
-		HeaderSignature: "sha256=757107ea0eb2509fc211221cce984b8a37570b6d7586c22c46f4379c8b043e17",
+		headerSignature: "sha256=757107ea0eb2509fc211221cce984b8a37570b6d7586c22c46f4379c8b043e17",
 	}}
 	require.NoError(t, verifySignature(d, []byte("It's a Secret to Everybody")))
 	require.ErrorIs(t, verifySignature(d, []byte("another secret")), ErrMalformed)
@@ -36,7 +36,7 @@ func TestAWebhookSecretRejectsUnsignedAndForgedPayloads(t *testing.T) {
 	sign := func(d amqp.Delivery, key []byte) amqp.Delivery {
 		mac := hmac.New(sha256.New, key)
 		mac.Write(d.Body)
-		d.Headers[HeaderSignature] = "sha256=" + hex.EncodeToString(mac.Sum(nil))
+		d.Headers[headerSignature] = "sha256=" + hex.EncodeToString(mac.Sum(nil))
 		return d
 	}
 	body := example(t, "pull_request.opened.0")

@@ -15,8 +15,8 @@ const (
 	actionClosed   = "closed"
 )
 
-// Prior is what the table holds for a pull request or issue before an event applies.
-type Prior struct {
+// priorRow is what the table holds for a pull request or issue before an event applies.
+type priorRow struct {
 	// Exists is false when the entity has no row yet.
 	Exists bool
 	// State is the row's state, "open" or "closed".
@@ -24,11 +24,11 @@ type Prior struct {
 	// Order is how the event's clock compares with the row's (compareClocks). Against
 	// the row as stored, whose clock the fold never reads, it is what the fold's
 	// assumption (storedClock) says; the write keeps the fold whose assumption holds.
-	Order Order
+	Order clockOrder
 }
 
-// Transition is what one event does to a pull request or issue row.
-type Transition struct {
+// rowChange is what one event does to a pull request or issue row.
+type rowChange struct {
 	// Refresh copies the payload's columns onto the row. Without it only
 	// last_delivery_id and last_action change.
 	Refresh bool
@@ -45,7 +45,7 @@ type Transition struct {
 	Stale bool
 }
 
-// NextState applies the processing-state rules for pull requests and issues. It is pure
+// nextState applies the processing-state rules for pull requests and issues. It is pure
 // so the rules can be read and tested apart from the database.
 //
 // Under reordering, the rule is GitHub's clock (prior.Order): the row holds the newest
@@ -64,7 +64,7 @@ type Transition struct {
 //     (opened is NEW only on a missing row; a real lifecycle starts with it, so when it is
 //     the newest event it is the only one.)
 //   - When the clocks cannot tell (equal seconds, a missing clock), the queue decides,
-//     with the rules below as they were before rows had clocks.
+//     by the lifecycle rules below alone.
 //
 // Where the comparison is made: within a batch, in the fold, between an event and the
 // batch's events before it; against the row as stored, only in SQL. The locked read
@@ -72,35 +72,35 @@ type Transition struct {
 // batch's clocks tell apart (storedClock: before the batch's event, in the same second,
 // ...), and the set-based apply's one statement per table writes, per row, the result
 // whose assumption its WHERE finds true (rowSet.flushClocked), or nothing when every
-// event is older. The rules above therefore see the prior row as they always did, and
-// the clock decision is Postgres'.
-func NextState(prior Prior, action string) Transition {
+// event is older. The rules above therefore see the prior row as the locked read
+// returns it, and the clock decision is Postgres'.
+func nextState(prior priorRow, action string) rowChange {
 	switch {
-	case prior.Order == Older:
-		return Transition{Stale: true}
+	case prior.Order == eventOlder:
+		return rowChange{Stale: true}
 	case action == actionOpened && prior.Exists:
 		// Opened again (e.g. a redelivered opened after the row exists): readers must look
 		// at it again.
-		return Transition{Refresh: true, State: stateOpen, ProcessingState: models.StateReRequested}
+		return rowChange{Refresh: true, State: stateOpen, ProcessingState: models.StateReRequested}
 	case action == actionOpened:
-		return Transition{Refresh: true, State: stateOpen, ProcessingState: models.StateNew}
+		return rowChange{Refresh: true, State: stateOpen, ProcessingState: models.StateNew}
 	case action == actionClosed:
-		return Transition{Refresh: true, State: stateClosed, ProcessingState: models.StateUpdated}
+		return rowChange{Refresh: true, State: stateClosed, ProcessingState: models.StateUpdated}
 	case action == actionReopened:
-		return Transition{Refresh: true, State: stateOpen, ProcessingState: models.StateReRequested}
+		return rowChange{Refresh: true, State: stateOpen, ProcessingState: models.StateReRequested}
 	case !prior.Exists:
 		// Any other action on a row we never saw (its opened predates this service, or is
 		// still on its way): create the row from the payload, as UPDATED rather than NEW
 		// because the entity is not new, yet readers never saw it either.
-		return Transition{Refresh: true, ProcessingState: models.StateUpdated}
-	case prior.Order == Newer:
-		return Transition{Refresh: true, FromPayload: true, ProcessingState: models.StateUpdated}
+		return rowChange{Refresh: true, ProcessingState: models.StateUpdated}
+	case prior.Order == eventNewer:
+		return rowChange{Refresh: true, FromPayload: true, ProcessingState: models.StateUpdated}
 	case prior.State == stateClosed:
 		// A late event on a closed entity (a synchronize that arrives after closed) must
 		// not reopen it or make readers process it again; only record that it arrived.
 		// Without a clock to tell, arriving after closed is all we know.
-		return Transition{}
+		return rowChange{}
 	default:
-		return Transition{Refresh: true, ProcessingState: models.StateUpdated}
+		return rowChange{Refresh: true, ProcessingState: models.StateUpdated}
 	}
 }

@@ -6,10 +6,10 @@ import (
 	"github.com/brokerswitch/brokerswitch/models"
 )
 
-// trackedFields exposes the columns NextState governs on a pull request or issue row.
+// trackedFields exposes the columns nextState governs on a pull request or issue row.
 type trackedFields[T any] func(row *T) (tracking *models.Tracking, state *string, clock **time.Time)
 
-// trackedChange is what ev does to a pull request or issue row, following NextState;
+// trackedChange is what ev does to a pull request or issue row, following nextState;
 // incoming carries ev's clock. The row it starts from was read FOR UPDATE, so the
 // transition is decided on the row as it is now, not as another consumer is about to
 // leave it; it was read without its clock, which stored assumes and only the write's
@@ -24,7 +24,7 @@ func trackedChange[T any](ev Event, now time.Time, incoming T, fields trackedFie
 		currentTracking, currentState, currentClock := fields(&current)
 		_, incomingState, incomingClock := fields(&incoming)
 		order := compareClocks(*incomingClock, *currentClock, exists, stored)
-		transition := NextState(Prior{Exists: exists, State: *currentState, Order: order}, ev.Action)
+		transition := nextState(priorRow{Exists: exists, State: *currentState, Order: order}, ev.Action)
 		if transition.Stale {
 			return nil
 		}
@@ -58,14 +58,14 @@ func trackedChange[T any](ev Event, now time.Time, incoming T, fields trackedFie
 // order is what stored assumes (the read leaves the clock out; the write's WHERE keeps
 // the fold whose assumption holds).
 // creates says whether ev's action is the one that creates the entity: a row first seen
-// through any later event is UPDATED, not NEW, as NextState has it for pull requests,
+// through any later event is UPDATED, not NEW, as nextState has it for pull requests,
 // so that delivering the newest event first leaves what clock order leaves.
 func clocked[R any](c change[R], event *time.Time, creates bool, clock func(*R) **time.Time, tracking trackingOf[R]) change[R] {
 	return func(cur *R, stored storedClock) *R {
 		var prior *time.Time
 		if cur != nil {
 			prior = *clock(cur)
-			if compareClocks(event, prior, true, stored) == Older {
+			if compareClocks(event, prior, true, stored) == eventOlder {
 				return nil
 			}
 		}

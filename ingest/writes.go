@@ -62,23 +62,6 @@ func newWrites(now time.Time) *writes {
 	}
 }
 
-// flush writes the batch's rows in tx, one statement at a time; the batch path pipelines
-// the same statements (queueReads, queueWrites).
-func (w *writes) flush(ctx context.Context, tx *gorm.DB) error {
-	q := &inGorm{ctx: ctx, db: tx}
-	read, err := w.queueReads(q, tx)
-	if err != nil {
-		return err
-	}
-	if err := q.send(); err != nil {
-		return err
-	}
-	if err := w.queueWrites(ctx, q, tx, read); err != nil {
-		return err
-	}
-	return q.send()
-}
-
 // tables are the row sets in the order every consumer visits them, and the rows of each
 // in key order, so concurrent batches wait on each other instead of deadlocking. The
 // pushes, only ever inserted, come after the comments.

@@ -259,54 +259,72 @@ func (k *Keeper) reap(ctx context.Context) {
 		if _, ok := failed[r.LeaseID]; !ok {
 			failed[r.LeaseID] = false
 		}
-		if r.TaskToken == nil {
-			continue
-		}
-		reason := temporal.NewApplicationError(fmt.Sprintf("worker %s stopped renewing its lease: retried on a live worker", r.Identity), ReapedErrorType)
-		err := k.Temporal.CompleteActivity(cctx, r.TaskToken, nil, reason)
-		var notFound *serviceerror.NotFound
-		switch {
-		case err == nil:
-			k.Metrics.LeaseReaped(r.ActivityType)
-			k.Logger.WarnContext(ctx, "activity of a dead worker failed, so that Temporal retries it now",
-				"worker", r.Identity, "workflow_id", r.WorkflowID, "activity", r.ActivityType, "attempt", r.Attempt)
-		case errors.As(err, &notFound):
-			// The attempt ended already, or a peer failed it first.
-		default:
+		if r.TaskToken != nil && !k.failAttempt(ctx, cctx, r) {
 			failed[r.LeaseID] = true
-			k.Logger.WarnContext(ctx, "activity of a dead worker not failed yet", "worker", r.Identity,
-				"workflow_id", r.WorkflowID, "error", err)
 		}
 	}
-	if len(identities) > 0 {
-		var live []string
-		if err := k.DB.WithContext(cctx).Raw(`SELECT DISTINCT identity FROM worker_leases WHERE expires_at >= now()`).Scan(&live).Error; err != nil {
-			return
-		}
-		for _, id := range live {
-			delete(identities, id) // alive again: it sweeps its own when it takes its lease
-		}
-		for id := range identities {
-			if !k.sweep(cctx, id, time.Time{}) {
-				return // keep the leases for the next scan
-			}
-		}
+	if len(identities) > 0 && !k.sweepDead(cctx, identities) {
+		return // keep the leases for the next scan
 	}
 	for id, keep := range failed {
-		if keep {
-			continue
+		if !keep {
+			k.deleteLease(ctx, cctx, id)
 		}
-		// The lease itself stays for pollHorizon, so that its identity is swept at every
-		// scan meanwhile: a worker paused or cut off still has long polls open, and
-		// Temporal hands them the retries of the very attempts failed here.
-		err := k.DB.WithContext(cctx).Exec(`DELETE FROM lease_attempts WHERE lease_id = ?`, id).Error
-		if err == nil {
-			err = k.DB.WithContext(cctx).Exec(`DELETE FROM worker_leases WHERE lease_id = ? AND expires_at < now() - make_interval(secs => ?)`,
-				id, pollHorizon.Seconds()).Error
+	}
+}
+
+// failAttempt fails r's attempt, so that Temporal retries it on a live worker, within
+// cctx, and tells whether it is over: failed now, or ended already.
+func (k *Keeper) failAttempt(ctx, cctx context.Context, r expiredAttempt) bool {
+	reason := temporal.NewApplicationError(fmt.Sprintf("worker %s stopped renewing its lease: retried on a live worker", r.Identity), ReapedErrorType)
+	err := k.Temporal.CompleteActivity(cctx, r.TaskToken, nil, reason)
+	var notFound *serviceerror.NotFound
+	switch {
+	case err == nil:
+		k.Metrics.LeaseReaped(r.ActivityType)
+		k.Logger.WarnContext(ctx, "activity of a dead worker failed, so that Temporal retries it now",
+			"worker", r.Identity, "workflow_id", r.WorkflowID, "activity", r.ActivityType, "attempt", r.Attempt)
+	case errors.As(err, &notFound):
+		// The attempt ended already, or a peer failed it first.
+	default:
+		k.Logger.WarnContext(ctx, "activity of a dead worker not failed yet", "worker", r.Identity,
+			"workflow_id", r.WorkflowID, "error", err)
+		return false
+	}
+	return true
+}
+
+// sweepDead sweeps each of identities, the workers of expired leases, that holds no live
+// lease, and tells whether every sweep that was due was done.
+func (k *Keeper) sweepDead(cctx context.Context, identities map[string]bool) bool {
+	var live []string
+	if err := k.DB.WithContext(cctx).Raw(`SELECT DISTINCT identity FROM worker_leases WHERE expires_at >= now()`).Scan(&live).Error; err != nil {
+		return false
+	}
+	for _, id := range live {
+		delete(identities, id) // alive again: it sweeps its own when it takes its lease
+	}
+	for id := range identities {
+		if !k.sweep(cctx, id, time.Time{}) {
+			return false
 		}
-		if err != nil {
-			k.Logger.DebugContext(ctx, "expired lease not deleted", "error", err)
-		}
+	}
+	return true
+}
+
+// deleteLease deletes the attempts of lease id, every one of them over, and the lease
+// once pollHorizon has passed since it expired.
+func (k *Keeper) deleteLease(ctx, cctx context.Context, id string) {
+	// The lease itself stays for pollHorizon, so that its identity is swept at every
+	// scan meanwhile: a worker paused or cut off still has long polls open, and
+	// Temporal hands them the retries of the very attempts failed here.
+	err := k.DB.WithContext(cctx).Exec(`DELETE FROM lease_attempts WHERE lease_id = ?`, id).Error
+	if err == nil {
+		err = k.DB.WithContext(cctx).Exec(`DELETE FROM worker_leases WHERE lease_id = ? AND expires_at < now() - make_interval(secs => ?)`,
+			id, pollHorizon.Seconds()).Error
+	}
+	if err != nil {
+		k.Logger.DebugContext(ctx, "expired lease not deleted", "error", err)
 	}
 }
 

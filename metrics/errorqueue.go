@@ -50,13 +50,3 @@ func (e *ErrorQueues) ErrorsPurged(queue, reason string, n int) {
 		e.purged.WithLabelValues(queue, reason).Add(float64(n))
 	}
 }
-
-// Requeued is the counter of queue's requeued messages of one kind of reason.
-func (e *ErrorQueues) Requeued(queue, reason string) prometheus.Counter {
-	return e.requeued.WithLabelValues(queue, reason)
-}
-
-// Purged is the counter of queue's purged messages of one kind of reason.
-func (e *ErrorQueues) Purged(queue, reason string) prometheus.Counter {
-	return e.purged.WithLabelValues(queue, reason)
-}

@@ -114,119 +114,134 @@ type Metrics struct {
 // New builds the collectors and registers them with reg, which also serves them (Handler).
 // It panics if they are registered already, like prometheus.MustRegister.
 func New(reg *prometheus.Registry) *Metrics {
-	m := &Metrics{
-		gatherer:   reg,
-		registerer: reg,
-		events: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Namespace: namespace, Name: "events_total",
-			Help: "Deliveries handled, by logical queue, GitHub event type (\"other\" outside the known set) and outcome: applied, ignored, duplicate, retried or rejected.",
-		}, []string{"queue", "event", "outcome"}),
-		routed: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Namespace: namespace, Name: "routed_messages_total",
-			Help: "Messages routed away from a logical queue: route=retry (dead-lettered to {q}-retry) or route=error (copied to {q}-error).",
-		}, []string{"queue", "route"}),
-		leftover: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Namespace: namespace, Name: "leftover_drain_messages_total",
-			Help: "Messages the Leftover Drain took from a broker that is not the active one, by queue and broker index.",
-		}, []string{"queue", "broker"}),
-		leftoverDown: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Namespace: namespace, Name: "leftover_drain_unreachable_total",
-			Help: "Leftover Drain visits that skipped a broker because it could not be reached (a warning, never a failed window).",
-		}, []string{"queue", "broker"}),
-		leftoverFail: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Namespace: namespace, Name: "leftover_drain_failures_total",
-			Help: "Leftover Drain visits that failed on a broker that could be reached (a refused declaration, a closed channel, another consumer on the queue): the window does not read the active broker past it while it holds messages.",
-		}, []string{"queue", "broker"}),
-		unannHeld: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Namespace: namespace, Name: "unannounced_held_total",
-			Help: "Leftover Drain visits that found messages the producer never announced on a broker and left them there for its notification.",
-		}, []string{"queue", "broker"}),
-		unannRead: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Namespace: namespace, Name: "unannounced_messages_total",
-			Help: "Messages taken from a broker the producer never announced, once UNNOTIFIED_BROKER_GRACE passed without its notification.",
-		}, []string{"queue", "broker"}),
-		drainChecks: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Namespace: namespace, Name: "drain_checks_total",
-			Help: "Drain checks of the active broker while a switch is pending, by broker index and result: drained, not_drained or unreachable.",
-		}, []string{"broker", "result"}),
-		switches: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Namespace: namespace, Name: "switches_total",
-			Help: "Switches committed: forced=\"false\" after a drain check found the old broker empty, forced=\"true\" by an operator.",
-		}, []string{"forced"}),
-		commitLag: prometheus.NewHistogram(prometheus.HistogramOpts{
-			Namespace: namespace, Name: "switch_commit_lag_seconds",
-			Help:    "From the drain check that found the old broker empty to the commit of the hop.",
-			Buckets: prometheus.ExponentialBuckets(0.005, 2, 14), // 5ms to 41s
-		}),
-		pendingFor: prometheus.NewHistogram(prometheus.HistogramOpts{
-			Namespace: namespace, Name: "switch_pending_seconds",
-			Help:    "How long a Pending Switch waited, from its recording to the commit of a hop: the time the producer's new broker went unread.",
-			Buckets: []float64{1, 5, 15, 30, 60, 120, 300, 600, 1200, 1800, 3600, 7200, 14400, 43200},
-		}),
-		windows: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Namespace: namespace, Name: "consumer_window_seconds",
-			Help:    "Length of consumer windows on the active broker, by queue and how they ended: elapsed, cancelled (a committed switch or a stop) or failed.",
-			Buckets: []float64{0.5, 1, 5, 15, 30, 60, 120, 300, 600, 1200, 3600},
-		}, []string{"queue", "end"}),
-		reconnects: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Namespace: namespace, Name: "amqp_reconnects_total",
-			Help: "AMQP connections opened to a broker after its first one: a redial after the connection was lost.",
-		}, []string{"broker"}),
-		dialFailures: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Namespace: namespace, Name: "amqp_dial_failures_total",
-			Help: "Failed attempts to connect to a broker.",
-		}, []string{"broker"}),
-		connsLost: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Namespace: namespace, Name: "amqp_connections_lost_total",
-			Help: "AMQP connections that the broker or the network closed.",
-		}, []string{"broker"}),
-		blocked: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Namespace: namespace, Name: "amqp_blocked",
-			Help: "1 while a broker has blocked this process's connection (connection.blocked: a memory or disk alarm), so publishes wait; else 0.",
-		}, []string{"broker"}),
-		quorumRisk: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Namespace: namespace, Name: "quorum_queue_risk",
-			Help: "1 while the last declaration of a producer's quorum queue found it can lose order (risk=delivery_limit: it dead-letters a message redelivered too often, behind the ones after it) or messages (risk=at_most_once: at-most-once dead-lettering); else 0.",
-		}, []string{"broker", "queue", "risk"}),
-		delivLimited: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Namespace: namespace, Name: "delivery_limit_returns_total",
-			Help: "Deliveries handled that a quorum queue had dead-lettered for its x-delivery-limit: they came back through {q}-retry behind messages published after them.",
-		}, []string{"queue"}),
-		pingFailures: prometheus.NewCounter(prometheus.CounterOpts{
-			Namespace: namespace, Name: "healthchecks_ping_failures_total",
-			Help: "HealthChecks pings that could not be delivered (the check then reports late, not failed).",
-		}),
-		idReused: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Namespace: namespace, Name: "delivery_id_reused_total",
-			Help: "Deliveries whose id the ledger holds with a different payload hash: rejected to {q}-error, not acknowledged as duplicates.",
-		}, []string{"queue"}),
-		clockFallback: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Namespace: namespace, Name: "clock_fallbacks_total",
-			Help: "Applied events whose entity clock was missing, unparseable or in the future (past now + NOTIFICATION_MAX_CLOCK_SKEW), by typed table and reason: their row followed queue order.",
-		}, []string{"table", "reason"}),
-		leaseLost: prometheus.NewCounter(prometheus.CounterOpts{
-			Namespace: namespace, Name: "worker_lease_lost_total",
-			Help: "Times this worker could not renew its lease in time (Postgres or Temporal out of reach) and stopped its windows.",
-		}),
-		leaseReaped: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Namespace: namespace, Name: "worker_lease_reaped_total",
-			Help: "Activity attempts of a worker whose lease expired that this worker failed, so that Temporal retried them on a live worker, by activity.",
-		}, []string{"activity"}),
-		unreadable: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Namespace: namespace, Name: "unreadable_messages_total",
-			Help: "Consumer connections cut by a message whose headers the AMQP client refuses, by queue and outcome: moved (the message was copied to {q}-error unread) or not_found (no such message was found at the head; the queue may be stuck).",
-		}, []string{"queue", "outcome"}),
-		oversize: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Namespace: namespace, Name: "oversize_messages_total",
-			Help: "Messages whose body is larger than MAX_MESSAGE_BYTES, which no consumer holds, by queue and outcome: moved (streamed to {q}-error unread) or not_moved (not at the head any more, or the move failed; the next window tries again).",
-		}, []string{"queue", "outcome"}),
-	}
-	m.ledger = newLedgerGauges()
+	m := &Metrics{gatherer: reg, registerer: reg, ledger: newLedgerGauges()}
 	reg.MustRegister(m.ledger.collectors()...)
-	reg.MustRegister(m.events, m.routed, m.leftover, m.leftoverDown, m.leftoverFail, m.unannHeld, m.unannRead, m.drainChecks, m.switches,
-		m.commitLag, m.pendingFor, m.windows, m.reconnects, m.dialFailures, m.connsLost, m.blocked, m.pingFailures,
-		m.idReused, m.clockFallback, m.leaseLost, m.leaseReaped, m.quorumRisk, m.delivLimited, m.unreadable, m.oversize)
+	reg.MustRegister(m.messageCollectors()...)
+	reg.MustRegister(m.leftoverCollectors()...)
+	reg.MustRegister(m.switchCollectors()...)
+	reg.MustRegister(m.brokerCollectors()...)
+	reg.MustRegister(m.workerCollectors()...)
 	return m
+}
+
+// counterVec is a counter of the service's namespace, by labels.
+func counterVec(name, help string, labels ...string) *prometheus.CounterVec {
+	return prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: namespace, Name: name, Help: help}, labels)
+}
+
+// gaugeVec is a gauge of the service's namespace, by labels.
+func gaugeVec(name, help string, labels ...string) *prometheus.GaugeVec {
+	return prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: namespace, Name: name, Help: help}, labels)
+}
+
+// messageCollectors builds the collectors of what became of the deliveries: their outcome,
+// their route, and what about them needs an eye. Each is also set in m.
+func (m *Metrics) messageCollectors() []prometheus.Collector {
+	m.events = counterVec("events_total",
+		"Deliveries handled, by logical queue, GitHub event type (\"other\" outside the known set) and outcome: applied, ignored, duplicate, retried or rejected.",
+		"queue", "event", "outcome")
+	m.routed = counterVec("routed_messages_total",
+		"Messages routed away from a logical queue: route=retry (dead-lettered to {q}-retry) or route=error (copied to {q}-error).",
+		"queue", "route")
+	m.idReused = counterVec("delivery_id_reused_total",
+		"Deliveries whose id the ledger holds with a different payload hash: rejected to {q}-error, not acknowledged as duplicates.",
+		"queue")
+	m.clockFallback = counterVec("clock_fallbacks_total",
+		"Applied events whose entity clock was missing, unparseable or in the future (past now + NOTIFICATION_MAX_CLOCK_SKEW), by typed table and reason: their row followed queue order.",
+		"table", "reason")
+	m.delivLimited = counterVec("delivery_limit_returns_total",
+		"Deliveries handled that a quorum queue had dead-lettered for its x-delivery-limit: they came back through {q}-retry behind messages published after them.",
+		"queue")
+	m.unreadable = counterVec("unreadable_messages_total",
+		"Consumer connections cut by a message whose headers the AMQP client refuses, by queue and outcome: moved (the message was copied to {q}-error unread) or not_found (no such message was found at the head; the queue may be stuck).",
+		"queue", "outcome")
+	m.oversize = counterVec("oversize_messages_total",
+		"Messages whose body is larger than MAX_MESSAGE_BYTES, which no consumer holds, by queue and outcome: moved (streamed to {q}-error unread) or not_moved (not at the head any more, or the move failed; the next window tries again).",
+		"queue", "outcome")
+	return []prometheus.Collector{m.events, m.routed, m.idReused, m.clockFallback, m.delivLimited, m.unreadable, m.oversize}
+}
+
+// leftoverCollectors builds the collectors of the Leftover Drain and of the brokers the
+// producer never announced. Each is also set in m.
+func (m *Metrics) leftoverCollectors() []prometheus.Collector {
+	m.leftover = counterVec("leftover_drain_messages_total",
+		"Messages the Leftover Drain took from a broker that is not the active one, by queue and broker index.",
+		"queue", "broker")
+	m.leftoverDown = counterVec("leftover_drain_unreachable_total",
+		"Leftover Drain visits that skipped a broker because it could not be reached (a warning, never a failed window).",
+		"queue", "broker")
+	m.leftoverFail = counterVec("leftover_drain_failures_total",
+		"Leftover Drain visits that failed on a broker that could be reached (a refused declaration, a closed channel, another consumer on the queue): the window does not read the active broker past it while it holds messages.",
+		"queue", "broker")
+	m.unannHeld = counterVec("unannounced_held_total",
+		"Leftover Drain visits that found messages the producer never announced on a broker and left them there for its notification.",
+		"queue", "broker")
+	m.unannRead = counterVec("unannounced_messages_total",
+		"Messages taken from a broker the producer never announced, once UNNOTIFIED_BROKER_GRACE passed without its notification.",
+		"queue", "broker")
+	return []prometheus.Collector{m.leftover, m.leftoverDown, m.leftoverFail, m.unannHeld, m.unannRead}
+}
+
+// switchCollectors builds the collectors of switches and consumer windows. Each is also set in m.
+func (m *Metrics) switchCollectors() []prometheus.Collector {
+	m.drainChecks = counterVec("drain_checks_total",
+		"Drain checks of the active broker while a switch is pending, by broker index and result: drained, not_drained or unreachable.",
+		"broker", "result")
+	m.switches = counterVec("switches_total",
+		"Switches committed: forced=\"false\" after a drain check found the old broker empty, forced=\"true\" by an operator.",
+		"forced")
+	m.commitLag = prometheus.NewHistogram(prometheus.HistogramOpts{
+		Namespace: namespace, Name: "switch_commit_lag_seconds",
+		Help:    "From the drain check that found the old broker empty to the commit of the hop.",
+		Buckets: prometheus.ExponentialBuckets(0.005, 2, 14), // 5ms to 41s
+	})
+	m.pendingFor = prometheus.NewHistogram(prometheus.HistogramOpts{
+		Namespace: namespace, Name: "switch_pending_seconds",
+		Help:    "How long a Pending Switch waited, from its recording to the commit of a hop: the time the producer's new broker went unread.",
+		Buckets: []float64{1, 5, 15, 30, 60, 120, 300, 600, 1200, 1800, 3600, 7200, 14400, 43200},
+	})
+	m.windows = prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Namespace: namespace, Name: "consumer_window_seconds",
+		Help:    "Length of consumer windows on the active broker, by queue and how they ended: elapsed, cancelled (a committed switch or a stop) or failed.",
+		Buckets: []float64{0.5, 1, 5, 15, 30, 60, 120, 300, 600, 1200, 3600},
+	}, []string{"queue", "end"})
+	return []prometheus.Collector{m.drainChecks, m.switches, m.commitLag, m.pendingFor, m.windows}
+}
+
+// brokerCollectors builds the collectors of the AMQP connections and the producers' queues. Each is also set in m.
+func (m *Metrics) brokerCollectors() []prometheus.Collector {
+	m.reconnects = counterVec("amqp_reconnects_total",
+		"AMQP connections opened to a broker after its first one: a redial after the connection was lost.",
+		"broker")
+	m.dialFailures = counterVec("amqp_dial_failures_total",
+		"Failed attempts to connect to a broker.",
+		"broker")
+	m.connsLost = counterVec("amqp_connections_lost_total",
+		"AMQP connections that the broker or the network closed.",
+		"broker")
+	m.blocked = gaugeVec("amqp_blocked",
+		"1 while a broker has blocked this process's connection (connection.blocked: a memory or disk alarm), so publishes wait; else 0.",
+		"broker")
+	m.quorumRisk = gaugeVec("quorum_queue_risk",
+		"1 while the last declaration of a producer's quorum queue found it can lose order (risk=delivery_limit: it dead-letters a message redelivered too often, behind the ones after it) or messages (risk=at_most_once: at-most-once dead-lettering); else 0.",
+		"broker", "queue", "risk")
+	return []prometheus.Collector{m.reconnects, m.dialFailures, m.connsLost, m.blocked, m.quorumRisk}
+}
+
+// workerCollectors builds the collectors of this worker's lease and its HealthChecks pings. Each is also set in m.
+func (m *Metrics) workerCollectors() []prometheus.Collector {
+	m.pingFailures = prometheus.NewCounter(prometheus.CounterOpts{
+		Namespace: namespace, Name: "healthchecks_ping_failures_total",
+		Help: "HealthChecks pings that could not be delivered (the check then reports late, not failed).",
+	})
+	m.leaseLost = prometheus.NewCounter(prometheus.CounterOpts{
+		Namespace: namespace, Name: "worker_lease_lost_total",
+		Help: "Times this worker could not renew its lease in time (Postgres or Temporal out of reach) and stopped its windows.",
+	})
+	m.leaseReaped = counterVec("worker_lease_reaped_total",
+		"Activity attempts of a worker whose lease expired that this worker failed, so that Temporal retried them on a live worker, by activity.",
+		"activity")
+	return []prometheus.Collector{m.pingFailures, m.leaseLost, m.leaseReaped}
 }
 
 // LeaseLost counts a lease this worker gave up because it could not renew it in time.

@@ -34,16 +34,3 @@ func Migrate(ctx context.Context, db *sql.DB) error {
 	}
 	return nil
 }
-
-// MigrationFiles lists the embedded migration file names, in order.
-func MigrationFiles() ([]string, error) {
-	entries, err := fs.ReadDir(migrations, "migrations")
-	if err != nil {
-		return nil, fmt.Errorf("migrations: %w", err)
-	}
-	names := make([]string, 0, len(entries))
-	for _, e := range entries {
-		names = append(names, e.Name())
-	}
-	return names, nil
-}

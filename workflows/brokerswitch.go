@@ -252,12 +252,12 @@ func (r *switchRun) continueAsNew(ctx workflow.Context) error {
 
 // runLocal runs one state activity of the BrokerSwitch workflow, named in the Web UI by
 // summary, as a local activity: each is a short read or transaction, run inside the
-// workflow task that needs it. As activity tasks, an order cost a chain of round trips
-// through Temporal, each waiting for a poller of a busy worker: a cancel that arrived
-// while a notification was being recorded was answered four workflow tasks and three
-// activity tasks later, on a loaded machine past the API's 45 s.
-// Now an order is accepted and answered in one workflow task. The idle watch
-// (WaitForChange), which runs for up to an hour, stays an activity task.
+// workflow task that needs it, so that an order is accepted and answered in one workflow
+// task. As activity tasks, an order would cost a chain of round trips through Temporal,
+// each waiting for a poller of a busy worker: a cancel that arrives while a notification
+// is being recorded would be answered four workflow tasks and three activity tasks later,
+// on a loaded machine past the API's 45 s. The idle watch (WaitForChange), which runs for
+// up to an hour, stays an activity task.
 //
 // activity is a method of a nil *activities.Switch, as everywhere in this package: it
 // only names the activity, and the worker runs the one it registered.

@@ -88,10 +88,16 @@ func run(ctx context.Context, args []string, getenv config.Getenv, stdout, stder
 		if len(args) > 1 {
 			return fmt.Errorf("%s takes no arguments (configuration comes from the environment), got %q", args[0], args[1:])
 		}
+		return runConfigured(ctx, args[0], getenv, stderr)
 	default:
 		fmt.Fprint(stderr, usage)
 		return fmt.Errorf("unknown command %q", args[0])
 	}
+}
+
+// runConfigured runs command, one of those that read their configuration from the
+// environment: migrate, worker, api or serve.
+func runConfigured(ctx context.Context, command string, getenv config.Getenv, stderr io.Writer) error {
 	cfg, err := config.FromEnv(getenv)
 	if err != nil {
 		return err
@@ -106,49 +112,64 @@ func run(ctx context.Context, args []string, getenv config.Getenv, stdout, stder
 		logger.WarnContext(ctx, "broker reached by plain amqp:// on a host that is not loopback: its password and messages cross the network unencrypted; use amqps://",
 			"broker", ep, "variable", "RABBITMQ_CONNECTION_STRINGS")
 	}
-	switch args[0] {
+	var serve func(context.Context, config.Config, *slog.Logger, services) error
+	switch command {
 	case "migrate":
 		return migrate(ctx, cfg)
 	case "worker":
-		return withServices(ctx, cfg, logger, func(ctx context.Context, s services) error {
-			if err := brokerstate.NewStore(s.db, cfg.Brokers).RecordBrokerList(ctx); err != nil {
-				return err
-			}
-			g, ctx := errgroup.WithContext(ctx)
-			g.Go(func() error { return worker.Run(ctx, s.workerDeps(cfg, logger)) })
-			g.Go(func() error { return s.metrics.Serve(ctx, cfg.MetricsAddr, logger, s.readiness(cfg, logger)) })
-			return g.Wait()
-		})
+		serve = serveWorker
 	case "api":
 		if err := cfg.ValidateAPIAuth(); err != nil {
 			return err
 		}
-		return withServices(ctx, cfg, logger, func(ctx context.Context, s services) error {
-			if err := brokerstate.NewStore(s.db, cfg.Brokers).CheckBrokerList(ctx); err != nil {
-				return fmt.Errorf("RABBITMQ_CONNECTION_STRINGS: %w (keep the API's list in the order of the workers' Secret, or restart the workers first after a change)", err)
-			}
-			g, ctx := errgroup.WithContext(ctx)
-			g.Go(func() error { return api.Serve(ctx, s.apiDeps(cfg, logger)) })
-			// The API's probes stay on HTTP_ADDR, where they test the port that serves it.
-			g.Go(func() error { return s.metrics.Serve(ctx, cfg.MetricsAddr, logger, nil) })
-			return g.Wait()
-		})
+		serve = serveAPI
 	case "serve":
 		if err := cfg.ValidateAPIAuth(); err != nil {
 			return err
 		}
-		return withServices(ctx, cfg, logger, func(ctx context.Context, s services) error {
-			if err := brokerstate.NewStore(s.db, cfg.Brokers).RecordBrokerList(ctx); err != nil {
-				return err
-			}
-			g, ctx := errgroup.WithContext(ctx)
-			g.Go(func() error { return worker.Run(ctx, s.workerDeps(cfg, logger)) })
-			g.Go(func() error { return api.Serve(ctx, s.apiDeps(cfg, logger)) })
-			g.Go(func() error { return s.metrics.Serve(ctx, cfg.MetricsAddr, logger, s.readiness(cfg, logger)) })
-			return g.Wait()
-		})
+		serve = serveBoth
+	default:
+		return fmt.Errorf("unknown command %q", command) // unreachable: run checks the commands
 	}
-	return fmt.Errorf("unknown command %q", args[0]) // unreachable: the commands are checked above
+	return withServices(ctx, cfg, logger, func(ctx context.Context, s services) error {
+		return serve(ctx, cfg, logger, s)
+	})
+}
+
+// serveWorker runs the worker, and its metrics and probes on METRICS_ADDR.
+func serveWorker(ctx context.Context, cfg config.Config, logger *slog.Logger, s services) error {
+	if err := brokerstate.NewStore(s.db, cfg.Brokers).RecordBrokerList(ctx); err != nil {
+		return err
+	}
+	g, ctx := errgroup.WithContext(ctx)
+	g.Go(func() error { return worker.Run(ctx, s.workerDeps(cfg, logger)) })
+	g.Go(func() error { return s.metrics.Serve(ctx, cfg.MetricsAddr, logger, s.readiness(cfg, logger)) })
+	return g.Wait()
+}
+
+// serveAPI runs the API, and its metrics on METRICS_ADDR.
+func serveAPI(ctx context.Context, cfg config.Config, logger *slog.Logger, s services) error {
+	if err := brokerstate.NewStore(s.db, cfg.Brokers).CheckBrokerList(ctx); err != nil {
+		return fmt.Errorf("RABBITMQ_CONNECTION_STRINGS: %w (keep the API's list in the order of the workers' Secret, or restart the workers first after a change)", err)
+	}
+	g, ctx := errgroup.WithContext(ctx)
+	g.Go(func() error { return api.Serve(ctx, s.apiDeps(cfg, logger)) })
+	// The API's probes stay on HTTP_ADDR, where they test the port that serves it.
+	g.Go(func() error { return s.metrics.Serve(ctx, cfg.MetricsAddr, logger, nil) })
+	return g.Wait()
+}
+
+// serveBoth runs the worker and the API in one process, and their metrics and the
+// worker's probes on METRICS_ADDR.
+func serveBoth(ctx context.Context, cfg config.Config, logger *slog.Logger, s services) error {
+	if err := brokerstate.NewStore(s.db, cfg.Brokers).RecordBrokerList(ctx); err != nil {
+		return err
+	}
+	g, ctx := errgroup.WithContext(ctx)
+	g.Go(func() error { return worker.Run(ctx, s.workerDeps(cfg, logger)) })
+	g.Go(func() error { return api.Serve(ctx, s.apiDeps(cfg, logger)) })
+	g.Go(func() error { return s.metrics.Serve(ctx, cfg.MetricsAddr, logger, s.readiness(cfg, logger)) })
+	return g.Wait()
 }
 
 // memoryLimit is the Go runtime's soft memory limit for MEMORY_LIMIT,

@@ -32,3 +32,13 @@ func NewDB(t testenv.T) (*gorm.DB, string) {
 	}
 	return db, dsn
 }
+
+// GitHubTables are the tables written from GitHub's events: the ledger first, then the
+// typed tables in the order their rows refer to one another least.
+func GitHubTables() []string {
+	return []string{
+		models.Delivery{}.TableName(), models.PullRequest{}.TableName(), models.Issue{}.TableName(),
+		models.Comment{}.TableName(), models.Push{}.TableName(), models.Branch{}.TableName(),
+		models.Installation{}.TableName(), models.Repository{}.TableName(), models.User{}.TableName(),
+	}
+}
