@@ -122,7 +122,7 @@ func (m *marked) force(t *testing.T, index int) {
 
 func (m *marked) publish(t *testing.T, index int) {
 	t.Helper()
-	require.NoError(t, channel(t, m.urls[index]).Publish("", "issues", false, false, amqp.Publishing{Body: []byte("{}")}))
+	publishOne(t, channel(t, m.urls[index]), "issues")
 }
 
 // On B the operator forces A; a drain takes what the producer left on B and sees it
