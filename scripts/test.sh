@@ -1,13 +1,15 @@
 #!/usr/bin/env bash
 # The tests of `make test` (all) and of `make test-rabbitmq4` (rabbitmq4), on 2 cores: what
-# shares nothing runs side by side, in two lanes (and, for all, the alert rules' tests).
+# shares nothing runs side by side, in two lanes.
 #   e2e lane:      e2e on 3.10, then the 4.0 e2e runs, classic then quorum. The e2e runs
 #                  never overlap one another: their serial tests assert timings.
 #   packages lane: every other package on 3.10, then broker and errorqueue on 4.0, classic
 #                  and quorum side by side (each test has a vhost of its own, nothing is
-#                  broker-wide), then the quorum activities tests.
+#                  broker-wide), then the quorum activities tests, then (all) the alert
+#                  rules' tests.
 # e2e is the long pole and mostly waits (windows, grace periods, worker processes); the
-# packages lane, which mostly computes under -race, fits beside it. Every step runs to its
+# packages lane, which mostly computes under -race, fits beside it (measured: e2e lane
+# 642 s, packages lane 250 s; docs/development.md, "Where CI's time goes"). Every step runs to its
 # end whatever another did; the script fails when any failed. Each step's output is
 # printed whole when its lane ends (scripts/jobs.sh).
 #   scripts/test.sh all|rabbitmq4
@@ -62,6 +64,12 @@ packages_lane() {
 	start rabbitmq4-quorum r4 quorum gotest "${RABBITMQ4_PACKAGES[@]}"
 	finish_all || rc=1
 	step rabbitmq4-activities-quorum r4 quorum gotest -run "$RABBITMQ4_QUORUM_ACTIVITIES" ./activities/ || rc=1
+	if [ "$1" = all ]; then
+		# promtool's unit tests of the alert rules. On a fresh clone promtool builds here
+		# (minutes of both cores): after the packages, beside e2e's parallel tests, which
+		# mostly wait, rather than beside its serial ones, which assert timings.
+		step alerts "${MAKE:-make}" --no-print-directory test-alerts || rc=1
+	fi
 	return "$rc"
 }
 
@@ -75,9 +83,4 @@ esac
 "$GO" build -race -tags integration ./...
 start e2e-lane e2e_lane "$mode"
 start packages-lane packages_lane "$mode"
-if [ "$mode" = all ]; then
-	# promtool's unit tests of the alert rules; on a fresh clone promtool builds here
-	# (several minutes), beside tests that mostly wait.
-	start alerts "${MAKE:-make}" --no-print-directory test-alerts
-fi
 finish_all
