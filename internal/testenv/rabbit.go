@@ -25,7 +25,7 @@ const defaultRabbitAddr = "127.0.0.1:5672"
 
 // defaultRabbitAPI is the local 3.10's management API, which scripts/services.sh enables.
 // NewVhost uses it when it answers: a request, where each rabbitmqctl boots an Erlang VM
-// (about 0.9 s and half a CPU-second), three times a vhost, some 250 vhosts a make test.
+// (about 0.9 s and half a CPU-second), three times a vhost, some 230 vhosts a make test.
 const defaultRabbitAPI = "http://127.0.0.1:15672"
 
 // RabbitEnv names another RabbitMQ for the tests: the URL of its management API, with
