@@ -30,43 +30,17 @@ help:
 dev: build temporal-cli services
 	scripts/dev.sh
 
-## test: unit and integration tests against real Postgres, RabbitMQ 3.10 and a Temporal dev server, the alert rules' tests, then test-rabbitmq4
-test: temporal-cli services test-alerts
+## test: unit and integration tests against real Postgres, RabbitMQ 3.10 and a Temporal dev server, the alert rules' tests, and test-rabbitmq4's pass, side by side (scripts/test.sh)
+test: temporal-cli services rabbitmq4
 	$(GO) vet -tags integration ./...
-	$(GO) test -tags integration -race -count=1 -timeout 20m ./...
-	$(MAKE) test-rabbitmq4
+	GO=$(GO) MAKE=$(MAKE) RABBITMQ4_API=$(RABBITMQ4_API) scripts/test.sh all
 
-# The RabbitMQ 4.0 pass: the packages (broker; errorqueue, whose lists must never bring a
-# quorum queue's message to 4.0's default delivery limit) and scenarios that depend on the broker's version
-# and queue type (switch, double rotation, two workers, reversed notifications, rolling
-# restart, a start with the other type, a killed worker's take-over, a straggler on a
-# spare), each with classic and with quorum queues. Not
-# ./ingest/: its tests hand deliveries to the Ingester in memory and never dial a broker,
-# so a second and third run would test nothing new (and took 7 of the pass's 12 minutes).
-RABBITMQ4_API      ?= http://127.0.0.1:15673
-RABBITMQ4_PACKAGES := ./broker/ ./errorqueue/
-RABBITMQ4_E2E      := ^(TestScenario02RotationWithABacklog|TestScenario05DoubleRotationHopByHop|TestScenario13TwoWorkerProcesses|TestScenario13bTwoWorkersOnAProducersQuorumQueues|TestScenario14ReversedNotificationsKeepTheMiddleBroker|TestARollingRestartOfTwoWorkersLosesNothing|TestAStartAgainstQueuesOfTheOtherTypeFails|TestAKilledWorkersQueuesAreTakenOverWithinSeconds|TestAStragglerOnASpareIsAppliedWithinAMinute)$$
-# On quorum queues only, where deliveries come back and consumers go in the queue's own
-# time: the forced switch with a backlog, a force with a hop out and a return, the
-# un-notified hold, the window and the Leftover Drain cut off from Temporal, and the
-# Leftover Drain's tests against real marks.
-RABBITMQ4_QUORUM_E2E := ^(TestScenario07ForcedSwitchMidDrainAndCancel|TestScenario20AForceAHopOutAndAReturn|TestScenario18aPublishBeforeANotificationLateBySeconds|TestScenario18cPublishWithoutANotification|TestAWindowCutOffFromTemporalGivesItsBatchBack|TestALeftoverDrainCutOffFromTemporalGivesItsBatchBack)$$
-RABBITMQ4_QUORUM_ACTIVITIES := ^(TestASpareAheadWaitsForTheActiveBacklog|TestASpareAheadWaitsForTheActiveBrokersUnacknowledgedBacklog|TestAReturnToASpareSeenEmptyAfterTheProducerLeftWaits|TestWhatAForcedBrokerHoldsWhenWeLeaveItIsAStraggler)$$
+# The RabbitMQ 4.0 pass: what it runs, and why, is in scripts/test.sh.
+RABBITMQ4_API ?= http://127.0.0.1:15673
 
-# The broker package's classic and quorum runs go side by side (each test has a vhost of
-# its own, nothing is broker-wide; alone, each takes about 100 s), and so do the quorum
-# activities and the quorum e2e run, which mostly wait; the two e2e runs, whose serial
-# tests assert timings, do not overlap each other.
 ## test-rabbitmq4: broker and the switch and order e2e scenarios against RabbitMQ 4.0 (scripts/rabbitmq4.sh), with classic and with quorum queues
 test-rabbitmq4: temporal-cli services rabbitmq4
-	r4() { type=$$1; shift; BROKERSWITCH_TEST_RABBITMQ=$(RABBITMQ4_API) BROKERSWITCH_TEST_QUEUE_TYPE=$$type "$$@"; }; \
-	r4 classic $(GO) test -tags integration -race -count=1 -timeout 20m $(RABBITMQ4_PACKAGES) & classic=$$!; \
-	r4 quorum $(GO) test -tags integration -race -count=1 -timeout 20m $(RABBITMQ4_PACKAGES) & quorum=$$!; \
-	wait $$classic; c=$$?; wait $$quorum; q=$$?; [ $$c = 0 ] && [ $$q = 0 ] || exit 1; \
-	r4 classic $(GO) test -tags integration -race -count=1 -timeout 20m -run '$(RABBITMQ4_E2E)' ./e2e/ || exit 1; \
-	r4 quorum $(GO) test -tags integration -race -count=1 -timeout 10m -run '$(RABBITMQ4_QUORUM_ACTIVITIES)' ./activities/ & acts=$$!; \
-	r4 quorum $(GO) test -tags integration -race -count=1 -timeout 20m -run '$(RABBITMQ4_E2E)|$(RABBITMQ4_QUORUM_E2E)' ./e2e/; e=$$?; \
-	wait $$acts; a=$$?; [ $$e = 0 ] && [ $$a = 0 ]
+	GO=$(GO) RABBITMQ4_API=$(RABBITMQ4_API) scripts/test.sh rabbitmq4
 
 ## rabbitmq4: install (first time only, about 2 minutes) and start RabbitMQ 4.0 beside 3.10: node rabbit4@localhost, AMQP 5673, management 15673
 rabbitmq4:

@@ -7,7 +7,7 @@ log=$1 rc=$2 secs=$3
 
 echo
 echo "=== ci summary: exit $rc after $((secs / 60))m$((secs % 60))s; whole log: $log"
-grep -E '^ci: ' "$log" | grep -v '^ci: log ' || true
+grep -E '^(ci|test): ' "$log" | grep -v '^ci: log ' || true
 # Each go test run of a package ends in "ok <pkg>" or "FAIL <pkg>": the closing count.
 passed=$(grep -cE '^ok[[:space:]]+[^[:space:]]+[[:space:]]' "$log" || true)
 failed=$(grep -cE '^FAIL[[:space:]]+[^[:space:]]+[[:space:]]' "$log" || true)

@@ -23,6 +23,11 @@ import (
 // with rabbitmqctl.
 const defaultRabbitAddr = "127.0.0.1:5672"
 
+// defaultRabbitAPI is the local 3.10's management API, which scripts/services.sh enables.
+// NewVhost uses it when it answers: a request, where each rabbitmqctl boots an Erlang VM
+// (about 0.9 s and half a CPU-second), three times a vhost, some 230 vhosts a make test.
+const defaultRabbitAPI = "http://127.0.0.1:15672"
+
 // RabbitEnv names another RabbitMQ for the tests: the URL of its management API, with
 // guest/guest (scripts/rabbitmq4.sh's node: http://127.0.0.1:15673). Its AMQP listener is
 // read from the API. Unset, the tests use the local 3.10 through rabbitmqctl.
@@ -82,7 +87,7 @@ func NewVhost(t T) (amqpURL string) {
 	conn.Close()
 
 	vhost := "bs-test-" + strings.ToLower(rand.Text()[:10])
-	if api := os.Getenv(RabbitEnv); api != "" {
+	if api := vhostAPI(); api != "" {
 		manage(t, api, http.MethodPut, "/api/vhosts/"+url.PathEscape(vhost), struct{}{})
 		t.Cleanup(func() { manage(t, api, http.MethodDelete, "/api/vhosts/"+url.PathEscape(vhost), nil) })
 		manage(t, api, http.MethodPut, "/api/permissions/"+url.PathEscape(vhost)+"/guest",
@@ -177,6 +182,24 @@ func VhostOf(t T, amqpURL string) string {
 		t.Fatalf("parse AMQP URL: %v", err)
 	}
 	return v
+}
+
+// vhostAPI is the management API NewVhost makes vhosts through: RabbitEnv's, else the
+// local 3.10's when it listens, else none (rabbitmqctl).
+func vhostAPI() string {
+	if api := os.Getenv(RabbitEnv); api != "" {
+		return api
+	}
+	u, err := url.Parse(defaultRabbitAPI)
+	if err != nil {
+		return ""
+	}
+	conn, err := net.DialTimeout("tcp", u.Host, time.Second)
+	if err != nil {
+		return ""
+	}
+	conn.Close()
+	return defaultRabbitAPI
 }
 
 func rabbitmqctl(t T, args ...string) {
