@@ -8,10 +8,10 @@
 #                  broker-wide), then the quorum activities tests, then (all) the alert
 #                  rules' tests.
 # e2e is the long pole and mostly waits (windows, grace periods, worker processes); the
-# packages lane, which mostly computes under -race, fits beside it (measured: e2e lane
-# 642 s, packages lane 250 s; docs/development.md, "Where CI's time goes"). Every step runs to its
-# end whatever another did; the script fails when any failed. Each step's output is
-# printed whole when its lane ends (scripts/jobs.sh).
+# packages lane, which mostly computes under -race, fits beside it (measured: the e2e lane
+# about 640 s, the packages lane 190-240 s; docs/development.md, "Where CI's time goes").
+# Every step runs to its end whatever another did; the script fails when any failed. Each
+# step's output is printed whole when its lane ends (scripts/jobs.sh).
 #   scripts/test.sh all|rabbitmq4
 set -euo pipefail
 cd "$(dirname "$0")/.."
