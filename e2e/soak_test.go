@@ -758,8 +758,39 @@ func (r *soakRun) keep(dir string) {
 			fmt.Fprintf(&trails, "%s:\n  %s\n", q, strings.Join(r.s.windowTrail(q), "\n  "))
 		}
 		_ = os.WriteFile(filepath.Join(dir, "windows.txt"), []byte(trails.String()), 0o644)
+		_ = os.WriteFile(filepath.Join(dir, "pending.txt"), []byte(r.pendingActivities()), 0o644)
 	}
 	t.Logf("SOAK_KEEP: the failed schedule's logs and tables are in %s", dir)
+}
+
+// pendingActivities lists, for every long-running workflow, the activities Temporal shows
+// pending and which worker it last handed each to: a schedule that stood still shows an
+// attempt started on a worker that does not run it, or one no worker polls for.
+func (r *soakRun) pendingActivities() string {
+	ids := []string{workflows.BrokerSwitchWorkflowID}
+	for _, q := range r.s.Config.Queues {
+		ids = append(ids, workflows.QueueWindowWorkflowID(q))
+	}
+	var b strings.Builder
+	for _, id := range ids {
+		desc, err := r.s.Temporal.DescribeWorkflowExecution(context.Background(), id, "")
+		if err != nil {
+			fmt.Fprintf(&b, "%s: %v\n", id, err)
+			continue
+		}
+		fmt.Fprintf(&b, "%s (run %s):\n", id, desc.GetWorkflowExecutionInfo().GetExecution().GetRunId())
+		for _, pa := range desc.GetPendingActivities() {
+			worker := "?"
+			if w := r.workerOf(pa.GetLastWorkerIdentity()); w != nil {
+				worker = strconv.Itoa(w.num)
+			}
+			fmt.Fprintf(&b, "  %s %s %s attempt %d, last worker %s (%s), started %s, last failure %q\n",
+				pa.GetActivityId(), pa.GetActivityType().GetName(), pa.GetState(), pa.GetAttempt(), worker,
+				pa.GetLastWorkerIdentity(), pa.GetLastStartedTime().AsTime().UTC().Format("15:04:05.000"),
+				pa.GetLastFailure().GetMessage())
+		}
+	}
+	return b.String()
 }
 
 // supervise starts again a worker that exited on its own: a worker started while Temporal
