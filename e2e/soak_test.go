@@ -327,7 +327,13 @@ func playSchedule(t *testing.T, sc schedule, tally *soakTally) {
 	// Registered after the stack's cleanups, so run before them: the database and the
 	// logs are still there.
 	t.Cleanup(func() {
-		if dir := os.Getenv("SOAK_KEEP"); dir != "" && t.Failed() {
+		if !t.Failed() {
+			return
+		}
+		if r.dev.server != nil {
+			t.Logf("pending activities as the schedule failed:\n%s", r.pendingActivities())
+		}
+		if dir := os.Getenv("SOAK_KEEP"); dir != "" {
 			r.keep(filepath.Join(dir, fmt.Sprintf("seed-%d", sc.seed)))
 		}
 	})
