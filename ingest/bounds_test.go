@@ -1,6 +1,7 @@
 package ingest
 
 import (
+	"math"
 	"runtime"
 	"strings"
 	"testing"
@@ -57,15 +58,21 @@ func TestInvalidUTF8IsRefused(t *testing.T) {
 	assert.Contains(t, err.Error(), "body is not valid UTF-8 (first invalid byte at offset 40)")
 }
 
-// allocated returns the bytes allocated while decoding body.
+// allocated returns the bytes allocated while decoding body: the least of three decodes,
+// since TotalAlloc also counts what the process's other goroutines (the package's
+// descriptor watch, its connection pools) allocate meanwhile, and they only ever add.
 func allocated(t *testing.T, event string, body []byte) uint64 {
 	t.Helper()
-	var before, after runtime.MemStats
-	runtime.GC()
-	runtime.ReadMemStats(&before)
-	_, _ = decodeBody(event, body)
-	runtime.ReadMemStats(&after)
-	return after.TotalAlloc - before.TotalAlloc
+	least := uint64(math.MaxUint64)
+	for range 3 {
+		var before, after runtime.MemStats
+		runtime.GC()
+		runtime.ReadMemStats(&before)
+		_, _ = decodeBody(event, body)
+		runtime.ReadMemStats(&after)
+		least = min(least, after.TotalAlloc-before.TotalAlloc)
+	}
+	return least
 }
 
 // Decoding allocates a small multiple of the body, whatever its shape: a list of empty
