@@ -39,6 +39,13 @@ func TestAClientRetryingThroughASilentLinkLeavesNothingOpen(t *testing.T) {
 			if err := answer(5 * time.Second); err != nil {
 				t.Fatalf("%s does not answer through the proxy: %v", svc.name, err)
 			}
+			// That connection's close must have passed before the silence, which would
+			// hold it.
+			if err := WaitUntil(context.Background(), 10*time.Second, "the first connection closed", func() (bool, error) {
+				return proxyHolds(p) == 0, nil
+			}); err != nil {
+				t.Fatal(err)
+			}
 
 			p.Silence()
 			before := countDescriptors("self")
@@ -63,9 +70,7 @@ func TestAClientRetryingThroughASilentLinkLeavesNothingOpen(t *testing.T) {
 			waiting := make(chan error, 1)
 			go func() { waiting <- answer(30 * time.Second) }()
 			err = WaitUntil(context.Background(), 10*time.Second, "the waiting client to be accepted", func() (bool, error) {
-				p.mu.Lock()
-				defer p.mu.Unlock()
-				return len(p.conns) == 1, nil
+				return proxyHolds(p) == 1, nil
 			})
 			if err != nil {
 				t.Fatal(err)

@@ -74,9 +74,8 @@ func TestASilentLinkCarriesNoNewConnection(t *testing.T) {
 
 	// The one that gave up is let go; the one that waits is held, and nothing is dialed.
 	require.NoError(t, WaitUntil(context.Background(), 5*time.Second, "the proxy to hold the waiting client alone", func() (bool, error) {
-		p.mu.Lock()
-		defer p.mu.Unlock()
-		return len(p.conns) == 1, fmt.Errorf("%d sockets", len(p.conns))
+		n := proxyHolds(p)
+		return n == 1, fmt.Errorf("%d sockets", n)
 	}))
 	select {
 	case c := <-accepted:
@@ -123,9 +122,8 @@ func TestACloseDuringSilenceReachesTheOtherSideOnlyOnSpeak(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, client.Close())
 	require.NoError(t, WaitUntil(context.Background(), 5*time.Second, "the client's side let go", func() (bool, error) {
-		p.mu.Lock()
-		defer p.mu.Unlock()
-		return len(p.conns) == 1, fmt.Errorf("%d sockets", len(p.conns))
+		n := proxyHolds(p)
+		return n == 1, fmt.Errorf("%d sockets", n)
 	}))
 	require.NoError(t, s.SetReadDeadline(time.Now().Add(300*time.Millisecond)))
 	_, err = s.Read(make([]byte, 1))
@@ -136,6 +134,13 @@ func TestACloseDuringSilenceReachesTheOtherSideOnlyOnSpeak(t *testing.T) {
 	got, err := io.ReadAll(s)
 	require.NoError(t, err, "the close arrives after the held bytes")
 	require.Equal(t, "bye", string(got))
+}
+
+// proxyHolds is how many sockets p holds.
+func proxyHolds(p *Proxy) int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return len(p.conns)
 }
 
 // acceptingTarget listens on a loopback port until the test ends and hands over every
