@@ -6,9 +6,12 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net"
 	"os"
+	"slices"
 	"sync"
+	"syscall"
 	"time"
 )
 
@@ -27,10 +30,15 @@ type Proxy struct {
 	mu       sync.Mutex
 	listener net.Listener
 	stopDial context.CancelFunc // ends the dials of the clients listener accepted
-	conns    map[net.Conn]struct{}
+	// conns are the sockets the proxy holds, both sides of every connection, each with
+	// its inode, by which a description of the process's descriptors names the proxy.
+	conns map[net.Conn]uint64
 	// quiet is open while the proxy is silent (Silence), closed by Speak or Cut; nil
-	// while it forwards.
-	quiet chan struct{}
+	// while it forwards. silentSince is when it went silent, and silentAccepts how
+	// many clients connected since.
+	quiet         chan struct{}
+	silentSince   time.Time
+	silentAccepts int
 }
 
 // NewProxy listens on a free loopback port and forwards to target until the test ends.
@@ -54,7 +62,7 @@ func ListenProxy(target string, copy Copy) (*Proxy, error) {
 	if copy == nil {
 		copy = func(dst, src net.Conn, _ bool) { _, _ = io.Copy(dst, src) }
 	}
-	p := &Proxy{target: target, addr: l.Addr().String(), copy: copy, conns: map[net.Conn]struct{}{}}
+	p := &Proxy{target: target, addr: l.Addr().String(), copy: copy, conns: map[net.Conn]uint64{}}
 	p.serve(l)
 	return p, nil
 }
@@ -78,6 +86,7 @@ func (p *Proxy) Silence() {
 	defer p.mu.Unlock()
 	if p.quiet == nil {
 		p.quiet = make(chan struct{})
+		p.silentSince, p.silentAccepts = time.Now(), 0
 	}
 }
 
@@ -111,6 +120,7 @@ func (p *Proxy) awaitSpeaking() {
 
 // Cut closes every connection and refuses new ones.
 func (p *Proxy) Cut() {
+	defer proxies.forget(p)
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.speak()
@@ -140,6 +150,7 @@ func (p *Proxy) serve(l net.Listener) {
 	p.mu.Lock()
 	p.listener, p.stopDial = l, stop
 	p.mu.Unlock()
+	proxies.add(p)
 	go func() {
 		for {
 			in, err := l.Accept()
@@ -186,13 +197,17 @@ func (p *Proxy) connect(ctx context.Context, l net.Listener, in net.Conn) {
 // track registers a connection unless the proxy was cut, or cut and restored, since l
 // accepted it; then it closes it.
 func (p *Proxy) track(l net.Listener, c net.Conn) bool {
+	ino := socketInode(c)
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.listener != l {
 		c.Close()
 		return false
 	}
-	p.conns[c] = struct{}{}
+	if p.quiet != nil && c.LocalAddr().String() == p.addr {
+		p.silentAccepts++
+	}
+	p.conns[c] = ino
 	return true
 }
 
@@ -336,6 +351,85 @@ type heardConn struct {
 }
 
 func (c heardConn) Read(b []byte) (int, error) { return c.r.Read(b) }
+
+// proxyRegistry is the proxies of the test process that listen, for a description of its
+// descriptors to name the sockets each holds (DescribeDescriptors): a proxy and the
+// watch that describes the process meet nowhere else, so this is the package's one
+// shared state.
+type proxyRegistry struct {
+	mu   sync.Mutex
+	live map[*Proxy]struct{}
+}
+
+var proxies = &proxyRegistry{live: map[*Proxy]struct{}{}}
+
+func (r *proxyRegistry) add(p *Proxy) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.live[p] = struct{}{}
+}
+
+func (r *proxyRegistry) forget(p *Proxy) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	delete(r.live, p)
+}
+
+// proxySocket is a socket a proxy holds: which proxy, and which side of a connection.
+type proxySocket struct{ proxy, side string }
+
+// sockets maps the inode of every socket a live proxy holds to what it is.
+func (r *proxyRegistry) sockets() map[uint64]proxySocket {
+	r.mu.Lock()
+	live := slices.Collect(maps.Keys(r.live))
+	r.mu.Unlock()
+	out := map[uint64]proxySocket{}
+	for _, p := range live {
+		p.describeSockets(out)
+	}
+	return out
+}
+
+// describeSockets adds the proxy's sockets to into, by inode: the proxy named by its
+// address and target and, while it is silent, since when and how many clients
+// connected since (a client that retries through it), and the side of each.
+func (p *Proxy) describeSockets(into map[uint64]proxySocket) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	name := fmt.Sprintf("proxy %s → %s", p.addr, p.target)
+	if p.quiet != nil {
+		name += fmt.Sprintf(", silent for %s, %d clients connected since",
+			time.Since(p.silentSince).Round(100*time.Millisecond), p.silentAccepts)
+	}
+	for c, ino := range p.conns {
+		side := "target's side"
+		if c.LocalAddr().String() == p.addr {
+			side = "client's side"
+		}
+		into[ino] = proxySocket{name, side}
+	}
+}
+
+// socketInode is the inode of c's socket, by which /proc/PID/fd names it
+// (socket:[inode]); 0 when it has none.
+func socketInode(c net.Conn) uint64 {
+	sc, ok := c.(syscall.Conn)
+	if !ok {
+		return 0
+	}
+	raw, err := sc.SyscallConn()
+	if err != nil {
+		return 0
+	}
+	var ino uint64
+	_ = raw.Control(func(fd uintptr) {
+		var st syscall.Stat_t
+		if syscall.Fstat(int(fd), &st) == nil {
+			ino = st.Ino
+		}
+	})
+	return ino
+}
 
 // SlowLargeFrames is a Copy that holds every read from the broker larger than 16 KiB (a
 // large payload) for delay, as a slow link does, and lets the rest through at once.
