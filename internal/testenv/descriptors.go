@@ -17,11 +17,12 @@ import (
 )
 
 // A test binary of this project opens a socket for every broker, database and Temporal
-// connection of every stack, and a proxy triples each: its two sockets, and a pipe pair
-// per direction that io.Copy splices through while the connection lasts. A burst that runs into the limit
-// (20,000 here) fails whichever test opens the next one, far from its cause, and may come
-// and go between two samples a second apart: the watch samples often, keeps the peak with
-// what made it up, and Run fails a package that leaves descriptors open after its tests.
+// connection of every stack, and a proxy doubles each: the client's side it accepted and
+// the target's side it dialed. A burst that runs into the limit (20,000 here) fails
+// whichever test opens the next one, far from its cause, and may come and go between two
+// samples a second apart: the watch samples often, keeps the peak with what made it up,
+// names the proxy that holds each proxied socket, and Run fails a package that leaves
+// descriptors open after its tests.
 
 // DescriptorWatch samples the descriptors of the test process and of its child
 // processes (workers, dev servers, rabbitmqctl) until Stop.
@@ -92,11 +93,12 @@ func (w *DescriptorWatch) run(every time.Duration) {
 // sample counts the process's descriptors, and its children's, keeping the peaks.
 func (w *DescriptorWatch) sample(children []int) {
 	n := countDescriptors("self")
-	pid, pidN := busiestOf(children)
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	w.checks++
 	now := time.Now()
+	// Described before the children are counted: a burst may be gone a few
+	// milliseconds later.
 	if w.peak.grew(n, now) {
 		w.peak.kinds = DescribeDescriptors("self")
 		if n >= descriptorAlarm {
@@ -104,6 +106,7 @@ func (w *DescriptorWatch) sample(children []int) {
 			fmt.Fprintf(os.Stderr, "testenv: %d descriptors at %s: %s\n", n, now.Format("15:04:05.000"), w.peak.kinds)
 		}
 	}
+	pid, pidN := busiestOf(children)
 	if w.child.grew(pidN, now) {
 		w.child.of, w.child.kinds = command(pid), DescribeDescriptors(strconv.Itoa(pid))
 	}
@@ -203,24 +206,47 @@ func command(pid int) string {
 }
 
 // DescribeDescriptors sorts the descriptors of process pid ("self" or a number) by kind,
-// most first: TCP sockets by the port they reach (to :5672), or are reached on (at
-// :41234: a listener or a proxy's accepted side) and their state, pipes, other sockets,
-// and files by folder.
+// most first: the sockets of each of this process's proxies, by the proxy (its address,
+// target and silence) with its sockets by side and state; other TCP sockets by the port
+// they reach (to :5672), or are reached on (at :41234: a listener) and their state, pipes,
+// other sockets, and files by folder.
 func DescribeDescriptors(pid string) string {
 	dir := "/proc/" + pid + "/fd"
 	entries, err := os.ReadDir(dir)
 	if err != nil {
 		return err.Error()
 	}
-	sockets := tcpSockets(pid)
+	// The links first, the slow tables after: a descriptor closed before its link was
+	// read is counted as such, so that a burst that came and went still shows.
 	links := map[string]int{}
+	gone := 0
 	for _, e := range entries {
 		if link, err := os.Readlink(filepath.Join(dir, e.Name())); err == nil {
 			links[link]++
+		} else {
+			gone++
 		}
 	}
+	sockets := tcpSockets(pid)
+	var proxied map[uint64]proxySocket
+	if pid == "self" {
+		proxied = proxies.sockets()
+	}
 	kinds := map[string]int{}
+	if gone > 0 {
+		kinds["closed before they were read"] = gone
+	}
+	parts := map[string]map[string]int{} // a proxy's sockets by side and state
 	for link, n := range links {
+		if ps, ok := proxied[linkInode(link)]; ok {
+			kind := "tcp of " + ps.proxy
+			kinds[kind] += n
+			if parts[kind] == nil {
+				parts[kind] = map[string]int{}
+			}
+			parts[kind][ps.side+" "+cmp.Or(sockets[linkInodeText(link)].state, "closed")] += n
+			continue
+		}
 		kind := descriptorKind(link, sockets)
 		if kind == "pipe" && n == 2 {
 			// Both ends here: a pipe of io.Copy's splice pool, not a child's output.
@@ -228,26 +254,53 @@ func DescribeDescriptors(pid string) string {
 		}
 		kinds[kind] += n
 	}
-	keys := slices.SortedFunc(maps.Keys(kinds), func(a, b string) int {
-		return cmp.Or(cmp.Compare(kinds[b], kinds[a]), cmp.Compare(a, b))
-	})
-	var parts []string
-	for i, k := range keys {
+	var out []string
+	for i, k := range mostFirst(kinds) {
 		if i == 8 {
-			parts = append(parts, fmt.Sprintf("%d more kinds", len(keys)-i))
+			out = append(out, fmt.Sprintf("%d more kinds", len(kinds)-i))
 			break
 		}
-		parts = append(parts, fmt.Sprintf("%d %s", kinds[k], k))
+		part := fmt.Sprintf("%d %s", kinds[k], k)
+		if sides := parts[k]; sides != nil {
+			var of []string
+			for _, side := range mostFirst(sides) {
+				of = append(of, fmt.Sprintf("%d %s", sides[side], side))
+			}
+			part += " (" + strings.Join(of, ", ") + ")"
+		}
+		out = append(out, part)
 	}
-	return strings.Join(parts, ", ")
+	return strings.Join(out, ", ")
+}
+
+// mostFirst are the keys of counts, the largest count first, then by name.
+func mostFirst(counts map[string]int) []string {
+	return slices.SortedFunc(maps.Keys(counts), func(a, b string) int {
+		return cmp.Or(cmp.Compare(counts[b], counts[a]), cmp.Compare(a, b))
+	})
+}
+
+// linkInodeText is the inode of a /proc/PID/fd link to a socket, "socket:[123]", as
+// written; "" for a link to anything else.
+func linkInodeText(link string) string {
+	if !strings.HasPrefix(link, "socket:[") {
+		return ""
+	}
+	return strings.TrimSuffix(strings.TrimPrefix(link, "socket:["), "]")
+}
+
+// linkInode is linkInodeText's number, 0 for a link to anything but a socket.
+func linkInode(link string) uint64 {
+	n, _ := strconv.ParseUint(linkInodeText(link), 10, 64)
+	return n
 }
 
 // descriptorKind names what one /proc/PID/fd link is.
-func descriptorKind(link string, sockets map[string]string) string {
+func descriptorKind(link string, sockets map[string]tcpSocket) string {
 	switch {
 	case strings.HasPrefix(link, "socket:["):
-		if kind, ok := sockets[strings.TrimSuffix(strings.TrimPrefix(link, "socket:["), "]")]; ok {
-			return kind
+		if s, ok := sockets[linkInodeText(link)]; ok {
+			return s.kind
 		}
 		return "other socket"
 	case strings.HasPrefix(link, "pipe:"):
@@ -259,8 +312,11 @@ func descriptorKind(link string, sockets map[string]string) string {
 	}
 }
 
+// tcpSocket is what /proc/PID/net/tcp says of one socket: its kind (tcpKind) and state.
+type tcpSocket struct{ kind, state string }
+
 // tcpSockets maps the inode of every TCP socket in pid's network namespace to its kind.
-func tcpSockets(pid string) map[string]string {
+func tcpSockets(pid string) map[string]tcpSocket {
 	type socket struct {
 		local, remote int
 		state         int64
@@ -283,9 +339,9 @@ func tcpSockets(pid string) map[string]string {
 			listening[s.local] = listening[s.local] || state == tcpListen
 		}
 	}
-	out := make(map[string]string, len(all))
+	out := make(map[string]tcpSocket, len(all))
 	for inode, s := range all {
-		out[inode] = tcpKind(s.local, s.remote, s.state, listening)
+		out[inode] = tcpSocket{tcpKind(s.local, s.remote, s.state, listening), stateName(s.state)}
 	}
 	return out
 }
@@ -294,10 +350,7 @@ func tcpSockets(pid string) map[string]string {
 // the listening one, or else the one that is not in the range of ports the kernel
 // gives outgoing connections.
 func tcpKind(local, remote int, state int64, listening map[int]bool) string {
-	name := "state?"
-	if states := strings.Fields(tcpStateNames); state > 0 && int(state) <= len(states) {
-		name = states[state-1]
-	}
+	name := stateName(state)
 	switch {
 	case state == tcpListen:
 		return fmt.Sprintf("tcp listening at :%d", local)
@@ -306,6 +359,14 @@ func tcpKind(local, remote int, state int64, listening map[int]bool) string {
 	default:
 		return fmt.Sprintf("tcp at :%d %s", local, name)
 	}
+}
+
+// stateName is the name of a /proc/net/tcp state.
+func stateName(state int64) string {
+	if states := strings.Fields(tcpStateNames); state > 0 && int(state) <= len(states) {
+		return states[state-1]
+	}
+	return "state?"
 }
 
 // ephemeralPorts is where Linux's default range of ports for outgoing connections begins

@@ -46,3 +46,65 @@ func TestDescriptorsNameTheirSource(t *testing.T) {
 		t.Errorf("the report does not name the burst's port %s: %s", port, report)
 	}
 }
+
+// The sockets a proxy holds are described as that proxy's, by side and state, and a
+// silent proxy says so and how many clients connected through the silence: a burst of
+// retries through a silent link names its link.
+func TestDescriptorsNameTheProxyThatHoldsThem(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	go func() { // holds what it accepts until the listener closes
+		var accepted []net.Conn
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				for _, c := range accepted {
+					c.Close()
+				}
+				return
+			}
+			accepted = append(accepted, c)
+		}
+	}()
+	p := NewProxy(t, l.Addr().String())
+	var conns []net.Conn
+	defer func() {
+		for _, c := range conns {
+			c.Close()
+		}
+	}()
+	for range 20 {
+		c, err := net.Dial("tcp", p.Addr())
+		if err != nil {
+			t.Fatal(err)
+		}
+		conns = append(conns, c)
+	}
+	proxy := fmt.Sprintf("tcp of proxy %s → %s", p.Addr(), l.Addr())
+	want := "40 " + proxy + " (20 client's side established, 20 target's side established)"
+	var got string
+	err = WaitUntil(context.Background(), 10*time.Second, "the proxy's sockets described", func() (bool, error) {
+		got = DescribeDescriptors("self")
+		return strings.Contains(got, want), nil
+	})
+	if err != nil {
+		t.Fatalf("described %q, want it to hold %q", got, want)
+	}
+	p.Silence()
+	c, err := net.Dial("tcp", p.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	conns = append(conns, c)
+	want = proxy + ", silent for "
+	err = WaitUntil(context.Background(), 10*time.Second, "the silent proxy described", func() (bool, error) {
+		got = DescribeDescriptors("self")
+		return strings.Contains(got, want) && strings.Contains(got, ", 1 clients connected since"), nil
+	})
+	if err != nil {
+		t.Fatalf("described %q, want the proxy silent, one client connected since", got)
+	}
+}
