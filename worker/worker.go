@@ -68,7 +68,7 @@ func Run(ctx context.Context, d Deps) error {
 	keeper := NewKeeper(d)
 	defer background(context.WithoutCancel(ctx), keeper.Run)()
 
-	w := sdkworker.New(d.Client, d.Config.TaskQueue, Options(d.Config))
+	w := sdkworker.New(d.Client, d.Config.TaskQueue, runOptions(d.Config, keeper))
 	Register(w, d, watcher, keeper)
 	if err := w.Start(); err != nil {
 		return fmt.Errorf("start worker on task queue %s: %w", d.Config.TaskQueue, err)
@@ -131,6 +131,14 @@ func Options(cfg config.Config) sdkworker.Options {
 	}
 }
 
+// runOptions are Options and what only a running worker has: the keeper's interceptor,
+// which tells it which attempts this process runs.
+func runOptions(cfg config.Config, keeper *lease.Keeper) sdkworker.Options {
+	opts := Options(cfg)
+	opts.Interceptors = append(opts.Interceptors, keeper.Running)
+	return opts
+}
+
 // ReplayerOptions replay histories with the interceptors of Options.
 func ReplayerOptions() sdkworker.WorkflowReplayerOptions {
 	return sdkworker.WorkflowReplayerOptions{Interceptors: Options(config.Config{}).Interceptors}
@@ -144,7 +152,7 @@ func NewKeeper(d Deps) *lease.Keeper {
 	}
 	return &lease.Keeper{
 		DB: d.DB, Temporal: d.Client, Identity: Identity(), TTL: d.Config.WorkerLeaseTTL, Logger: d.Logger, Metrics: d.Metrics,
-		Namespace: d.Config.TemporalNamespace, Workflows: workflowIDs,
+		Namespace: d.Config.TemporalNamespace, Workflows: workflowIDs, Running: &lease.Running{},
 	}
 }
 
