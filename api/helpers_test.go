@@ -12,7 +12,6 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
-	"os"
 	"strings"
 	"testing"
 	"time"
@@ -34,19 +33,7 @@ import (
 // temporal is the dev server of this test binary, started by TestMain.
 var temporal *testenv.Temporal
 
-func TestMain(m *testing.M) {
-	code := 1
-	err := testenv.WithTemporal(func(srv *testenv.Temporal) error {
-		temporal = srv
-		code = testenv.Run(m)
-		return nil
-	})
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "api tests:", err)
-		code = 1
-	}
-	testenv.Exit(code)
-}
+func TestMain(m *testing.M) { testenv.MainWithTemporal(m, &temporal) }
 
 // env is one test's API on its own Postgres database and Temporal namespace.
 type env struct {

@@ -6,7 +6,8 @@
 // attempts of its long activities (a consumer window, a Leftover Drain, the idle watch).
 // Every worker scans for leases that expired and fails the attempts they held by task
 // token: Temporal retries each at once on a live worker, instead of waiting for a
-// heartbeat timeout.
+// heartbeat timeout. A live worker also fails its own strays, the attempts Temporal shows
+// started on it that it never got (a poll's answer lost in a cut): see Running.
 //
 // The holder gives up first: once it has not renewed for TTL − TTL/4 it closes Lost, and
 // its activities stop and give back their batch in hand, at least TTL/4 before any peer
@@ -69,11 +70,18 @@ type Keeper struct {
 	Logger *slog.Logger
 	// Metrics counts lost and reaped leases; nil counts nothing.
 	Metrics *metrics.Metrics
+	// Running is the worker's interceptor that knows which attempts this process runs:
+	// with it, the keeper fails the attempts Temporal shows started here that the
+	// process never got (see Running). Nil fails none.
+	Running *Running
 
 	// hadLease is set once a lease was taken: a later one follows a lost one. Run's alone.
 	hadLease bool
 	// began is when Run started. Run's alone.
 	began time.Time
+	// sightings are this worker's attempts that scans saw started but not running, and
+	// since when (failStrays). Run's alone.
+	sightings map[attemptKey]time.Time
 
 	mu      sync.Mutex
 	current *generation
@@ -117,6 +125,7 @@ func (k *Keeper) Run(ctx context.Context) {
 
 	k.step(ctx, giveUp)
 	k.reap(ctx)
+	k.failStrays(ctx)
 	for {
 		select {
 		case <-ctx.Done():
@@ -128,6 +137,7 @@ func (k *Keeper) Run(ctx context.Context) {
 			k.step(ctx, giveUp)
 		case <-reap.C:
 			k.reap(ctx)
+			k.failStrays(ctx)
 		}
 	}
 }
@@ -340,7 +350,34 @@ const pollHorizon = 2 * time.Minute
 // a dead worker's attempts that it took but never listed. It tells whether Temporal
 // answered for every workflow.
 func (k *Keeper) sweep(ctx context.Context, identity string, startedBefore time.Time) bool {
+	started, ok := k.startedOn(ctx, identity)
+	for _, a := range started {
+		if !startedBefore.IsZero() && !a.startedAt.Before(startedBefore) {
+			continue // this process's own, on Temporal's clock
+		}
+		if !k.failByID(ctx, ctx, a, fmt.Sprintf("worker %s lost its lease: retried on a live worker", identity),
+			"unlisted activity of a worker without a lease failed, so that Temporal retries it now") {
+			ok = false
+		}
+	}
+	return ok
+}
+
+// pendingAttempt is an attempt that Temporal shows started on a worker.
+type pendingAttempt struct {
+	key          attemptKey
+	worker       string
+	activityType string
+	// startedAt is on Temporal's clock.
+	startedAt time.Time
+}
+
+// startedOn lists the attempts of the long-running workflows that Temporal shows started
+// (or asked to cancel) on identity, one describe (free) per workflow, and tells whether
+// Temporal answered for every workflow.
+func (k *Keeper) startedOn(ctx context.Context, identity string) ([]pendingAttempt, bool) {
 	ok := true
+	var out []pendingAttempt
 	for _, id := range k.Workflows {
 		desc, err := k.Temporal.DescribeWorkflowExecution(ctx, id, "")
 		var notFound *serviceerror.NotFound
@@ -356,22 +393,35 @@ func (k *Keeper) sweep(ctx context.Context, identity string, startedBefore time.
 			if p.GetLastWorkerIdentity() != identity || p.GetState() == enumspb.PENDING_ACTIVITY_STATE_SCHEDULED {
 				continue
 			}
-			if !startedBefore.IsZero() && !p.GetLastStartedTime().AsTime().Before(startedBefore) {
-				continue // this process's own, on Temporal's clock
-			}
-			reason := temporal.NewApplicationError(fmt.Sprintf("worker %s lost its lease: retried on a live worker", identity), ReapedErrorType)
-			err := k.Temporal.CompleteActivityByID(ctx, k.Namespace, id, runID, p.GetActivityId(), nil, reason)
-			switch {
-			case err == nil:
-				k.Metrics.LeaseReaped(p.GetActivityType().GetName())
-				k.Logger.WarnContext(ctx, "unlisted activity of a worker without a lease failed, so that Temporal retries it now",
-					"worker", identity, "workflow_id", id, "activity", p.GetActivityType().GetName(), "attempt", p.GetAttempt())
-			case !errors.As(err, &notFound):
-				ok = false
-			}
+			out = append(out, pendingAttempt{
+				key:    attemptKey{WorkflowID: id, RunID: runID, ActivityID: p.GetActivityId(), Attempt: p.GetAttempt()},
+				worker: identity, activityType: p.GetActivityType().GetName(), startedAt: p.GetLastStartedTime().AsTime(),
+			})
 		}
 	}
-	return ok
+	return out, ok
+}
+
+// failByID fails a's attempt by its id with the reaper's error type, so that Temporal
+// retries it at once, within cctx, and tells whether it is over: failed now, or ended
+// already. Temporal fails whatever attempt of the activity is current: were a's timed out
+// and retried in between, the retry fails instead, and is retried in turn.
+func (k *Keeper) failByID(ctx, cctx context.Context, a pendingAttempt, why, logged string) bool {
+	reason := temporal.NewApplicationError(why, ReapedErrorType)
+	err := k.Temporal.CompleteActivityByID(cctx, k.Namespace, a.key.WorkflowID, a.key.RunID, a.key.ActivityID, nil, reason)
+	var notFound *serviceerror.NotFound
+	switch {
+	case err == nil:
+		k.Metrics.LeaseReaped(a.activityType)
+		k.Logger.WarnContext(ctx, logged, "worker", a.worker, "workflow_id", a.key.WorkflowID, "activity", a.activityType,
+			"attempt", a.key.Attempt)
+		return true
+	case errors.As(err, &notFound):
+		return true
+	default:
+		k.Logger.DebugContext(ctx, "activity not failed yet", "worker", a.worker, "workflow_id", a.key.WorkflowID, "error", err)
+		return false
+	}
 }
 
 // What a held attempt does, for the status: the queue a window reads and on which broker.

@@ -239,7 +239,7 @@ func (m *Metrics) workerCollectors() []prometheus.Collector {
 		Help: "Times this worker could not renew its lease in time (Postgres or Temporal out of reach) and stopped its windows.",
 	})
 	m.leaseReaped = counterVec("worker_lease_reaped_total",
-		"Activity attempts of a worker whose lease expired that this worker failed, so that Temporal retried them on a live worker, by activity.",
+		"Activity attempts this worker failed so that Temporal retried them at once, by activity: those of a worker whose lease expired, and its own strays (started on it as Temporal shows, never received).",
 		"activity")
 	return []prometheus.Collector{m.pingFailures, m.leaseLost, m.leaseReaped}
 }
@@ -252,7 +252,8 @@ func (m *Metrics) LeaseLost() {
 	m.leaseLost.Inc()
 }
 
-// LeaseReaped counts an attempt of a dead worker failed so that Temporal retries it.
+// LeaseReaped counts an attempt failed so that Temporal retries it: a dead worker's, or a
+// stray of this worker's (see lease.Running).
 func (m *Metrics) LeaseReaped(activity string) {
 	if m == nil {
 		return

@@ -68,7 +68,8 @@ func Run(ctx context.Context, d Deps) error {
 	keeper := NewKeeper(d)
 	defer background(context.WithoutCancel(ctx), keeper.Run)()
 
-	w := sdkworker.New(d.Client, d.Config.TaskQueue, Options(d.Config))
+	fatal := make(chan error, 1)
+	w := sdkworker.New(d.Client, d.Config.TaskQueue, runOptions(d.Config, keeper, fatal))
 	Register(w, d, watcher, keeper)
 	if err := w.Start(); err != nil {
 		return fmt.Errorf("start worker on task queue %s: %w", d.Config.TaskQueue, err)
@@ -92,6 +93,8 @@ func Run(ctx context.Context, d Deps) error {
 		case <-ctx.Done():
 			d.Logger.InfoContext(ctx, "worker stopping: windows settle their batch in hand", "stop_timeout", d.Config.WorkerStopTimeout.String())
 			return nil
+		case err := <-fatal:
+			return fmt.Errorf("temporal worker on task queue %s stopped polling for good: %w", d.Config.TaskQueue, err)
 		case <-tick.C:
 			if err := EnsureWorkflows(ctx, d.Client, d.Config); err != nil && ctx.Err() == nil {
 				d.Logger.WarnContext(ctx, "workflows not ensured", "error", err)
@@ -131,6 +134,24 @@ func Options(cfg config.Config) sdkworker.Options {
 	}
 }
 
+// runOptions are Options and what only a running worker has. The keeper's interceptor
+// tells it which attempts this process runs. A poll error that the SDK counts fatal
+// (NamespaceNotFound, InvalidArgument, ClientVersionNotSupported, past its two minutes of
+// grace) stops the SDK's worker for good, which is reported on fatal: Run then returns it,
+// and the process stops (its lease released as on any stop) instead of renewing its lease
+// and passing readiness while it never polls again.
+func runOptions(cfg config.Config, keeper *lease.Keeper, fatal chan<- error) sdkworker.Options {
+	opts := Options(cfg)
+	opts.Interceptors = append(opts.Interceptors, keeper.Running)
+	opts.OnFatalError = func(err error) {
+		select {
+		case fatal <- err:
+		default: // the SDK reports only its first fatal error
+		}
+	}
+	return opts
+}
+
 // ReplayerOptions replay histories with the interceptors of Options.
 func ReplayerOptions() sdkworker.WorkflowReplayerOptions {
 	return sdkworker.WorkflowReplayerOptions{Interceptors: Options(config.Config{}).Interceptors}
@@ -144,7 +165,7 @@ func NewKeeper(d Deps) *lease.Keeper {
 	}
 	return &lease.Keeper{
 		DB: d.DB, Temporal: d.Client, Identity: Identity(), TTL: d.Config.WorkerLeaseTTL, Logger: d.Logger, Metrics: d.Metrics,
-		Namespace: d.Config.TemporalNamespace, Workflows: workflowIDs,
+		Namespace: d.Config.TemporalNamespace, Workflows: workflowIDs, Running: &lease.Running{},
 	}
 }
 

@@ -4,8 +4,6 @@ package stacktest
 
 import (
 	"context"
-	"fmt"
-	"os"
 	"testing"
 	"time"
 
@@ -17,18 +15,7 @@ import (
 
 var server *testenv.Temporal
 
-func TestMain(m *testing.M) {
-	code := 1
-	if err := testenv.WithTemporal(func(srv *testenv.Temporal) error {
-		server = srv
-		code = testenv.Run(m)
-		return nil
-	}); err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		code = 1
-	}
-	testenv.Exit(code)
-}
+func TestMain(m *testing.M) { testenv.MainWithTemporal(m, &server) }
 
 // A stack takes a producer's notification through its API into the broker state, and
 // what is published to a broker shows in its counts; no worker runs, so nothing moves and

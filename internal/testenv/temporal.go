@@ -12,6 +12,7 @@ import (
 	"os"
 	"path/filepath"
 	"sync/atomic"
+	"testing"
 	"time"
 
 	"go.temporal.io/api/workflowservice/v1"
@@ -69,6 +70,23 @@ func WithTemporal(run func(*Temporal) error) (err error) {
 		}
 	}()
 	return run(srv)
+}
+
+// MainWithTemporal is the TestMain of a package whose tests share a dev server: it starts
+// one, sets *srv to it, runs the tests (Run), stops it and exits (Exit). A failed start or
+// stop fails the package.
+func MainWithTemporal(m *testing.M, srv **Temporal) {
+	code := 1
+	err := WithTemporal(func(s *Temporal) error {
+		*srv = s
+		code = Run(m)
+		return nil
+	})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "testenv:", err)
+		code = 1
+	}
+	Exit(code)
 }
 
 // MetricsURL is where the dev server serves its own Prometheus metrics.
