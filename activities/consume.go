@@ -221,8 +221,9 @@ func (a *Window) watchSpares(ctx context.Context, end context.CancelCauseFunc, i
 	}
 }
 
-// look counts the spares in watches (a passive declare: no message, no Action), and the
-// active broker's backlog when a spare waits for it, for windowplan.Calling.
+// look counts the queue on the spares the window watches (a passive declare: no message,
+// no Action), and on the active broker when a spare waits for its backlog, for
+// windowplan.Calling.
 func (a *Window) look(ctx context.Context, in ConsumeInput, lasted time.Duration) windowplan.Look {
 	l := windowplan.Look{Ready: map[int]int{}, ActiveBacklog: -1, Lasted: lasted, Now: time.Now()}
 	ahead := false
@@ -232,10 +233,12 @@ func (a *Window) look(ctx context.Context, in ConsumeInput, lasted time.Duration
 		}
 		ahead = ahead || !s.Behind
 	}
-	if retry := broker.RetryQueue(in.Queue); ahead {
-		if counts, err := a.Pool.ReadyCounts(ctx, in.BrokerIndex, []string{in.Queue, retry}); err == nil {
-			l.ActiveBacklog = counts[in.Queue] + counts[retry]
-		}
+	if !ahead {
+		return l
+	}
+	retry := broker.RetryQueue(in.Queue)
+	if counts, err := a.Pool.ReadyCounts(ctx, in.BrokerIndex, []string{in.Queue, retry}); err == nil {
+		l.ActiveBacklog = counts[in.Queue] + counts[retry]
 	}
 	return l
 }

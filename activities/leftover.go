@@ -118,7 +118,7 @@ func (a *Window) afterDrain(ctx context.Context, queue string, s windowplan.Spar
 	now, err := a.Marks.Now(ctx)
 	switch {
 	case err != nil:
-	case step == windowplan.Held:
+	case step == windowplan.Kept:
 		err = a.hold(ctx, queue, s, now, res)
 	default:
 		if s.Reading == brokerstate.ReadUnannounced {
@@ -157,7 +157,7 @@ func (a *Window) hold(ctx context.Context, queue string, s windowplan.Spare, now
 // windowplan.Failed classes it, and returns the error that fails the attempt, if any.
 func (a *Window) drainFailed(ctx context.Context, queue string, index, taken int, err error, res *windowplan.LeftoverDrainResult) error {
 	switch windowplan.Failed(err, ctx.Err() != nil) {
-	case windowplan.Moved:
+	case windowplan.NotSpare:
 		a.Logger.InfoContext(ctx, "leftover drain: the broker is no longer a spare; its visit ends",
 			"queue", queue, "broker", a.endpoint(index), "taken", taken, "why", err)
 		return nil

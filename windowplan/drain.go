@@ -17,49 +17,39 @@ import (
 	"github.com/brokerswitch/brokerswitch/brokerstate"
 )
 
-// Input is what a Leftover Drain reads before it visits the spares.
+// Input is what a Leftover Drain reads before it visits the spares: the state, the
+// spares as the window was planned (brokerstate.State.Spares), the queue's marks and the
+// brokers' reached marks (brokerstate.Store.SpareMarks), Postgres' clock (the marks' and
+// the trail's) and UNNOTIFIED_BROKER_GRACE.
 type Input struct {
-	State brokerstate.State
-	// Behind and Ahead are the spares in the order the window was planned with
-	// (brokerstate.State.Spares): Ahead are those the producer used after it left the
-	// active broker.
-	Behind, Ahead []int
-	// Marks and Reached are the queue's marks and the brokers' reached marks
-	// (brokerstate.Store.SpareMarks).
+	State          brokerstate.State
+	Behind, Ahead  []int
 	Marks, Reached map[int]brokerstate.SpareMark
-	// Now is Postgres' clock, the one the marks and the producer's trail are dated by.
-	Now time.Time
-	// Grace is how long messages the producer never announced wait for its notification
-	// (UNNOTIFIED_BROKER_GRACE).
-	Grace time.Duration
+	Now            time.Time
+	Grace          time.Duration
 }
 
 // Spare is one spare as a Leftover Drain reads it.
 type Spare struct {
 	Index   int
 	Reading brokerstate.SpareReading
-	// Mark is what is known of the queue under the producer's last visit to the broker
-	// (brokerstate.State.CurrentMark).
-	Mark brokerstate.SpareMark
-	// MarkedUnder is the visit the stored mark was made under, which Mark may have left
-	// behind (brokerstate.Store.HoldSpare's read).
+	// Mark is the queue's mark under the producer's last visit (State.CurrentMark), and
+	// MarkedUnder the visit the stored one was made under (Store.HoldSpare's read).
+	Mark        brokerstate.SpareMark
 	MarkedUnder time.Time
-	// settled is set when Mark already says the queue was seen empty after the producer
-	// left (brokerstate.State.EmptyMarkSettled).
+	// settled: Mark says the queue was seen empty after the producer left it
+	// (State.EmptyMarkSettled).
 	settled bool
 }
 
 // Drain is a Leftover Drain's plan.
 type Drain struct {
-	// Behind are read first, in the order the producer left them: what they hold is older
-	// than anything on the active broker.
-	Behind []Spare
-	// Ahead are read after them, and only once the active broker's queue is idle: the
-	// spares the producer used after it left the active broker, then those holding
-	// messages it never announced whose grace is over. What they hold is newer than the
-	// active broker's backlog.
-	Ahead []Spare
-	grace time.Duration
+	// Behind are read first, in the order the producer left them: older than anything on
+	// the active broker. Ahead, newer than its backlog, are read after them once it is
+	// idle: the spares the producer used after it left the active broker, then those whose
+	// unannounced messages' grace is over.
+	Behind, Ahead []Spare
+	grace         time.Duration
 }
 
 // Plan decides how the Leftover Drain reads each spare (brokerstate.State.ReadSpare).
@@ -115,16 +105,12 @@ func (s Spare) Options(queue string, opts broker.DrainOptions) broker.DrainOptio
 type Step int
 
 const (
-	// Next writes nothing and goes on to the next spare, unless the cap is reached.
-	Next Step = iota
-	// Emptied writes the spare's mark as EmptiedMark gives it.
-	Emptied
-	// Held dates the spare's mark as HeldMark gives it, unless the mark has a date
-	// (brokerstate.Store.HoldSpare): what it kept waits for the producer's notification.
-	Held
+	Next    Step = iota // write nothing; on to the next spare, unless the cap is reached
+	Emptied             // write EmptiedMark
+	Kept                // date HeldMark unless dated (Store.HoldSpare): its notification is awaited
 	// Incomplete ends the drain and the window before the active broker: the spare was
-	// not seen empty below the cap (a round that waited too long for a message), and
-	// neither the active broker nor the next spare may overtake what it still holds.
+	// not seen empty below the cap (a round waited too long for a message), and neither
+	// the active broker nor the next spare may overtake what it still holds.
 	Incomplete
 )
 
@@ -137,7 +123,7 @@ func (s Spare) After(got broker.DrainResult, budget int) Step {
 	case got.Empty:
 		return Emptied
 	case got.Kept:
-		return Held
+		return Kept
 	case budget > 0:
 		return Incomplete
 	}
@@ -169,20 +155,16 @@ func (s Spare) HeldMark(now time.Time) brokerstate.SpareMark {
 type Failure int
 
 const (
-	// Moved ends the spare's visit: the broker became active, or came onto the route,
+	// NotSpare ends the spare's visit: the broker became active, or came onto the route,
 	// since the visit began (brokerstate.ErrNotSpare), and what it holds is read as its
 	// new place says, by a later window.
-	Moved Failure = iota
-	// Unreachable is a warning, never a failed window: the spare keeps its messages for
-	// the next window.
-	Unreachable
+	NotSpare    Failure = iota
+	Unreachable         // a warning, never a failed window: the next window reads it
 	// Unverified is a spare that answers but cannot be read: what it holds may be older
 	// than anything behind it, so the window goes past it only once it is seen holding
 	// nothing, ready or unacknowledged; otherwise the attempt fails and is retried.
 	Unverified
-	// Fatal fails the attempt: the batch could not be applied (Postgres), or the attempt
-	// was cancelled or fenced.
-	Fatal
+	Fatal // the batch could not be applied, or the attempt ended: it fails
 )
 
 // Failed classifies err, a failed drain of a spare; cancelled tells whether the attempt's
@@ -190,7 +172,7 @@ const (
 func Failed(err error, cancelled bool) Failure {
 	switch {
 	case errors.Is(err, brokerstate.ErrNotSpare):
-		return Moved
+		return NotSpare
 	case errors.Is(err, broker.ErrUnreachable):
 		return Unreachable
 	case !cancelled && !errors.Is(err, broker.ErrHandler):

@@ -158,7 +158,7 @@ func TestWhatADrainDoesAfterASpare(t *testing.T) {
 		{"seen empty as the mark says: nothing to write", settled, broker.DrainResult{Empty: true}, 5, Next},
 		{"seen empty after it gave messages", settled, broker.DrainResult{Empty: true, Taken: 2}, 3, Emptied},
 		{"seen empty, the mark not settled", Spare{Index: b}, broker.DrainResult{Empty: true}, 5, Emptied},
-		{"kept what may be the producer's future", Spare{Index: b}, broker.DrainResult{Kept: true, Taken: 1}, 4, Held},
+		{"kept what may be the producer's future", Spare{Index: b}, broker.DrainResult{Kept: true, Taken: 1}, 4, Kept},
 		{"not seen empty below the cap: the window ends", Spare{Index: b}, broker.DrainResult{Taken: 2}, 3, Incomplete},
 		{"not seen empty at the cap: the next window drains on", Spare{Index: b}, broker.DrainResult{Taken: 5}, 0, Next},
 	} {
@@ -184,7 +184,7 @@ func TestWhatAFailedDrainMeans(t *testing.T) {
 		cancelled bool
 		want      Failure
 	}{
-		{"the broker became active or came onto the route", fmt.Errorf("batch: %w", brokerstate.ErrNotSpare), false, Moved},
+		{"the broker became active or came onto the route", fmt.Errorf("batch: %w", brokerstate.ErrNotSpare), false, NotSpare},
 		{"a broker down is a warning", fmt.Errorf("dial: %w", broker.ErrUnreachable), false, Unreachable},
 		{"a broker down as the attempt ends", fmt.Errorf("dial: %w", broker.ErrUnreachable), true, Unreachable},
 		{"a broker that answers but refuses", errors.New("ACCESS_REFUSED"), false, Unverified},
