@@ -15,6 +15,7 @@ import (
 	"github.com/brokerswitch/brokerswitch/healthchecks"
 	"github.com/brokerswitch/brokerswitch/lease"
 	"github.com/brokerswitch/brokerswitch/metrics"
+	"github.com/brokerswitch/brokerswitch/windowplan"
 )
 
 // ConsumeInput is one consumer window on one broker.
@@ -24,30 +25,8 @@ type ConsumeInput struct {
 	// Window is the longest the window lasts (CONSUMER_WINDOW); it ends earlier on events.
 	Window time.Duration
 	// Spares are the other brokers the window keeps an eye on, from its Leftover Drain.
-	Spares []SpareWatch `json:",omitempty"`
+	Spares []windowplan.SpareWatch `json:",omitempty"`
 }
-
-// SpareWatch is a spare that a consumer window counts (a passive declare: no message, no
-// Action) so that it can end when the spare has something for a Leftover Drain, rather
-// than leave it there until the window's length has passed.
-type SpareWatch struct {
-	Broker int
-	// Behind says the Leftover Drain left the spare's queue with nothing to read (empty,
-	// unreachable, or holding nothing ready): a message there now is a straggler (one back
-	// from -retry after the producer moved on), older than the active broker's backlog.
-	Behind bool `json:",omitempty"`
-	// ReadAfter, on a spare that is not Behind, is when the messages it holds that the
-	// producer never announced may be read without its notification. A spare that is not
-	// Behind is read only once the active broker's queue is empty.
-	ReadAfter time.Time `json:",omitempty"`
-}
-
-// aheadPause is the shortest a window lasts before it ends for a spare ahead of the
-// active broker: the producer may be filling such a spare (after a force or a cancel), and
-// ending on its every message would cost a window's Actions each time. Five minutes holds
-// that cost to 3 Actions per queue every five minutes while the producer fills the spare,
-// and still reads its messages minutes after the active broker's backlog.
-const aheadPause = 5 * time.Minute
 
 // pingEvery is how often a long window reports to HealthChecks: a check expects a ping
 // far more often than a window may last.
@@ -233,7 +212,7 @@ func (a *Window) watchSpares(ctx context.Context, end context.CancelCauseFunc, i
 			return
 		case <-tick.C:
 		}
-		if spare, ok := a.spareCalls(ctx, in, time.Since(started) >= aheadPause); ok {
+		if spare, ok := windowplan.Calling(in.Spares, a.look(ctx, in, time.Since(started))); ok {
 			a.Logger.InfoContext(ctx, "a spare has messages for a Leftover Drain: the window ends",
 				"queue", in.Queue, "spare", a.endpoint(spare))
 			end(errStraggler)
@@ -242,38 +221,26 @@ func (a *Window) watchSpares(ctx context.Context, end context.CancelCauseFunc, i
 	}
 }
 
-// spareCalls tells which spare, if any, has something for a Leftover Drain now: a message
-// on one the drain left behind with nothing to read, or, once the window lasted aheadPause
-// and the active broker's queue and its -retry sibling are empty, a message on a spare
-// ahead of it or held messages whose wait for a notification is over. A spare that cannot
-// be counted is passed over: the next window's drain says why.
-func (a *Window) spareCalls(ctx context.Context, in ConsumeInput, aheadToo bool) (int, bool) {
-	ready := func(index int) bool {
-		counts, err := a.Pool.ReadyCounts(ctx, index, []string{in.Queue})
-		return err == nil && counts[in.Queue] > 0
-	}
-	var ahead []SpareWatch
+// look counts the queue on the spares the window watches (a passive declare: no message,
+// no Action), and on the active broker when a spare waits for its backlog, for
+// windowplan.Calling.
+func (a *Window) look(ctx context.Context, in ConsumeInput, lasted time.Duration) windowplan.Look {
+	l := windowplan.Look{Ready: map[int]int{}, ActiveBacklog: -1, Lasted: lasted, Now: time.Now()}
+	ahead := false
 	for _, s := range in.Spares {
-		switch {
-		case s.Behind && ready(s.Broker):
-			return s.Broker, true
-		case !s.Behind && aheadToo && (s.ReadAfter.IsZero() || !time.Now().Before(s.ReadAfter)):
-			ahead = append(ahead, s)
+		if counts, err := a.Pool.ReadyCounts(ctx, s.Broker, []string{in.Queue}); err == nil {
+			l.Ready[s.Broker] = counts[in.Queue]
 		}
+		ahead = ahead || !s.Behind
 	}
-	if len(ahead) == 0 {
-		return 0, false
+	if !ahead {
+		return l
 	}
-	counts, err := a.Pool.ReadyCounts(ctx, in.BrokerIndex, []string{in.Queue, broker.RetryQueue(in.Queue)})
-	if err != nil || counts[in.Queue]+counts[broker.RetryQueue(in.Queue)] > 0 {
-		return 0, false
+	retry := broker.RetryQueue(in.Queue)
+	if counts, err := a.Pool.ReadyCounts(ctx, in.BrokerIndex, []string{in.Queue, retry}); err == nil {
+		l.ActiveBacklog = counts[in.Queue] + counts[retry]
 	}
-	for _, s := range ahead {
-		if !s.ReadAfter.IsZero() || ready(s.Broker) {
-			return s.Broker, true
-		}
-	}
-	return 0, false
+	return l
 }
 
 // activeMoved blocks until the active broker is no longer index, or a spare changed its
@@ -283,10 +250,7 @@ func (a *Window) spareCalls(ctx context.Context, in ConsumeInput, aheadToo bool)
 // it saw that before ctx ended. The watcher's reading may lag a change the caller has
 // already seen, so a reading that says "moved" is confirmed with a read of Postgres.
 func (a *Window) activeMoved(ctx context.Context, index int, planned brokerstate.State) bool {
-	brokers := make([]int, 0, len(a.Pool.Endpoints()))
-	for _, ep := range a.Pool.Endpoints() {
-		brokers = append(brokers, ep.Index)
-	}
+	brokers := indexes(a.Pool.Endpoints())
 	moved := func(st brokerstate.State) bool {
 		return st.ActiveIndex != index || brokerstate.SparesReordered(planned, st, brokers)
 	}

@@ -18,6 +18,7 @@ import (
 	"github.com/brokerswitch/brokerswitch/broker"
 	"github.com/brokerswitch/brokerswitch/internal/testenv"
 	"github.com/brokerswitch/brokerswitch/models"
+	"github.com/brokerswitch/brokerswitch/windowplan"
 )
 
 // ackAll applies nothing and acknowledges everything: these tests are about the spare.
@@ -40,7 +41,7 @@ func testTopology() broker.Topology {
 }
 
 // leftoverDrain runs the activity on the brokers at urls with spare 1.
-func leftoverDrain(t *testing.T, urls ...string) (LeftoverDrainResult, error) {
+func leftoverDrain(t *testing.T, urls ...string) (windowplan.LeftoverDrainResult, error) {
 	t.Helper()
 	return leftoverDrainOf(t, LeftoverDrainInput{Queue: "issues", Brokers: []int{1}, Cap: 10}, urls...)
 }
@@ -49,7 +50,7 @@ func leftoverDrain(t *testing.T, urls ...string) (LeftoverDrainResult, error) {
 // state of its own in which the producer was on every spare of in.Brokers, in their
 // order, before it moved to in.Active and we followed: what those spares hold is
 // stragglers, so these tests are about the spares' brokers, not about the marks.
-func leftoverDrainOf(t *testing.T, in LeftoverDrainInput, urls ...string) (LeftoverDrainResult, error) {
+func leftoverDrainOf(t *testing.T, in LeftoverDrainInput, urls ...string) (windowplan.LeftoverDrainResult, error) {
 	t.Helper()
 	m := newMarkedOn(t, urls...)
 	if len(in.Brokers) > 0 {
@@ -62,11 +63,11 @@ func leftoverDrainOf(t *testing.T, in LeftoverDrainInput, urls ...string) (Lefto
 	env := suite.NewTestActivityEnvironment()
 	// The drain runs inside PrepareWindow; here on its own, in an activity of its own,
 	// without the attempt's fence (which needs a worker's lease and a Temporal server).
-	env.RegisterActivityWithOptions(func(ctx context.Context, in LeftoverDrainInput) (LeftoverDrainResult, error) {
+	env.RegisterActivityWithOptions(func(ctx context.Context, in LeftoverDrainInput) (windowplan.LeftoverDrainResult, error) {
 		return m.w.leftoverDrain(ctx, in, guarded{})
 	}, activity.RegisterOptions{Name: "LeftoverDrain"})
 	v, err := env.ExecuteActivity("LeftoverDrain", in)
-	var res LeftoverDrainResult
+	var res windowplan.LeftoverDrainResult
 	if err == nil {
 		require.NoError(t, v.Get(&res))
 	}

@@ -21,6 +21,7 @@ import (
 	"github.com/brokerswitch/brokerswitch/internal/testenv"
 	"github.com/brokerswitch/brokerswitch/models"
 	"github.com/brokerswitch/brokerswitch/models/modelstest"
+	"github.com/brokerswitch/brokerswitch/windowplan"
 )
 
 // marked is a window on real brokers whose Leftover Drain keeps its marks in a real
@@ -68,14 +69,14 @@ func newMarkedOn(t *testing.T, urls ...string) *marked {
 
 // prepare plans a window and drains its spares as PrepareWindow does, without the
 // attempt's fence (which needs a worker's lease and a Temporal server).
-func (m *marked) prepare(t *testing.T) LeftoverDrainResult {
+func (m *marked) prepare(t *testing.T) windowplan.LeftoverDrainResult {
 	t.Helper()
 	var suite testsuite.WorkflowTestSuite
 	env := suite.NewTestActivityEnvironment()
-	env.RegisterActivityWithOptions(func(ctx context.Context, queue string) (LeftoverDrainResult, error) {
+	env.RegisterActivityWithOptions(func(ctx context.Context, queue string) (windowplan.LeftoverDrainResult, error) {
 		plan, err := m.w.planWindow(ctx)
 		if err != nil {
-			return LeftoverDrainResult{}, err
+			return windowplan.LeftoverDrainResult{}, err
 		}
 		return m.w.leftoverDrain(ctx, LeftoverDrainInput{
 			Queue: queue, Brokers: plan.Leftover, Ahead: plan.Ahead, Active: plan.ActiveIndex, Cap: plan.LeftoverDrainCap,
@@ -83,7 +84,7 @@ func (m *marked) prepare(t *testing.T) LeftoverDrainResult {
 	}, activity.RegisterOptions{Name: "PrepareWindow"})
 	v, err := env.ExecuteActivity("PrepareWindow", "issues")
 	require.NoError(t, err)
-	var out LeftoverDrainResult
+	var out windowplan.LeftoverDrainResult
 	require.NoError(t, v.Get(&out))
 	return out
 }

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/brokerswitch/brokerswitch/lease"
+	"github.com/brokerswitch/brokerswitch/windowplan"
 )
 
 // WindowPlan says which broker a window reads and which others its Leftover Drain visits.
@@ -41,20 +42,16 @@ func (a *Window) planWindow(ctx context.Context) (WindowPlan, error) {
 		Settle:           a.settle(),
 		LeftoverDrainCap: a.LeftoverDrainCap,
 	}
-	var brokers []int
-	for _, ep := range a.Pool.Endpoints() {
-		brokers = append(brokers, ep.Index)
-	}
-	plan.Leftover, plan.Ahead = st.Spares(brokers)
+	plan.Leftover, plan.Ahead = st.Spares(indexes(a.Pool.Endpoints()))
 	return plan, nil
 }
 
 // PreparedWindow is a window's plan and what its Leftover Drain took.
 type PreparedWindow struct {
 	Plan    WindowPlan
-	Drained LeftoverDrainResult
+	Drained windowplan.LeftoverDrainResult
 	// Spares are what the consume activity watches, from what the drain saw.
-	Spares []SpareWatch `json:",omitempty"`
+	Spares []windowplan.SpareWatch `json:",omitempty"`
 }
 
 // PrepareWindow resolves the active broker and runs the Leftover Drain in one activity:
@@ -72,7 +69,7 @@ func (a *Window) PrepareWindow(ctx context.Context, queue string) (PreparedWindo
 	if err != nil {
 		return PreparedWindow{}, err
 	}
-	out := PreparedWindow{Plan: plan, Drained: LeftoverDrainResult{Taken: map[int]int{}}}
+	out := PreparedWindow{Plan: plan, Drained: windowplan.LeftoverDrainResult{Taken: map[int]int{}}}
 	if len(plan.Leftover)+len(plan.Ahead) == 0 {
 		return out, nil
 	}
@@ -85,30 +82,6 @@ func (a *Window) PrepareWindow(ctx context.Context, queue string) (PreparedWindo
 		}
 		return out, err
 	}
-	out.Spares = spareWatches(plan, out.Drained)
+	out.Spares = windowplan.Watches(plan.Leftover, plan.Ahead, out.Drained)
 	return out, nil
-}
-
-// spareWatches lists the spares a consumer window watches after its Leftover Drain: the
-// spares behind the active broker the drain left with nothing to read, and those it holds
-// back (ahead of the active broker, or holding messages the producer never announced).
-func spareWatches(plan WindowPlan, res LeftoverDrainResult) []SpareWatch {
-	held := map[int]time.Time{}
-	for _, u := range res.Unannounced {
-		if !u.Read {
-			held[u.Broker] = u.ReadAfter
-		}
-	}
-	var out []SpareWatch
-	for _, idx := range plan.Leftover {
-		if readAfter, ok := held[idx]; ok {
-			out = append(out, SpareWatch{Broker: idx, ReadAfter: readAfter})
-			continue
-		}
-		out = append(out, SpareWatch{Broker: idx, Behind: true})
-	}
-	for _, idx := range plan.Ahead {
-		out = append(out, SpareWatch{Broker: idx, ReadAfter: held[idx]})
-	}
-	return out
 }

@@ -230,11 +230,7 @@ func (a *Switch) heldBy(ctx context.Context, active int) ([]brokerstate.Held, er
 	if err != nil || st.ActiveIndex != active || st.Pending == nil {
 		return nil, err // moved on: the commit finds it out
 	}
-	var brokers []int
-	for _, ep := range a.Pool.Endpoints() {
-		brokers = append(brokers, ep.Index)
-	}
-	behind, ahead := st.Spares(brokers)
+	behind, ahead := st.Spares(indexes(a.Pool.Endpoints()))
 	counts := map[int]map[string]broker.QueueCount{}
 	for _, idx := range append(behind, ahead...) {
 		c, err := a.Pool.QueueCounts(ctx, idx, a.Queues)

@@ -108,6 +108,15 @@ func (a *Window) settle() time.Duration {
 	return time.Duration(max(a.Prefetch, 1))*a.StatementTimeout + time.Minute
 }
 
+// indexes are the brokers of eps, by index.
+func indexes(eps []broker.Endpoint) []int {
+	out := make([]int, 0, len(eps))
+	for _, ep := range eps {
+		out = append(out, ep.Index)
+	}
+	return out
+}
+
 // endpoint names broker index for logs and errors.
 func (a *Window) endpoint(index int) string {
 	for _, ep := range a.Pool.Endpoints() {

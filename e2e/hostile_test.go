@@ -58,12 +58,18 @@ func TestHostileBodiesGoToError(t *testing.T) {
 	for _, ev := range good {
 		assert.Equal(t, models.OutcomeApplied, outcome(s, ev.DeliveryID), ev.DeliveryID)
 	}
-	reasons := map[string]string{}
-	for _, q := range []string{"issues", "pushes", "installations"} {
-		for id, reason := range errorReasons(t, s, q+"-error") {
-			reasons[id] = reason
+	// The ledger commits before the AMQP transaction that publishes the -error copy and
+	// acknowledges the original: the copies may land a moment after the count above.
+	var reasons map[string]string
+	s.waitFor("every hostile body in its -error queue", time.Minute, func() bool {
+		reasons = map[string]string{}
+		for _, q := range []string{"issues", "pushes", "installations"} {
+			for id, reason := range errorReasons(t, s, q+"-error") {
+				reasons[id] = reason
+			}
 		}
-	}
+		return len(reasons) >= len(hostile)
+	})
 	require.Len(t, reasons, len(hostile))
 	for _, h := range hostile {
 		assert.Contains(t, reasons[h.id], h.reason, h.id)

@@ -22,6 +22,7 @@ import (
 	"github.com/brokerswitch/brokerswitch/internal/testenv"
 	"github.com/brokerswitch/brokerswitch/payloads"
 	"github.com/brokerswitch/brokerswitch/simulate"
+	"github.com/brokerswitch/brokerswitch/windowplan"
 	"github.com/brokerswitch/brokerswitch/workflows"
 )
 
@@ -79,7 +80,7 @@ func (s *stack) leftoverDrainTakes(queue string, brokerIndex int) []int {
 			// PrepareWindow returns the Leftover Drain's result with the plan; windows
 			// started before it ran LeftoverDrain on its own.
 			var prepared activities.PreparedWindow
-			var drained activities.LeftoverDrainResult
+			var drained windowplan.LeftoverDrainResult
 			dc := converter.GetDefaultDataConverter()
 			switch {
 			case dc.FromPayloads(done.GetResult(), &prepared) == nil && prepared.Drained.Taken[brokerIndex] > 0:

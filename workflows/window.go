@@ -9,6 +9,7 @@ import (
 	"go.temporal.io/sdk/workflow"
 
 	"github.com/brokerswitch/brokerswitch/activities"
+	"github.com/brokerswitch/brokerswitch/windowplan"
 )
 
 // QueueWindowInput names the logical queue a window workflow reads.
@@ -44,18 +45,12 @@ func QueueWindow(ctx workflow.Context, in QueueWindowInput) error {
 	if err := workflow.ExecuteActivity(prepareCtx, a.PrepareWindow, in.Queue).Get(ctx, &w); err != nil {
 		return startOver(ctx, in, fmt.Errorf("prepare window %s: %w", in.Queue, err))
 	}
-	// A Leftover Drain that stopped at its cap may have left older messages behind;
-	// consuming the active broker now would apply newer ones before them. The window ends
-	// instead, and the next one drains on.
-	if capReached(w.Drained, w.Plan.LeftoverDrainCap) {
-		workflow.SetCurrentDetails(ctx, fmt.Sprintf("Leftover Drain of `%s` stopped at its cap of %d: draining on before the active broker",
-			in.Queue, w.Plan.LeftoverDrainCap)+unannouncedDetails(w.Drained))
-		return workflow.NewContinueAsNewError(ctx, QueueWindow, in)
-	}
-	// Likewise a spare the drain did not see empty (a round that waited too long).
-	if len(w.Drained.Incomplete) > 0 {
-		workflow.SetCurrentDetails(ctx, fmt.Sprintf("Leftover Drain of `%s` did not see broker %v empty: draining on before the active broker",
-			in.Queue, w.Drained.Incomplete)+unannouncedDetails(w.Drained))
+	// A Leftover Drain that stopped at its cap, or did not see a spare empty, may have left
+	// older messages behind; consuming the active broker now would apply newer ones before
+	// them. The window ends instead, and the next one drains on.
+	if why := w.Drained.Unfinished(w.Plan.LeftoverDrainCap); why != "" {
+		workflow.SetCurrentDetails(ctx, fmt.Sprintf("Leftover Drain of `%s` %s: draining on before the active broker",
+			in.Queue, why)+unannouncedDetails(w.Drained))
 		return workflow.NewContinueAsNewError(ctx, QueueWindow, in)
 	}
 
@@ -108,18 +103,9 @@ func startOver(ctx workflow.Context, in QueueWindowInput, err error) error {
 	return workflow.NewContinueAsNewError(ctx, QueueWindow, in)
 }
 
-// capReached tells whether a Leftover Drain took as many messages as its cap allowed.
-func capReached(res activities.LeftoverDrainResult, limit int) bool {
-	taken := 0
-	for _, n := range res.Taken {
-		taken += n
-	}
-	return limit > 0 && taken >= limit
-}
-
 // unannouncedDetails says, for the Web UI, which spares hold messages the producer never
 // announced and when they are read without its notification.
-func unannouncedDetails(res activities.LeftoverDrainResult) string {
+func unannouncedDetails(res windowplan.LeftoverDrainResult) string {
 	var out strings.Builder
 	for _, u := range res.Unannounced {
 		if u.Read {

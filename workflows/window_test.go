@@ -15,6 +15,7 @@ import (
 
 	"github.com/brokerswitch/brokerswitch/activities"
 	"github.com/brokerswitch/brokerswitch/config"
+	"github.com/brokerswitch/brokerswitch/windowplan"
 	"github.com/brokerswitch/brokerswitch/worker"
 	"github.com/brokerswitch/brokerswitch/workflows"
 )
@@ -95,7 +96,7 @@ func TestQueueWindowDrainsOnWhenTheLeftoverDrainStopsAtItsCap(t *testing.T) {
 	var a *activities.Window
 	plan := activities.WindowPlan{ActiveIndex: 1, Leftover: []int{0, 2}, Window: time.Minute, LeftoverDrainCap: 500}
 	env.OnActivity(a.PrepareWindow, mock.Anything, mock.Anything).Return(activities.PreparedWindow{
-		Plan: plan, Drained: activities.LeftoverDrainResult{Taken: map[int]int{0: 300, 2: 200}},
+		Plan: plan, Drained: windowplan.LeftoverDrainResult{Taken: map[int]int{0: 300, 2: 200}},
 	}, nil)
 	consumed := false
 	env.OnActivity(a.Consume, mock.Anything, mock.Anything).Return(func(context.Context, activities.ConsumeInput) error {
@@ -116,9 +117,9 @@ func TestQueueWindowConsumesWithoutHeartbeatsForTheWindowAndItsSettling(t *testi
 	env := newWindowTestEnv()
 	var a *activities.Window
 	plan := activities.WindowPlan{ActiveIndex: 1, Leftover: []int{0}, Window: time.Hour, Settle: 51 * time.Minute, LeftoverDrainCap: 500}
-	spares := []activities.SpareWatch{{Broker: 0, Behind: true}}
+	spares := []windowplan.SpareWatch{{Broker: 0, Behind: true}}
 	env.OnActivity(a.PrepareWindow, mock.Anything, mock.Anything).Return(activities.PreparedWindow{
-		Plan: plan, Drained: activities.LeftoverDrainResult{Taken: map[int]int{0: 3}}, Spares: spares,
+		Plan: plan, Drained: windowplan.LeftoverDrainResult{Taken: map[int]int{0: 3}}, Spares: spares,
 	}, nil)
 	var got activities.ConsumeInput
 	env.OnActivity(a.Consume, mock.Anything, mock.Anything).Return(func(_ context.Context, in activities.ConsumeInput) error {
