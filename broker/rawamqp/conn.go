@@ -184,7 +184,7 @@ func (c *Conn) Next() (tag uint64, header []byte, err error) {
 		if id != BasicDeliver {
 			continue
 		}
-		if len(a) < 1+int(a[0])+8 {
+		if len(a) < 1 || len(a) < 1+int(a[0])+8 {
 			return 0, nil, errors.New("basic.deliver too short")
 		}
 		tag = binary.BigEndian.Uint64(a[1+int(a[0]):]) // after the consumer tag
@@ -213,10 +213,11 @@ func (c *Conn) Body(size uint64, w io.Writer) error {
 		}
 		if w == nil {
 			err = c.r.Skip(f)
-		} else if p, perr := c.r.Payload(f); perr != nil {
-			err = perr
 		} else {
-			_, err = w.Write(p)
+			var p []byte
+			if p, err = c.r.Payload(f); err == nil {
+				_, err = w.Write(p)
+			}
 		}
 		if err != nil {
 			return fmt.Errorf("pass the body on: %w", err)
