@@ -8,6 +8,8 @@ import (
 	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/brokerswitch/brokerswitch/broker/quarantine"
 )
 
 // ErrExclusiveConsumer is wrapped into Consume's error when the queue already
@@ -17,6 +19,13 @@ var ErrExclusiveConsumer = errors.New("queue already has a consumer")
 // ErrConsumerCancelled is wrapped into Consume's error when the broker cancelled the
 // consumer (basic.cancel): the queue was deleted, or the node that holds it went down.
 var ErrConsumerCancelled = errors.New("consumer cancelled by the broker (queue deleted, or its node down)")
+
+// Errors of a poison message, wrapped into the error of Consume or Drain (see quarantine).
+var (
+	ErrOversize     = quarantine.ErrOversize   // a body over Pool.MaxMessageBytes
+	ErrUnreadable   = quarantine.ErrUnreadable // headers the AMQP client cannot read
+	ErrMovedToError = quarantine.ErrMoved      // the message is in {q}-error: read on at once
+)
 
 const (
 	// DefaultPrefetch is the prefetch when ConsumeOptions.Prefetch is 0. The batch ahead,
@@ -135,19 +144,14 @@ func (p *Pool) Consume(ctx context.Context, index int, queue string, opts Consum
 	defer close(stop)
 	buffered := forward(deliveries, opts.Prefetch, stop)
 
+	// The first delivery may cut the connection before the channel is transactional: stop
+	// moves it all the same.
 	c.s, err = newSettler(p, ep, ch, frameMax, queue, opts.OnSettled)
-	if err != nil {
-		// The first delivery may cut the connection before the channel is transactional.
-		if e := closedBy(c.closed, err); unreadableClose(e) {
-			return c.afterUnreadable(ctx, fmt.Errorf("%w (channel closed: %w)", err, e))
-		}
-		return err
+	if err == nil {
+		c.s.fence, c.s.settleTimeout = opts.Fence, opts.SettleTimeout
+		err = c.run(ctx, buffered, h)
 	}
-	c.s.fence, c.s.settleTimeout = opts.Fence, opts.SettleTimeout
-	// Every way out waits for the settle in flight, before the channel closes: its batch
-	// committed, and its acks must be in before the unsettled deliveries go back.
-	defer func() { _ = c.s.wait() }()
-	return c.run(ctx, buffered, h)
+	return c.stop(ctx, err)
 }
 
 // consumer is one Consume call once its channel is open: what its ways out need, and,
@@ -165,35 +169,50 @@ type consumer struct {
 }
 
 // run hands h the deliveries of buffered batch after batch, each while the one ahead of
-// it settles, until ctx ends, the fence closes or something fails (see Consume).
+// it settles, until ctx ends, the fence closes or something fails, and returns why it
+// stopped: nil when ctx ended.
 func (c *consumer) run(ctx context.Context, buffered <-chan amqp.Delivery, h BatchHandler) error {
 	for {
 		received := time.Now()
 		waited := len(buffered) == 0
 		batch, open := nextBatch(ctx, buffered, c.opts.MaxBatch, c.opts.Fence, c.s.failing())
-		if isClosed(c.opts.Fence) {
-			_ = c.s.wait()
-			return c.wrap(ErrFenced)
-		}
-		if !open {
-			_ = c.s.wait()
-			return c.ended(ctx)
-		}
-		if c.s.settleFailed() || ctx.Err() != nil {
+		switch {
+		case isClosed(c.opts.Fence):
+			return ErrFenced
+		case !open:
+			return endReason(c.closed, c.cancelled)
+		case c.s.settleFailed() || ctx.Err() != nil:
 			// Unhandled deliveries go back to the queue, in order, when the channel closes.
 			// No basic.cancel first: on a quorum queue (4.0.5) it returns the deliveries
 			// still in flight at once, ahead of those already received, which the close
 			// returns after them.
-			if err := c.s.wait(); err != nil {
-				return c.failed(ctx, err)
-			}
 			return nil
 		}
 		trace, settled := c.trace(len(batch), received, waited)
 		if err := c.s.handleAhead(withTrace(ctx, trace), h, batch, settled); err != nil {
-			return c.failed(ctx, err)
+			return err
 		}
 	}
+}
+
+// stop is every way out of Consume once it subscribed, err being why it stopped. It waits
+// for the settle in flight: its batch committed, and its acks must be in before the
+// channel closes and puts every unsettled delivery back at the head of the queue, in
+// order. Its failure is what Consume returns when err is nil. A poison message that
+// stopped the consumer is then moved to {q}-error.
+func (c *consumer) stop(ctx context.Context, err error) error {
+	if serr := c.s.wait(); err == nil {
+		err = serr
+	}
+	_ = c.ch.Close()
+	if err == nil {
+		return nil
+	}
+	err = c.pool.quarantine().Move(ctx, quarantined(c.ep, c.queue, c.frameMax, c.opts.Prefetch, c.closed), err)
+	if ctx.Err() != nil && !errors.Is(err, ErrFenced) && !errors.Is(err, ErrOversize) && !errors.Is(err, ErrUnreadable) {
+		return nil
+	}
+	return c.wrap(err)
 }
 
 // trace starts the trace of a batch of n deliveries, received from received on (waited:
@@ -213,39 +232,6 @@ func (c *consumer) trace(n int, received time.Time, waited bool) (*BatchTrace, f
 		trace.Wall = time.Since(received)
 		p.Trace(trace)
 	}
-}
-
-// failed is what Consume returns when handling or settling failed with err.
-func (c *consumer) failed(ctx context.Context, err error) error {
-	if errors.Is(err, ErrOversize) {
-		// The batch ahead of the large message committed: its acks go in before the
-		// channel closes for the move, and their failure comes first, in queue order.
-		if serr := c.s.wait(); serr != nil {
-			return c.wrap(serr)
-		}
-		return c.pool.afterOversize(ctx, c.ep, c.ch, "consume", c.queue, err)
-	}
-	if e := closedBy(c.closed, err); unreadableClose(e) {
-		return c.afterUnreadable(ctx, fmt.Errorf("%w (channel closed: %w)", err, e))
-	}
-	if ctx.Err() != nil && !errors.Is(err, ErrFenced) {
-		return nil
-	}
-	return c.wrap(err)
-}
-
-// ended is what Consume returns when its deliveries channel closed.
-func (c *consumer) ended(ctx context.Context) error {
-	err := endReason(c.closed, c.cancelled)
-	if e := (*amqp.Error)(nil); errors.As(err, &e) && unreadableClose(e) {
-		return c.afterUnreadable(ctx, err)
-	}
-	return c.wrap(err)
-}
-
-// afterUnreadable is Pool.afterUnreadable for this consumer's queue.
-func (c *consumer) afterUnreadable(ctx context.Context, cause error) error {
-	return c.pool.afterUnreadable(ctx, c.ep, c.queue, c.frameMax, c.opts.Prefetch, cause)
 }
 
 // wrap says which queue, on which broker, err stopped.
@@ -324,24 +310,6 @@ func isClosed(c <-chan struct{}) bool {
 		return true
 	default:
 		return false
-	}
-}
-
-// closedBy is the reason the channel closed under a call that failed with err because
-// of it, or nil. The library notifies close listeners before a call on the closed channel
-// fails, so the reason is there already.
-func closedBy(closed <-chan *amqp.Error, err error) *amqp.Error {
-	if e := (*amqp.Error)(nil); errors.As(err, &e) && e.Code != amqp.ChannelError {
-		return e
-	}
-	if !errors.Is(err, amqp.ErrClosed) {
-		return nil
-	}
-	select {
-	case e := <-closed:
-		return e
-	default:
-		return nil
 	}
 }
 

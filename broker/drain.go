@@ -80,7 +80,7 @@ type DrainResult struct {
 // empty. When h fails or ctx ends, DrainWith returns the error (wrapping ctx's) with the
 // current batch unsettled and back at the head of the queue.
 //
-// A message over MaxMessageBytes is moved to {q}-error unread (see afterOversize), and the
+// A message over MaxMessageBytes is moved to {q}-error unread (see quarantine), and the
 // drain goes on behind it with what is left of Max, on a channel of its own.
 func (p *Pool) DrainWith(ctx context.Context, index int, queue string, opts DrainOptions, h BatchHandler) (DrainResult, error) {
 	var total DrainResult
@@ -135,9 +135,9 @@ func (p *Pool) drainOnce(ctx context.Context, index int, queue string, opts Drai
 	res, err := drainFrom(ctx, s, h, opts, func(limit int) (round, error) {
 		return consumeBatch(ctx, ch, queue, limit)
 	})
+	_ = ch.Close()
+	err = p.quarantine().Move(ctx, quarantined(ep, queue, frameMax, opts.Batch, nil), err)
 	switch {
-	case errors.Is(err, ErrOversize):
-		return res, p.afterOversize(ctx, ep, ch, "drain", queue, err)
 	case isCode(err, amqp.AccessRefused):
 		// Another client consumes the queue exclusively: the window of a worker that has
 		// not stopped yet, say.

@@ -12,10 +12,6 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 )
 
-// HeaderErrorCut is added to a copy in {q}-error that had to be cut to fit the
-// connection's frame_max: it says what was left out.
-const HeaderErrorCut = "x-error-cut"
-
 // Limits of a copy cut to fit frame_max.
 const (
 	// maxCutReason is the longest reason a cut copy keeps, in bytes.

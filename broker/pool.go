@@ -15,6 +15,8 @@ import (
 
 	amqp "github.com/rabbitmq/amqp091-go"
 
+	"github.com/brokerswitch/brokerswitch/broker/quarantine"
+	"github.com/brokerswitch/brokerswitch/broker/rawamqp"
 	"github.com/brokerswitch/brokerswitch/metrics"
 )
 
@@ -85,14 +87,14 @@ type Pool struct {
 	Trace func(*BatchTrace)
 	// MaxMessageBytes is the largest body a consumer holds (MAX_MESSAGE_BYTES); 0 means no
 	// bound. A delivery whose body is larger reaches no handler: its body is read past
-	// unheld (guardConn) and the message is moved to {q}-error by a client that streams it
-	// (moveOversize). Set it before the pool is used.
+	// unheld and the message is moved to {q}-error by a client that streams it (see
+	// quarantine). Set it before the pool is used.
 	MaxMessageBytes int
 
-	logger       *slog.Logger
-	oversizeMark []byte
-	endpoints    []Endpoint
-	brokers      map[int]*brokerConn
+	logger    *slog.Logger
+	mark      quarantine.Mark
+	endpoints []Endpoint
+	brokers   map[int]*brokerConn
 }
 
 // brokerConn is the connection of one broker.
@@ -133,8 +135,7 @@ func NewPool(endpoints []Endpoint, logger *slog.Logger) *Pool {
 		logger:    logger,
 		endpoints: append([]Endpoint(nil), endpoints...),
 		brokers:   make(map[int]*brokerConn, len(endpoints)),
-
-		oversizeMark: newOversizeMark(),
+		mark:      quarantine.NewMark(),
 	}
 	for _, ep := range endpoints {
 		p.brokers[ep.Index] = &brokerConn{ep: ep, lock: make(chan struct{}, 1)}
@@ -300,7 +301,7 @@ func (p *Pool) connection(ctx context.Context, b *brokerConn) (*amqp.Connection,
 	}
 	var guard func(net.Conn) net.Conn
 	if b.queue != "" && p.MaxMessageBytes > 0 {
-		guard = func(c net.Conn) net.Conn { return newGuardConn(c, p.MaxMessageBytes, p.oversizeMark) }
+		guard = p.quarantine().Guard
 	}
 	conn, err := dial(ctx, b.ep, p.FrameSize, cmp.Or(p.Heartbeat, DefaultHeartbeat), cmp.Or(p.ConnectionName, connectionName), guard)
 	if err != nil {
@@ -422,14 +423,54 @@ func (s *socket) dial(network, addr string) (net.Conn, error) {
 	if s.secure {
 		// The guard reads AMQP frames, so it goes above TLS, which the library would
 		// otherwise put above it: TLS is done here, as dialRaw does it.
-		tc, err := clientTLS(s.ctx, conn, s.uri)
-		if err != nil {
-			conn.Close()
+		if conn, err = clientTLS(s.ctx, conn, s.uri); err != nil {
 			return nil, err
 		}
-		conn = tc
 	}
 	return s.guard(conn), nil
+}
+
+// rawConnTimeout bounds a dial of the client that moves messages to -error, unless the
+// URL's connection_timeout says otherwise.
+const rawConnTimeout = 15 * time.Second
+
+// dialRaw connects the client that moves messages to -error (rawamqp) to ep, as
+// amqp091-go would: amqps with the URL's TLS files or the system's roots, within the
+// URL's connection_timeout. Errors never include the URL.
+func dialRaw(ctx context.Context, ep Endpoint) (*rawamqp.Conn, error) {
+	uri, err := amqp.ParseURI(ep.URL)
+	if err != nil {
+		return nil, errors.New("parse the broker's URL")
+	}
+	ctx, cancel := context.WithTimeout(ctx, connectionTimeout(uri, rawConnTimeout))
+	defer cancel()
+	c, err := rawamqp.Dial(ctx, uri, func(ctx context.Context) (net.Conn, error) {
+		var d net.Dialer
+		conn, err := d.DialContext(ctx, "tcp", net.JoinHostPort(uri.Host, strconv.Itoa(uri.Port)))
+		if err != nil || uri.Scheme != "amqps" {
+			return conn, err
+		}
+		return clientTLS(ctx, conn, uri)
+	})
+	if err != nil {
+		return nil, scrub(err, ep)
+	}
+	return c, nil
+}
+
+// quarantine is where the pool's consumers move what they cannot take (see quarantine).
+func (p *Pool) quarantine() quarantine.Quarantine {
+	return quarantine.Quarantine{Limit: p.MaxMessageBytes, Mark: p.mark, Metrics: p.Metrics, Logger: p.logger}
+}
+
+// quarantined is the target of quarantine's Move for the consumers of queue on ep, whose
+// connections negotiated frameMax and whose consumer took prefetch deliveries ahead;
+// closed, when not nil, tells why the consumer's channel closed.
+func quarantined(ep Endpoint, queue string, frameMax, prefetch int, closed <-chan *amqp.Error) quarantine.Target {
+	return quarantine.Target{
+		Queue: queue, ErrorQueue: ErrorQueue(queue), Broker: ep, FrameMax: frameMax, Prefetch: prefetch, Closed: closed,
+		Dial: func(ctx context.Context) (*rawamqp.Conn, error) { return dialRaw(ctx, ep) },
+	}
 }
 
 // plainSchemeURL is raw, an amqps URL that parsed as uri, with the amqp scheme and the

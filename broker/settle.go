@@ -10,14 +10,16 @@ import (
 
 	amqp "github.com/rabbitmq/amqp091-go"
 
+	"github.com/brokerswitch/brokerswitch/broker/quarantine"
 	"github.com/brokerswitch/brokerswitch/metrics"
 )
 
-// Headers added to a message copied to {q}-error by a Reject.
+// Headers added to a message copied to {q}-error, by a Reject or by the quarantine.
 const (
-	HeaderErrorReason = "x-error-reason" // the Reject verdict's Reason
-	HeaderErrorAt     = "x-error-at"     // when it was rejected, RFC 3339 UTC
-	HeaderErrorQueue  = "x-error-queue"  // the queue it was rejected from
+	HeaderErrorReason = quarantine.HeaderReason // why: the Reject verdict's Reason, or the quarantine's
+	HeaderErrorAt     = quarantine.HeaderAt     // when, RFC 3339 UTC
+	HeaderErrorQueue  = quarantine.HeaderQueue  // the queue it came from
+	HeaderErrorCut    = quarantine.HeaderCut    // what the copy left out to fit frame_max, if anything
 )
 
 // ErrHandler is wrapped into the error of Consume or Drain when the batch handler failed
@@ -74,18 +76,15 @@ const handleTimeout = time.Minute
 // consumer must stay until the batch is applied: it applies every part, then calls
 // release (when not nil), then settles the parts in order, and returns how many
 // deliveries it settled. It stops before a delivery whose body was over
-// Pool.MaxMessageBytes, and returns its oversizeError. Settling uses a context that the
-// end of ctx does not cancel: a handled batch is always settled, every part of it. Nothing of the batch is acknowledged before all of it was applied, so
+// Pool.MaxMessageBytes, and returns its error (quarantine's Cut). Settling uses a context
+// that the end of ctx does not cancel: a handled batch is always settled, every part of it. Nothing of the batch is acknowledged before all of it was applied, so
 // while its consumer is there no delivery beyond the batch can come. release is called
 // for an empty batch too, and not when h fails: the caller closes the channel then.
 func (s *settler) handleThen(ctx context.Context, h BatchHandler, batch []amqp.Delivery, release func() error) (int, error) {
-	batch, oversize := s.pool.beforeOversize(batch)
+	batch, oversize := s.pool.quarantine().Cut(batch)
 	parts := splitByBytes(batch, s.pool.MaxBatchBytes)
 	verdicts := make([][]Verdict, len(parts))
 	for i, part := range parts {
-		if len(part) == 0 {
-			break
-		}
 		v, err := s.apply(ctx, h, part)
 		if err != nil {
 			return 0, err
@@ -99,9 +98,6 @@ func (s *settler) handleThen(ctx context.Context, h BatchHandler, batch []amqp.D
 	}
 	settled := 0
 	for i, part := range parts {
-		if len(part) == 0 {
-			break
-		}
 		start := time.Now()
 		n, err := s.settle(context.WithoutCancel(ctx), part, verdicts[i])
 		TraceOf(ctx).Add(PhaseAck, start)
@@ -114,9 +110,13 @@ func (s *settler) handleThen(ctx context.Context, h BatchHandler, batch []amqp.D
 }
 
 // splitByBytes cuts batch, in order, into parts whose bodies add up to at most maxBytes;
-// a message larger than that is a part of its own. maxBytes <= 0 keeps batch whole.
+// a message larger than that is a part of its own. maxBytes <= 0 keeps batch whole. No
+// part is empty: an empty batch has none.
 func splitByBytes(batch []amqp.Delivery, maxBytes int) [][]amqp.Delivery {
-	if maxBytes <= 0 {
+	switch {
+	case len(batch) == 0:
+		return nil
+	case maxBytes <= 0:
 		return [][]amqp.Delivery{batch}
 	}
 	var parts [][]amqp.Delivery
@@ -195,12 +195,9 @@ type settling struct {
 // part's. batchSettled runs, from the settling goroutine, once the batch's last part is
 // settled.
 func (s *settler) handleAhead(ctx context.Context, h BatchHandler, batch []amqp.Delivery, batchSettled func()) error {
-	batch, oversize := s.pool.beforeOversize(batch)
+	batch, oversize := s.pool.quarantine().Cut(batch)
 	parts := splitByBytes(batch, s.pool.MaxBatchBytes)
 	for i, part := range parts {
-		if len(part) == 0 {
-			break
-		}
 		if s.settleFailed() {
 			// The channel is closed or unusable: applying more would only be undone by the
 			// redelivery.
@@ -251,12 +248,13 @@ func (s *settler) settleBehind(ctx context.Context, batch []amqp.Delivery, verdi
 	}()
 }
 
-// wait waits for the settle in flight, if any, and returns its error.
+// wait waits for the settle in flight, if any, and returns its error. A nil settler (its
+// channel never became transactional) has none.
 func (s *settler) wait() error {
-	f := s.inFlight
-	if f == nil {
+	if s == nil || s.inFlight == nil {
 		return nil
 	}
+	f := s.inFlight
 	<-f.done
 	s.inFlight = nil
 	return f.err

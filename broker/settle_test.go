@@ -3,7 +3,6 @@
 package broker
 
 import (
-	"bufio"
 	"context"
 	"encoding/binary"
 	"io"
@@ -20,6 +19,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/brokerswitch/brokerswitch/broker/rawamqp"
 	"github.com/brokerswitch/brokerswitch/internal/testenv"
 )
 
@@ -28,8 +28,8 @@ const (
 	classBasic    = 60
 	methodPublish = 40
 	methodAck     = 80
-	frameMethod   = 1
-	frameHeader   = 2
+	frameMethod   = rawamqp.FrameMethod
+	frameHeader   = rawamqp.FrameHeader
 )
 
 // clientFrames is a proxy's Copy that hands keep every AMQP frame the client sends, its
@@ -41,27 +41,24 @@ func clientFrames(keep func(frameType byte, payload []byte) bool) testenv.Copy {
 			_, _ = io.Copy(dst, src)
 			return
 		}
-		r := bufio.NewReader(src)
+		frames := rawamqp.NewReader(src, 64<<10)
 		protocol := make([]byte, 8)
-		if _, err := io.ReadFull(r, protocol); err != nil {
+		if _, err := io.ReadFull(frames, protocol); err != nil {
 			return
 		}
 		if _, err := dst.Write(protocol); err != nil {
 			return
 		}
 		for {
-			var header [7]byte // type, channel, size
-			if _, err := io.ReadFull(r, header[:]); err != nil {
+			f, err := frames.Next()
+			if err != nil {
 				return
 			}
-			rest := make([]byte, binary.BigEndian.Uint32(header[3:])+1) // payload and frame end
-			if _, err := io.ReadFull(r, rest); err != nil {
-				return
-			}
-			if !keep(header[0], rest[:len(rest)-1]) {
+			payload, err := frames.Payload(f)
+			if err != nil || !keep(f.Type, payload) {
 				return // the proxy closes both sides
 			}
-			if _, err := dst.Write(append(header[:], rest...)); err != nil {
+			if _, err := dst.Write(append(append(f.Append(nil), payload...), rawamqp.FrameEnd)); err != nil {
 				return
 			}
 		}

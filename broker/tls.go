@@ -40,14 +40,17 @@ func tlsConfigOf(uri amqp.URI) (*tls.Config, error) {
 	return cfg, nil
 }
 
-// clientTLS runs the TLS handshake over conn, with the TLS settings of uri, within ctx.
+// clientTLS runs the TLS handshake over conn, with the TLS settings of uri, within ctx;
+// conn is closed when it fails.
 func clientTLS(ctx context.Context, conn net.Conn, uri amqp.URI) (net.Conn, error) {
 	cfg, err := tlsConfigOf(uri)
 	if err != nil {
+		conn.Close()
 		return nil, err
 	}
 	tc := tls.Client(conn, cfg)
 	if err := tc.HandshakeContext(ctx); err != nil {
+		conn.Close()
 		return nil, err
 	}
 	return tc, nil

@@ -71,32 +71,14 @@ func TestTheGuardedAMQPSURLKeepsEveryParameter(t *testing.T) {
 	}
 }
 
-// The client that moves messages to -error logs in as amqp091-go would: with a client
-// certificate when the URL asks for EXTERNAL, and refuses clearly what it does not speak.
-func TestTheRawClientHonoursTheURLsAuthMechanism(t *testing.T) {
-	for raw, want := range map[string]string{
-		"amqps://u:pw@h/":                                             "PLAIN",
-		"amqps://h/?auth_mechanism=external":                          "EXTERNAL",
-		"amqps://u:pw@h/?auth_mechanism=EXTERNAL":                     "EXTERNAL",
-		"amqp://u:pw@h/?auth_mechanism=amqplain&auth_mechanism=plain": "PLAIN",
-	} {
-		uri, err := amqp.ParseURI(raw)
-		require.NoError(t, err)
-		mechanism, response, err := rawAuth(uri)
-		require.NoError(t, err)
-		require.Equal(t, want, mechanism, raw)
-		if want == "EXTERNAL" {
-			require.Empty(t, response, "EXTERNAL sends no password")
-		}
-	}
-	uri, err := amqp.ParseURI("amqp://u:pw@h/?auth_mechanism=amqplain")
-	require.NoError(t, err)
-	_, _, err = rawAuth(uri)
-	require.ErrorContains(t, err, "auth_mechanism")
-	_, err = dialRaw(t.Context(), Endpoint{URL: "amqp://u:pw@127.0.0.1:1/?auth_mechanism=amqplain"})
+// The client that moves messages to -error refuses a login it does not speak before it
+// dials, and dials within the URL's connection_timeout (rawamqp's tests hold the rest of
+// its login).
+func TestTheRawClientHonoursTheURLsAuthMechanismAndTimeout(t *testing.T) {
+	_, err := dialRaw(t.Context(), Endpoint{URL: "amqp://u:pw@127.0.0.1:1/?auth_mechanism=amqplain"})
 	require.ErrorContains(t, err, "auth_mechanism", "refused before it dials")
 
-	uri, err = amqp.ParseURI("amqps://h/?connection_timeout=1500")
+	uri, err := amqp.ParseURI("amqps://h/?connection_timeout=1500")
 	require.NoError(t, err)
 	require.Equal(t, 1500*time.Millisecond, connectionTimeout(uri, rawConnTimeout))
 }

@@ -19,15 +19,16 @@ JOBS_PREFIX=test
 . scripts/jobs.sh
 
 GO=${GO:-go}
-# The RabbitMQ 4.0 pass: the packages (broker; errorqueue, whose lists must never bring a
-# quorum queue's message to 4.0's default delivery limit) and scenarios that depend on the
+# The RabbitMQ 4.0 pass: the packages (broker, and the quarantine that moves its poison;
+# errorqueue, whose lists must never bring a quorum queue's message to 4.0's default
+# delivery limit) and scenarios that depend on the
 # broker's version and queue type (switch, double rotation, two workers, reversed
 # notifications, rolling restart, a start with the other type, a killed worker's
 # take-over, a straggler on a spare), each with classic and with quorum queues. Not
 # ./ingest/: its tests hand deliveries to the Ingester in memory and never dial a broker,
 # so a second and third run would test nothing new.
 RABBITMQ4_API=${RABBITMQ4_API:-http://127.0.0.1:15673}
-RABBITMQ4_PACKAGES=(./broker/ ./errorqueue/)
+RABBITMQ4_PACKAGES=(./broker/ ./broker/quarantine/ ./errorqueue/)
 RABBITMQ4_E2E='^(TestScenario02RotationWithABacklog|TestScenario05DoubleRotationHopByHop|TestScenario13TwoWorkerProcesses|TestScenario13bTwoWorkersOnAProducersQuorumQueues|TestScenario14ReversedNotificationsKeepTheMiddleBroker|TestARollingRestartOfTwoWorkersLosesNothing|TestAStartAgainstQueuesOfTheOtherTypeFails|TestAKilledWorkersQueuesAreTakenOverWithinSeconds|TestAStragglerOnASpareIsAppliedWithinAMinute)$'
 # On quorum queues only, where deliveries come back and consumers go in the queue's own
 # time: the forced switch with a backlog, a force with a hop out and a return, the

@@ -1,9 +1,18 @@
 package testenv
 
 import (
+	"bytes"
+	"context"
 	"encoding/binary"
+	"io"
 	"net"
+	"strconv"
 	"sync/atomic"
+	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/brokerswitch/brokerswitch/broker/rawamqp"
 )
 
 // RabbitMQ without its management plugin keeps no delivery counters, and CloudAMQP bills
@@ -34,76 +43,100 @@ func (a FrameSnapshot) Minus(b FrameSnapshot) FrameSnapshot {
 // basic.get answers that carried a message.
 func (a FrameSnapshot) Deliveries() int64 { return a.Deliver + a.GetOK }
 
-// Copy is a proxy's Copy that reads the broker's frames through a frame parser,
-// the counts kept here. Every method counted goes from the broker to the client, so the
-// client's frames, its protocol header first, pass unread.
+// Copy is a proxy's Copy that counts the methods of the broker's frames as they pass (the
+// broker's own frame reader reads them). Every method counted goes from the broker to the
+// client, so the client's frames, its protocol header first, pass unread.
 func (c *FrameCounts) Copy(dst, src net.Conn, toServer bool) {
-	see := (&frameParser{counts: c}).feed
-	if toServer {
-		see = func([]byte) {}
+	if !toServer {
+		c.count(io.TeeReader(src, dst))
 	}
-	Pass(dst, src, see)
+	// What a frame the counter could not read left unread passes on unread.
+	Pass(dst, src, func([]byte) {})
 }
 
-// frameParser reads a stream of AMQP frames incrementally: frame header (type, channel,
-// size), payload, frame-end. Method frames are small and kept whole; content bodies are
-// skipped without copying.
-type frameParser struct {
-	counts *FrameCounts
-	head   []byte // collected header (7 bytes) or method payload
-	need   int    // bytes of the current frame's payload and frame-end still to read: 0 between frames
-	method bool   // the current frame is a method frame
-}
+// maxMethod bounds a method frame the counter reads whole: a larger one is read past.
+const maxMethod = 64 << 10
 
-func (f *frameParser) feed(b []byte) {
-	for len(b) > 0 {
-		if f.need == 0 {
-			n := min(7-len(f.head), len(b))
-			f.head = append(f.head, b[:n]...)
-			b = b[n:]
-			if len(f.head) < 7 {
+// count reads the frames of r, which passes on what it reads, until it fails, and counts
+// their methods; content bodies are read past without copying.
+func (c *FrameCounts) count(r io.Reader) {
+	frames := rawamqp.NewReader(r, 64<<10)
+	for {
+		f, err := frames.Next()
+		if err != nil {
+			return
+		}
+		if f.Type != rawamqp.FrameMethod || f.Size > maxMethod {
+			if frames.Skip(f) != nil {
 				return
 			}
-			f.method = f.head[0] == 1
-			f.need = int(binary.BigEndian.Uint32(f.head[3:7])) + 1 // payload and frame-end
-			f.head = f.head[:0]
 			continue
 		}
-		n := min(f.need, len(b))
-		if f.method {
-			f.head = append(f.head, b[:n]...)
+		p, err := frames.Payload(f)
+		if err != nil {
+			return
 		}
-		f.need -= n
-		b = b[n:]
-		if f.need == 0 {
-			if f.method {
-				f.onMethod(f.head[:len(f.head)-1])
+		switch rawamqp.MethodID(p) {
+		case rawamqp.BasicDeliver: // consumer-tag, delivery-tag, redelivered
+			c.Deliver.Add(1)
+			if args := p[4:]; len(args) >= 1 {
+				tagLen := int(args[0])
+				if len(args) >= 1+tagLen+8+1 && args[1+tagLen+8]&1 == 1 {
+					c.Redelivered.Add(1)
+				}
 			}
-			f.head = f.head[:0]
+		case rawamqp.BasicGetOk:
+			c.GetOK.Add(1)
 		}
 	}
 }
 
-// classBasic is AMQP 0-9-1's basic class.
-const classBasic = 60
+// RawMessage is a message as ReadRaw read it: its content header frame's payload, and
+// its body.
+type RawMessage struct{ Header, Body []byte }
 
-func (f *frameParser) onMethod(p []byte) {
-	if len(p) < 4 {
-		return
+// ReadRaw takes n messages of queue on the broker of amqpURL with the client that reads
+// what amqp091-go refuses (rawamqp), and lets go of them: they go back to the queue.
+func ReadRaw(t T, amqpURL, queue string, n int) []RawMessage {
+	t.Helper()
+	uri, err := amqp.ParseURI(amqpURL)
+	if err != nil {
+		t.Fatalf("testenv: parse AMQP URL: %v", err)
 	}
-	class, method := binary.BigEndian.Uint16(p[0:2]), binary.BigEndian.Uint16(p[2:4])
-	c := f.counts
-	switch {
-	case class == classBasic && method == 60: // deliver: consumer-tag, delivery-tag, redelivered
-		c.Deliver.Add(1)
-		args := p[4:]
-		if len(args) >= 1 {
-			tagLen := int(args[0])
-			if len(args) >= 1+tagLen+8+1 && args[1+tagLen+8]&1 == 1 {
-				c.Redelivered.Add(1)
-			}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	c, err := rawamqp.Dial(ctx, uri, func(ctx context.Context) (net.Conn, error) {
+		var d net.Dialer
+		return d.DialContext(ctx, "tcp", net.JoinHostPort(uri.Host, strconv.Itoa(uri.Port)))
+	})
+	if err != nil {
+		t.Fatalf("testenv: raw connection: %v", err)
+	}
+	defer c.Close()
+	if err := c.Consume(queue, "testenv-read-raw", n); err != nil {
+		t.Fatalf("testenv: consume %s: %v", queue, err)
+	}
+	var out []RawMessage
+	for len(out) < n {
+		_ = c.SetReadDeadline(time.Now().Add(30 * time.Second))
+		_, header, err := c.Next()
+		var body bytes.Buffer
+		if err == nil {
+			err = c.Body(binary.BigEndian.Uint64(header[4:]), &body)
 		}
-	case class == classBasic && method == 71:
-		c.GetOK.Add(1)
+		if err != nil {
+			t.Fatalf("testenv: read %s: %v", queue, err)
+		}
+		out = append(out, RawMessage{Header: header, Body: body.Bytes()})
 	}
+	return out
+}
+
+// NestedTable is a header table nested depth deep, which amqp091-go refuses past 32.
+func NestedTable(depth int) amqp.Table {
+	t := amqp.Table{"leaf": "x"}
+	for range depth {
+		t = amqp.Table{"in": t}
+	}
+	return t
 }

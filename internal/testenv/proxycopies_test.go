@@ -2,6 +2,8 @@ package testenv
 
 import (
 	"encoding/binary"
+	"io"
+	"net"
 	"testing"
 	"time"
 
@@ -20,6 +22,9 @@ func method(class, id uint16, args ...byte) []byte {
 	return frame(1, append(binary.BigEndian.AppendUint16(b, id), args...))
 }
 
+// classBasic is AMQP 0-9-1's basic class.
+const classBasic = 60
+
 // deliver is basic.deliver with a consumer tag, a delivery tag and the redelivered bit.
 func deliver(redelivered bool) []byte {
 	args := append([]byte{3}, "tag"...)
@@ -31,9 +36,24 @@ func deliver(redelivered bool) []byte {
 	return method(classBasic, 60, append(args, flag, 0, 0)...)
 }
 
-// The parser counts the deliveries of a broker's stream cut anywhere, among other methods
+// pieces reads b at most n bytes at a time.
+type pieces struct {
+	b []byte
+	n int
+}
+
+func (p *pieces) Read(b []byte) (int, error) {
+	if len(p.b) == 0 {
+		return 0, io.EOF
+	}
+	n := copy(b[:min(len(b), p.n)], p.b)
+	p.b = p.b[n:]
+	return n, nil
+}
+
+// The counter counts the deliveries of a broker's stream cut anywhere, among other methods
 // and past content bodies of any size.
-func TestFrameParserCountsMethodsAcrossReads(t *testing.T) {
+func TestFrameCounterCountsMethodsAcrossReads(t *testing.T) {
 	var stream []byte
 	stream = append(stream, method(20, 10)...)
 	stream = append(stream, method(50, 10)...)
@@ -48,14 +68,36 @@ func TestFrameParserCountsMethodsAcrossReads(t *testing.T) {
 
 	for _, cut := range []int{1, 3, 7, 4096, len(stream)} {
 		var counts FrameCounts
-		fp := &frameParser{counts: &counts}
-		for b := stream; len(b) > 0; b = b[min(cut, len(b)):] {
-			fp.feed(b[:min(cut, len(b))])
-		}
+		counts.count(&pieces{b: stream, n: cut})
 		require.Equal(t, FrameSnapshot{Deliver: 2, Redelivered: 1, GetOK: 1},
 			counts.Snapshot(), "read %d bytes at a time", cut)
 		require.EqualValues(t, 3, counts.Snapshot().Deliveries(), "basic.deliver and basic.get-ok")
 	}
+}
+
+// The counting copy passes the broker's bytes on as they are, a frame it cannot read and
+// what follows it included.
+func TestFrameCounterPassesEveryByteOn(t *testing.T) {
+	stream := append(deliver(false), frame(3, make([]byte, 70_000))...)
+	broken := frame(1, []byte{0, 60, 0, 60})
+	broken[len(broken)-1] = 0 // no end octet
+	stream = append(append(stream, broken...), deliver(false)...)
+
+	broker, proxyIn := net.Pipe()
+	proxyOut, client := net.Pipe()
+	var counts FrameCounts
+	go func() {
+		counts.Copy(proxyOut, proxyIn, false)
+		proxyOut.Close()
+	}()
+	go func() {
+		_, _ = broker.Write(stream)
+		broker.Close()
+	}()
+	got, err := io.ReadAll(client)
+	require.NoError(t, err)
+	require.Equal(t, stream, got)
+	require.EqualValues(t, 1, counts.Snapshot().Deliver, "counted up to the frame it could not read")
 }
 
 // A URL or DSN goes through a delay proxy with the rest of it kept, and a round trip
