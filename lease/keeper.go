@@ -80,7 +80,7 @@ type Keeper struct {
 	// began is when Run started. Run's alone.
 	began time.Time
 	// sightings are this worker's attempts that scans saw started but not running, and
-	// since when (failStrays). Run's alone.
+	// since when (failStrays). watchStrays' alone.
 	sightings map[attemptKey]time.Time
 
 	mu      sync.Mutex
@@ -123,12 +123,19 @@ func (k *Keeper) Run(ctx context.Context) {
 	giveUp.Stop()
 	defer giveUp.Stop()
 
+	// The stray scan runs beside this loop, never in it: its describes wait on Temporal,
+	// and a cut-off worker must give its lease up on time, not one describe late.
+	strays := make(chan struct{})
+	go func() {
+		defer close(strays)
+		k.watchStrays(ctx)
+	}()
 	k.step(ctx, giveUp)
 	k.reap(ctx)
-	k.failStrays(ctx)
 	for {
 		select {
 		case <-ctx.Done():
+			<-strays
 			k.release()
 			return
 		case <-giveUp.C:
@@ -137,7 +144,20 @@ func (k *Keeper) Run(ctx context.Context) {
 			k.step(ctx, giveUp)
 		case <-reap.C:
 			k.reap(ctx)
-			k.failStrays(ctx)
+		}
+	}
+}
+
+// watchStrays fails this worker's strays at every scan until ctx ends.
+func (k *Keeper) watchStrays(ctx context.Context) {
+	tick := time.NewTicker(k.renewEvery() / 2)
+	defer tick.Stop()
+	for {
+		k.failStrays(ctx)
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
 		}
 	}
 }

@@ -148,7 +148,7 @@ func (k *Keeper) failStrays(ctx context.Context) {
 		k.sightings = nil
 		return
 	}
-	// Bounded well within the scan's period: Run renews the lease between scans.
+	// Bounded well within the scan's period, so that scans do not pile up.
 	cctx, cancel := context.WithTimeout(ctx, k.renewEvery()/2)
 	defer cancel()
 	seen, _ := k.startedOn(cctx, k.Identity)
