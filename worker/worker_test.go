@@ -17,6 +17,7 @@ import (
 	"github.com/brokerswitch/brokerswitch/internal/stacktest"
 	"github.com/brokerswitch/brokerswitch/internal/testenv"
 	"github.com/brokerswitch/brokerswitch/worker"
+	"github.com/brokerswitch/brokerswitch/workflows"
 )
 
 // server is the dev server of this test binary, started by TestMain.
@@ -43,9 +44,27 @@ func TestAWorkerWhoseNamespaceIsDeletedStops(t *testing.T) {
 		require.NoError(t, s.DB.Raw(`SELECT count(*) FROM worker_leases WHERE identity = ?`, worker.Identity()).Scan(&n).Error)
 		return n
 	}
-	require.NoError(t, testenv.WaitUntil(ctx, time.Minute, "the worker's lease and its activity polls", func() (bool, error) {
+	// Run's start ends when it has started the long-running workflows: a namespace deleted
+	// before that fails the start itself, which is not the stop this test is about.
+	ids := []string{workflows.BrokerSwitchWorkflowID}
+	for _, q := range s.Config.Queues {
+		ids = append(ids, workflows.QueueWindowWorkflowID(q))
+	}
+	require.NoError(t, testenv.WaitUntil(ctx, time.Minute, "the worker's lease, its activity polls and its workflows", func() (bool, error) {
 		q, err := s.Temporal.DescribeTaskQueue(ctx, s.Config.TaskQueue, enumspb.TASK_QUEUE_TYPE_ACTIVITY)
-		return leases() == 1 && len(q.GetPollers()) > 0, err
+		if err != nil || leases() != 1 || len(q.GetPollers()) == 0 {
+			return false, err
+		}
+		for _, id := range ids {
+			if _, err := s.Temporal.DescribeWorkflowExecution(ctx, id, ""); err != nil {
+				var notFound *serviceerror.NotFound
+				if errors.As(err, &notFound) {
+					return false, nil
+				}
+				return false, err
+			}
+		}
+		return true, nil
 	}))
 
 	_, err := s.Temporal.OperatorService().DeleteNamespace(ctx, &operatorservice.DeleteNamespaceRequest{Namespace: s.Config.TemporalNamespace})
