@@ -11,7 +11,7 @@ const (
 	// ApplyFactor bounds what handling a batch part (decoding and applying it) holds live,
 	// per byte of its bodies: ingest's TestApplyingTheCostliestBodyStaysWithinApplyFactor
 	// holds the costliest shape, a list of repositories that each become a row, to it
-	// (measured: 8.5 on its densest list), and TestDecodingMemoryIsBoundedByTheBody every shape's decoding to 4.
+	// (measured: 7.4 on its densest list), and TestDecodingMemoryIsBoundedByTheBody every shape's decoding to 4.
 	ApplyFactor = 10
 	// ProcessAllowance is the rest of the process: the Go runtime, the Temporal SDK's
 	// workers and caches, the Postgres and AMQP connections and their buffers.

@@ -47,8 +47,8 @@ func BenchmarkHandleBatch(b *testing.B) {
 // BenchmarkHandleBatchUpdates applies batches of 100 deliveries that change rows that
 // exist (34 pull requests and 33 comments beside 33 new pushes), with each payload's clock
 // newer than the last round's and, for the baseline, with the clock removed: the path
-// where each row is folded per assumption about its stored clock and the write's WHERE
-// compares the clocks, against the queue-order path of the same statements.
+// where the fold compares each event's clock with its row's, against the queue-order path
+// of the same statements.
 func BenchmarkHandleBatchUpdates(b *testing.B) {
 	for _, clocked := range []bool{false, true} {
 		b.Run(fmt.Sprintf("clock=%t", clocked), func(b *testing.B) {

@@ -46,5 +46,5 @@ func branchTracking(r *models.Branch) *models.Tracking { return &r.Tracking }
 
 func (w *writes) addBranch(ev Event, row models.Branch, copyColumns func(dst, src *models.Branch)) {
 	key := branchKey{repositoryID: row.RepositoryID, refType: row.RefType, ref: row.Ref}
-	w.branches.add(key, nil, refresh(ev, w.now, row, branchTracking, copyColumns))
+	w.branches.add(key, refresh(ev, w.now, row, branchTracking, copyColumns))
 }

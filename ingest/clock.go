@@ -2,7 +2,6 @@ package ingest
 
 import (
 	"bytes"
-	"slices"
 	"strconv"
 	"time"
 
@@ -153,70 +152,14 @@ const (
 	eventOlder
 )
 
-// storedClock is what one fold assumes of the clock of the row as stored, which the
-// fold never reads (the locked read leaves it out): between lo and hi (nil: no bound;
-// loIn, hiIn: the bound itself included; a stored NULL is below every bound). The
-// set-based apply folds a row's changes once per assumption that the batch's clocks
-// tell apart, and the statement writes the one whose assumption holds for the stored
-// clock (rowSet.flushClocked).
-type storedClock struct {
-	lo, hi     *time.Time
-	loIn, hiIn bool
-}
-
-// order is how an event with clock event compares with the stored row under s. The
-// bounds are clocks of the batch, so event is never strictly between them; an equal
-// stored clock is assumed only by a range of that one instant.
-func (s storedClock) order(event *time.Time) clockOrder {
-	switch {
-	case event == nil:
-		return inQueueOrder
-	case s.lo != nil && s.hi != nil && s.lo.Equal(*s.hi) && event.Equal(*s.lo):
-		return inQueueOrder
-	case s.lo != nil && !event.After(*s.lo):
-		return eventOlder
-	default:
-		return eventNewer
-	}
-}
-
-// join is the assumption that holds where s or next does, next being the one that
-// follows s in assumptions' order.
-func (s storedClock) join(next storedClock) storedClock {
-	return storedClock{lo: s.lo, loIn: s.loIn, hi: next.hi, hiIn: next.hiIn}
-}
-
-// assumptions are the stored clocks the batch's event clocks tell apart, in order:
-// below the earliest, equal to each, between each two, above the latest. With no clock
-// in the batch, one assumption that says nothing.
-func assumptions(clocks []*time.Time) []storedClock {
-	var at []time.Time
-	for _, c := range clocks {
-		if c != nil && !slices.ContainsFunc(at, c.Equal) {
-			at = append(at, *c)
-		}
-	}
-	slices.SortFunc(at, time.Time.Compare)
-	out := make([]storedClock, 0, 2*len(at)+1)
-	var lo *time.Time
-	for i := range at {
-		out = append(out, storedClock{lo: lo, hi: &at[i]}, storedClock{lo: &at[i], hi: &at[i], loIn: true, hiIn: true})
-		lo = &at[i]
-	}
-	return append(out, storedClock{lo: lo})
-}
-
 // compareClocks is the order of an event with clock event against a row with clock row;
-// exists is false when there is no row. A row without a clock is the stored row, whose
-// clock stored assumes (it compares as older than anything if it has none, as the
-// lowest assumption has it).
-func compareClocks(event, row *time.Time, exists bool, stored storedClock) clockOrder {
+// exists is false when there is no row. A row without a clock compares as older than
+// anything.
+func compareClocks(event, row *time.Time, exists bool) clockOrder {
 	switch {
 	case !exists || event == nil:
 		return inQueueOrder
-	case row == nil:
-		return stored.order(event)
-	case event.After(*row):
+	case row == nil || event.After(*row):
 		return eventNewer
 	case event.Before(*row):
 		return eventOlder
@@ -226,20 +169,10 @@ func compareClocks(event, row *time.Time, exists bool, stored storedClock) clock
 }
 
 // laterClock is the clock a row keeps after an event that is not older than it: the
-// newer of the two, so an event without a clock leaves the row's in place. A row without
-// a clock keeps the stored one's (nil) unless the event is newer than it under stored.
-func laterClock(event, row *time.Time, stored storedClock) *time.Time {
-	switch {
-	case event == nil:
+// newer of the two, so an event without a clock leaves the row's in place.
+func laterClock(event, row *time.Time) *time.Time {
+	if event == nil || (row != nil && row.After(*event)) {
 		return row
-	case row == nil:
-		if stored.order(event) == eventOlder {
-			return nil
-		}
-		return event
-	case row.After(*event):
-		return row
-	default:
-		return event
 	}
+	return event
 }

@@ -15,7 +15,6 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
-	"gorm.io/gorm"
 
 	"github.com/brokerswitch/brokerswitch/internal/testenv"
 	"github.com/brokerswitch/brokerswitch/metrics"
@@ -180,8 +179,8 @@ func TestClockedRowsWithoutLifecycle(t *testing.T) {
 	assert.Equal(t, "rr", repo.LastDeliveryID)
 }
 
-// The stored clock is compared by the upsert's WHERE alone, so a row another consumer
-// inserted after the read is decided by the same clock as one the read found.
+// A row another consumer inserted after the read, which no lock could hold, is decided by
+// the upsert's WHERE on the same clock as a row the read found.
 func TestUpsertKeepsANewerRowInsertedAfterTheRead(t *testing.T) {
 	e := newEnv(t)
 	newer := withClock(t, example(t, "pull_request.closed.0"), "pull_request", "updated_at", "2019-05-15T15:30:00Z")
@@ -193,9 +192,11 @@ func TestUpsertKeepsANewerRowInsertedAfterTheRead(t *testing.T) {
 	require.NoError(t, err)
 	w := newWrites(time.Date(2025, 1, 2, 4, 0, 0, 0, time.UTC))
 	// As if the read ran before the other consumer's insert committed.
-	w.pullRequests.lock = func(string, string, []string) (string, []any) { return "SELECT 1 WHERE false", nil }
+	w.pullRequests.read = func(string, string, []string) (string, []any) { return "SELECT 1 WHERE false", nil }
 	applyPullRequest(w, ev)
-	require.NoError(t, e.db.Transaction(func(tx *gorm.DB) error { return w.flush(context.Background(), tx) }))
+	tx := e.begin(t)
+	require.NoError(t, w.flush(context.Background(), tx))
+	require.NoError(t, tx.Commit(context.Background()))
 	assert.Equal(t, want, e.pullRequest(t))
 
 	// And a newer one still goes through.
@@ -203,16 +204,17 @@ func TestUpsertKeepsANewerRowInsertedAfterTheRead(t *testing.T) {
 	ev, err = Decode(delivery("pull_request", "newest", newest))
 	require.NoError(t, err)
 	w = newWrites(time.Date(2025, 1, 2, 5, 0, 0, 0, time.UTC))
-	w.pullRequests.lock = func(string, string, []string) (string, []any) { return "SELECT 1 WHERE false", nil }
+	w.pullRequests.read = func(string, string, []string) (string, []any) { return "SELECT 1 WHERE false", nil }
 	applyPullRequest(w, ev)
-	require.NoError(t, e.db.Transaction(func(tx *gorm.DB) error { return w.flush(context.Background(), tx) }))
+	tx = e.begin(t)
+	require.NoError(t, w.flush(context.Background(), tx))
+	require.NoError(t, tx.Commit(context.Background()))
 	assert.Equal(t, "newest", e.pullRequest(t).LastDeliveryID)
 }
 
-// When the event's clock ties with the row's, nextState's queue-order rule holds, though
-// only the write's WHERE sees the stored clock: a late event in the same second never
-// moves a closed row and only records its last_*, and on an open row it refreshes every
-// column but the state.
+// When the event's clock ties with the row's, nextState's queue-order rule holds: a late
+// event in the same second never moves a closed row and only records its last_*, and on
+// an open row it refreshes every column but the state.
 func TestATiedClockKeepsTheQueueOrderRules(t *testing.T) {
 	e := newEnv(t)
 	pr := func(name, clock, state, title string) []byte {
@@ -383,51 +385,6 @@ func commentLifecycle(t *testing.T, rng *rand.Rand, nodeID string) []clockedEven
 		out = append(out, clockedEvent{clock, delivery("issue_comment", fmt.Sprintf("%s-%d", nodeID, i), body)})
 	}
 	return out
-}
-
-// The fold's assumptions about the stored clock cover every stored clock exactly once,
-// so that the write's WHERE keeps exactly one candidate of a row.
-func TestAssumptionsPartitionTheStoredClock(t *testing.T) {
-	at := func(m int) *time.Time {
-		c := time.Date(2019, 5, 15, 15, m, 0, 0, time.UTC)
-		return &c
-	}
-	// As flushClocked's WHERE has it.
-	holds := func(s storedClock, stored *time.Time) bool {
-		if stored == nil {
-			return s.lo == nil
-		}
-		return (s.lo == nil || stored.After(*s.lo) || (s.loIn && stored.Equal(*s.lo))) &&
-			(s.hi == nil || stored.Before(*s.hi) || (s.hiIn && stored.Equal(*s.hi)))
-	}
-	clocks := []*time.Time{at(5), nil, at(2), at(5), at(8)}
-	all := assumptions(clocks)
-	require.Len(t, all, 7, "below 2, 2, between, 5, between, 8, above 8")
-	for _, stored := range []*time.Time{nil, at(1), at(2), at(3), at(5), at(6), at(8), at(9)} {
-		n := 0
-		for _, s := range all {
-			if holds(s, stored) {
-				n++
-				for _, c := range clocks {
-					// Under the assumption that holds, order is the true comparison.
-					want := inQueueOrder
-					if c != nil {
-						want = compareClocks(c, stored, true, storedClock{})
-					}
-					assert.Equal(t, want, s.order(c), "stored %v, event %v", stored, c)
-				}
-			}
-		}
-		assert.Equal(t, 1, n, "stored %v", stored)
-	}
-	// Joined neighbours hold where either does.
-	joined := all[1].join(all[2])
-	for _, stored := range []*time.Time{at(2), at(3), at(4)} {
-		assert.True(t, holds(joined, stored), "stored %v", stored)
-	}
-	assert.False(t, holds(joined, at(5)))
-	assert.False(t, holds(joined, at(1)))
-	assert.Equal(t, []storedClock{{}}, assumptions([]*time.Time{nil, nil}))
 }
 
 // One event stamped in the far future (updated_at 9999-12-31) became the row's clock, and

@@ -102,6 +102,6 @@ func (w *writes) addComment(ev Event, row models.Comment) {
 	row.Tracking = newTracking(ev, w.now)
 	row.EntityClock = row.GitHubUpdatedAt
 	creates := ev.Action == actionCreated || ev.Action == actionSubmitted
-	w.comments.add(row.NodeID, row.EntityClock, clocked(refresh(ev, w.now, row, commentTracking, allColumns(commentTracking)),
+	w.comments.add(row.NodeID, clocked(refresh(ev, w.now, row, commentTracking, allColumns(commentTracking)),
 		row.EntityClock, creates, commentClock, commentTracking))
 }

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/google/go-github/v75/github"
+	"github.com/jackc/pgx/v5"
 	amqp "github.com/rabbitmq/amqp091-go"
 	"gorm.io/gorm"
 
@@ -94,15 +95,19 @@ func (i *Ingester) ForActive(index int, checks ...models.Check) broker.BatchHand
 			return nil, errors.New("ingest: Ingester.Active is nil")
 		})
 	}
-	return &batchHandler{ingester: i, broker: index, whileActive: true, checks: checks}
+	// Checked after the batch's writes, just before the COMMIT, so that a batch that waits
+	// on a slow Postgres does not hold a forced switch back: the switch commits, and the
+	// batch finds its broker left.
+	query, args := i.Active.ActiveCheck(index)
+	active := models.Check{Query: query, Args: args, Refused: i.Active.NotActive}
+	return &batchHandler{ingester: i, broker: index, checks: append([]models.Check{active}, checks...)}
 }
 
 // batchHandler is the BatchHandler of one broker.
 type batchHandler struct {
-	ingester    *Ingester
-	broker      int
-	whileActive bool
-	// checks end every batch's transaction, after the active check.
+	ingester *Ingester
+	broker   int
+	// checks end every batch's transaction.
 	checks []models.Check
 }
 
@@ -292,13 +297,22 @@ func (h *batchHandler) applyInTx(ctx context.Context, queue string, msgs []messa
 		// delivery id: nothing to record, and no reason to need the database to reject them.
 		return h.rejectMalformed(queue, msgs), nil
 	}
-	tx, err := h.commit(ctx, msgs, rows, owner, now)
+	b := txBatch{now: now, ledger: rows, checks: h.checks}
+	for i, m := range msgs {
+		if m.malformed == nil && owner[i] {
+			b.events = append(b.events, m.event)
+		}
+	}
+	var tx committed
+	err := onConn(ctx, h.ingester.DB, func(conn *pgx.Conn) (err error) {
+		tx, err = writeBatch(ctx, conn, b)
+		return err
+	})
 	if err != nil {
 		return nil, h.refused(err)
 	}
 	reused := reusedIDs(msgs, owner, tx.claimed, tx.stored) // per message: why its id stands for another payload
 	verdicts, outcomes := h.verdictsOf(msgs, owner, tx.claimed, reused)
-	broker.TraceOf(ctx).Add(broker.PhaseWrite, tx.writing)
 	for i, m := range msgs {
 		h.report(ctx, queue, m, outcomes[i], reused[i])
 	}
@@ -313,100 +327,6 @@ func (h *batchHandler) rejectMalformed(queue string, msgs []message) []broker.Ve
 		h.count(queue, m, metrics.OutcomeRejected)
 	}
 	return verdicts
-}
-
-// committed is what a batch's transaction learnt on its way to the COMMIT: the delivery
-// ids the ledger claimed for it, the stored hashes of the others, and when its writes
-// began (the end of its read phase).
-type committed struct {
-	claimed map[string]bool
-	stored  map[string][]byte
-	writing time.Time
-}
-
-// commit runs a batch's transaction in two exchanges with Postgres: the ledger claim with
-// the locked reads, then the writes of the claimed deliveries with the checks that may
-// refuse the batch.
-func (h *batchHandler) commit(ctx context.Context, msgs []message, rows []models.Delivery, owner []bool, now time.Time) (committed, error) {
-	// The rows every message that may apply would change: which of them the ledger claims
-	// is known only once the first exchange is back, and the locked reads go in it. A
-	// redelivery's rows are locked for nothing, and left as they are.
-	probe := newWrites(now)
-	for i, m := range msgs {
-		if m.malformed == nil && owner[i] {
-			h.addWrites(probe, m.event)
-		}
-	}
-	db := h.ingester.DB.WithContext(ctx)
-	trace := broker.TraceOf(ctx)
-	var tx committed
-	err := inTx(ctx, db, func(p *pipeline) error {
-		// The first exchange: BEGIN, the ledger claim and the locked reads. Postgres runs
-		// them in order, so the reads lock rows after the claim, as every consumer does
-		// (the ledger first, then the tables in their order).
-		reading := time.Now()
-		tx.claimed = queueClaim(p, rows)
-		reads, err := probe.queueReads(p, db)
-		if err != nil {
-			return err
-		}
-		if err := p.send(); err != nil {
-			return err
-		}
-		trace.Add(broker.PhaseRead, reading)
-		tx.writing = time.Now()
-		// The second exchange, which inTx sends with the COMMIT unless the broker's being
-		// active is checked: the stored hashes of the redelivered ids (they decide verdicts
-		// only, never a write), then the writes of the claimed deliveries.
-		w, unclaimed := h.claimedWrites(msgs, owner, tx.claimed, now)
-		tx.stored = queueHashes(p, unclaimed)
-		if err := w.queueWrites(ctx, p, db, reads); err != nil {
-			return err
-		}
-		h.queueChecks(p)
-		return nil
-	})
-	return tx, err
-}
-
-// addWrites adds what ev changes to w: its table's row, when it has a table, and its
-// sender.
-func (h *batchHandler) addWrites(w *writes, ev Event) {
-	if apply := h.applyFor(ev); apply != nil {
-		apply(w, ev)
-	}
-	w.addSender(ev)
-}
-
-// claimedWrites returns the writes of the well-formed messages whose ledger rows this
-// transaction claimed, and the delivery ids of the others, which are redeliveries.
-func (h *batchHandler) claimedWrites(msgs []message, owner []bool, claimed map[string]bool, now time.Time) (*writes, []string) {
-	var unclaimed []string
-	w := newWrites(now)
-	for i, m := range msgs {
-		switch {
-		case m.malformed != nil || !owner[i]:
-		case !claimed[m.event.DeliveryID]:
-			unclaimed = append(unclaimed, m.event.DeliveryID)
-		default:
-			h.addWrites(w, m.event)
-		}
-	}
-	return w, unclaimed
-}
-
-// queueChecks queues, at the end of a batch's transaction, the checks whose failure
-// refuses the batch (see refused).
-func (h *batchHandler) queueChecks(p *pipeline) {
-	if h.whileActive {
-		// Last, so that a batch that waits on a slow Postgres does not hold a forced
-		// switch back: the switch commits, and the batch finds its broker left.
-		query, args := h.ingester.Active.ActiveCheck(h.broker)
-		p.add(query, args, nil)
-	}
-	for _, c := range h.checks {
-		p.add(c.Query, c.Args, nil)
-	}
 }
 
 // verdictsOf returns each message's verdict once its batch committed, and the outcome it
@@ -428,7 +348,7 @@ func (h *batchHandler) verdictsOf(msgs []message, owner []bool, claimed map[stri
 			outcomes[i] = metrics.OutcomeDuplicate
 		default:
 			outcomes[i] = metrics.OutcomeIgnored
-			if h.applyFor(m.event) != nil {
+			if applierOf(m.event) != nil {
 				outcomes[i] = metrics.OutcomeApplied
 			}
 			verdicts[i] = broker.Verdict{Outcome: broker.Ack}
@@ -467,11 +387,6 @@ func (h *batchHandler) report(ctx context.Context, queue string, m message, outc
 // refused is err, the failure of a batch's transaction, as a heldBack when one of its
 // checks refused the batch.
 func (h *batchHandler) refused(err error) error {
-	if h.whileActive {
-		if r := h.ingester.Active.NotActive(err); r != nil {
-			return heldBack{r}
-		}
-	}
 	for _, c := range h.checks {
 		if r := c.Refused(err); r != nil {
 			return heldBack{r}
@@ -537,14 +452,6 @@ func eventLabel(eventType string) string {
 	return "other"
 }
 
-// applyFor returns the apply function of ev, or nil when ev has no table.
-func (h *batchHandler) applyFor(ev Event) applyFunc {
-	if ev.Payload == nil {
-		return nil
-	}
-	return applierFor(ev.Type)
-}
-
 // ledgerRows builds one ledger row per delivery id of msgs. owner[i] tells whether msgs[i]
 // is the message its row stands for: the first well-formed one, else the first malformed
 // one, so a malformed copy never hides a good delivery with the same id.
@@ -592,7 +499,7 @@ func (h *batchHandler) ledgerRow(queue string, m message, now time.Time) models.
 	case m.malformed != nil:
 		row.Outcome = models.OutcomeError
 		row.ErrorReason = cleanText(m.malformed.Error())
-	case h.applyFor(m.event) == nil:
+	case applierOf(m.event) == nil:
 		row.Outcome = models.OutcomeIgnored
 		row.AppliedAt = &now
 	default:
@@ -635,7 +542,11 @@ func (h *batchHandler) fail(ctx context.Context, queue string, m message, now ti
 	}
 	row := h.ledgerRow(queue, m, now)
 	row.Outcome, row.ErrorReason, row.AppliedAt = models.OutcomeError, cleanText(verdict.Reason), nil
-	if _, err := claimLedger(ctx, h.ingester.DB, []models.Delivery{row}); err != nil {
+	err := onConn(ctx, h.ingester.DB, func(conn *pgx.Conn) error {
+		_, err := claimLedger(ctx, conn, []models.Delivery{row})
+		return err
+	})
+	if err != nil {
 		if h.cannotDecide(ctx, err) {
 			return broker.Verdict{}, fmt.Errorf("record failure of delivery %s: %w", m.event.DeliveryID, err)
 		}
@@ -657,13 +568,9 @@ func (h *batchHandler) cannotDecide(ctx context.Context, err error) bool {
 		return true
 	}
 	// A statement error can hide a server that died right after; ask it directly.
-	sqlDB, dbErr := h.ingester.DB.DB()
-	if dbErr != nil {
-		return true
-	}
 	pingCtx, cancel := context.WithTimeout(ctx, pingTimeout)
 	defer cancel()
-	return sqlDB.PingContext(pingCtx) != nil
+	return onConn(pingCtx, h.ingester.DB, func(conn *pgx.Conn) error { return conn.Ping(pingCtx) }) != nil
 }
 
 func (h *batchHandler) now() time.Time {

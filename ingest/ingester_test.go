@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	amqp "github.com/rabbitmq/amqp091-go"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -663,9 +664,7 @@ func TestConcurrentClaimAppliesOnce(t *testing.T) {
 	opened := delivery("pull_request", "d-1", example(t, "pull_request.opened.0"))
 
 	// The first broker's transaction: it has applied d-1 but not committed yet.
-	first := e.db.Begin()
-	require.NoError(t, first.Error)
-	defer first.Rollback()
+	first := e.begin(t)
 	firstHandler := &batchHandler{ingester: e.ing, broker: 0}
 	msg := decodeMessage(queue, opened, 0)
 	require.NoError(t, msg.malformed)
@@ -680,7 +679,7 @@ func TestConcurrentClaimAppliesOnce(t *testing.T) {
 	require.NoError(t, w.flush(context.Background(), first))
 
 	wait := handleBlocked(t, e, second, []amqp.Delivery{opened}, "second broker never waited for the first")
-	require.NoError(t, first.Commit().Error)
+	require.NoError(t, first.Commit(context.Background()))
 	assert.Equal(t, acks(1), wait())
 	d := e.ledger(t, "d-1")
 	assert.Equal(t, 0, d.BrokerIndex, "the first broker's row stands")
@@ -717,19 +716,30 @@ func decodeMessage(queue string, d amqp.Delivery, maxBody int) message {
 	return decodeSafely(queue, d, maxBody, decodeWithin)
 }
 
-// flush writes the batch's rows in tx, one statement at a time: the statements a batch
-// pipelines (queueReads, queueWrites), for a test that writes rows without a batch.
-func (w *writes) flush(ctx context.Context, tx *gorm.DB) error {
-	q := &inGorm{ctx: ctx, db: tx}
-	read, err := w.queueReads(q, tx)
-	if err != nil {
+// flush writes the batch's rows in tx, with the statements a batch pipelines
+// (queueReads, queueWrites), for a test that writes rows without a batch.
+func (w *writes) flush(ctx context.Context, tx pgx.Tx) error {
+	p := newPipeline(ctx, tx)
+	reads := w.queueReads(p)
+	if err := p.send(); err != nil {
 		return err
 	}
-	if err := q.send(); err != nil {
+	if err := w.queueWrites(p, reads); err != nil {
 		return err
 	}
-	if err := w.queueWrites(ctx, q, tx, read); err != nil {
-		return err
-	}
-	return q.send()
+	return p.send()
+}
+
+// begin opens a transaction of the test's own on e's database, on a connection of its
+// own, as another consumer's; it is rolled back at the end of the test unless committed.
+func (e *env) begin(t *testing.T) pgx.Tx {
+	t.Helper()
+	ctx := context.Background()
+	conn, err := pgx.Connect(ctx, e.dsn)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = conn.Close(ctx) })
+	tx, err := conn.Begin(ctx)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = tx.Rollback(ctx) })
+	return tx
 }

@@ -21,7 +21,7 @@ func applyInstallation(w *writes, ev Event) {
 		row.SuspendedAt = nil
 	}
 	// Every installation payload carries the whole installation.
-	w.installations.add(row.ID, row.EntityClock, clocked(refresh(ev, w.now, row, installationTracking, allColumns(installationTracking)),
+	w.installations.add(row.ID, clocked(refresh(ev, w.now, row, installationTracking, allColumns(installationTracking)),
 		row.EntityClock, ev.Action == actionCreated, installationClock, installationTracking))
 	// Installing grants the listed repositories; uninstalling removes them. Suspension does
 	// not change which repositories the installation holds.
@@ -42,7 +42,7 @@ func applyInstallationRepositories(w *writes, ev Event) {
 		row.RepositorySelection = s
 	}
 	// This event says nothing about suspension or deletion: leave those columns alone.
-	w.installations.add(row.ID, row.EntityClock, clocked(refresh(ev, w.now, row, installationTracking, func(dst, src *models.Installation) {
+	w.installations.add(row.ID, clocked(refresh(ev, w.now, row, installationTracking, func(dst, src *models.Installation) {
 		suspended, suspendedAt, deleted := dst.Suspended, dst.SuspendedAt, dst.Deleted
 		allColumns(installationTracking)(dst, src)
 		dst.Suspended, dst.SuspendedAt, dst.Deleted = suspended, suspendedAt, deleted

@@ -29,7 +29,7 @@ func applyIssue(w *writes, ev Event) {
 		GitHubUpdatedAt: issue.UpdatedAt.time(),
 		EntityClock:     issue.UpdatedAt.time(),
 	}
-	w.issues.add(row.NodeID, row.EntityClock, trackedChange(ev, w.now, row, func(r *models.Issue) (*models.Tracking, *string, **time.Time) {
+	w.issues.add(row.NodeID, trackedChange(ev, w.now, row, func(r *models.Issue) (*models.Tracking, *string, **time.Time) {
 		return &r.Tracking, &r.State, &r.EntityClock
 	}))
 }

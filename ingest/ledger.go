@@ -8,7 +8,7 @@ import (
 	"time"
 	"unicode/utf8"
 
-	"gorm.io/gorm"
+	"github.com/jackc/pgx/v5"
 
 	"github.com/brokerswitch/brokerswitch/models"
 )
@@ -51,16 +51,16 @@ RETURNING delivery_id`
 
 // claimLedger inserts the ledger rows and returns the delivery ids whose row was written;
 // see queueClaim.
-func claimLedger(ctx context.Context, tx *gorm.DB, rows []models.Delivery) (map[string]bool, error) {
-	q := &inGorm{ctx: ctx, db: tx}
-	claimed := queueClaim(q, rows)
-	if err := q.send(); err != nil {
+func claimLedger(ctx context.Context, conn batchSender, rows []models.Delivery) (map[string]bool, error) {
+	p := newPipeline(ctx, conn)
+	claimed := queueClaim(p, rows)
+	if err := p.send(); err != nil {
 		return nil, err
 	}
 	return claimed, nil
 }
 
-// queueClaim adds the insert of the ledger rows to q; the map it returns holds, once q
+// queueClaim adds the insert of the ledger rows to p; the map it returns holds, once p
 // sent it, the delivery ids whose row was written.
 //
 // An existing row is overwritten only when its outcome is error, so a delivery already
@@ -72,7 +72,7 @@ func claimLedger(ctx context.Context, tx *gorm.DB, rows []models.Delivery) (map[
 // The rows are claimed in delivery id order, whatever the queue order: two batches that
 // share deliveries (the active broker's and a Leftover Drain's during a switch) then wait
 // on each other instead of each holding a row the other needs, which is a deadlock.
-func queueClaim(q statements, rows []models.Delivery) map[string]bool {
+func queueClaim(p *pipeline, rows []models.Delivery) map[string]bool {
 	rows = slices.SortedFunc(slices.Values(rows), func(a, b models.Delivery) int {
 		return strings.Compare(a.DeliveryID, b.DeliveryID)
 	})
@@ -91,8 +91,8 @@ func queueClaim(q statements, rows []models.Delivery) map[string]bool {
 		hooks[i], targetIDs[i], targetTypes[i] = r.HookID, r.HookInstallationTargetID, r.HookInstallationTargetType
 		received[i], applied[i], hashes[i] = r.ReceivedAt, r.AppliedAt, r.PayloadSHA256
 	}
-	q.add(claimSQL, []any{ids, events, actions, queues, brokers, outcomes, reasons, cycles, hooks, targetIDs, targetTypes, received, applied, hashes},
-		func(rs rowScanner) error {
+	p.queue(claimSQL, []any{ids, events, actions, queues, brokers, outcomes, reasons, cycles, hooks, targetIDs, targetTypes, received, applied, hashes},
+		func(rs pgx.Rows) error {
 			for rs.Next() {
 				var id string
 				if err := rs.Scan(&id); err != nil {
@@ -105,13 +105,13 @@ func queueClaim(q statements, rows []models.Delivery) map[string]bool {
 	return claimed
 }
 
-// queueHashes adds the read of the payload hashes the ledger holds for ids to q, leaving
+// queueHashes adds the read of the payload hashes the ledger holds for ids to p, leaving
 // out rows that have none (written before migration 0004); the map it returns holds them,
-// each under the id asked for, once q sent it. Queued after the claim in the same
+// each under the id asked for, once p sent it. Queued after the claim in the same
 // transaction, it reads committed rows. It is for redeliveries alone, so its text follows
 // the count of ids: Postgres plans it for the ledger as it is, where a plan cached on a
 // young ledger would read all of it.
-func queueHashes(q statements, ids []string) map[string][]byte {
+func queueHashes(p *pipeline, ids []string) map[string][]byte {
 	hashes := make(map[string][]byte, len(ids))
 	for start := 0; start < len(ids); start += maxRowsPerStatement {
 		chunk := ids[start:min(start+maxRowsPerStatement, len(ids))]
@@ -120,10 +120,10 @@ func queueHashes(q statements, ids []string) map[string][]byte {
 		for i, id := range chunk {
 			values[i], args[i] = fmt.Sprintf("($%d::text)", i+1), id
 		}
-		q.add(`SELECT asked.id, d.payload_sha256
+		p.queue(`SELECT asked.id, d.payload_sha256
 			FROM (VALUES `+strings.Join(values, ", ")+`) AS asked (id)
 			JOIN github_deliveries d ON github_delivery_key(d.delivery_id) = github_delivery_key(asked.id)
-			WHERE d.payload_sha256 IS NOT NULL`, args, func(rs rowScanner) error {
+			WHERE d.payload_sha256 IS NOT NULL`, args, func(rs pgx.Rows) error {
 			for rs.Next() {
 				var id string
 				var hash []byte

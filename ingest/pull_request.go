@@ -35,7 +35,7 @@ func applyPullRequest(w *writes, ev Event) {
 		GitHubUpdatedAt: pr.UpdatedAt.time(),
 		EntityClock:     pr.UpdatedAt.time(),
 	}
-	w.pullRequests.add(row.NodeID, row.EntityClock, trackedChange(ev, w.now, row, func(r *models.PullRequest) (*models.Tracking, *string, **time.Time) {
+	w.pullRequests.add(row.NodeID, trackedChange(ev, w.now, row, func(r *models.PullRequest) (*models.Tracking, *string, **time.Time) {
 		return &r.Tracking, &r.State, &r.EntityClock
 	}))
 }

@@ -35,5 +35,5 @@ func applyPush(w *writes, ev Event) {
 		CreatedAt:         now,
 		UpdatedAt:         now,
 	}
-	w.pushes = append(w.pushes, row)
+	w.pushes.add(row.DeliveryID, func(*models.Push) *models.Push { return &row })
 }

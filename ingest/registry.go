@@ -4,6 +4,14 @@ package ingest
 // payload passed validate.
 type applyFunc func(w *writes, ev Event)
 
+// applierOf returns the apply function of ev, or nil when ev has no table.
+func applierOf(ev Event) applyFunc {
+	if ev.Payload == nil {
+		return nil
+	}
+	return applierFor(ev.Type)
+}
+
 // applierFor returns the apply function of each event that has a table, nil for the
 // others (check_run, workflow_run, ...), which are ledgered as ignored and acknowledged.
 func applierFor(eventType string) applyFunc {

@@ -19,7 +19,7 @@ func applyRepository(w *writes, ev Event) {
 	// installation events, and a repository event delivered through a plain webhook has
 	// no installation. Installation events list repositories without a clock: their
 	// changes below keep queue order.
-	w.repositories.add(row.ID, row.EntityClock, clocked(refresh(ev, w.now, row, repositoryTracking, func(dst, src *models.Repository) {
+	w.repositories.add(row.ID, clocked(refresh(ev, w.now, row, repositoryTracking, func(dst, src *models.Repository) {
 		installationID, removed := dst.InstallationID, dst.InstallationRemoved
 		allColumns(repositoryTracking)(dst, src)
 		dst.InstallationID, dst.InstallationRemoved = installationID, removed
@@ -39,7 +39,7 @@ func (w *writes) addInstallationRepositories(ev Event, installationID int64, rep
 		if repos[i].ID == 0 {
 			continue
 		}
-		w.repositories.add(repos[i].ID, nil, l.change(&repos[i]))
+		w.repositories.add(repos[i].ID, l.change(&repos[i]))
 	}
 }
 
@@ -53,13 +53,13 @@ type listing struct {
 
 // change is the change of one listed repository.
 func (l *listing) change(r *repository) change[models.Repository] {
-	return func(cur *models.Repository, stored storedClock) *models.Repository {
+	return func(cur *models.Repository) *models.Repository {
 		row := repositoryRow(l.ev, r)
 		row.InstallationID, row.InstallationRemoved = optionalID(l.installationID), l.removed
 		return refresh(l.ev, l.now, row, repositoryTracking, func(dst, src *models.Repository) {
 			dst.NodeID, dst.OwnerLogin, dst.Name, dst.FullName, dst.Private = src.NodeID, src.OwnerLogin, src.Name, src.FullName, src.Private
 			dst.InstallationID, dst.InstallationRemoved, dst.SenderLogin = src.InstallationID, src.InstallationRemoved, src.SenderLogin
-		})(cur, stored)
+		})(cur)
 	}
 }
 

@@ -13,12 +13,11 @@ import (
 	"github.com/brokerswitch/brokerswitch/models"
 )
 
-// A batch with more than maxRowsPerStatement candidates of a table with a clock is written
-// in several statements. Each statement sees what the ones before it wrote, so a row whose
-// candidates straddle a cut would be written by its first candidate and then overwritten by
-// a later one whose assumption holds only for that first write: a fold that skipped the
-// batch's earlier events. The row must end as it does when the batch fits one statement.
-func TestARowsCandidatesStayInOneStatement(t *testing.T) {
+// A batch with more than maxRowsPerStatement rows of a table with a clock is read, folded
+// and written a statement's worth of keys at a time, each part seeing what the ones before
+// it wrote. A row that several of the batch's events change, at the cut, must end as it
+// does when the batch fits one statement.
+func TestARowAtAStatementsCutEndsAsInOneStatement(t *testing.T) {
 	cut, whole := twinEnvs(t)
 	const repo = 186853261 // the repository of the examples, above every padding id
 	seed := withClock(t, example(t, "repository.edited.0"), "repository", "updated_at", "2019-05-15T15:20:00Z")
@@ -29,8 +28,8 @@ func TestARowsCandidatesStayInOneStatement(t *testing.T) {
 			r := object(p, "repository")
 			r["name"], r["archived"] = "renamed", true
 		})
-	// An installation that lists maxRowsPerStatement-1 new repositories, each one
-	// candidate, so that the stored repository's first candidate is the statement's last.
+	// An installation that lists maxRowsPerStatement-1 new repositories, so that the stored
+	// repository is the first statement's last row.
 	padding := func(n int) []byte {
 		return edit(t, example(t, "installation.created.0"), func(p map[string]any) {
 			repos := make([]any, 0, n)
@@ -54,6 +53,6 @@ func TestARowsCandidatesStayInOneStatement(t *testing.T) {
 	require.NoError(t, whole.db.Take(&want, "id = ?", repo).Error)
 	assert.Equal(t, "renamed", got.Name)
 	assert.True(t, got.Archived)
-	assert.Equal(t, want, got, "the row's candidates were split across two statements")
+	assert.Equal(t, want, got, "the row at the cut differs from the same batch in one statement")
 	assert.EqualValues(t, maxRowsPerStatement-1, cut.count(t, "github_repositories")-1)
 }

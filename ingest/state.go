@@ -21,9 +21,7 @@ type priorRow struct {
 	Exists bool
 	// State is the row's state, "open" or "closed".
 	State string
-	// Order is how the event's clock compares with the row's (compareClocks). Against
-	// the row as stored, whose clock the fold never reads, it is what the fold's
-	// assumption (storedClock) says; the write keeps the fold whose assumption holds.
+	// Order is how the event's clock compares with the row's (compareClocks).
 	Order clockOrder
 }
 
@@ -66,14 +64,8 @@ type rowChange struct {
 //   - When the clocks cannot tell (equal seconds, a missing clock), the queue decides,
 //     by the lifecycle rules below alone.
 //
-// Where the comparison is made: within a batch, in the fold, between an event and the
-// batch's events before it; against the row as stored, only in SQL. The locked read
-// does not fetch the stored clock: the fold runs once per assumption about it that the
-// batch's clocks tell apart (storedClock: before the batch's event, in the same second,
-// ...), and the set-based apply's one statement per table writes, per row, the result
-// whose assumption its WHERE finds true (rowSet.flushClocked), or nothing when every
-// event is older. The rules above therefore see the prior row as the locked read
-// returns it, and the clock decision is Postgres'.
+// The prior row is the row as stored, read FOR UPDATE with its clock, and as the batch's
+// earlier events of the entity left it (rowSet.fold).
 func nextState(prior priorRow, action string) rowChange {
 	switch {
 	case prior.Order == eventOlder:

@@ -10,12 +10,11 @@ import (
 type trackedFields[T any] func(row *T) (tracking *models.Tracking, state *string, clock **time.Time)
 
 // trackedChange is what ev does to a pull request or issue row, following nextState;
-// incoming carries ev's clock. The row it starts from was read FOR UPDATE, so the
-// transition is decided on the row as it is now, not as another consumer is about to
-// leave it; it was read without its clock, which stored assumes and only the write's
-// WHERE compares.
+// incoming carries ev's clock. The row it starts from was read FOR UPDATE, clock
+// included, so the transition is decided on the row as it is now, not as another
+// consumer is about to leave it.
 func trackedChange[T any](ev Event, now time.Time, incoming T, fields trackedFields[T]) change[T] {
-	return func(cur *T, stored storedClock) *T {
+	return func(cur *T) *T {
 		exists := cur != nil
 		var current T
 		if exists {
@@ -23,7 +22,7 @@ func trackedChange[T any](ev Event, now time.Time, incoming T, fields trackedFie
 		}
 		currentTracking, currentState, currentClock := fields(&current)
 		_, incomingState, incomingClock := fields(&incoming)
-		order := compareClocks(*incomingClock, *currentClock, exists, stored)
+		order := compareClocks(*incomingClock, *currentClock, exists)
 		transition := nextState(priorRow{Exists: exists, State: *currentState, Order: order}, ev.Action)
 		if transition.Stale {
 			return nil
@@ -42,7 +41,7 @@ func trackedChange[T any](ev Event, now time.Time, incoming T, fields trackedFie
 		case exists:
 			*state = *currentState
 		}
-		*clock = laterClock(*incomingClock, *currentClock, stored)
+		*clock = laterClock(*incomingClock, *currentClock)
 		if exists {
 			*tracking = *currentTracking
 		} else {
@@ -54,26 +53,23 @@ func trackedChange[T any](ev Event, now time.Time, incoming T, fields trackedFie
 }
 
 // clocked makes c follow the entity's clock: an event older than the row changes
-// nothing, and the row keeps the newer clock of the two. Against the row as stored, the
-// order is what stored assumes (the read leaves the clock out; the write's WHERE keeps
-// the fold whose assumption holds).
-// creates says whether ev's action is the one that creates the entity: a row first seen
+// nothing, and the row keeps the newer clock of the two. creates says whether ev's action is the one that creates the entity: a row first seen
 // through any later event is UPDATED, not NEW, as nextState has it for pull requests,
 // so that delivering the newest event first leaves what clock order leaves.
 func clocked[R any](c change[R], event *time.Time, creates bool, clock func(*R) **time.Time, tracking trackingOf[R]) change[R] {
-	return func(cur *R, stored storedClock) *R {
+	return func(cur *R) *R {
 		var prior *time.Time
 		if cur != nil {
 			prior = *clock(cur)
-			if compareClocks(event, prior, true, stored) == eventOlder {
+			if compareClocks(event, prior, true) == eventOlder {
 				return nil
 			}
 		}
-		next := c(cur, stored)
+		next := c(cur)
 		if next == nil {
 			return nil
 		}
-		*clock(next) = laterClock(event, prior, stored)
+		*clock(next) = laterClock(event, prior)
 		if cur == nil && !creates {
 			t := tracking(next)
 			t.ProcessingState = models.StateUpdated

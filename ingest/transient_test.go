@@ -128,19 +128,18 @@ func TestLedgerClaimsInIDOrder(t *testing.T) {
 		return rows
 	}
 
-	first := e.db.Begin()
-	require.NoError(t, first.Error)
-	defer first.Rollback()
+	first := e.begin(t)
 	// A wait shorter than deadlock_timeout (1s): a wait on the batch fails here, before
 	// Postgres would break the deadlock by aborting one side.
-	require.NoError(t, first.Exec("SET LOCAL lock_timeout = '500ms'").Error)
-	_, err := claimLedger(context.Background(), first, rowsOf(da))
+	_, err := first.Exec(context.Background(), "SET LOCAL lock_timeout = '500ms'")
+	require.NoError(t, err)
+	_, err = claimLedger(context.Background(), first, rowsOf(da))
 	require.NoError(t, err)
 
 	wait := handleBlocked(t, e, second, []amqp.Delivery{db, da}, "the batch never waited for d-a")
 	_, err = claimLedger(context.Background(), first, rowsOf(db))
 	require.NoError(t, err, "d-b was held by the batch waiting for d-a")
-	require.NoError(t, first.Commit().Error)
+	require.NoError(t, first.Commit(context.Background()))
 	assert.Equal(t, acks(2), wait(), "both claimed by the other transaction: duplicates")
 	assert.Equal(t, 0, e.ledger(t, "d-b").BrokerIndex)
 }

@@ -21,7 +21,7 @@ func (w *writes) addSender(ev Event) {
 		HTMLURL:   u.HTMLURL,
 	}
 	now := w.now
-	w.users.add(incoming.ID, nil, func(cur *models.User, _ storedClock) *models.User {
+	w.users.add(incoming.ID, func(cur *models.User) *models.User {
 		row := incoming
 		if cur == nil {
 			row.Tracking = newTracking(ev, now)

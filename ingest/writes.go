@@ -2,16 +2,11 @@ package ingest
 
 import (
 	"cmp"
-	"context"
 	"crypto/md5" //nolint:gosec // an index key that must match Postgres' md5(), not a secret
 	"encoding/hex"
 	"fmt"
-	"slices"
 	"strings"
 	"time"
-
-	"gorm.io/gorm"
-	"gorm.io/gorm/clause"
 
 	"github.com/brokerswitch/brokerswitch/models"
 )
@@ -23,12 +18,11 @@ type writes struct {
 	pullRequests  *rowSet[string, models.PullRequest]
 	issues        *rowSet[string, models.Issue]
 	comments      *rowSet[string, models.Comment]
+	pushes        *rowSet[string, models.Push]
 	branches      *rowSet[branchKey, models.Branch]
 	installations *rowSet[int64, models.Installation]
 	repositories  *rowSet[int64, models.Repository]
 	users         *rowSet[int64, models.User]
-	// pushes are only ever inserted: each is keyed by its own delivery.
-	pushes []models.Push
 }
 
 // branchKey is the primary key of github_branches.
@@ -43,97 +37,90 @@ const clockColumn = "entity_clock"
 
 func newWrites(now time.Time) *writes {
 	return &writes{
-		now: now,
-		pullRequests: newRowSet("github_pull_requests", func(r *models.PullRequest) string { return r.NodeID },
-			strings.Compare, lockByKey[string]("node_id")).withClock(clockColumn),
-		issues: newRowSet("github_issues", func(r *models.Issue) string { return r.NodeID },
-			strings.Compare, lockByKey[string]("node_id")).withClock(clockColumn),
-		comments: newRowSet("github_comments", func(r *models.Comment) string { return r.NodeID },
-			strings.Compare, lockByKey[string]("node_id")).withClock(clockColumn),
-		branches: newRowSet("github_branches", func(r *models.Branch) branchKey {
+		now:          now,
+		pullRequests: clockedTable("github_pull_requests", "node_id", func(r *models.PullRequest) string { return r.NodeID }),
+		issues:       clockedTable("github_issues", "node_id", func(r *models.Issue) string { return r.NodeID }),
+		comments:     clockedTable("github_comments", "node_id", func(r *models.Comment) string { return r.NodeID }),
+		// Each push is its own row, keyed by its delivery: only ever inserted, never read.
+		pushes: &rowSet[string, models.Push]{name: "github_pushes", key: func(r *models.Push) string { return r.DeliveryID },
+			compare: strings.Compare},
+		branches: &rowSet[branchKey, models.Branch]{name: "github_branches", key: func(r *models.Branch) branchKey {
 			return branchKey{repositoryID: r.RepositoryID, refType: r.RefType, ref: r.Ref}
-		}, compareBranchKeys, lockBranches).withConflict(branchConflict()),
-		installations: newRowSet("github_installations", func(r *models.Installation) int64 { return r.ID },
-			cmp.Compare[int64], lockByKey[int64]("id")).withClock(clockColumn),
-		repositories: newRowSet("github_repositories", func(r *models.Repository) int64 { return r.ID },
-			cmp.Compare[int64], lockByKey[int64]("id")).withClock(clockColumn),
-		users: newRowSet("github_users", func(r *models.User) int64 { return r.ID },
-			cmp.Compare[int64], readByID).withUnlockedRead(),
+		}, compare: compareBranchKeys, read: lockBranches, conflict: branchConflict},
+		installations: clockedTable("github_installations", "id", func(r *models.Installation) int64 { return r.ID }),
+		repositories:  clockedTable("github_repositories", "id", func(r *models.Repository) int64 { return r.ID }),
+		// Every event carries its sender, so every queue's batches read the same few accounts.
+		users: &rowSet[int64, models.User]{name: "github_users", key: func(r *models.User) int64 { return r.ID },
+			compare: cmp.Compare[int64], read: readUsers, conflict: "id", unlocked: true},
 	}
+}
+
+// clockedTable is a table whose rows follow GitHub's clock and whose key is column.
+func clockedTable[K cmp.Ordered, R any](name, column string, key func(*R) K) *rowSet[K, R] {
+	return &rowSet[K, R]{name: name, key: key, compare: cmp.Compare[K], read: lockByKey[K](column), conflict: column, clocked: true}
+}
+
+// writesOf is what events do to the typed tables, in their order.
+func writesOf(now time.Time, events []Event) *writes {
+	w := newWrites(now)
+	for _, ev := range events {
+		w.add(ev)
+	}
+	return w
+}
+
+// add adds what ev changes to w: its table's rows, when it has a table, and its sender.
+func (w *writes) add(ev Event) {
+	if apply := applierOf(ev); apply != nil {
+		apply(w, ev)
+	}
+	w.addSender(ev)
+}
+
+// table is one typed table's part of a batch: its read, then its writes from what the
+// read found.
+type table interface {
+	queueRead(p *pipeline) (read any)
+	queueWrite(p *pipeline, read any) error
 }
 
 // tables are the row sets in the order every consumer visits them, and the rows of each
-// in key order, so concurrent batches wait on each other instead of deadlocking. The
-// pushes, only ever inserted, come after the comments.
+// in key order, so concurrent batches wait on each other instead of deadlocking.
 func (w *writes) tables() []table {
-	return []table{asTable(w.pullRequests), asTable(w.issues), asTable(w.comments), pushTable{w},
-		asTable(w.branches), asTable(w.installations), asTable(w.repositories), asTable(w.users)}
+	return []table{w.pullRequests, w.issues, w.comments, w.pushes, w.branches, w.installations, w.repositories, w.users}
 }
 
-// table is one typed table of a batch: its locked read, then its writes from what the
-// read found.
-type table interface {
-	queueRead(q statements, db *gorm.DB) (read any, err error)
-	queueWrite(ctx context.Context, q statements, db *gorm.DB, read any) error
-}
-
-// queueReads adds the locked reads of every table to q; what they read is for
-// queueWrites, once q sent them.
-func (w *writes) queueReads(q statements, db *gorm.DB) ([]any, error) {
+// queueReads adds the reads of every table to p; what they read is for queueWrites, once
+// p sent them.
+func (w *writes) queueReads(p *pipeline) []any {
 	var reads []any
 	for _, t := range w.tables() {
-		r, err := t.queueRead(q, db)
-		if err != nil {
-			return nil, err
-		}
-		reads = append(reads, r)
+		reads = append(reads, t.queueRead(p))
 	}
-	return reads, nil
+	return reads
 }
 
-// queueWrites adds the writes of every table to q, from the rows queueReads read.
-func (w *writes) queueWrites(ctx context.Context, q statements, db *gorm.DB, reads []any) error {
+// queueWrites adds the writes of every table to p, from the rows queueReads read.
+func (w *writes) queueWrites(p *pipeline, reads []any) error {
 	for i, t := range w.tables() {
-		if err := t.queueWrite(ctx, q, db, reads[i]); err != nil {
+		if err := t.queueWrite(p, reads[i]); err != nil {
 			return err
 		}
 	}
 	return nil
 }
 
-// pushTable is github_pushes: nothing to read, each row keyed by its own delivery.
-type pushTable struct{ w *writes }
+// lockByKey is the locked read of a table whose key is column.
+func lockByKey[K any](column string) func(table, columns string, keys []K) (string, []any) {
+	return func(table, columns string, keys []K) (string, []any) {
+		return fmt.Sprintf("SELECT %s FROM %s WHERE %s = ANY($1) ORDER BY %[3]s FOR UPDATE", columns, table, column), []any{keys}
+	}
+}
 
-func (pushTable) queueRead(statements, *gorm.DB) (any, error) { return nil, nil }
-
-func (p pushTable) queueWrite(ctx context.Context, q statements, db *gorm.DB, _ any) error {
-	pushes := p.w.pushes
-	if len(pushes) == 0 {
-		return nil
-	}
-	slices.SortFunc(pushes, func(a, b models.Push) int { return strings.Compare(a.DeliveryID, b.DeliveryID) })
-	sch, err := schemaOf[models.Push](db)
-	if err != nil {
-		return fmt.Errorf("columns of github_pushes: %w", err)
-	}
-	for start := 0; start < len(pushes); start += maxRowsPerStatement {
-		chunk := pushes[start:min(start+maxRowsPerStatement, len(pushes))]
-		rows := make([]candidate[models.Push], len(chunk))
-		for i := range chunk {
-			rows[i] = candidate[models.Push]{row: chunk[i], absent: true}
-		}
-		body, err := candidatesJSON(ctx, sch, rows)
-		if err != nil {
-			return fmt.Errorf("encode %d pushes: %w", len(chunk), err)
-		}
-		// The ledger already makes each insert happen once; DO NOTHING only keeps a manual
-		// replay from failing.
-		q.add(`INSERT INTO github_pushes SELECT r.*
-  FROM jsonb_array_elements($1::jsonb) AS e
- CROSS JOIN LATERAL jsonb_populate_record(NULL::github_pushes, e.value->'row') AS r
-ON CONFLICT DO NOTHING`, []any{string(body)}, nil)
-	}
-	return nil
+// readUsers is the read of github_users: no lock, so another queue's batch is not held
+// back by rows this one only looks at (rowSet.unlocked).
+func readUsers(table, columns string, keys []int64) (string, []any) {
+	return fmt.Sprintf("SELECT %s FROM %s WHERE id = ANY($1)", columns, table), []any{keys}
 }
 
 func compareBranchKeys(a, b branchKey) int {
@@ -142,9 +129,7 @@ func compareBranchKeys(a, b branchKey) int {
 
 // branchConflict is github_branches' unique index (migration 0003): it holds md5(ref)
 // because a ref can be longer than a btree index row.
-func branchConflict() []clause.Column {
-	return []clause.Column{{Name: "repository_id"}, {Name: "ref_type"}, {Name: "md5(ref)", Raw: true}}
-}
+const branchConflict = "repository_id, ref_type, md5(ref)"
 
 // lockBranches reads the branches of keys through their unique index, one lookup per key
 // in key order: md5 is computed here, as Postgres' md5(text) does on the UTF-8 bytes, so
@@ -168,7 +153,7 @@ type trackingOf[R any] func(row *R) *models.Tracking
 // an existing one takes the payload columns copyColumns copies, the event's last_* and
 // UPDATED.
 func refresh[R any](ev Event, now time.Time, incoming R, tracking trackingOf[R], copyColumns func(dst, src *R)) change[R] {
-	return func(cur *R, _ storedClock) *R {
+	return func(cur *R) *R {
 		if cur == nil {
 			row := incoming
 			*tracking(&row) = newTracking(ev, now)
