@@ -116,8 +116,10 @@ func (r *Running) snapshot() map[attemptKey]bool {
 // An attempt is a stray once seen so, not running, by two scans at least interval apart:
 // a poll answer still on its way to the SDK, or a completion on its way to Temporal, lasts
 // less than a renewal interval unless Temporal is out of reach, and then the lease is lost
-// anyway. The attempt number is part of the key, so a retry starts its own count; Temporal's
-// clock is never read.
+// anyway. A process paused (SIGSTOP) between two scans may fail an answer that waited in its
+// socket through the pause: a wrong guess, harmless as above, that costs one retry. The
+// attempt number is part of the key, so a retry starts its own count; Temporal's clock is
+// never read.
 func strays(sightings map[attemptKey]time.Time, seen []pendingAttempt, ran map[attemptKey]bool, at time.Time,
 	interval time.Duration,
 ) ([]pendingAttempt, map[attemptKey]time.Time) {
@@ -140,8 +142,8 @@ func strays(sightings map[attemptKey]time.Time, seen []pendingAttempt, ran map[a
 	return out, next
 }
 
-// failStrays fails this worker's strays (see Running), from the scan of Run: one describe
-// per long-running workflow. It does nothing without Running, or while no lease is held:
+// failStrays fails this worker's strays (see Running), at each scan of watchStrays: one
+// describe per long-running workflow. It does nothing without Running, or while no lease is held:
 // the sweep at the next lease's start fails what a worker without a lease left.
 func (k *Keeper) failStrays(ctx context.Context) {
 	if k.Running == nil || k.held() == nil {
