@@ -3,7 +3,10 @@
 package testenv
 
 import (
+	"bytes"
 	"context"
+	"os"
+	"path/filepath"
 	"testing"
 	"time"
 
@@ -39,4 +42,51 @@ func TestNamespacesAreHandedOutWithoutBound(t *testing.T) {
 	var out string
 	require.NoError(t, run.Get(ctx, &out))
 	require.Equal(t, "ran", out)
+}
+
+// The dev server's state is in a file, which outlives the server's one database
+// connection: an in-memory database ends with that connection, and every namespace with it.
+func TestTheDevServerKeepsItsStateInAFile(t *testing.T) {
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
+	defer cancel()
+	srv, err := StartTemporal(ctx)
+	require.NoError(t, err)
+	ns, _ := srv.Namespace(t)
+
+	var stored []byte
+	for _, name := range []string{"temporal.db", "temporal.db-wal"} {
+		b, err := os.ReadFile(filepath.Join(srv.dir, name))
+		require.NoError(t, err)
+		stored = append(stored, b...)
+	}
+	require.True(t, bytes.Contains(stored, []byte(ns)), "namespace %s is not in the database file", ns)
+	require.NoError(t, srv.Stop())
+	require.NoDirExists(t, srv.dir, "Stop removes the database")
+}
+
+// A stuck database's restart keeps the address, the namespaces and the workflows: the
+// watch that saw it stuck restarts the server, and a client dialed before goes on.
+func TestAStuckDevServerIsRestartedWithItsState(t *testing.T) {
+	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
+	defer cancel()
+	srv, err := StartTemporal(ctx)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = srv.Stop() })
+	_, c := srv.Namespace(t)
+	_, err = c.ExecuteWorkflow(ctx, client.StartWorkflowOptions{ID: "kept", TaskQueue: "nobody"}, "Nothing")
+	require.NoError(t, err)
+
+	for range stuckInterrupts {
+		_, err := srv.opts.Stderr.Write([]byte("error=\"GetTasks operation failed. Error: interrupted (9)\"\n"))
+		require.NoError(t, err)
+	}
+	require.NoError(t, WaitUntil(ctx, 2*time.Minute, "the restart", func() (bool, error) {
+		srv.mu.Lock()
+		defer srv.mu.Unlock()
+		return srv.restarts == 1, nil
+	}))
+	require.NoError(t, WaitUntil(ctx, time.Minute, "the workflow started before the restart", func() (bool, error) {
+		_, err := c.DescribeWorkflowExecution(ctx, "kept", "")
+		return err == nil, err
+	}))
 }
