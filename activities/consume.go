@@ -13,7 +13,7 @@ import (
 	"github.com/brokerswitch/brokerswitch/brokerstate"
 	"github.com/brokerswitch/brokerswitch/config"
 	"github.com/brokerswitch/brokerswitch/healthchecks"
-	"github.com/brokerswitch/brokerswitch/lease"
+	"github.com/brokerswitch/brokerswitch/liveness"
 	"github.com/brokerswitch/brokerswitch/metrics"
 	"github.com/brokerswitch/brokerswitch/windowplan"
 )
@@ -61,7 +61,7 @@ func (a *Window) Consume(ctx context.Context, in ConsumeInput) (err error) {
 	if err := a.Pool.DeclareTopology(ctx, in.BrokerIndex, a.Topology); err != nil {
 		return fmt.Errorf("consume %s: %w", in.Queue, err)
 	}
-	g, err := a.fence().guard(ctx, lease.What{Queue: in.Queue, Broker: &in.BrokerIndex}, end)
+	g, err := a.fence().guard(ctx, liveness.What{Queue: in.Queue, Broker: &in.BrokerIndex}, end)
 	if err != nil {
 		return fmt.Errorf("consume %s: %w", in.Queue, err)
 	}
@@ -118,13 +118,13 @@ func (a *Window) consume(windowCtx context.Context, in ConsumeInput, g guarded) 
 func (a *Window) report(ctx context.Context, cause error, queue string, took time.Duration, ping *pinging, err error) {
 	outcome := metrics.WindowElapsed
 	switch {
-	case err != nil && ctx.Err() == nil && !errors.Is(err, lease.ErrQueueTaken):
+	case err != nil && ctx.Err() == nil && !errors.Is(err, liveness.ErrQueueTaken):
 		outcome = metrics.WindowFailed
 		ping.fail(ctx, failureKind(err))
 	case ctx.Err() != nil, errors.Is(cause, errSwitched), errors.Is(cause, errStopping), errors.Is(cause, errStraggler),
 		// A late batch of an attempt another took over, refused by the queue's fencing
 		// token: the queue is read, and nothing is wrong for anyone to act on.
-		errors.Is(err, lease.ErrQueueTaken):
+		errors.Is(err, liveness.ErrQueueTaken):
 		outcome = metrics.WindowCancelled
 		ping.success(ctx)
 	default:

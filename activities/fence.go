@@ -11,13 +11,13 @@ import (
 	workflowpb "go.temporal.io/api/workflow/v1"
 	"go.temporal.io/sdk/activity"
 
-	"github.com/brokerswitch/brokerswitch/lease"
+	"github.com/brokerswitch/brokerswitch/liveness"
 	"github.com/brokerswitch/brokerswitch/models"
 )
 
-// attemptHolder registers an activity attempt under the worker's lease (lease.Keeper).
+// attemptHolder registers an activity attempt under the worker's lease (liveness.Keeper).
 type attemptHolder interface {
-	Hold(ctx context.Context, what lease.What) (*lease.Held, error)
+	Hold(ctx context.Context, what liveness.What) (*liveness.Held, error)
 }
 
 // DefaultFenceCheck is how often a fenced attempt asks Temporal whether it still runs.
@@ -36,7 +36,7 @@ var errFenced = errors.New("the window may have been given to another worker")
 // operator terminates or resets the workflow. So the attempt stops, and its batch in hand
 // goes back to the queue unsettled (broker.ConsumeOptions.Fence), when
 //   - the worker's lease is lost: a peer may fail the attempt once the lease expires, at
-//     least TTL/4 later (lease.Keeper),
+//     least TTL/4 later (liveness.Keeper),
 //   - its deadline is deadlineMargin away, or
 //   - Temporal says it no longer runs this attempt (a describe, which is no Action, every
 //     check).
@@ -63,7 +63,7 @@ type guarded struct {
 // guard registers the attempt under the lease, which takes its queue over, and watches it
 // until stop is called; gone closes, and end is called with errFenced, when the attempt
 // must stop.
-func (f fence) guard(ctx context.Context, what lease.What, end context.CancelCauseFunc) (guarded, error) {
+func (f fence) guard(ctx context.Context, what liveness.What, end context.CancelCauseFunc) (guarded, error) {
 	held, err := f.leases.Hold(ctx, what)
 	if err != nil {
 		return guarded{}, err
@@ -101,7 +101,7 @@ func (f fence) guard(ctx context.Context, what lease.What, end context.CancelCau
 }
 
 // watch blocks until the attempt must stop, and says why, or until ctx ends ("").
-func (f fence) watch(ctx, actCtx context.Context, info activity.Info, held *lease.Held) string {
+func (f fence) watch(ctx, actCtx context.Context, info activity.Info, held *liveness.Held) string {
 	var atDeadline <-chan time.Time
 	if !info.Deadline.IsZero() {
 		t := time.NewTimer(time.Until(info.Deadline.Add(-deadlineMargin)))

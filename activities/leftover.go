@@ -11,7 +11,7 @@ import (
 	"github.com/brokerswitch/brokerswitch/broker"
 	"github.com/brokerswitch/brokerswitch/brokerstate"
 	"github.com/brokerswitch/brokerswitch/config"
-	"github.com/brokerswitch/brokerswitch/lease"
+	"github.com/brokerswitch/brokerswitch/liveness"
 	"github.com/brokerswitch/brokerswitch/windowplan"
 )
 
@@ -179,7 +179,7 @@ func (a *Window) drainFailed(ctx context.Context, queue string, index, taken int
 	err = fmt.Errorf("leftover drain %s on %s: %w", queue, a.endpoint(index), err)
 	// A batch refused because another attempt took the queue over is no failure to page
 	// anyone for: the queue is read.
-	if ctx.Err() == nil && !errors.Is(err, lease.ErrQueueTaken) {
+	if ctx.Err() == nil && !errors.Is(err, liveness.ErrQueueTaken) {
 		a.Pings.Fail(ctx, failureKind(err))
 	}
 	return err

@@ -6,7 +6,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/brokerswitch/brokerswitch/lease"
+	"github.com/brokerswitch/brokerswitch/liveness"
 	"github.com/brokerswitch/brokerswitch/windowplan"
 )
 
@@ -60,7 +60,7 @@ type PreparedWindow struct {
 func (a *Window) PrepareWindow(ctx context.Context, queue string) (PreparedWindow, error) {
 	drainCtx, end := context.WithCancelCause(ctx)
 	defer end(nil)
-	g, err := a.fence().guard(ctx, lease.What{Queue: queue}, end)
+	g, err := a.fence().guard(ctx, liveness.What{Queue: queue}, end)
 	if err != nil {
 		return PreparedWindow{}, fmt.Errorf("prepare window %s: %w", queue, err)
 	}

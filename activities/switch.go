@@ -14,7 +14,7 @@ import (
 	"github.com/brokerswitch/brokerswitch/broker"
 	"github.com/brokerswitch/brokerswitch/brokerstate"
 	"github.com/brokerswitch/brokerswitch/config"
-	"github.com/brokerswitch/brokerswitch/lease"
+	"github.com/brokerswitch/brokerswitch/liveness"
 	"github.com/brokerswitch/brokerswitch/metrics"
 )
 
@@ -82,7 +82,7 @@ type WaitForChangeInput struct {
 func (a *Switch) WaitForChange(ctx context.Context, in WaitForChangeInput) (bool, error) {
 	// A watch whose worker dies, or loses its lease (its answer may never reach Temporal),
 	// is failed by a peer, and the workflow reads the state itself: no heartbeats.
-	held, err := a.Leases.Hold(ctx, lease.What{})
+	held, err := a.Leases.Hold(ctx, liveness.What{})
 	if err != nil {
 		return false, fmt.Errorf("wait for a change: %w", err)
 	}

@@ -83,7 +83,7 @@ type Window struct {
 	UnnotifiedGrace time.Duration
 	Topology        broker.Topology
 	Prefetch        int
-	// Leases registers each attempt under the worker's lease (lease.Keeper): a worker that
+	// Leases registers each attempt under the worker's lease (liveness.Keeper): a worker that
 	// dies has its attempts failed by a peer and retried at once, without heartbeats.
 	Leases attemptHolder
 	// FenceCheck is how often an attempt asks Temporal whether it still runs; 0 means

@@ -1,4 +1,4 @@
-// Package lease keeps each worker process's liveness in Postgres, outside Temporal's bill.
+// Package liveness keeps each worker process's liveness in Postgres, outside Temporal's bill.
 //
 // Temporal has no worker-level liveness: an activity heartbeat is its stand-in, and each
 // one that reaches the server is a billable Action. So a worker holds a lease row that it
@@ -13,7 +13,7 @@
 // its activities stop and give back their batch in hand, at least TTL/4 before any peer
 // can see the lease expire. Expiry is decided on Postgres' clock alone, and is final: a
 // holder that finds its lease expired starts a new one.
-package lease
+package liveness
 
 import (
 	"context"
