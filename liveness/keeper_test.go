@@ -41,7 +41,7 @@ func hold(t *testing.T, k *liveness.Keeper) (<-chan struct{}, []byte) {
 	var lost <-chan struct{}
 	var token []byte
 	env.RegisterActivityWithOptions(func(ctx context.Context) error {
-		h, err := k.Hold(ctx, liveness.What{Queue: "issues"})
+		_, h, err := k.Hold(ctx, liveness.What{Queue: "issues"})
 		if err != nil {
 			return err
 		}

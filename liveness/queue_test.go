@@ -28,16 +28,16 @@ func holdQueue(t *testing.T, k *liveness.Keeper, queue string) models.Check {
 	env := suite.NewTestActivityEnvironment()
 	var check models.Check
 	env.RegisterActivityWithOptions(func(ctx context.Context) error {
-		h, err := k.Hold(ctx, liveness.What{Queue: queue})
+		_, h, err := k.Hold(ctx, liveness.What{Queue: queue})
 		if err != nil {
 			return err
 		}
-		var ok bool
-		check, ok = h.QueueCheck()
+		checks := h.Checks()
 		h.Release()
-		if !ok {
+		if len(checks) != 1 {
 			return errors.New("no queue check")
 		}
+		check = checks[0]
 		return nil
 	}, activity.RegisterOptions{Name: "Consume"})
 	_, err := env.ExecuteActivity("Consume")
