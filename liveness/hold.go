@@ -69,7 +69,7 @@ func (k *Keeper) Hold(ctx context.Context, what What) (context.Context, *Held, e
 		p, answered := k.describe(ctx, h.info)
 		s := sight{now: time.Now(), deadline: h.info.Deadline, attempt: h.info.Attempt, answered: answered, pending: p}
 		if why, _ := decide(s); why != nil {
-			h.release()
+			h.Release()
 			return nil, nil, fmt.Errorf("%s: %w", h.info.ActivityType.Name, why)
 		}
 	}
@@ -103,7 +103,7 @@ func (k *Keeper) register(ctx context.Context, what What) (*Held, error) {
 	if err != nil {
 		return nil, err
 	}
-	h := &Held{k: k, gen: g, info: info, queue: what.Queue, lost: make(chan struct{})}
+	h := &Held{k: k, gen: g, info: info, queue: what.Queue, lost: make(chan struct{}), stop: func() {}}
 	err = k.DB.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
 		err := tx.Exec(`INSERT INTO lease_attempts (lease_id, workflow_id, activity_id, attempt, activity_type, task_token, queue, broker)
 			VALUES (?, ?, ?, ?, ?, ?, ?, ?)`, g.id, info.WorkflowExecution.ID, info.ActivityID, info.Attempt,
@@ -253,16 +253,11 @@ func (h *Held) Lost() <-chan struct{} {
 }
 
 // Release ends the attempt's held context and removes the attempt from the lease, once
-// the activity returns.
+// the activity returns. An attempt whose lease was lost stays listed: its end may never
+// have reached Temporal, and the reaper that fails it by task token then makes sure
+// Temporal moves on.
 func (h *Held) Release() {
 	h.stop()
-	h.release()
-}
-
-// release removes the attempt from the lease. An attempt whose lease was lost stays
-// listed: its end may never have reached Temporal, and the reaper that fails it by task
-// token then makes sure Temporal moves on.
-func (h *Held) release() {
 	select {
 	case <-h.gen.lost:
 		return
