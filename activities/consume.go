@@ -13,7 +13,7 @@ import (
 	"github.com/brokerswitch/brokerswitch/brokerstate"
 	"github.com/brokerswitch/brokerswitch/config"
 	"github.com/brokerswitch/brokerswitch/healthchecks"
-	"github.com/brokerswitch/brokerswitch/lease"
+	"github.com/brokerswitch/brokerswitch/liveness"
 	"github.com/brokerswitch/brokerswitch/metrics"
 	"github.com/brokerswitch/brokerswitch/windowplan"
 )
@@ -46,30 +46,32 @@ var (
 func (a *Window) Consume(ctx context.Context, in ConsumeInput) (err error) {
 	start := time.Now()
 	ping := newPinging(ctx, a.Pings)
-	windowCtx, end := context.WithCancelCause(ctx)
-	defer end(nil)
-	defer func() { a.report(ctx, context.Cause(windowCtx), in.Queue, time.Since(start), ping, err) }()
+	var why error // why the window ended
+	defer func() { a.report(ctx, why, in.Queue, time.Since(start), ping, err) }()
 	// A retried attempt, or a plan read just before a switch, must not read a broker that
 	// is not the active one any more.
 	planned, err := a.State.Load(ctx)
 	if err != nil {
 		return fmt.Errorf("consume %s: %w", in.Queue, err)
 	} else if planned.ActiveIndex != in.BrokerIndex {
-		end(errSwitched)
+		why = errSwitched
 		return nil
 	}
 	if err := a.Pool.DeclareTopology(ctx, in.BrokerIndex, a.Topology); err != nil {
 		return fmt.Errorf("consume %s: %w", in.Queue, err)
 	}
-	g, err := a.fence().guard(ctx, lease.What{Queue: in.Queue, Broker: &in.BrokerIndex}, end)
+	held, h, err := a.Leases.Hold(ctx, liveness.What{Queue: in.Queue, Broker: &in.BrokerIndex})
 	if err != nil {
 		return fmt.Errorf("consume %s: %w", in.Queue, err)
 	}
-	defer g.stop()
+	defer h.Release()
+	windowCtx, end := context.WithCancelCause(held)
+	defer end(nil)
+	defer func() { why = context.Cause(windowCtx) }()
 	go a.endEarly(windowCtx, end, in, planned)
 	go a.watchSpares(windowCtx, end, in)
 
-	err = a.consume(windowCtx, in, g)
+	err = a.consume(windowCtx, in, h)
 	if endedWhileAsking(windowCtx, err) {
 		err = nil
 	}
@@ -90,13 +92,13 @@ func (a *Window) Consume(ctx context.Context, in ConsumeInput) (err error) {
 	return ctx.Err()
 }
 
-// consume reads in's queue until windowCtx ends, g's fence closes or reading fails,
-// and returns why it stopped.
-func (a *Window) consume(windowCtx context.Context, in ConsumeInput, g guarded) error {
-	opts := broker.ConsumeOptions{Prefetch: a.Prefetch, ConsumerTag: consumerTag(windowCtx), Fence: g.gone, SettleTimeout: a.settle()}
+// consume reads in's queue until windowCtx ends, h is lost or reading fails, and returns
+// why it stopped.
+func (a *Window) consume(windowCtx context.Context, in ConsumeInput, h *liveness.Held) error {
+	opts := broker.ConsumeOptions{Prefetch: a.Prefetch, ConsumerTag: consumerTag(windowCtx), Fence: h.Lost(), SettleTimeout: a.settle()}
 	taken := time.Now().Add(a.consumerWait(in.BrokerIndex))
 	for {
-		err := a.Pool.Consume(windowCtx, in.BrokerIndex, in.Queue, opts, a.Handlers.ForActive(in.BrokerIndex, g.checks...))
+		err := a.Pool.Consume(windowCtx, in.BrokerIndex, in.Queue, opts, a.Handlers.ForActive(in.BrokerIndex, h.Checks()...))
 		// A message no consumer can hold has been moved to -error: reading on in this
 		// attempt costs the queue nothing, where failing it would wait out a retry's backoff.
 		if errors.Is(err, broker.ErrMovedToError) {
@@ -118,13 +120,13 @@ func (a *Window) consume(windowCtx context.Context, in ConsumeInput, g guarded) 
 func (a *Window) report(ctx context.Context, cause error, queue string, took time.Duration, ping *pinging, err error) {
 	outcome := metrics.WindowElapsed
 	switch {
-	case err != nil && ctx.Err() == nil && !errors.Is(err, lease.ErrQueueTaken):
+	case err != nil && ctx.Err() == nil && !errors.Is(err, liveness.ErrQueueTaken):
 		outcome = metrics.WindowFailed
 		ping.fail(ctx, failureKind(err))
 	case ctx.Err() != nil, errors.Is(cause, errSwitched), errors.Is(cause, errStopping), errors.Is(cause, errStraggler),
 		// A late batch of an attempt another took over, refused by the queue's fencing
 		// token: the queue is read, and nothing is wrong for anyone to act on.
-		errors.Is(err, lease.ErrQueueTaken):
+		errors.Is(err, liveness.ErrQueueTaken):
 		outcome = metrics.WindowCancelled
 		ping.success(ctx)
 	default:
@@ -138,7 +140,7 @@ func (a *Window) report(ctx context.Context, cause error, queue string, took tim
 // the consumer: a normal end, not a failed window that waits out a retry's backoff.
 func endedWhileAsking(windowCtx context.Context, err error) bool {
 	return errors.Is(err, broker.ErrExclusiveConsumer) && windowCtx.Err() != nil &&
-		!errors.Is(context.Cause(windowCtx), errFenced)
+		!errors.Is(context.Cause(windowCtx), liveness.ErrLost)
 }
 
 // consumerRetry is how often a window asks again for an exclusive consumer that another
@@ -164,11 +166,6 @@ func pause(ctx context.Context, d time.Duration) bool {
 	case <-t.C:
 		return true
 	}
-}
-
-// fence is the window activities' fence, from their settings.
-func (a *Window) fence() fence {
-	return fence{leases: a.Leases, check: a.FenceCheck, logger: a.Logger}
 }
 
 // endEarly ends the window when its length has passed, when the active broker moves away

@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/brokerswitch/brokerswitch/broker"
+	"github.com/brokerswitch/brokerswitch/liveness"
 )
 
 // A window that ends while it still asks for the exclusive consumer a paused worker holds
@@ -23,7 +24,7 @@ func TestAWindowThatEndsWhileItAsksForTheConsumerEndsNormally(t *testing.T) {
 	require.True(t, endedWhileAsking(ended(errSwitched), refused))
 	require.True(t, endedWhileAsking(ended(errStraggler), refused))
 	require.True(t, endedWhileAsking(ended(nil), refused), "the window's length")
-	require.False(t, endedWhileAsking(ended(errFenced), refused), "a fenced attempt is not a normal end")
+	require.False(t, endedWhileAsking(ended(fmt.Errorf("%w: the worker's lease was lost", liveness.ErrLost)), refused), "a fenced attempt is not a normal end")
 	require.False(t, endedWhileAsking(context.Background(), refused), "a live window asks on, or fails")
 	require.False(t, endedWhileAsking(ended(errSwitched), errors.New("boom")))
 	require.False(t, endedWhileAsking(ended(errSwitched), nil))

@@ -5,13 +5,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
 	"time"
 
 	"github.com/brokerswitch/brokerswitch/broker"
 	"github.com/brokerswitch/brokerswitch/brokerstate"
 	"github.com/brokerswitch/brokerswitch/config"
-	"github.com/brokerswitch/brokerswitch/lease"
+	"github.com/brokerswitch/brokerswitch/liveness"
 	"github.com/brokerswitch/brokerswitch/windowplan"
 )
 
@@ -28,11 +27,11 @@ type LeftoverDrainInput struct {
 
 // leftoverDrain takes what waits on the queue on the spares, as windowplan plans it, and
 // applies it before the window starts: those messages are older than anything on the
-// active broker. The batch in hand is given back unsettled once the fence closes
+// active broker. The batch in hand is given back unsettled once h is lost
 // (broker.DrainOptions.Fence), and every batch's transaction checks that the attempt
-// still holds the queue (g.checks) and that the spare is still one (stateLoader.SpareCheck):
+// still holds the queue (h.Checks) and that the spare is still one (stateLoader.SpareCheck):
 // a notification recorded since the drain decided how to read it ends the spare's visit.
-func (a *Window) leftoverDrain(ctx context.Context, in LeftoverDrainInput, g guarded) (windowplan.LeftoverDrainResult, error) {
+func (a *Window) leftoverDrain(ctx context.Context, in LeftoverDrainInput, h *liveness.Held) (windowplan.LeftoverDrainResult, error) {
 	plan, err := a.planDrain(ctx, in)
 	if err != nil {
 		return windowplan.LeftoverDrainResult{Taken: map[int]int{}}, fmt.Errorf("leftover drain %s: %w", in.Queue, err)
@@ -49,7 +48,7 @@ func (a *Window) leftoverDrain(ctx context.Context, in LeftoverDrainInput, g gua
 		} else if !windowplan.StillSpare(st, s.Index) {
 			continue
 		}
-		got, err := a.drainSpare(ctx, in.Queue, s, budget, g)
+		got, err := a.drainSpare(ctx, in.Queue, s, budget, h)
 		res.Taken[s.Index] = got.Taken
 		budget -= got.Taken
 		a.Metrics.LeftoverDrained(in.Queue, s.Index, got.Taken)
@@ -93,12 +92,12 @@ func (a *Window) planDrain(ctx context.Context, in LeftoverDrainInput) (windowpl
 // drainSpare takes what spare s holds on queue, up to budget messages, as the plan reads
 // it. The spare's topology first: a message rejected to {q}-retry on a broker where the
 // producer never declared it would be dead-lettered into nothing.
-func (a *Window) drainSpare(ctx context.Context, queue string, s windowplan.Spare, budget int, g guarded) (broker.DrainResult, error) {
+func (a *Window) drainSpare(ctx context.Context, queue string, s windowplan.Spare, budget int, h *liveness.Held) (broker.DrainResult, error) {
 	if err := a.Pool.DeclareTopology(ctx, s.Index, a.Topology.ForQueue(queue)); err != nil {
 		return broker.DrainResult{}, err
 	}
-	opts := s.Options(queue, broker.DrainOptions{Max: budget, Batch: a.Prefetch, Fence: g.gone})
-	checks := append(slices.Clip(g.checks), a.State.SpareCheck(s.Index))
+	opts := s.Options(queue, broker.DrainOptions{Max: budget, Batch: a.Prefetch, Fence: h.Lost()})
+	checks := append(h.Checks(), a.State.SpareCheck(s.Index))
 	return a.Pool.DrainWith(ctx, s.Index, queue, opts, a.Handlers.ForBroker(s.Index, checks...))
 }
 
@@ -179,7 +178,7 @@ func (a *Window) drainFailed(ctx context.Context, queue string, index, taken int
 	err = fmt.Errorf("leftover drain %s on %s: %w", queue, a.endpoint(index), err)
 	// A batch refused because another attempt took the queue over is no failure to page
 	// anyone for: the queue is read.
-	if ctx.Err() == nil && !errors.Is(err, lease.ErrQueueTaken) {
+	if ctx.Err() == nil && !errors.Is(err, liveness.ErrQueueTaken) {
 		a.Pings.Fail(ctx, failureKind(err))
 	}
 	return err

@@ -64,7 +64,7 @@ func leftoverDrainOf(t *testing.T, in LeftoverDrainInput, urls ...string) (windo
 	// The drain runs inside PrepareWindow; here on its own, in an activity of its own,
 	// without the attempt's fence (which needs a worker's lease and a Temporal server).
 	env.RegisterActivityWithOptions(func(ctx context.Context, in LeftoverDrainInput) (windowplan.LeftoverDrainResult, error) {
-		return m.w.leftoverDrain(ctx, in, guarded{})
+		return m.w.leftoverDrain(ctx, in, nil)
 	}, activity.RegisterOptions{Name: "LeftoverDrain"})
 	v, err := env.ExecuteActivity("LeftoverDrain", in)
 	var res windowplan.LeftoverDrainResult

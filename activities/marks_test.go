@@ -80,7 +80,7 @@ func (m *marked) prepare(t *testing.T) windowplan.LeftoverDrainResult {
 		}
 		return m.w.leftoverDrain(ctx, LeftoverDrainInput{
 			Queue: queue, Brokers: plan.Leftover, Ahead: plan.Ahead, Active: plan.ActiveIndex, Cap: plan.LeftoverDrainCap,
-		}, guarded{})
+		}, nil)
 	}, activity.RegisterOptions{Name: "PrepareWindow"})
 	v, err := env.ExecuteActivity("PrepareWindow", "issues")
 	require.NoError(t, err)

@@ -6,7 +6,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/brokerswitch/brokerswitch/lease"
+	"github.com/brokerswitch/brokerswitch/liveness"
 	"github.com/brokerswitch/brokerswitch/windowplan"
 )
 
@@ -58,13 +58,11 @@ type PreparedWindow struct {
 // every activity is a billable Action. The drain is fenced as a consumer window is: a
 // successor must not read a spare while this attempt still holds a batch of it.
 func (a *Window) PrepareWindow(ctx context.Context, queue string) (PreparedWindow, error) {
-	drainCtx, end := context.WithCancelCause(ctx)
-	defer end(nil)
-	g, err := a.fence().guard(ctx, lease.What{Queue: queue}, end)
+	drainCtx, h, err := a.Leases.Hold(ctx, liveness.What{Queue: queue})
 	if err != nil {
 		return PreparedWindow{}, fmt.Errorf("prepare window %s: %w", queue, err)
 	}
-	defer g.stop()
+	defer h.Release()
 	plan, err := a.planWindow(drainCtx)
 	if err != nil {
 		return PreparedWindow{}, err
@@ -75,10 +73,10 @@ func (a *Window) PrepareWindow(ctx context.Context, queue string) (PreparedWindo
 	}
 	out.Drained, err = a.leftoverDrain(drainCtx, LeftoverDrainInput{
 		Queue: queue, Brokers: plan.Leftover, Ahead: plan.Ahead, Active: plan.ActiveIndex, Cap: plan.LeftoverDrainCap,
-	}, g)
+	}, h)
 	if err != nil {
-		if errors.Is(context.Cause(drainCtx), errFenced) {
-			return out, fmt.Errorf("prepare window %s: %w", queue, errFenced)
+		if cause := context.Cause(drainCtx); errors.Is(cause, liveness.ErrLost) {
+			return out, fmt.Errorf("prepare window %s: %w", queue, cause)
 		}
 		return out, err
 	}

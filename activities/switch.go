@@ -14,7 +14,7 @@ import (
 	"github.com/brokerswitch/brokerswitch/broker"
 	"github.com/brokerswitch/brokerswitch/brokerstate"
 	"github.com/brokerswitch/brokerswitch/config"
-	"github.com/brokerswitch/brokerswitch/lease"
+	"github.com/brokerswitch/brokerswitch/liveness"
 	"github.com/brokerswitch/brokerswitch/metrics"
 )
 
@@ -81,8 +81,9 @@ type WaitForChangeInput struct {
 // shortly before its deadline, so that the workflow's fallback is not an activity timeout.
 func (a *Switch) WaitForChange(ctx context.Context, in WaitForChangeInput) (bool, error) {
 	// A watch whose worker dies, or loses its lease (its answer may never reach Temporal),
-	// is failed by a peer, and the workflow reads the state itself: no heartbeats.
-	held, err := a.Leases.Hold(ctx, lease.What{})
+	// is failed by a peer, and the workflow reads the state itself: no heartbeats. One
+	// whose lease was lost ends as a stopping worker's does.
+	ctx, held, err := a.Leases.Hold(ctx, liveness.What{})
 	if err != nil {
 		return false, fmt.Errorf("wait for a change: %w", err)
 	}
@@ -100,9 +101,6 @@ func (a *Switch) WaitForChange(ctx context.Context, in WaitForChangeInput) (bool
 		case <-activity.GetWorkerStopChannel(ctx):
 			close(stopping)
 			stop()
-		case <-held.Lost():
-			close(stopping)
-			stop()
 		case <-ctx.Done():
 		}
 	}()
@@ -114,7 +112,7 @@ func (a *Switch) WaitForChange(ctx context.Context, in WaitForChangeInput) (bool
 			case <-stopping:
 				return true, nil
 			default:
-				return false, nil
+				return errors.Is(context.Cause(ctx), liveness.ErrLost), nil
 			}
 		}
 		gen = g

@@ -18,7 +18,7 @@ import (
 	"github.com/brokerswitch/brokerswitch/broker"
 	"github.com/brokerswitch/brokerswitch/brokerstate"
 	"github.com/brokerswitch/brokerswitch/internal/testenv"
-	"github.com/brokerswitch/brokerswitch/lease"
+	"github.com/brokerswitch/brokerswitch/liveness"
 	"github.com/brokerswitch/brokerswitch/models/modelstest"
 )
 
@@ -86,9 +86,9 @@ func TestAStaleReadingDoesNotEndTheWatch(t *testing.T) {
 }
 
 // runKeeper runs a worker lease on db, with Temporal always answering, until the test ends.
-func runKeeper(t *testing.T, db *gorm.DB) *lease.Keeper {
+func runKeeper(t *testing.T, db *gorm.DB) *liveness.Keeper {
 	t.Helper()
-	k := &lease.Keeper{DB: db, Temporal: &testenv.TemporalReach{}, Identity: t.Name(), Logger: slog.New(slog.DiscardHandler)}
+	k := &liveness.Keeper{DB: db, Temporal: &testenv.TemporalReach{}, Identity: t.Name(), Logger: slog.New(slog.DiscardHandler)}
 	testenv.RunInBackground(t, k.Run)
 	return k
 }

@@ -11,6 +11,7 @@ import (
 	"github.com/brokerswitch/brokerswitch/broker"
 	"github.com/brokerswitch/brokerswitch/brokerstate"
 	"github.com/brokerswitch/brokerswitch/healthchecks"
+	"github.com/brokerswitch/brokerswitch/liveness"
 	"github.com/brokerswitch/brokerswitch/metrics"
 	"github.com/brokerswitch/brokerswitch/models"
 )
@@ -64,7 +65,13 @@ type stateWatcher interface {
 	Next(ctx context.Context, after uint64) (brokerstate.State, uint64, bool)
 }
 
-// Window holds the two activities of a queue's consumer window, both fenced (fence.go):
+// attemptHolder registers an activity attempt under the worker's lease (liveness.Keeper):
+// the held context ends when the attempt must stop.
+type attemptHolder interface {
+	Hold(ctx context.Context, what liveness.What) (context.Context, *liveness.Held, error)
+}
+
+// Window holds the two activities of a queue's consumer window, both fenced (liveness.Keeper.Hold):
 // PrepareWindow plans it and runs its Leftover Drain on the spares (prepare.go,
 // leftover.go), then Consume reads the active broker (consume.go).
 type Window struct {
@@ -83,12 +90,9 @@ type Window struct {
 	UnnotifiedGrace time.Duration
 	Topology        broker.Topology
 	Prefetch        int
-	// Leases registers each attempt under the worker's lease (lease.Keeper): a worker that
+	// Leases registers each attempt under the worker's lease (liveness.Keeper): a worker that
 	// dies has its attempts failed by a peer and retried at once, without heartbeats.
 	Leases attemptHolder
-	// FenceCheck is how often an attempt asks Temporal whether it still runs; 0 means
-	// DefaultFenceCheck.
-	FenceCheck time.Duration
 	// SpareCheck is how often a consumer window counts the spares it watches
 	// (SPARE_CHECK_INTERVAL); 0 means config.DefaultSpareCheckInterval.
 	SpareCheck time.Duration

@@ -20,7 +20,7 @@ import (
 
 	"github.com/brokerswitch/brokerswitch/brokerstate"
 	"github.com/brokerswitch/brokerswitch/config"
-	"github.com/brokerswitch/brokerswitch/lease"
+	"github.com/brokerswitch/brokerswitch/liveness"
 	"github.com/brokerswitch/brokerswitch/metrics"
 )
 
@@ -63,9 +63,9 @@ type Deps struct {
 	// Store reads the broker state from Postgres; build it with hops resolved against
 	// Config.Brokers (brokerstate.NewStore). Required.
 	Store StateStore
-	// Attempts lists what the live workers hold (lease.Attempts over the database): which
+	// Attempts lists what the live workers hold (liveness.Attempts over the database): which
 	// broker each queue's window reads, on which worker, since when. Nil shows none.
-	Attempts func(ctx context.Context) ([]lease.Attempt, error)
+	Attempts func(ctx context.Context) ([]liveness.Attempt, error)
 	// Errors reads and moves the messages of the -error queues; nil answers 503 there.
 	Errors ErrorQueues
 	// Ping checks that Postgres answers, for /readyz (sql.DB.PingContext fits). Required.

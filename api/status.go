@@ -10,7 +10,7 @@ import (
 	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/api/serviceerror"
 
-	"github.com/brokerswitch/brokerswitch/lease"
+	"github.com/brokerswitch/brokerswitch/liveness"
 	"github.com/brokerswitch/brokerswitch/workflows"
 )
 
@@ -38,8 +38,8 @@ func (s *server) getBroker(c *gin.Context) {
 
 // windows lists the window activities live workers hold; a read that fails shows none,
 // with a warning: the state above is what the answer is for.
-func (s *server) windows(ctx context.Context) []lease.Attempt {
-	out := []lease.Attempt{}
+func (s *server) windows(ctx context.Context) []liveness.Attempt {
+	out := []liveness.Attempt{}
 	if s.deps.Attempts == nil {
 		return out
 	}

@@ -6,7 +6,7 @@ import (
 
 	"github.com/brokerswitch/brokerswitch/broker"
 	"github.com/brokerswitch/brokerswitch/brokerstate"
-	"github.com/brokerswitch/brokerswitch/lease"
+	"github.com/brokerswitch/brokerswitch/liveness"
 )
 
 // stateView is the broker state as the API shows it.
@@ -71,7 +71,7 @@ type brokerStatus struct {
 	stateView
 	Workflow workflowView `json:"workflow"`
 	// Windows are the window activities the live workers hold, from their leases.
-	Windows []lease.Attempt `json:"windows"`
+	Windows []liveness.Attempt `json:"windows"`
 }
 
 // workflowView is what Temporal says about the BrokerSwitch workflow.

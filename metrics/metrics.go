@@ -253,7 +253,7 @@ func (m *Metrics) LeaseLost() {
 }
 
 // LeaseReaped counts an attempt failed so that Temporal retries it: a dead worker's, or a
-// stray of this worker's (see lease.Running).
+// stray of this worker's (see liveness.Running).
 func (m *Metrics) LeaseReaped(activity string) {
 	if m == nil {
 		return

@@ -10,7 +10,7 @@ import (
 
 	"github.com/brokerswitch/brokerswitch/brokerstate"
 	"github.com/brokerswitch/brokerswitch/errorqueue"
-	"github.com/brokerswitch/brokerswitch/lease"
+	"github.com/brokerswitch/brokerswitch/liveness"
 )
 
 // brokerStatus is the part of GET /api/v1/broker that status prints.
@@ -31,7 +31,7 @@ type brokerStatus struct {
 		Waiting string `json:"waiting"`
 		Error   string `json:"error"`
 	} `json:"workflow"`
-	Windows []lease.Attempt `json:"windows"`
+	Windows []liveness.Attempt `json:"windows"`
 }
 
 // Status runs `brokerswitch status`: the broker state at a glance, from the API.

@@ -24,7 +24,7 @@ import (
 	"github.com/brokerswitch/brokerswitch/config"
 	"github.com/brokerswitch/brokerswitch/healthchecks"
 	"github.com/brokerswitch/brokerswitch/ingest"
-	"github.com/brokerswitch/brokerswitch/lease"
+	"github.com/brokerswitch/brokerswitch/liveness"
 	"github.com/brokerswitch/brokerswitch/metrics"
 	"github.com/brokerswitch/brokerswitch/workflows"
 )
@@ -140,7 +140,7 @@ func Options(cfg config.Config) sdkworker.Options {
 // grace) stops the SDK's worker for good, which is reported on fatal: Run then returns it,
 // and the process stops (its lease released as on any stop) instead of renewing its lease
 // and passing readiness while it never polls again.
-func runOptions(cfg config.Config, keeper *lease.Keeper, fatal chan<- error) sdkworker.Options {
+func runOptions(cfg config.Config, keeper *liveness.Keeper, fatal chan<- error) sdkworker.Options {
 	opts := Options(cfg)
 	opts.Interceptors = append(opts.Interceptors, keeper.Running)
 	opts.OnFatalError = func(err error) {
@@ -157,15 +157,15 @@ func ReplayerOptions() sdkworker.WorkflowReplayerOptions {
 	return sdkworker.WorkflowReplayerOptions{Interceptors: Options(config.Config{}).Interceptors}
 }
 
-// NewKeeper builds the worker's lease keeper (see package lease).
-func NewKeeper(d Deps) *lease.Keeper {
+// NewKeeper builds the worker's lease keeper (see package liveness).
+func NewKeeper(d Deps) *liveness.Keeper {
 	workflowIDs := []string{workflows.BrokerSwitchWorkflowID}
 	for _, q := range d.Config.Queues {
 		workflowIDs = append(workflowIDs, workflows.QueueWindowWorkflowID(q))
 	}
-	return &lease.Keeper{
+	return &liveness.Keeper{
 		DB: d.DB, Temporal: d.Client, Identity: Identity(), TTL: d.Config.WorkerLeaseTTL, Logger: d.Logger, Metrics: d.Metrics,
-		Namespace: d.Config.TemporalNamespace, Workflows: workflowIDs, Running: &lease.Running{},
+		Namespace: d.Config.TemporalNamespace, Workflows: workflowIDs, Running: &liveness.Running{},
 	}
 }
 
@@ -185,7 +185,7 @@ func IdentityOf(pid int) string {
 
 // Register adds the workflows and their activities, built from d, to a worker; keeper
 // holds their attempts under the worker's lease.
-func Register(w sdkworker.Registry, d Deps, watcher *brokerstate.StateWatcher, keeper *lease.Keeper) {
+func Register(w sdkworker.Registry, d Deps, watcher *brokerstate.StateWatcher, keeper *liveness.Keeper) {
 	store := brokerstate.NewStore(d.DB, d.Pool.Endpoints())
 	w.RegisterWorkflow(workflows.QueueWindow)
 	w.RegisterWorkflow(workflows.BrokerSwitch)
@@ -278,7 +278,7 @@ func StateReader(store *brokerstate.Store, queues []string) metrics.StateReader 
 		if c := st.LastDrainCheck; c != nil {
 			r.LastCheck = &metrics.DrainCheckReading{Broker: c.BrokerIndex, Counts: c.Counts, Reachable: c.Reachable, At: c.CheckedAt}
 		}
-		held, err := lease.Attempts(ctx, store.DB)
+		held, err := liveness.Attempts(ctx, store.DB)
 		if err != nil {
 			return metrics.StateReading{}, err
 		}

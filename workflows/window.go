@@ -35,7 +35,7 @@ func QueueWindow(ctx workflow.Context, in QueueWindowInput) error {
 	var a *activities.Window
 	var w activities.PreparedWindow
 	// No heartbeats: a worker's liveness is its lease in Postgres, and a peer fails the
-	// attempt of a worker that died (see package lease). The attempt fences itself before
+	// attempt of a worker that died (see package liveness). The attempt fences itself before
 	// this timeout.
 	prepareCtx := workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
 		StartToCloseTimeout: 10 * time.Minute,

@@ -27,7 +27,7 @@ import (
 	"github.com/brokerswitch/brokerswitch/config"
 	"github.com/brokerswitch/brokerswitch/errorqueue"
 	"github.com/brokerswitch/brokerswitch/healthchecks"
-	"github.com/brokerswitch/brokerswitch/lease"
+	"github.com/brokerswitch/brokerswitch/liveness"
 	"github.com/brokerswitch/brokerswitch/metrics"
 	"github.com/brokerswitch/brokerswitch/metrics/temporalmetrics"
 	"github.com/brokerswitch/brokerswitch/models"
@@ -307,7 +307,7 @@ func (s services) apiDeps(cfg config.Config, logger *slog.Logger) api.Deps {
 		Temporal: s.temporal,
 		Store:    brokerstate.NewStore(s.db, cfg.Brokers),
 		Ping:     s.sqlDB.PingContext,
-		Attempts: func(ctx context.Context) ([]lease.Attempt, error) { return lease.Attempts(ctx, s.db) },
+		Attempts: func(ctx context.Context) ([]liveness.Attempt, error) { return liveness.Attempts(ctx, s.db) },
 		Errors:   &errorqueue.Service{Brokers: s.pool, DB: s.db, Queues: cfg.Queues, Logger: logger, Metrics: s.errorQueues},
 		Logger:   logger,
 	}

@@ -12,7 +12,7 @@ import (
 	"go.temporal.io/sdk/client"
 )
 
-// TemporalReach stands in for the calls a lease.Keeper makes to Temporal, for the unit
+// TemporalReach stands in for the calls a liveness.Keeper makes to Temporal, for the unit
 // tests of leases: whether Temporal answers (Down says no), which attempts were failed by
 // task token or by activity id, and the pending activities that every workflow it is
 // asked about shows (Pending). The end-to-end tests run keepers against the real dev server.

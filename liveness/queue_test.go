@@ -1,6 +1,6 @@
 //go:build integration
 
-package lease_test
+package liveness_test
 
 import (
 	"context"
@@ -14,7 +14,7 @@ import (
 	"gorm.io/gorm"
 
 	"github.com/brokerswitch/brokerswitch/internal/testenv"
-	"github.com/brokerswitch/brokerswitch/lease"
+	"github.com/brokerswitch/brokerswitch/liveness"
 	"github.com/brokerswitch/brokerswitch/models"
 	"github.com/brokerswitch/brokerswitch/models/modelstest"
 )
@@ -22,22 +22,22 @@ import (
 // holdQueue runs an activity that registers itself under k for queue, and returns the
 // check its batches end their transactions with. It releases its attempt (the test
 // environment gives every attempt the same id), which leaves the queue taken.
-func holdQueue(t *testing.T, k *lease.Keeper, queue string) models.Check {
+func holdQueue(t *testing.T, k *liveness.Keeper, queue string) models.Check {
 	t.Helper()
 	var suite testsuite.WorkflowTestSuite
 	env := suite.NewTestActivityEnvironment()
 	var check models.Check
 	env.RegisterActivityWithOptions(func(ctx context.Context) error {
-		h, err := k.Hold(ctx, lease.What{Queue: queue})
+		_, h, err := k.Hold(ctx, liveness.What{Queue: queue})
 		if err != nil {
 			return err
 		}
-		var ok bool
-		check, ok = h.QueueCheck()
+		checks := h.Checks()
 		h.Release()
-		if !ok {
+		if len(checks) != 1 {
 			return errors.New("no queue check")
 		}
+		check = checks[0]
 		return nil
 	}, activity.RegisterOptions{Name: "Consume"})
 	_, err := env.ExecuteActivity("Consume")
@@ -71,7 +71,7 @@ func TestATakeOverRefusesTheLateCommitsOfTheAttemptBefore(t *testing.T) {
 
 	successor := holdQueue(t, k, "issues")
 	err := commitWith(db, paused, "after the take-over")
-	require.ErrorIs(t, err, lease.ErrQueueTaken)
+	require.ErrorIs(t, err, liveness.ErrQueueTaken)
 	var n int64
 	require.NoError(t, db.Raw(`SELECT count(*) FROM settings WHERE key = 'after the take-over'`).Scan(&n).Error)
 	require.Zero(t, n, "the refused batch's write rolled back")

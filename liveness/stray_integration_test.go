@@ -1,6 +1,6 @@
 //go:build integration
 
-package lease_test
+package liveness_test
 
 import (
 	"context"
@@ -21,7 +21,7 @@ import (
 	"go.temporal.io/sdk/workflow"
 
 	"github.com/brokerswitch/brokerswitch/internal/testenv"
-	"github.com/brokerswitch/brokerswitch/lease"
+	"github.com/brokerswitch/brokerswitch/liveness"
 	"github.com/brokerswitch/brokerswitch/models/modelstest"
 )
 
@@ -73,8 +73,8 @@ func TestALiveWorkerFailsTheAttemptItsLostPollWasHanded(t *testing.T) {
 	const identity = "1@live-worker@"
 	const workflowID = "queue-window-issues"
 	counting := &countingClient{Client: c}
-	running := &lease.Running{}
-	k := &lease.Keeper{DB: db, Temporal: counting, Identity: identity, TTL: ttl, Logger: slog.New(slog.DiscardHandler),
+	running := &liveness.Running{}
+	k := &liveness.Keeper{DB: db, Temporal: counting, Identity: identity, TTL: ttl, Logger: slog.New(slog.DiscardHandler),
 		Namespace: ns, Workflows: []string{workflowID}, Running: running}
 	testenv.RunInBackground(t, k.Run)
 	require.NoError(t, testenv.WaitUntil(ctx, 5*ttl, "the worker's lease", func() (bool, error) {
@@ -130,7 +130,7 @@ func TestALiveWorkerFailsTheAttemptItsLostPollWasHanded(t *testing.T) {
 	require.NoError(t, err)
 	require.Len(t, desc.GetPendingActivities(), 1)
 	retry := desc.GetPendingActivities()[0]
-	require.Equal(t, lease.ReapedErrorType, retry.GetLastFailure().GetApplicationFailureInfo().GetType(), "the attempt was failed by the keeper")
+	require.Equal(t, liveness.ReapedErrorType, retry.GetLastFailure().GetApplicationFailureInfo().GetType(), "the attempt was failed by the keeper")
 	require.Equal(t, identity, retry.GetLastWorkerIdentity())
 
 	// The keeper scans on while the retry runs here, for four renewal intervals, and leaves it be.

@@ -1,4 +1,4 @@
-package lease
+package liveness
 
 import (
 	"errors"
@@ -32,19 +32,19 @@ func takeQueue(tx *gorm.DB, queue string) (int64, error) {
 	return generation, nil
 }
 
-// QueueCheck is the check that every batch of this attempt runs last in its transaction
-// (migration 0012's brokerswitch_hold_queue): it fails unless no attempt took the queue
-// over since this one, and Refused turns its refusal into ErrQueueTaken. ok is false for
-// an attempt that took no queue.
-func (h *Held) QueueCheck() (check models.Check, ok bool) {
-	if h.queue == "" {
-		return models.Check{}, false
+// Checks are what every batch of this attempt runs last in its transaction: for an
+// attempt that took a queue over, migration 0012's brokerswitch_hold_queue, which fails
+// unless no attempt took the queue over since this one, its refusal turned into
+// ErrQueueTaken. A nil Held checks nothing.
+func (h *Held) Checks() []models.Check {
+	if h == nil || h.queue == "" {
+		return nil
 	}
-	return models.Check{
+	return []models.Check{{
 		Query:   "SELECT brokerswitch_hold_queue($1, $2)",
 		Args:    []any{h.queue, h.generation},
 		Refused: queueTaken,
-	}, true
+	}}
 }
 
 // queueTaken returns brokerswitch_hold_queue's refusal as an error wrapping ErrQueueTaken,

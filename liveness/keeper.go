@@ -1,4 +1,4 @@
-// Package lease keeps each worker process's liveness in Postgres, outside Temporal's bill.
+// Package liveness keeps each worker process's liveness in Postgres, outside Temporal's bill.
 //
 // Temporal has no worker-level liveness: an activity heartbeat is its stand-in, and each
 // one that reaches the server is a billable Action. So a worker holds a lease row that it
@@ -9,11 +9,11 @@
 // heartbeat timeout. A live worker also fails its own strays, the attempts Temporal shows
 // started on it that it never got (a poll's answer lost in a cut): see Running.
 //
-// The holder gives up first: once it has not renewed for TTL − TTL/4 it closes Lost, and
-// its activities stop and give back their batch in hand, at least TTL/4 before any peer
-// can see the lease expire. Expiry is decided on Postgres' clock alone, and is final: a
-// holder that finds its lease expired starts a new one.
-package lease
+// The holder gives up first: once it has not renewed for TTL − TTL/4 it ends every held
+// attempt's context (Hold), and its activities stop and give back their batch in hand, at
+// least TTL/4 before any peer can see the lease expire. Expiry is decided on Postgres'
+// clock alone, and is final: a holder that finds its lease expired starts a new one.
+package liveness
 
 import (
 	"context"
@@ -27,7 +27,6 @@ import (
 	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/api/serviceerror"
 	"go.temporal.io/api/workflowservice/v1"
-	"go.temporal.io/sdk/activity"
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/temporal"
 	"gorm.io/gorm"
@@ -74,6 +73,9 @@ type Keeper struct {
 	// with it, the keeper fails the attempts Temporal shows started here that the
 	// process never got (see Running). Nil fails none.
 	Running *Running
+	// FenceCheck is how often a fenced attempt asks Temporal whether it still runs (see
+	// Hold); 0 means DefaultFenceCheck.
+	FenceCheck time.Duration
 
 	// hadLease is set once a lease was taken: a later one follows a lost one. Run's alone.
 	hadLease bool
@@ -441,96 +443,5 @@ func (k *Keeper) failByID(ctx, cctx context.Context, a pendingAttempt, why, logg
 	default:
 		k.Logger.DebugContext(ctx, "activity not failed yet", "worker", a.worker, "workflow_id", a.key.WorkflowID, "error", err)
 		return false
-	}
-}
-
-// What a held attempt does, for the status: the queue a window reads and on which broker.
-type What struct {
-	Queue  string
-	Broker *int
-}
-
-// Held is an activity attempt registered under the worker's lease.
-type Held struct {
-	k    *Keeper
-	gen  *generation
-	info activity.Info
-	// queue is the queue the attempt took over, at generation; "" for none.
-	queue      string
-	generation int64
-}
-
-// Hold registers the calling activity's attempt under the worker's lease, waiting up to
-// the lease's renewal interval for one to be taken (a worker that just started), and, when
-// what names a queue, takes the queue over: its fencing token advances, and every batch of
-// an earlier attempt that has not committed yet is refused (QueueCheck). Release it when
-// the activity returns.
-func (k *Keeper) Hold(ctx context.Context, what What) (*Held, error) {
-	info := activity.GetInfo(ctx)
-	g, err := k.await(ctx)
-	if err != nil {
-		return nil, err
-	}
-	held := &Held{k: k, gen: g, info: info, queue: what.Queue}
-	err = k.DB.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
-		err := tx.Exec(`INSERT INTO lease_attempts (lease_id, workflow_id, activity_id, attempt, activity_type, task_token, queue, broker)
-			VALUES (?, ?, ?, ?, ?, ?, ?, ?)`, g.id, info.WorkflowExecution.ID, info.ActivityID, info.Attempt,
-			info.ActivityType.Name, info.TaskToken, what.Queue, what.Broker).Error
-		if err != nil || what.Queue == "" {
-			return err
-		}
-		held.generation, err = takeQueue(tx, what.Queue)
-		return err
-	})
-	if err != nil {
-		return nil, fmt.Errorf("register %s under the worker's lease: %w", info.ActivityType.Name, err)
-	}
-	return held, nil
-}
-
-// await returns the live lease, waiting up to one renewal interval for one.
-func (k *Keeper) await(ctx context.Context) (*generation, error) {
-	deadline := time.NewTimer(k.renewEvery() + time.Second)
-	defer deadline.Stop()
-	for {
-		k.mu.Lock()
-		g := k.current
-		if g == nil && k.changed == nil {
-			k.changed = make(chan struct{})
-		}
-		changed := k.changed
-		k.mu.Unlock()
-		if g != nil {
-			return g, nil
-		}
-		select {
-		case <-changed:
-		case <-deadline.C:
-			return nil, ErrNoLease
-		case <-ctx.Done():
-			return nil, ctx.Err()
-		}
-	}
-}
-
-// Lost closes when the lease this attempt is held under can no longer be relied on: a peer
-// may soon retry the attempt elsewhere, so the activity must stop at once.
-func (h *Held) Lost() <-chan struct{} { return h.gen.lost }
-
-// Release removes the attempt from the lease, once the activity returns. An attempt whose
-// lease was lost stays listed: its end may never have reached Temporal, and the reaper
-// that fails it by task token then makes sure Temporal moves on.
-func (h *Held) Release() {
-	select {
-	case <-h.gen.lost:
-		return
-	default:
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), h.k.renewEvery())
-	defer cancel()
-	err := h.k.DB.WithContext(ctx).Exec(`DELETE FROM lease_attempts WHERE workflow_id = ? AND activity_id = ? AND attempt = ?`,
-		h.info.WorkflowExecution.ID, h.info.ActivityID, h.info.Attempt).Error
-	if err != nil {
-		h.k.Logger.Warn("attempt not released from the worker's lease; it goes with the lease", "error", err)
 	}
 }

@@ -1,6 +1,6 @@
 //go:build !integration
 
-package lease_test
+package liveness_test
 
 import (
 	"testing"

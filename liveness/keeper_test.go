@@ -1,6 +1,6 @@
 //go:build integration
 
-package lease_test
+package liveness_test
 
 import (
 	"context"
@@ -18,30 +18,30 @@ import (
 	"gorm.io/gorm"
 
 	"github.com/brokerswitch/brokerswitch/internal/testenv"
-	"github.com/brokerswitch/brokerswitch/lease"
+	"github.com/brokerswitch/brokerswitch/liveness"
 	"github.com/brokerswitch/brokerswitch/models/modelstest"
 )
 
 const ttl = 2 * time.Second
 
 // runKeeper runs a keeper with a short TTL until the test ends.
-func runKeeper(t *testing.T, db *gorm.DB, reach *testenv.TemporalReach, identity string) *lease.Keeper {
+func runKeeper(t *testing.T, db *gorm.DB, reach *testenv.TemporalReach, identity string) *liveness.Keeper {
 	t.Helper()
-	k := &lease.Keeper{DB: db, Temporal: reach, Identity: identity, TTL: ttl, Logger: slog.New(slog.DiscardHandler)}
+	k := &liveness.Keeper{DB: db, Temporal: reach, Identity: identity, TTL: ttl, Logger: slog.New(slog.DiscardHandler)}
 	testenv.RunInBackground(t, k.Run)
 	return k
 }
 
 // hold runs an activity that registers itself under k and reports its lease's Lost
 // channel, then returns without releasing it (as a worker killed mid-attempt would).
-func hold(t *testing.T, k *lease.Keeper) (<-chan struct{}, []byte) {
+func hold(t *testing.T, k *liveness.Keeper) (<-chan struct{}, []byte) {
 	t.Helper()
 	var suite testsuite.WorkflowTestSuite
 	env := suite.NewTestActivityEnvironment()
 	var lost <-chan struct{}
 	var token []byte
 	env.RegisterActivityWithOptions(func(ctx context.Context) error {
-		h, err := k.Hold(ctx, lease.What{Queue: "issues"})
+		_, h, err := k.Hold(ctx, liveness.What{Queue: "issues"})
 		if err != nil {
 			return err
 		}
@@ -130,7 +130,7 @@ func TestARestartedWorkerFailsWhatItsPredecessorLeftUnderItsIdentity(t *testing.
 		started("its-own", "1@pod@", time.Now().Add(time.Hour)),
 		started("a-peers", "2@other@", time.Now().Add(-time.Minute)),
 	}}
-	k := &lease.Keeper{DB: db, Temporal: reach, Identity: "1@pod@", TTL: ttl, Logger: slog.New(slog.DiscardHandler),
+	k := &liveness.Keeper{DB: db, Temporal: reach, Identity: "1@pod@", TTL: ttl, Logger: slog.New(slog.DiscardHandler),
 		Workflows: []string{"queue-window-issues"}}
 	testenv.RunInBackground(t, k.Run)
 	require.Eventually(t, func() bool {
@@ -150,7 +150,7 @@ func TestAStoppingWorkerFailsWhatTemporalStillSeesRunningOnIt(t *testing.T) {
 		started("answer-lost", "a", time.Now().Add(time.Hour)),
 		started("a-peers", "b", time.Now().Add(time.Hour)),
 	}}
-	k := &lease.Keeper{DB: db, Temporal: reach, Identity: "a", TTL: ttl, Logger: slog.New(slog.DiscardHandler),
+	k := &liveness.Keeper{DB: db, Temporal: reach, Identity: "a", TTL: ttl, Logger: slog.New(slog.DiscardHandler),
 		Workflows: []string{"queue-window-issues"}}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
@@ -179,7 +179,7 @@ func TestARetryHandedToAPausedWorkerIsFailedToo(t *testing.T) {
 	require.NoError(t, db.Exec(`INSERT INTO lease_attempts (lease_id, workflow_id, activity_id, attempt, activity_type, task_token)
 		VALUES ('paused', 'queue-window-issues', 'retry', 1, 'Consume', 'token-1')`).Error)
 	reach := &testenv.TemporalReach{}
-	k := &lease.Keeper{DB: db, Temporal: reach, Identity: "1@peer@", TTL: ttl, Logger: slog.New(slog.DiscardHandler),
+	k := &liveness.Keeper{DB: db, Temporal: reach, Identity: "1@peer@", TTL: ttl, Logger: slog.New(slog.DiscardHandler),
 		Workflows: []string{"queue-window-issues"}}
 	testenv.RunInBackground(t, k.Run)
 	require.Eventually(t, func() bool { return len(reach.Failed()) == 1 }, 5*ttl, 20*time.Millisecond,
