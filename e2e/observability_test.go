@@ -90,8 +90,7 @@ func (s *stack) startObservedWorker() *observed {
 	}))
 	t.Cleanup(o.api.Close)
 
-	pool := broker.NewPool(s.Config.Brokers, logger)
-	pool.Metrics = o.m
+	pool := broker.NewPool(s.Config.Brokers, logger, broker.PoolSettings{Metrics: o.m})
 	pinger := &healthchecks.Pinger{URL: o.pings.URL + "/check", OnFailure: o.m.PingFailed}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)

@@ -160,8 +160,7 @@ func New(cfg Config) (*Producer, error) {
 	if hc == nil {
 		hc = &http.Client{Timeout: 30 * time.Second}
 	}
-	pool := broker.NewPool(cfg.Brokers, cfg.Logger)
-	pool.ConnectionName = cfg.ConnectionName
+	pool := broker.NewPool(cfg.Brokers, cfg.Logger, broker.PoolSettings{ConnectionName: cfg.ConnectionName})
 	p := &Producer{
 		cfg:      cfg,
 		pool:     pool,

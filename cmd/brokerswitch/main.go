@@ -259,7 +259,7 @@ func withServices(ctx context.Context, cfg config.Config, logger *slog.Logger, f
 			cfg.TemporalAddress, cfg.TemporalNamespace, err)
 	}
 	defer tc.Close()
-	pool := worker.NewPool(cfg, logger, m)
+	pool := broker.NewPool(cfg.Brokers, logger, worker.PoolSettings(cfg, m))
 	defer pool.Close()
 	err = fn(ctx, services{db: db, sqlDB: sqlDB, temporal: tc, pool: pool, metrics: m, errorQueues: eq})
 	if errors.Is(err, context.Canceled) {

@@ -190,9 +190,8 @@ func New(t testenv.T, o Options) *Stack {
 
 	eps, err := broker.ParseEndpoints(strings.Join(s.DirectURLs, ","))
 	check(t, err, "endpoints")
-	s.Direct = broker.NewPool(eps, nil)
 	// Named apart from the service's connections, which the benchmark counts.
-	s.Direct.ConnectionName = "stacktest"
+	s.Direct = broker.NewPool(eps, nil, broker.PoolSettings{ConnectionName: "stacktest"})
 	t.Cleanup(func() { _ = s.Direct.Close() })
 	s.API = httptest.NewServer(api.Router(api.Deps{
 		Config: s.Config, Temporal: s.Temporal, Store: s.Store, Ping: sqlDB.PingContext,
