@@ -303,12 +303,22 @@ func (s services) workerDeps(cfg config.Config, logger *slog.Logger) worker.Deps
 
 func (s services) apiDeps(cfg config.Config, logger *slog.Logger) api.Deps {
 	return api.Deps{
-		Config:   cfg,
+		Settings: apiSettings(cfg),
 		Temporal: s.temporal,
 		Store:    brokerstate.NewStore(s.db, cfg.Brokers),
 		Ping:     s.sqlDB.PingContext,
 		Attempts: func(ctx context.Context) ([]lease.Attempt, error) { return lease.Attempts(ctx, s.db) },
 		Errors:   &errorqueue.Service{Brokers: s.pool, DB: s.db, Queues: cfg.Queues, Logger: logger, Metrics: s.errorQueues},
 		Logger:   logger,
+	}
+}
+
+// apiSettings are the API's part of cfg.
+func apiSettings(cfg config.Config) api.Settings {
+	return api.Settings{
+		Brokers: cfg.Brokers, TaskQueue: cfg.TaskQueue, HTTPAddr: cfg.HTTPAddr,
+		OperatorToken: cfg.OperatorToken, ProducerToken: cfg.ProducerToken, InsecureNoAuth: cfg.InsecureNoAuth,
+		NotificationMaxClockSkew: cfg.NotificationMaxClockSkew,
+		NotificationRate:         cfg.NotificationRate, NotificationBurst: cfg.NotificationBurst,
 	}
 }

@@ -194,7 +194,7 @@ func New(t testenv.T, o Options) *Stack {
 	s.Direct = broker.NewPool(eps, nil, broker.PoolSettings{ConnectionName: "stacktest"})
 	t.Cleanup(func() { _ = s.Direct.Close() })
 	s.API = httptest.NewServer(api.Router(api.Deps{
-		Config: s.Config, Temporal: s.Temporal, Store: s.Store, Ping: sqlDB.PingContext,
+		Settings: APISettings(s.Config), Temporal: s.Temporal, Store: s.Store, Ping: sqlDB.PingContext,
 		Logger: s.logger, CommitWait: o.CommitWait,
 	}))
 	t.Cleanup(s.API.Close)
@@ -239,5 +239,15 @@ func check(t testenv.T, err error, what string) {
 	t.Helper()
 	if err != nil {
 		t.Fatalf("stacktest: %s: %v", what, err)
+	}
+}
+
+// APISettings are the API's part of cfg, as the service hands them over.
+func APISettings(cfg config.Config) api.Settings {
+	return api.Settings{
+		Brokers: cfg.Brokers, TaskQueue: cfg.TaskQueue, HTTPAddr: cfg.HTTPAddr,
+		OperatorToken: cfg.OperatorToken, ProducerToken: cfg.ProducerToken, InsecureNoAuth: cfg.InsecureNoAuth,
+		NotificationMaxClockSkew: cfg.NotificationMaxClockSkew,
+		NotificationRate:         cfg.NotificationRate, NotificationBurst: cfg.NotificationBurst,
 	}
 }
