@@ -167,7 +167,7 @@ func pause(ctx context.Context, d time.Duration) bool {
 
 // fence is the window activities' fence, from their settings.
 func (a *Window) fence() fence {
-	return fence{leases: a.Leases, check: a.FenceCheck, logger: a.Logger}
+	return fence{leases: a.Leases, logger: a.Logger}
 }
 
 // endEarly ends the window when its length has passed, when the active broker moves away

@@ -20,8 +20,9 @@ type attemptHolder interface {
 	Hold(ctx context.Context, what lease.What) (*lease.Held, error)
 }
 
-// DefaultFenceCheck is how often a fenced attempt asks Temporal whether it still runs.
-const DefaultFenceCheck = 10 * time.Second
+// fenceCheck is how often a fenced attempt asks Temporal whether it still runs, and how
+// long it waits for an answer.
+const fenceCheck = 10 * time.Second
 
 // deadlineMargin is how long before its start-to-close deadline an attempt gives its
 // batch in hand back, so that Temporal's retry never meets it still reading.
@@ -39,13 +40,12 @@ var errFenced = errors.New("the window may have been given to another worker")
 //     least TTL/4 later (lease.Keeper),
 //   - its deadline is deadlineMargin away, or
 //   - Temporal says it no longer runs this attempt (a describe, which is no Action, every
-//     check).
+//     fenceCheck).
 //
 // A cancellation requested by the workflow reaches an activity only in a heartbeat's
 // answer; the describe shows it, and a single heartbeat then fetches it.
 type fence struct {
 	leases attemptHolder
-	check  time.Duration
 	logger *slog.Logger
 }
 
@@ -108,7 +108,7 @@ func (f fence) watch(ctx, actCtx context.Context, info activity.Info, held *leas
 		defer t.Stop()
 		atDeadline = t.C
 	}
-	tick := time.NewTicker(f.every())
+	tick := time.NewTicker(fenceCheck)
 	defer tick.Stop()
 	cancelAsked := false
 	for {
@@ -135,18 +135,10 @@ func (f fence) watch(ctx, actCtx context.Context, info activity.Info, held *leas
 	}
 }
 
-// every is how often the attempt asks Temporal, and how long it waits for an answer.
-func (f fence) every() time.Duration {
-	if f.check > 0 {
-		return f.check
-	}
-	return DefaultFenceCheck
-}
-
 // describe asks Temporal for this attempt's activity; asked is false when Temporal did not
 // answer, p nil when the activity is gone.
 func (f fence) describe(ctx context.Context, info activity.Info) (p *workflowpb.PendingActivityInfo, asked bool) {
-	askCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), f.every())
+	askCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), fenceCheck)
 	defer cancel()
 	res, err := activity.GetClient(ctx).DescribeWorkflowExecution(askCtx, info.WorkflowExecution.ID, info.WorkflowExecution.RunID)
 	if err != nil {

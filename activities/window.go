@@ -86,9 +86,6 @@ type Window struct {
 	// Leases registers each attempt under the worker's lease (lease.Keeper): a worker that
 	// dies has its attempts failed by a peer and retried at once, without heartbeats.
 	Leases attemptHolder
-	// FenceCheck is how often an attempt asks Temporal whether it still runs; 0 means
-	// DefaultFenceCheck.
-	FenceCheck time.Duration
 	// SpareCheck is how often a consumer window counts the spares it watches
 	// (SPARE_CHECK_INTERVAL); a window with spares to watch fails without it.
 	SpareCheck time.Duration
