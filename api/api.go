@@ -96,8 +96,6 @@ type Deps struct {
 	Now func() time.Time
 	// CommitWait bounds the wait for a forced switch or a cancel to commit; 0 means DefaultCommitWait.
 	CommitWait time.Duration
-	// ReadyMaxAge is how long a /readyz answer is reused; 0 means metrics.DefaultReadyMaxAge.
-	ReadyMaxAge time.Duration
 }
 
 // withDefaults fills the optional fields.
@@ -110,9 +108,6 @@ func (d Deps) withDefaults() Deps {
 	}
 	if d.CommitWait <= 0 {
 		d.CommitWait = DefaultCommitWait
-	}
-	if d.ReadyMaxAge <= 0 {
-		d.ReadyMaxAge = metrics.DefaultReadyMaxAge
 	}
 	return d
 }
