@@ -47,7 +47,7 @@ type Retention struct {
 // alert tells when sweeps fall behind.
 func (r *Retention) Run(ctx context.Context) {
 	if r.After <= 0 {
-		// A Config built in code without LEDGER_RETENTION keeps every row.
+		// Without LEDGER_RETENTION every row is kept, rather than a guess deleting them.
 		return
 	}
 	r.Metrics.LedgerRetention(r.After)

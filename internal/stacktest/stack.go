@@ -191,7 +191,7 @@ func New(t testenv.T, o Options) *Stack {
 	eps, err := broker.ParseEndpoints(strings.Join(s.DirectURLs, ","))
 	check(t, err, "endpoints")
 	// Named apart from the service's connections, which the benchmark counts.
-	s.Direct = broker.NewPool(eps, nil, broker.PoolSettings{ConnectionName: "stacktest"})
+	s.Direct = broker.NewPool(eps, nil, broker.PoolSettings{ConnectionName: "stacktest", Heartbeat: config.DefaultAMQPHeartbeat})
 	t.Cleanup(func() { _ = s.Direct.Close() })
 	s.API = httptest.NewServer(api.Router(api.Deps{
 		Settings: APISettings(s.Config), Temporal: s.Temporal, Store: s.Store, Ping: sqlDB.PingContext,
