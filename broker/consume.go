@@ -16,16 +16,14 @@ import (
 // has a consumer (RabbitMQ answers 403 ACCESS_REFUSED to an exclusive consume).
 var ErrExclusiveConsumer = errors.New("queue already has a consumer")
 
-// ErrConsumerCancelled is wrapped into Consume's error when the broker cancelled the
+// errConsumerCancelled is wrapped into Consume's error when the broker cancelled the
 // consumer (basic.cancel): the queue was deleted, or the node that holds it went down.
-var ErrConsumerCancelled = errors.New("consumer cancelled by the broker (queue deleted, or its node down)")
+var errConsumerCancelled = errors.New("consumer cancelled by the broker (queue deleted, or its node down)")
 
-// Errors of a poison message, wrapped into the error of Consume or Drain (see quarantine).
-var (
-	ErrOversize     = quarantine.ErrOversize   // a body over PoolSettings.MaxMessageBytes
-	ErrUnreadable   = quarantine.ErrUnreadable // headers the AMQP client cannot read
-	ErrMovedToError = quarantine.ErrMoved      // the message is in {q}-error: read on at once
-)
+// ErrMovedToError is wrapped into the error of Consume or Drain when a poison message went
+// to {q}-error, so the caller reads on at once; the poison itself is quarantine.ErrOversize
+// or quarantine.ErrUnreadable.
+var ErrMovedToError = quarantine.ErrMoved
 
 const (
 	// MaxPrefetch caps ConsumeOptions.Prefetch. It stays far below 1000 so a
@@ -60,8 +58,8 @@ type ConsumeOptions struct {
 	SettleTimeout time.Duration
 }
 
-// ErrFenced is wrapped into Consume's error when its Fence closed.
-var ErrFenced = errors.New("fenced: another consumer may have taken this one's place")
+// errFenced is wrapped into Consume's error when its Fence closed.
+var errFenced = errors.New("fenced: another consumer may have taken this one's place")
 
 func (o ConsumeOptions) withDefaults() (ConsumeOptions, error) {
 	if o.Prefetch < 1 || o.Prefetch > MaxPrefetch {
@@ -171,7 +169,7 @@ func (c *consumer) run(ctx context.Context, buffered <-chan amqp.Delivery, h Bat
 		batch, open := nextBatch(ctx, buffered, c.opts.MaxBatch, c.opts.Fence, c.s.failing())
 		switch {
 		case isClosed(c.opts.Fence):
-			return ErrFenced
+			return errFenced
 		case !open:
 			return endReason(c.closed, c.cancelled)
 		case c.s.settleFailed() || ctx.Err() != nil:
@@ -202,7 +200,7 @@ func (c *consumer) stop(ctx context.Context, err error) error {
 		return nil
 	}
 	err = c.pool.quarantine().Move(ctx, quarantined(c.ep, c.queue, c.frameMax, c.opts.Prefetch, c.closed), err)
-	if ctx.Err() != nil && !errors.Is(err, ErrFenced) && !errors.Is(err, ErrOversize) && !errors.Is(err, ErrUnreadable) {
+	if ctx.Err() != nil && !errors.Is(err, errFenced) && !errors.Is(err, quarantine.ErrOversize) && !errors.Is(err, quarantine.ErrUnreadable) {
 		return nil
 	}
 	return c.wrap(err)
@@ -313,7 +311,7 @@ func endReason(closed <-chan *amqp.Error, cancelled <-chan string) error {
 	select {
 	case tag, ok := <-cancelled:
 		if ok {
-			return fmt.Errorf("%w: consumer %s", ErrConsumerCancelled, tag)
+			return fmt.Errorf("%w: consumer %s", errConsumerCancelled, tag)
 		}
 	default:
 	}

@@ -291,7 +291,7 @@ func TestAFenceGivesTheBatchInHandBack(t *testing.T) {
 	done := r.consume(context.Background(), "issues", ConsumeOptions{Prefetch: 10, Fence: fence}, h)
 	<-inHand
 	close(fence)
-	require.ErrorIs(t, waitDone(t, done), ErrFenced)
+	require.ErrorIs(t, waitDone(t, done), errFenced)
 	r.eventuallyCount("issues", 5)
 	assert.Equal(t, numbered(5), bodies(r.getAll("issues")))
 }
@@ -324,7 +324,7 @@ func TestASecondConsumerOfAQuorumQueueWaits(t *testing.T) {
 	assert.Never(t, func() bool { return second.count() > 0 }, time.Second, 20*time.Millisecond, "the waiting consumer read beside the active one")
 
 	close(fence)
-	require.ErrorIs(t, waitDone(t, first), ErrFenced)
+	require.ErrorIs(t, waitDone(t, first), errFenced)
 	require.Eventually(t, func() bool { return second.count() == 7 }, waitFor, 20*time.Millisecond)
 	assert.Equal(t, numbered(7), second.bodies())
 	cancel2()

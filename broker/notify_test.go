@@ -26,7 +26,7 @@ func TestConsumeEndsWithTheBrokersCancel(t *testing.T) {
 	require.NoError(t, err)
 
 	err = waitDone(t, done)
-	require.ErrorIs(t, err, ErrConsumerCancelled)
+	require.ErrorIs(t, err, errConsumerCancelled)
 	require.ErrorContains(t, err, "consume issues on #0 ")
 	require.ErrorContains(t, err, "bs-cancel-test")
 	require.NotContains(t, err.Error(), "channel closed")

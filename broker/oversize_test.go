@@ -6,6 +6,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"github.com/brokerswitch/brokerswitch/broker/quarantine"
 	"slices"
 	"strings"
 	"sync"
@@ -132,7 +133,7 @@ func TestABodyOverMaxMessageBytesIsNeverHeldAndIsMovedToError(t *testing.T) {
 		assert.InDelta(t, larges, metricstest.Value(t, reg, "brokerswitch_oversize_messages_total", "queue", q, "outcome", metrics.OversizeMoved), 0)
 		assert.InDelta(t, larges, metricstest.Value(t, reg, "brokerswitch_routed_messages_total", "queue", q, "route", metrics.RouteError), 0)
 		for _, err := range errs {
-			assert.ErrorIs(t, err, ErrOversize)
+			assert.ErrorIs(t, err, quarantine.ErrOversize)
 		}
 
 		copies := r.getAll(ErrorQueue(q))

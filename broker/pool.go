@@ -37,8 +37,8 @@ const (
 // that is down (a warning for a spare, a wait for the active one) from other failures.
 var ErrUnreachable = errors.New("broker unreachable")
 
-// ErrPoolClosed is returned by Pool methods called after Close.
-var ErrPoolClosed = errors.New("broker pool closed")
+// errPoolClosed is returned by Pool methods called after Close.
+var errPoolClosed = errors.New("broker pool closed")
 
 // Pool holds one AMQP connection per broker, dialed on first use and redialed when the
 // broker has closed it, and one more per queue that Consume reads on that broker: a
@@ -200,7 +200,7 @@ func (p *Pool) consumerChannel(ctx context.Context, index int, queue string) (*a
 	b.consumersMu.Lock()
 	if b.consumersClosed {
 		b.consumersMu.Unlock()
-		return nil, 0, fmt.Errorf("connect to %s: %w", b.ep, ErrPoolClosed)
+		return nil, 0, fmt.Errorf("connect to %s: %w", b.ep, errPoolClosed)
 	}
 	qb, ok := b.consumers[queue]
 	if !ok {
@@ -290,7 +290,7 @@ func (p *Pool) connection(ctx context.Context, b *brokerConn) (*amqp.Connection,
 	defer func() { <-b.lock }()
 
 	if b.closed {
-		return nil, fmt.Errorf("connect to %s: %w", b.ep, ErrPoolClosed)
+		return nil, fmt.Errorf("connect to %s: %w", b.ep, errPoolClosed)
 	}
 	if b.conn != nil && !b.conn.IsClosed() {
 		return b.conn, nil

@@ -166,7 +166,7 @@ func (s *settler) apply(ctx context.Context, h BatchHandler, batch []amqp.Delive
 	}
 	verdicts, err := h.HandleBatch(hctx, s.queue, batch)
 	if isClosed(s.fence) {
-		return nil, fmt.Errorf("handle batch of %d: %w", len(batch), ErrFenced)
+		return nil, fmt.Errorf("handle batch of %d: %w", len(batch), errFenced)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("handle batch of %d: %w: %w", len(batch), ErrHandler, err)
@@ -232,7 +232,7 @@ func (s *settler) settleBehind(ctx context.Context, batch []amqp.Delivery, verdi
 	go func() {
 		defer close(f.done)
 		if isClosed(s.fence) {
-			f.err = fmt.Errorf("settle batch of %d: %w", len(batch), ErrFenced)
+			f.err = fmt.Errorf("settle batch of %d: %w", len(batch), errFenced)
 		} else {
 			start := time.Now()
 			_, f.err = s.settle(context.WithoutCancel(ctx), batch, verdicts)

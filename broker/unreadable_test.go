@@ -5,6 +5,7 @@ package broker
 import (
 	"bytes"
 	"context"
+	"github.com/brokerswitch/brokerswitch/broker/quarantine"
 	"slices"
 	"strings"
 	"sync"
@@ -101,7 +102,7 @@ func TestAnUnreadableMessageIsMovedToErrorAndCutsNoOtherQueue(t *testing.T) {
 			assert.Empty(t, pushLoop.errors(), "the other queue's consumer was cut")
 			errs := issueLoop.errors()
 			require.Len(t, errs, 1, "the poison cut its queue's consumer once")
-			assert.ErrorIs(t, errs[0], ErrUnreadable)
+			assert.ErrorIs(t, errs[0], quarantine.ErrUnreadable)
 			assert.NotContains(t, issues.bodies(), "poison", "the poison never reached the handler")
 			var firsts []string
 			for _, b := range issues.bodies() {
