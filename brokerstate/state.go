@@ -285,11 +285,11 @@ func (s State) clearFutureMark(now time.Time) State {
 	return s
 }
 
-// OrderChanged tells whether b reads brokers in another order than a: another active
+// orderChanged tells whether b reads brokers in another order than a: another active
 // broker, another route, or a spare that changed its place (a return to the active broker
 // after a cancel puts the canceled brokers behind it). A window reading the active broker
 // ends on it, so that what it read past is read in the new order.
-func OrderChanged(a, b State, brokers []int) bool {
+func orderChanged(a, b State, brokers []int) bool {
 	return a.ActiveIndex != b.ActiveIndex || !slices.Equal(routeOf(a.Pending), routeOf(b.Pending)) ||
 		SparesReordered(a, b, brokers)
 }
