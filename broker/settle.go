@@ -76,10 +76,11 @@ const handleTimeout = time.Minute
 // consumer must stay until the batch is applied: it applies every part, then calls
 // release (when not nil), then settles the parts in order, and returns how many
 // deliveries it settled. It stops before a delivery whose body was over
-// PoolSettings.MaxMessageBytes, and returns its error (quarantine's Cut). Settling uses a context
-// that the end of ctx does not cancel: a handled batch is always settled, every part of it. Nothing of the batch is acknowledged before all of it was applied, so
-// while its consumer is there no delivery beyond the batch can come. release is called
-// for an empty batch too, and not when h fails: the caller closes the channel then.
+// PoolSettings.MaxMessageBytes, and returns its error (quarantine's Cut). Settling uses a
+// context that the end of ctx does not cancel: a handled batch is always settled, every
+// part of it. Nothing of the batch is acknowledged before all of it was applied, so while
+// its consumer is there no delivery beyond the batch can come. release is called for an
+// empty batch too, and not when h fails: the caller closes the channel then.
 func (s *settler) handleThen(ctx context.Context, h BatchHandler, batch []amqp.Delivery, release func() error) (int, error) {
 	batch, oversize := s.pool.quarantine().Cut(batch)
 	parts := splitByBytes(batch, s.pool.settings.MaxBatchBytes)
