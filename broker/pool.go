@@ -68,10 +68,10 @@ type PoolSettings struct {
 	// handler, as Prefetch bounds their count; 0 means no bound. A message larger than it
 	// is handed alone.
 	MaxBatchBytes int
-	// FrameSize is the largest AMQP frame the pool offers to negotiate; 0 means the
-	// library's default, 128 KiB, which is also RabbitMQ's. Tests lower it to meet the
-	// limit of a copy's headers.
-	FrameSize int
+	// frameSize is the largest AMQP frame the pool offers to negotiate; 0 means the
+	// library's default, 128 KiB, which is also RabbitMQ's. It is unexported because only
+	// broker's own tests lower it, to meet the limit of a copy's headers with small ones.
+	frameSize int
 	// ConnectionName names the pool's connections in RabbitMQ (rabbitmqctl, the management
 	// UI); "" means "brokerswitch". A producer built on a Pool names itself apart from the
 	// service.
@@ -299,7 +299,7 @@ func (p *Pool) connection(ctx context.Context, b *brokerConn) (*amqp.Connection,
 	if b.queue != "" && p.settings.MaxMessageBytes > 0 {
 		guard = p.quarantine().Guard
 	}
-	conn, err := dial(ctx, b.ep, p.settings.FrameSize, p.settings.Heartbeat, cmp.Or(p.settings.ConnectionName, connectionName), guard)
+	conn, err := dial(ctx, b.ep, p.settings.frameSize, p.settings.Heartbeat, cmp.Or(p.settings.ConnectionName, connectionName), guard)
 	if err != nil {
 		p.settings.Metrics.DialFailed(b.ep.Index)
 		// dial never puts the URL in its errors; the endpoint logs without credentials.
