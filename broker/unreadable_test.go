@@ -5,7 +5,6 @@ package broker
 import (
 	"bytes"
 	"context"
-	"github.com/brokerswitch/brokerswitch/broker/quarantine"
 	"slices"
 	"strings"
 	"sync"
@@ -16,6 +15,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/brokerswitch/brokerswitch/broker/quarantine"
 	"github.com/brokerswitch/brokerswitch/internal/testenv"
 )
 
