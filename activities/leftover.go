@@ -12,14 +12,14 @@ import (
 	"github.com/brokerswitch/brokerswitch/windowplan"
 )
 
-// LeftoverDrainInput names the queue, the brokers to visit and the cap for this cycle.
-type LeftoverDrainInput struct {
+// leftoverDrainInput names the queue, the brokers to visit and the cap for this cycle.
+type leftoverDrainInput struct {
 	Queue   string
 	Brokers []int
 	// Ahead are visited after Brokers, and only when the queue and its -retry sibling are
 	// empty on the Active broker: their messages are newer than its backlog.
-	Ahead  []int `json:",omitempty"`
-	Active int   `json:",omitempty"`
+	Ahead  []int
+	Active int
 	Cap    int
 }
 
@@ -29,7 +29,7 @@ type LeftoverDrainInput struct {
 // (broker.DrainOptions.Fence), and every batch's transaction checks that the attempt
 // still holds the queue (h.Checks) and that the spare is still one (stateLoader.SpareCheck):
 // a notification recorded since the drain decided how to read it ends the spare's visit.
-func (a *Window) leftoverDrain(ctx context.Context, in LeftoverDrainInput, h *liveness.Held) (windowplan.LeftoverDrainResult, error) {
+func (a *Window) leftoverDrain(ctx context.Context, in leftoverDrainInput, h *liveness.Held) (windowplan.LeftoverDrainResult, error) {
 	plan, err := a.planDrain(ctx, in)
 	if err != nil {
 		return windowplan.LeftoverDrainResult{Taken: map[int]int{}}, fmt.Errorf("leftover drain %s: %w", in.Queue, err)
@@ -69,7 +69,7 @@ func (a *Window) leftoverDrain(ctx context.Context, in LeftoverDrainInput, h *li
 
 // planDrain reads what the Leftover Drain's plan needs: the broker state, the queue's
 // marks and Postgres' clock.
-func (a *Window) planDrain(ctx context.Context, in LeftoverDrainInput) (windowplan.Drain, error) {
+func (a *Window) planDrain(ctx context.Context, in leftoverDrainInput) (windowplan.Drain, error) {
 	st, err := a.State.Load(ctx)
 	if err != nil {
 		return windowplan.Drain{}, err

@@ -43,14 +43,14 @@ func testTopology() broker.Topology {
 // leftoverDrain runs the activity on the brokers at urls with spare 1.
 func leftoverDrain(t *testing.T, urls ...string) (windowplan.LeftoverDrainResult, error) {
 	t.Helper()
-	return leftoverDrainOf(t, LeftoverDrainInput{Queue: "issues", Brokers: []int{1}, Cap: 10}, urls...)
+	return leftoverDrainOf(t, leftoverDrainInput{Queue: "issues", Brokers: []int{1}, Cap: 10}, urls...)
 }
 
 // leftoverDrainOf runs the activity with in on the brokers at urls, against a broker
 // state of its own in which the producer was on every spare of in.Brokers, in their
 // order, before it moved to in.Active and we followed: what those spares hold is
 // stragglers, so these tests are about the spares' brokers, not about the marks.
-func leftoverDrainOf(t *testing.T, in LeftoverDrainInput, urls ...string) (windowplan.LeftoverDrainResult, error) {
+func leftoverDrainOf(t *testing.T, in leftoverDrainInput, urls ...string) (windowplan.LeftoverDrainResult, error) {
 	t.Helper()
 	m := newMarkedOn(t, urls...)
 	if len(in.Brokers) > 0 {
@@ -63,7 +63,7 @@ func leftoverDrainOf(t *testing.T, in LeftoverDrainInput, urls ...string) (windo
 	env := suite.NewTestActivityEnvironment()
 	// The drain runs inside PrepareWindow; here on its own, in an activity of its own,
 	// without the attempt's fence (which needs a worker's lease and a Temporal server).
-	env.RegisterActivityWithOptions(func(ctx context.Context, in LeftoverDrainInput) (windowplan.LeftoverDrainResult, error) {
+	env.RegisterActivityWithOptions(func(ctx context.Context, in leftoverDrainInput) (windowplan.LeftoverDrainResult, error) {
 		return m.w.leftoverDrain(ctx, in, nil)
 	}, activity.RegisterOptions{Name: "LeftoverDrain"})
 	v, err := env.ExecuteActivity("LeftoverDrain", in)
@@ -186,7 +186,7 @@ func TestASpareAheadWaitsForTheActiveBacklog(t *testing.T) {
 	publishOne(t, channel(t, behind), "issues")
 	publishOne(t, channel(t, ahead), "issues")
 	publishOne(t, channel(t, active), "issues-retry") // a backlog, even one waiting in -retry, holds the spare
-	in := LeftoverDrainInput{Queue: "issues", Brokers: []int{1}, Ahead: []int{2}, Active: 0, Cap: 10}
+	in := leftoverDrainInput{Queue: "issues", Brokers: []int{1}, Ahead: []int{2}, Active: 0, Cap: 10}
 
 	res, err := leftoverDrainOf(t, in, active, behind, ahead)
 	require.NoError(t, err)
@@ -248,7 +248,7 @@ func TestASpareAheadWaitsForTheActiveBrokersUnacknowledgedBacklog(t *testing.T) 
 	publishOne(t, channel(t, ahead), "issues")
 	hold(t, active, "issues")
 
-	res, err := leftoverDrainOf(t, LeftoverDrainInput{Queue: "issues", Ahead: []int{1}, Active: 0, Cap: 10}, active, ahead)
+	res, err := leftoverDrainOf(t, leftoverDrainInput{Queue: "issues", Ahead: []int{1}, Active: 0, Cap: 10}, active, ahead)
 	require.NoError(t, err)
 	require.Equal(t, []int{1}, res.Held, "the spare ahead waits for the delivery held on the active broker")
 	require.Zero(t, res.Taken[1])

@@ -78,7 +78,7 @@ func (m *marked) prepare(t *testing.T) windowplan.LeftoverDrainResult {
 		if err != nil {
 			return windowplan.LeftoverDrainResult{}, err
 		}
-		return m.w.leftoverDrain(ctx, LeftoverDrainInput{
+		return m.w.leftoverDrain(ctx, leftoverDrainInput{
 			Queue: queue, Brokers: plan.Leftover, Ahead: plan.Ahead, Active: plan.ActiveIndex, Cap: plan.LeftoverDrainCap,
 		}, nil)
 	}, activity.RegisterOptions{Name: "PrepareWindow"})

@@ -71,7 +71,7 @@ func (a *Window) PrepareWindow(ctx context.Context, queue string) (PreparedWindo
 	if len(plan.Leftover)+len(plan.Ahead) == 0 {
 		return out, nil
 	}
-	out.Drained, err = a.leftoverDrain(drainCtx, LeftoverDrainInput{
+	out.Drained, err = a.leftoverDrain(drainCtx, leftoverDrainInput{
 		Queue: queue, Brokers: plan.Leftover, Ahead: plan.Ahead, Active: plan.ActiveIndex, Cap: plan.LeftoverDrainCap,
 	}, h)
 	if err != nil {

@@ -92,8 +92,8 @@ type Deps struct {
 	Ping func(ctx context.Context) error
 	// Logger gets the request log and the errors clients are not shown; nil means slog.Default().
 	Logger *slog.Logger
-	// Now is the clock; nil means time.Now.
-	Now func() time.Time
+	// now is the clock; nil means time.Now.
+	now func() time.Time
 	// CommitWait bounds the wait for a forced switch or a cancel to commit; 0 means DefaultCommitWait.
 	CommitWait time.Duration
 }
@@ -103,8 +103,8 @@ func (d Deps) withDefaults() Deps {
 	if d.Logger == nil {
 		d.Logger = slog.Default()
 	}
-	if d.Now == nil {
-		d.Now = time.Now
+	if d.now == nil {
+		d.now = time.Now
 	}
 	if d.CommitWait <= 0 {
 		d.CommitWait = DefaultCommitWait
@@ -131,7 +131,7 @@ func Router(deps Deps) *gin.Engine {
 		auth:        newAuthenticator(deps.Settings),
 		log:         deps.Logger,
 		ready:       newReadiness(deps),
-		notifyLimit: newNotificationLimiter(deps.Settings.NotificationRate, deps.Settings.NotificationBurst, deps.Now),
+		notifyLimit: newNotificationLimiter(deps.Settings.NotificationRate, deps.Settings.NotificationBurst, deps.now),
 	}
 
 	// Debug mode prints every route and a warning to stdout; release mode keeps the log ours.

@@ -488,7 +488,7 @@ func TestReadyzIsCached(t *testing.T) {
 	deps := e.deps
 	deps.Ping = func(ctx context.Context) error { pings.Add(1); return sqlDB.PingContext(ctx) }
 	deps.Temporal = countingTemporal{TemporalClient: e.client, health: &health}
-	deps.Now = func() time.Time { return time.Unix(0, clock.Load()) }
+	deps.now = func() time.Time { return time.Unix(0, clock.Load()) }
 	router := Router(deps)
 
 	const probes = 100
@@ -535,7 +535,7 @@ func TestNotificationsAreRateLimitedPerToken(t *testing.T) {
 	var clock atomic.Int64
 	clock.Store(time.Now().UnixNano())
 	e := newEnv(t, func(c *config.Config) { c.NotificationRate, c.NotificationBurst = 0.5, 3 })
-	e.deps.Now = func() time.Time { return time.Unix(0, clock.Load()) }
+	e.deps.now = func() time.Time { return time.Unix(0, clock.Load()) }
 	e.router = Router(e.deps)
 	before := e.settings()
 	post := func(token string) response {

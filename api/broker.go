@@ -56,7 +56,7 @@ func (s *server) postPendingSwitch(c *gin.Context) {
 		s.fail(c, http.StatusBadRequest, "host is required")
 		return
 	}
-	now := s.deps.Now()
+	now := s.deps.now()
 	switchedAt, status, msg := s.switchedAt(req.SwitchedAt, now)
 	if status != 0 {
 		s.fail(c, status, msg)

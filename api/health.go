@@ -24,7 +24,7 @@ func newReadiness(deps Deps) *metrics.Readiness {
 	return &metrics.Readiness{
 		MaxAge: metrics.DefaultReadyMaxAge,
 		Logger: deps.Logger,
-		Now:    deps.Now,
+		Now:    deps.now,
 		Checks: []metrics.Check{
 			{Name: "postgres", Run: deps.Ping},
 			{Name: "temporal", Run: func(ctx context.Context) error {

@@ -16,16 +16,14 @@ import (
 // has a consumer (RabbitMQ answers 403 ACCESS_REFUSED to an exclusive consume).
 var ErrExclusiveConsumer = errors.New("queue already has a consumer")
 
-// ErrConsumerCancelled is wrapped into Consume's error when the broker cancelled the
+// errConsumerCancelled is wrapped into Consume's error when the broker cancelled the
 // consumer (basic.cancel): the queue was deleted, or the node that holds it went down.
-var ErrConsumerCancelled = errors.New("consumer cancelled by the broker (queue deleted, or its node down)")
+var errConsumerCancelled = errors.New("consumer cancelled by the broker (queue deleted, or its node down)")
 
-// Errors of a poison message, wrapped into the error of Consume or Drain (see quarantine).
-var (
-	ErrOversize     = quarantine.ErrOversize   // a body over PoolSettings.MaxMessageBytes
-	ErrUnreadable   = quarantine.ErrUnreadable // headers the AMQP client cannot read
-	ErrMovedToError = quarantine.ErrMoved      // the message is in {q}-error: read on at once
-)
+// ErrMovedToError is wrapped into the error of Consume or Drain when a poison message went
+// to {q}-error, so the caller reads on at once; the poison itself is quarantine.ErrOversize
+// or quarantine.ErrUnreadable.
+var ErrMovedToError = quarantine.ErrMoved
 
 const (
 	// MaxPrefetch caps ConsumeOptions.Prefetch. It stays far below 1000 so a
@@ -39,16 +37,16 @@ type ConsumeOptions struct {
 	// Prefetch is the most unacknowledged deliveries in flight (PREFETCH), from 1 to
 	// MaxPrefetch.
 	Prefetch int
-	// MaxBatch is the most deliveries per HandleBatch call: 0 means Prefetch,
+	// maxBatch is the most deliveries per HandleBatch call: 0 means Prefetch,
 	// which is also its upper bound. PoolSettings.MaxBatchBytes bounds a call in bytes too.
-	MaxBatch int
+	maxBatch int
 	// ConsumerTag names the consumer on the broker; empty means a random
 	// "brokerswitch-..." tag.
 	ConsumerTag string
-	// OnSettled, if set, is called once per delivery, in queue order, after its verdict
+	// onSettled, if set, is called once per delivery, in queue order, after its verdict
 	// was applied; it runs on Consume's settling goroutine, one batch at a time, and
 	// every call is over when Consume returns.
-	OnSettled func(Verdict)
+	onSettled func(Verdict)
 	// Fence, when it closes, stops Consume at once without settling the batch in hand:
 	// the handler's context is cancelled and the batch goes back to the head of the queue.
 	// The caller closes it when another consumer may have taken its place.
@@ -60,18 +58,18 @@ type ConsumeOptions struct {
 	SettleTimeout time.Duration
 }
 
-// ErrFenced is wrapped into Consume's error when its Fence closed.
-var ErrFenced = errors.New("fenced: another consumer may have taken this one's place")
+// errFenced is wrapped into Consume's error when its Fence closed.
+var errFenced = errors.New("fenced: another consumer may have taken this one's place")
 
 func (o ConsumeOptions) withDefaults() (ConsumeOptions, error) {
 	if o.Prefetch < 1 || o.Prefetch > MaxPrefetch {
 		return o, fmt.Errorf("prefetch %d: must be between 1 and %d", o.Prefetch, MaxPrefetch)
 	}
-	if o.MaxBatch < 0 {
-		return o, fmt.Errorf("max batch %d: must not be negative", o.MaxBatch)
+	if o.maxBatch < 0 {
+		return o, fmt.Errorf("max batch %d: must not be negative", o.maxBatch)
 	}
-	if o.MaxBatch == 0 || o.MaxBatch > o.Prefetch {
-		o.MaxBatch = o.Prefetch
+	if o.maxBatch == 0 || o.maxBatch > o.Prefetch {
+		o.maxBatch = o.Prefetch
 	}
 	if o.ConsumerTag == "" {
 		o.ConsumerTag = "brokerswitch-" + rand.Text()[:12]
@@ -82,7 +80,7 @@ func (o ConsumeOptions) withDefaults() (ConsumeOptions, error) {
 // Consume consumes queue on broker index exclusively, with manual acks, until
 // ctx ends or something fails. It hands h batches of deliveries in queue
 // order: it waits for one delivery, then takes what else has already arrived,
-// up to MaxBatch, and settles the verdicts in order (see Verdict).
+// up to maxBatch, and settles the verdicts in order (see Verdict).
 //
 // Consume is a pipeline: a batch's verdicts are settled on the channel while the next
 // batch is handled, so at a distance from the broker its round trip overlaps the
@@ -139,7 +137,7 @@ func (p *Pool) Consume(ctx context.Context, index int, queue string, opts Consum
 
 	// The first delivery may cut the connection before the channel is transactional: stop
 	// moves it all the same.
-	c.s, err = newSettler(p, ep, ch, frameMax, queue, opts.OnSettled)
+	c.s, err = newSettler(p, ep, ch, frameMax, queue, opts.onSettled)
 	if err == nil {
 		c.s.fence, c.s.settleTimeout = opts.Fence, opts.SettleTimeout
 		err = c.run(ctx, buffered, h)
@@ -168,10 +166,10 @@ func (c *consumer) run(ctx context.Context, buffered <-chan amqp.Delivery, h Bat
 	for {
 		received := time.Now()
 		waited := len(buffered) == 0
-		batch, open := nextBatch(ctx, buffered, c.opts.MaxBatch, c.opts.Fence, c.s.failing())
+		batch, open := nextBatch(ctx, buffered, c.opts.maxBatch, c.opts.Fence, c.s.failing())
 		switch {
 		case isClosed(c.opts.Fence):
-			return ErrFenced
+			return errFenced
 		case !open:
 			return endReason(c.closed, c.cancelled)
 		case c.s.settleFailed() || ctx.Err() != nil:
@@ -202,7 +200,7 @@ func (c *consumer) stop(ctx context.Context, err error) error {
 		return nil
 	}
 	err = c.pool.quarantine().Move(ctx, quarantined(c.ep, c.queue, c.frameMax, c.opts.Prefetch, c.closed), err)
-	if ctx.Err() != nil && !errors.Is(err, ErrFenced) && !errors.Is(err, ErrOversize) && !errors.Is(err, ErrUnreadable) {
+	if ctx.Err() != nil && !errors.Is(err, errFenced) && !errors.Is(err, quarantine.ErrOversize) && !errors.Is(err, quarantine.ErrUnreadable) {
 		return nil
 	}
 	return c.wrap(err)
@@ -313,7 +311,7 @@ func endReason(closed <-chan *amqp.Error, cancelled <-chan string) error {
 	select {
 	case tag, ok := <-cancelled:
 		if ok {
-			return fmt.Errorf("%w: consumer %s", ErrConsumerCancelled, tag)
+			return fmt.Errorf("%w: consumer %s", errConsumerCancelled, tag)
 		}
 	default:
 	}

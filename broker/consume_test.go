@@ -28,7 +28,7 @@ func TestConsumeAcksInOrderAcrossBatches(t *testing.T) {
 	defer cancel()
 	h := &recorder{}
 	var settled settleCounter
-	done := r.consume(ctx, "issues", ConsumeOptions{Prefetch: 10, MaxBatch: 7, OnSettled: settled.add}, h)
+	done := r.consume(ctx, "issues", ConsumeOptions{Prefetch: 10, maxBatch: 7, onSettled: settled.add}, h)
 	require.Eventually(t, func() bool { return settled.get(Ack) == 50 }, waitFor, 10*time.Millisecond)
 	cancel()
 	require.NoError(t, waitDone(t, done)) // a wrong ack tag would have closed the channel
@@ -53,7 +53,7 @@ func TestConsumeSettlesMixedVerdictsInOrder(t *testing.T) {
 	var settled settleCounter
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	done := r.consume(ctx, "issues", ConsumeOptions{Prefetch: testPrefetch, OnSettled: settled.add}, h)
+	done := r.consume(ctx, "issues", ConsumeOptions{Prefetch: testPrefetch, onSettled: settled.add}, h)
 	require.Eventually(t, func() bool { return settled.get(Ack)+settled.get(Retry)+settled.get(Reject) == 6 },
 		waitFor, 10*time.Millisecond)
 	cancel()
@@ -227,7 +227,7 @@ func TestConsumeCancelReturnsUnhandledMessages(t *testing.T) {
 		cancel() // the consumer must still settle this batch
 		return make([]Verdict, len(ds)), nil
 	})
-	require.NoError(t, waitDone(t, r.consume(ctx, "issues", ConsumeOptions{Prefetch: 5, MaxBatch: 2}, h)))
+	require.NoError(t, waitDone(t, r.consume(ctx, "issues", ConsumeOptions{Prefetch: 5, maxBatch: 2}, h)))
 
 	mu.Lock()
 	n := len(handled)
@@ -245,11 +245,11 @@ func TestConsumeOptionsValidation(t *testing.T) {
 	o, err := ConsumeOptions{Prefetch: testPrefetch}.withDefaults()
 	require.NoError(t, err)
 	assert.Equal(t, testPrefetch, o.Prefetch)
-	assert.Equal(t, testPrefetch, o.MaxBatch)
+	assert.Equal(t, testPrefetch, o.maxBatch)
 	assert.Contains(t, o.ConsumerTag, "brokerswitch-")
-	o, err = ConsumeOptions{Prefetch: 10, MaxBatch: 50}.withDefaults()
+	o, err = ConsumeOptions{Prefetch: 10, maxBatch: 50}.withDefaults()
 	require.NoError(t, err)
-	assert.Equal(t, 10, o.MaxBatch)
+	assert.Equal(t, 10, o.maxBatch)
 }
 
 // A batch has no deadline while its consumer runs: isolating a costly message can take
@@ -291,7 +291,7 @@ func TestAFenceGivesTheBatchInHandBack(t *testing.T) {
 	done := r.consume(context.Background(), "issues", ConsumeOptions{Prefetch: 10, Fence: fence}, h)
 	<-inHand
 	close(fence)
-	require.ErrorIs(t, waitDone(t, done), ErrFenced)
+	require.ErrorIs(t, waitDone(t, done), errFenced)
 	r.eventuallyCount("issues", 5)
 	assert.Equal(t, numbered(5), bodies(r.getAll("issues")))
 }
@@ -324,7 +324,7 @@ func TestASecondConsumerOfAQuorumQueueWaits(t *testing.T) {
 	assert.Never(t, func() bool { return second.count() > 0 }, time.Second, 20*time.Millisecond, "the waiting consumer read beside the active one")
 
 	close(fence)
-	require.ErrorIs(t, waitDone(t, first), ErrFenced)
+	require.ErrorIs(t, waitDone(t, first), errFenced)
 	require.Eventually(t, func() bool { return second.count() == 7 }, waitFor, 20*time.Millisecond)
 	assert.Equal(t, numbered(7), second.bodies())
 	cancel2()

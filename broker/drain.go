@@ -17,12 +17,12 @@ import (
 //
 // Neither makes a drain take a spare for empty: only a ready count of 0 with no consumer
 // does, or no queue at all (consumeBatch); a round a timer ends is short, and the drain
-// says it did not see the spare empty. Nor does the AMQP heartbeat bear on them. A connection gone silent
-// ends the round by a timer, and the client gives it up one and a half heartbeats after
-// its last frame (amqp091-go's read deadline); a batch handed out before that goes back
-// to the head of the queue once the broker drops the connection, about three
-// heartbeats on, and until then the broker counts the drain's consumer, so a successor's
-// drain finds the queue busy and does not read past the batch. A batch whose transaction
+// says it did not see the spare empty. They need not follow the AMQP heartbeat: a
+// connection gone silent ends the round by a timer, and the client gives it up one and a
+// half heartbeats after its last frame (amqp091-go's read deadline); a batch handed out
+// before that goes back to the head of the queue once the broker drops the connection,
+// about three heartbeats on, and until then the broker counts the drain's consumer, so a
+// successor's drain finds the queue busy and does not read past the batch. A batch whose transaction
 // commits after that is refused by the queue's fencing token once another attempt took
 // the queue, and is otherwise a duplicate the ledger skips when it comes back.
 const (

@@ -152,9 +152,9 @@ func (e Endpoint) LogValue() slog.Value {
 	return slog.StringValue(e.String())
 }
 
-// Matches reports whether the endpoint is the broker with this host (case-insensitive)
+// matches reports whether the endpoint is the broker with this host (case-insensitive)
 // and vhost (percent-encoded or not; "" means "/").
-func (e Endpoint) Matches(host, vhost string) bool {
+func (e Endpoint) matches(host, vhost string) bool {
 	return strings.EqualFold(e.Host, host) && e.Vhost == normalizeVhost(vhost)
 }
 
@@ -168,10 +168,10 @@ func normalizeVhost(vhost string) string {
 	return vhost
 }
 
-// FindEndpoint returns the endpoint that Matches host and vhost.
+// FindEndpoint returns the endpoint that matches host and vhost.
 func FindEndpoint(eps []Endpoint, host, vhost string) (Endpoint, bool) {
 	for _, ep := range eps {
-		if ep.Matches(host, vhost) {
+		if ep.matches(host, vhost) {
 			return ep, true
 		}
 	}

@@ -253,7 +253,7 @@ func (h *recorder) batchSizes() []int {
 	return append([]int(nil), h.batches...)
 }
 
-// settleCounter counts OnSettled calls per outcome.
+// settleCounter counts onSettled calls per outcome.
 type settleCounter struct {
 	mu sync.Mutex
 	n  map[Outcome]int

@@ -19,14 +19,14 @@ func TestConsumeEndsWithTheBrokersCancel(t *testing.T) {
 	r.publish("issues", numbered(3)...)
 
 	var settled settleCounter
-	done := r.consume(context.Background(), "issues", ConsumeOptions{Prefetch: testPrefetch, ConsumerTag: "bs-cancel-test", OnSettled: settled.add}, &recorder{})
+	done := r.consume(context.Background(), "issues", ConsumeOptions{Prefetch: testPrefetch, ConsumerTag: "bs-cancel-test", onSettled: settled.add}, &recorder{})
 	require.Eventually(t, func() bool { return settled.get(Ack) == 3 }, waitFor, 10*time.Millisecond)
 
 	_, err := r.channel().QueueDelete("issues", false, false, false)
 	require.NoError(t, err)
 
 	err = waitDone(t, done)
-	require.ErrorIs(t, err, ErrConsumerCancelled)
+	require.ErrorIs(t, err, errConsumerCancelled)
 	require.ErrorContains(t, err, "consume issues on #0 ")
 	require.ErrorContains(t, err, "bs-cancel-test")
 	require.NotContains(t, err.Error(), "channel closed")

@@ -16,6 +16,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/brokerswitch/brokerswitch/broker/quarantine"
 	"github.com/brokerswitch/brokerswitch/internal/testenv"
 	"github.com/brokerswitch/brokerswitch/metrics"
 	"github.com/brokerswitch/brokerswitch/metrics/metricstest"
@@ -132,7 +133,7 @@ func TestABodyOverMaxMessageBytesIsNeverHeldAndIsMovedToError(t *testing.T) {
 		assert.InDelta(t, larges, metricstest.Value(t, reg, "brokerswitch_oversize_messages_total", "queue", q, "outcome", metrics.OversizeMoved), 0)
 		assert.InDelta(t, larges, metricstest.Value(t, reg, "brokerswitch_routed_messages_total", "queue", q, "route", metrics.RouteError), 0)
 		for _, err := range errs {
-			assert.ErrorIs(t, err, ErrOversize)
+			assert.ErrorIs(t, err, quarantine.ErrOversize)
 		}
 
 		copies := r.getAll(ErrorQueue(q))

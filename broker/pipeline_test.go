@@ -114,7 +114,7 @@ func TestConsumeNeverAcksAheadOfTheCommitOfTheBatchesBefore(t *testing.T) {
 		log.apply(ds)
 		return make([]Verdict, len(ds)), nil
 	})
-	done := r.consume(ctx, "issues", ConsumeOptions{Prefetch: 12, MaxBatch: 4, OnSettled: settled.add}, h)
+	done := r.consume(ctx, "issues", ConsumeOptions{Prefetch: 12, maxBatch: 4, onSettled: settled.add}, h)
 	require.Eventually(t, func() bool { return settled.get(Ack) == n }, waitFor, 10*time.Millisecond)
 	cancel()
 	require.NoError(t, waitDone(t, done))
@@ -165,7 +165,7 @@ func TestAFailedBatchComesBackWithTheBatchesBehindItAndTheOneBeforeStaysAcked(t 
 			"the deliveries behind the failing batch were never sent")
 		return nil, fmt.Errorf("apply %s..%s: %w", ds[0].Body, ds[len(ds)-1].Body, errDB)
 	})
-	err := waitDone(t, r.consume(context.Background(), "issues", ConsumeOptions{Prefetch: 10, MaxBatch: 3}, h))
+	err := waitDone(t, r.consume(context.Background(), "issues", ConsumeOptions{Prefetch: 10, maxBatch: 3}, h))
 	require.ErrorIs(t, err, errDB)
 	require.ErrorIs(t, err, ErrHandler)
 

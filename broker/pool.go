@@ -37,8 +37,8 @@ const (
 // that is down (a warning for a spare, a wait for the active one) from other failures.
 var ErrUnreachable = errors.New("broker unreachable")
 
-// ErrPoolClosed is returned by Pool methods called after Close.
-var ErrPoolClosed = errors.New("broker pool closed")
+// errPoolClosed is returned by Pool methods called after Close.
+var errPoolClosed = errors.New("broker pool closed")
 
 // Pool holds one AMQP connection per broker, dialed on first use and redialed when the
 // broker has closed it, and one more per queue that Consume reads on that broker: a
@@ -68,10 +68,10 @@ type PoolSettings struct {
 	// handler, as Prefetch bounds their count; 0 means no bound. A message larger than it
 	// is handed alone.
 	MaxBatchBytes int
-	// FrameSize is the largest AMQP frame the pool offers to negotiate; 0 means the
-	// library's default, 128 KiB, which is also RabbitMQ's. Tests lower it to meet the
-	// limit of a copy's headers.
-	FrameSize int
+	// frameSize is the largest AMQP frame the pool offers to negotiate; 0 means the
+	// library's default, 128 KiB, which is also RabbitMQ's. It is unexported because only
+	// broker's own tests lower it, to meet the limit of a copy's headers with small ones.
+	frameSize int
 	// ConnectionName names the pool's connections in RabbitMQ (rabbitmqctl, the management
 	// UI); "" means "brokerswitch". A producer built on a Pool names itself apart from the
 	// service.
@@ -200,7 +200,7 @@ func (p *Pool) consumerChannel(ctx context.Context, index int, queue string) (*a
 	b.consumersMu.Lock()
 	if b.consumersClosed {
 		b.consumersMu.Unlock()
-		return nil, 0, fmt.Errorf("connect to %s: %w", b.ep, ErrPoolClosed)
+		return nil, 0, fmt.Errorf("connect to %s: %w", b.ep, errPoolClosed)
 	}
 	qb, ok := b.consumers[queue]
 	if !ok {
@@ -290,7 +290,7 @@ func (p *Pool) connection(ctx context.Context, b *brokerConn) (*amqp.Connection,
 	defer func() { <-b.lock }()
 
 	if b.closed {
-		return nil, fmt.Errorf("connect to %s: %w", b.ep, ErrPoolClosed)
+		return nil, fmt.Errorf("connect to %s: %w", b.ep, errPoolClosed)
 	}
 	if b.conn != nil && !b.conn.IsClosed() {
 		return b.conn, nil
@@ -299,7 +299,7 @@ func (p *Pool) connection(ctx context.Context, b *brokerConn) (*amqp.Connection,
 	if b.queue != "" && p.settings.MaxMessageBytes > 0 {
 		guard = p.quarantine().Guard
 	}
-	conn, err := dial(ctx, b.ep, p.settings.FrameSize, p.settings.Heartbeat, cmp.Or(p.settings.ConnectionName, connectionName), guard)
+	conn, err := dial(ctx, b.ep, p.settings.frameSize, p.settings.Heartbeat, cmp.Or(p.settings.ConnectionName, connectionName), guard)
 	if err != nil {
 		p.settings.Metrics.DialFailed(b.ep.Index)
 		// dial never puts the URL in its errors; the endpoint logs without credentials.

@@ -120,7 +120,7 @@ func TestPoolDialErrorHidesThePassword(t *testing.T) {
 
 	require.NoError(t, pool.Close())
 	_, err = pool.Channel(context.Background(), 0)
-	assert.ErrorIs(t, err, ErrPoolClosed)
+	assert.ErrorIs(t, err, errPoolClosed)
 }
 
 func TestPoolChannelHonorsContext(t *testing.T) {

@@ -76,10 +76,11 @@ const handleTimeout = time.Minute
 // consumer must stay until the batch is applied: it applies every part, then calls
 // release (when not nil), then settles the parts in order, and returns how many
 // deliveries it settled. It stops before a delivery whose body was over
-// PoolSettings.MaxMessageBytes, and returns its error (quarantine's Cut). Settling uses a context
-// that the end of ctx does not cancel: a handled batch is always settled, every part of it. Nothing of the batch is acknowledged before all of it was applied, so
-// while its consumer is there no delivery beyond the batch can come. release is called
-// for an empty batch too, and not when h fails: the caller closes the channel then.
+// PoolSettings.MaxMessageBytes, and returns its error (quarantine's Cut). Settling uses a
+// context that the end of ctx does not cancel: a handled batch is always settled, every
+// part of it. Nothing of the batch is acknowledged before all of it was applied, so while
+// its consumer is there no delivery beyond the batch can come. release is called for an
+// empty batch too, and not when h fails: the caller closes the channel then.
 func (s *settler) handleThen(ctx context.Context, h BatchHandler, batch []amqp.Delivery, release func() error) (int, error) {
 	batch, oversize := s.pool.quarantine().Cut(batch)
 	parts := splitByBytes(batch, s.pool.settings.MaxBatchBytes)
@@ -166,7 +167,7 @@ func (s *settler) apply(ctx context.Context, h BatchHandler, batch []amqp.Delive
 	}
 	verdicts, err := h.HandleBatch(hctx, s.queue, batch)
 	if isClosed(s.fence) {
-		return nil, fmt.Errorf("handle batch of %d: %w", len(batch), ErrFenced)
+		return nil, fmt.Errorf("handle batch of %d: %w", len(batch), errFenced)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("handle batch of %d: %w: %w", len(batch), ErrHandler, err)
@@ -232,7 +233,7 @@ func (s *settler) settleBehind(ctx context.Context, batch []amqp.Delivery, verdi
 	go func() {
 		defer close(f.done)
 		if isClosed(s.fence) {
-			f.err = fmt.Errorf("settle batch of %d: %w", len(batch), ErrFenced)
+			f.err = fmt.Errorf("settle batch of %d: %w", len(batch), errFenced)
 		} else {
 			start := time.Now()
 			_, f.err = s.settle(context.WithoutCancel(ctx), batch, verdicts)

@@ -95,7 +95,7 @@ func newProxiedRabbit(t *testing.T, copy testenv.Copy, frameSize int) *rabbit {
 	eps, err := ParseEndpoints(strings.Replace(url, testenv.RabbitAddr(), proxy.Addr(), 1))
 	require.NoError(t, err)
 	logs := &testenv.Buffer{}
-	pool := NewPool(eps, slog.New(slog.NewTextHandler(logs, nil)), PoolSettings{FrameSize: frameSize})
+	pool := NewPool(eps, slog.New(slog.NewTextHandler(logs, nil)), PoolSettings{frameSize: frameSize})
 	t.Cleanup(func() { _ = pool.Close() })
 	return &rabbit{t: t, url: url, pool: pool, logs: logs}
 }

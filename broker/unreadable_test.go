@@ -15,6 +15,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/brokerswitch/brokerswitch/broker/quarantine"
 	"github.com/brokerswitch/brokerswitch/internal/testenv"
 )
 
@@ -70,7 +71,7 @@ func TestAnUnreadableMessageIsMovedToErrorAndCutsNoOtherQueue(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
 			r := newRabbit(t)
-			r.pool.settings.FrameSize = c.frameSize
+			r.pool.settings.frameSize = c.frameSize
 			r.declare(Topology{Queues: []string{"issues", "pushes"}, RetryTTL: time.Minute})
 			r.publish("issues", "good-1", "good-2")
 			headers := amqp.Table{"x-github-event": "issues", "x-github-delivery": "d-poison"}
@@ -101,7 +102,7 @@ func TestAnUnreadableMessageIsMovedToErrorAndCutsNoOtherQueue(t *testing.T) {
 			assert.Empty(t, pushLoop.errors(), "the other queue's consumer was cut")
 			errs := issueLoop.errors()
 			require.Len(t, errs, 1, "the poison cut its queue's consumer once")
-			assert.ErrorIs(t, errs[0], ErrUnreadable)
+			assert.ErrorIs(t, errs[0], quarantine.ErrUnreadable)
 			assert.NotContains(t, issues.bodies(), "poison", "the poison never reached the handler")
 			var firsts []string
 			for _, b := range issues.bodies() {

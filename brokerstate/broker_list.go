@@ -9,13 +9,13 @@ import (
 	"github.com/brokerswitch/brokerswitch/models"
 )
 
-// KeyBrokerList is the broker list as the workers were last started with it, by host and
+// keyBrokerList is the broker list as the workers were last started with it, by host and
 // vhost in RABBITMQ_CONNECTION_STRINGS' order.
-const KeyBrokerList = "broker.configured_list"
+const keyBrokerList = "broker.configured_list"
 
-// ErrBrokerListMismatch is wrapped into CheckBrokerList's error when the list differs from
+// errBrokerListMismatch is wrapped into CheckBrokerList's error when the list differs from
 // the one the workers recorded.
-var ErrBrokerListMismatch = errors.New("the broker list differs from the workers'")
+var errBrokerListMismatch = errors.New("the broker list differs from the workers'")
 
 // RecordBrokerList records s.Brokers as the workers' broker list. A worker calls it at
 // start, so that the API can check its own list against it (CheckBrokerList).
@@ -24,7 +24,7 @@ func (s *Store) RecordBrokerList(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("record the broker list: %w", err)
 	}
-	if err := upsertSettings(s.DB.WithContext(ctx), map[string]string{KeyBrokerList: string(b)}); err != nil {
+	if err := upsertSettings(s.DB.WithContext(ctx), map[string]string{keyBrokerList: string(b)}); err != nil {
 		return fmt.Errorf("record the broker list: %w", err)
 	}
 	return nil
@@ -35,10 +35,10 @@ func (s *Store) RecordBrokerList(ctx context.Context) error {
 // kept in order by hand, and an index means a broker in both: POST /switch/:index with
 // lists out of step would force a broker other than the one the API shows. It returns nil
 // when they are the same or no worker has recorded one yet, and an error wrapping
-// ErrBrokerListMismatch that names the first index that differs otherwise.
+// errBrokerListMismatch that names the first index that differs otherwise.
 func (s *Store) CheckBrokerList(ctx context.Context) error {
 	var row models.Setting
-	err := s.DB.WithContext(ctx).Where("key = ?", KeyBrokerList).Limit(1).Find(&row).Error
+	err := s.DB.WithContext(ctx).Where("key = ?", keyBrokerList).Limit(1).Find(&row).Error
 	if err != nil {
 		return fmt.Errorf("read the workers' broker list: %w", err)
 	}
@@ -52,11 +52,11 @@ func (s *Store) CheckBrokerList(ctx context.Context) error {
 	for i := range max(len(theirs), len(s.Brokers)) {
 		switch {
 		case i >= len(s.Brokers):
-			return fmt.Errorf("%w: the workers have broker #%d (%s), this list ends at #%d", ErrBrokerListMismatch, i, refName(theirs[i]), i-1)
+			return fmt.Errorf("%w: the workers have broker #%d (%s), this list ends at #%d", errBrokerListMismatch, i, refName(theirs[i]), i-1)
 		case i >= len(theirs):
-			return fmt.Errorf("%w: this list has broker #%d (%s), the workers' ends at #%d", ErrBrokerListMismatch, i, refName(s.Brokers[i]), i-1)
+			return fmt.Errorf("%w: this list has broker #%d (%s), the workers' ends at #%d", errBrokerListMismatch, i, refName(s.Brokers[i]), i-1)
 		case theirs[i] != s.Brokers[i]:
-			return fmt.Errorf("%w: broker #%d is %s here but %s for the workers", ErrBrokerListMismatch, i, refName(s.Brokers[i]), refName(theirs[i]))
+			return fmt.Errorf("%w: broker #%d is %s here but %s for the workers", errBrokerListMismatch, i, refName(s.Brokers[i]), refName(theirs[i]))
 		}
 	}
 	return nil

@@ -63,9 +63,9 @@ type State struct {
 	// SeenAtMark are the brokers notified at exactly SeenUntil: the same broker at that
 	// time again is a duplicate, another one a new hop (clocks tick in seconds, and two
 	// rotations can share one). Empty when the state knows of no notification at exactly
-	// SeenUntil (an operator's order brought a future-dated mark back to now, or the state
-	// was written before this setting existed): a notification at that time then cannot
-	// be told from a duplicate, and is taken as stale.
+	// SeenUntil (an operator's order brought a future-dated mark back to now, or the stored
+	// state has no such setting): a notification at that time then cannot be told from a
+	// duplicate, and is taken as stale.
 	SeenAtMark []Ref `json:"seenAtMark,omitempty"`
 	// Trail is where the producer went and when. It is kept in Postgres, and not sent
 	// through workflow histories: every change reads it under the state's lock.
@@ -285,11 +285,11 @@ func (s State) clearFutureMark(now time.Time) State {
 	return s
 }
 
-// OrderChanged tells whether b reads brokers in another order than a: another active
+// orderChanged tells whether b reads brokers in another order than a: another active
 // broker, another route, or a spare that changed its place (a return to the active broker
 // after a cancel puts the canceled brokers behind it). A window reading the active broker
 // ends on it, so that what it read past is read in the new order.
-func OrderChanged(a, b State, brokers []int) bool {
+func orderChanged(a, b State, brokers []int) bool {
 	return a.ActiveIndex != b.ActiveIndex || !slices.Equal(routeOf(a.Pending), routeOf(b.Pending)) ||
 		SparesReordered(a, b, brokers)
 }

@@ -11,9 +11,9 @@ import (
 	"github.com/jackc/pgx/v5"
 )
 
-// StateChannel is the Postgres notification channel on which every committed change of
+// stateChannel is the Postgres notification channel on which every committed change of
 // the broker state is announced (Store.Update sends it in its transaction).
-const StateChannel = "brokerswitch_state"
+const stateChannel = "brokerswitch_state"
 
 // defaultRefresh is how often a StateWatcher re-reads the state although no notification
 // came: a lost LISTEN connection, or a pooler that does not pass LISTEN on, then delays a
@@ -21,7 +21,7 @@ const StateChannel = "brokerswitch_state"
 const defaultRefresh = 10 * time.Second
 
 // StateWatcher keeps one process's view of the broker state fresh without a Temporal
-// round trip: it LISTENs on StateChannel over one connection of its own and re-reads the
+// round trip: it LISTENs on stateChannel over one connection of its own and re-reads the
 // state when a change is announced, and every Refresh in any case. Windows ask it whether
 // the broker they read is still active; an idle BrokerSwitch workflow asks it whether a
 // Pending Switch appeared.
@@ -87,7 +87,7 @@ func (w *StateWatcher) listenOnce(ctx context.Context, announced chan<- struct{}
 		return fmt.Errorf("connect: %w", err) // pgconn redacts the password
 	}
 	defer conn.Close(context.WithoutCancel(ctx))
-	if _, err := conn.Exec(ctx, "LISTEN "+StateChannel); err != nil {
+	if _, err := conn.Exec(ctx, "LISTEN "+stateChannel); err != nil {
 		return fmt.Errorf("listen: %w", err)
 	}
 	for {
@@ -106,7 +106,7 @@ func announce(c chan<- struct{}) {
 }
 
 // reload reads the state and wakes the waiters when it changed: the active broker, the
-// Pending Switch or the spares' order (OrderChanged). A failed read keeps the
+// Pending Switch or the spares' order (orderChanged). A failed read keeps the
 // last view: Postgres being away ends no window.
 func (w *StateWatcher) reload(ctx context.Context) {
 	st, err := w.Store.Load(ctx)
@@ -118,7 +118,7 @@ func (w *StateWatcher) reload(ctx context.Context) {
 	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if w.gen > 0 && reflect.DeepEqual(st.Pending, w.state.Pending) && !OrderChanged(w.state, st, w.Store.indexes()) {
+	if w.gen > 0 && reflect.DeepEqual(st.Pending, w.state.Pending) && !orderChanged(w.state, st, w.Store.indexes()) {
 		return
 	}
 	w.state = st

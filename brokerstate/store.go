@@ -20,12 +20,12 @@ import (
 
 // Settings keys of the broker state.
 const (
-	KeyActiveIndex    = "broker.active_index"
+	keyActiveIndex    = "broker.active_index"
 	KeyPendingSwitch  = "broker.pending_switch"
-	KeyLastSwitch     = "broker.last_switch"
-	KeyLastDrainCheck = "broker.last_drain_check"
-	KeySeenUntil      = "broker.notifications_seen_until"
-	KeySeenAtMark     = "broker.notifications_seen_at_mark"
+	keyLastSwitch     = "broker.last_switch"
+	keyLastDrainCheck = "broker.last_drain_check"
+	keySeenUntil      = "broker.notifications_seen_until"
+	keySeenAtMark     = "broker.notifications_seen_at_mark"
 	KeyProducerTrail  = "broker.producer_trail"
 	// KeyActiveEndpoint names the active broker by host and vhost beside its index, so that
 	// reordering RABBITMQ_CONNECTION_STRINGS does not silently move us to another broker.
@@ -70,7 +70,7 @@ func (s *Store) Load(ctx context.Context) (State, error) {
 	}
 	if st.ActiveIndex < 0 || st.ActiveIndex >= len(s.Brokers) {
 		return st, fmt.Errorf("active broker %d (setting %s) is not configured (%d brokers in RABBITMQ_CONNECTION_STRINGS): force a switch to a configured broker",
-			st.ActiveIndex, KeyActiveIndex, len(s.Brokers))
+			st.ActiveIndex, keyActiveIndex, len(s.Brokers))
 	}
 	return st, nil
 }
@@ -84,7 +84,7 @@ func (s *Store) LoadAllowingRemoved(ctx context.Context) (State, error) {
 }
 
 // Update changes the broker state in one transaction under a lock: fn sees the current
-// state and returns the next one, which is written back and announced on StateChannel.
+// state and returns the next one, which is written back and announced on stateChannel.
 // Like LoadAllowingRemoved it accepts an active broker that is not configured, so that a forced
 // switch can repair it.
 func (s *Store) Update(ctx context.Context, fn func(State) (State, error)) (State, error) {
@@ -116,7 +116,7 @@ func (s *Store) Update(ctx context.Context, fn func(State) (State, error)) (Stat
 		}
 		// Delivered on commit, and only then: every StateWatcher re-reads the state, so a
 		// window learns of a committed switch without a Temporal round trip.
-		if err := tx.Exec("SELECT pg_notify(?, '')", StateChannel).Error; err != nil {
+		if err := tx.Exec("SELECT pg_notify(?, '')", stateChannel).Error; err != nil {
 			return fmt.Errorf("announce broker state change: %w", err)
 		}
 		return nil
@@ -150,12 +150,12 @@ func (s *Store) RecordDrainCheck(ctx context.Context, check DrainCheck) error {
 	if err != nil {
 		return fmt.Errorf("encode drain check: %w", err)
 	}
-	return upsertSettings(s.DB.WithContext(ctx), map[string]string{KeyLastDrainCheck: string(value)})
+	return upsertSettings(s.DB.WithContext(ctx), map[string]string{keyLastDrainCheck: string(value)})
 }
 
 func (s *Store) load(db *gorm.DB) (State, error) {
 	var rows []models.Setting
-	keys := []string{KeyActiveIndex, KeyActiveEndpoint, KeyPendingSwitch, KeyLastSwitch, KeyLastDrainCheck, KeySeenUntil, KeySeenAtMark, KeyProducerTrail}
+	keys := []string{keyActiveIndex, KeyActiveEndpoint, KeyPendingSwitch, keyLastSwitch, keyLastDrainCheck, keySeenUntil, keySeenAtMark, KeyProducerTrail}
 	if err := db.Where("key IN ?", keys).Find(&rows).Error; err != nil {
 		return State{}, fmt.Errorf("read broker settings: %w", err)
 	}
@@ -171,22 +171,22 @@ func (s *Store) load(db *gorm.DB) (State, error) {
 	if err := decodeSetting(values, KeyPendingSwitch, &st.Pending); err != nil {
 		return st, err
 	}
-	if err := decodeSetting(values, KeyLastSwitch, &st.LastSwitch); err != nil {
+	if err := decodeSetting(values, keyLastSwitch, &st.LastSwitch); err != nil {
 		return st, err
 	}
-	if err := decodeSetting(values, KeyLastDrainCheck, &st.LastDrainCheck); err != nil {
+	if err := decodeSetting(values, keyLastDrainCheck, &st.LastDrainCheck); err != nil {
 		return st, err
 	}
-	if v := values[KeySeenUntil]; v != "" {
+	if v := values[keySeenUntil]; v != "" {
 		t, err := time.Parse(time.RFC3339Nano, v)
 		if err != nil {
-			return st, fmt.Errorf("setting %s: %w", KeySeenUntil, err)
+			return st, fmt.Errorf("setting %s: %w", keySeenUntil, err)
 		}
 		st.SeenUntil = t
 	}
-	if v := values[KeySeenAtMark]; v != "" {
+	if v := values[keySeenAtMark]; v != "" {
 		if err := json.Unmarshal([]byte(v), &st.SeenAtMark); err != nil {
-			return st, fmt.Errorf("setting %s: %w", KeySeenAtMark, err)
+			return st, fmt.Errorf("setting %s: %w", keySeenAtMark, err)
 		}
 	}
 	if v := values[KeyProducerTrail]; v != "" {
@@ -209,10 +209,10 @@ func (s *Store) load(db *gorm.DB) (State, error) {
 // removed from the configuration.
 func (s *Store) activeIndex(values map[string]string) (int, error) {
 	index := 0
-	if v := values[KeyActiveIndex]; v != "" {
+	if v := values[keyActiveIndex]; v != "" {
 		n, err := strconv.Atoi(v)
 		if err != nil {
-			return 0, fmt.Errorf("setting %s: %q is not a broker index", KeyActiveIndex, v)
+			return 0, fmt.Errorf("setting %s: %q is not a broker index", keyActiveIndex, v)
 		}
 		index = n
 	}
@@ -304,12 +304,12 @@ func (s *Store) resolve(ref Ref) (int, bool) {
 
 func (s *Store) save(db *gorm.DB, st State) error {
 	values := map[string]string{
-		KeyActiveIndex:    strconv.Itoa(st.ActiveIndex),
+		keyActiveIndex:    strconv.Itoa(st.ActiveIndex),
 		KeyActiveEndpoint: "",
 		KeyPendingSwitch:  "",
-		KeyLastSwitch:     "",
-		KeySeenUntil:      "",
-		KeySeenAtMark:     "",
+		keyLastSwitch:     "",
+		keySeenUntil:      "",
+		keySeenAtMark:     "",
 		KeyProducerTrail:  "",
 	}
 	if st.ActiveIndex >= 0 && st.ActiveIndex < len(s.Brokers) {
@@ -331,17 +331,17 @@ func (s *Store) save(db *gorm.DB, st State) error {
 		if err != nil {
 			return fmt.Errorf("encode last switch: %w", err)
 		}
-		values[KeyLastSwitch] = string(b)
+		values[keyLastSwitch] = string(b)
 	}
 	if !st.SeenUntil.IsZero() {
-		values[KeySeenUntil] = st.SeenUntil.UTC().Format(time.RFC3339Nano)
+		values[keySeenUntil] = st.SeenUntil.UTC().Format(time.RFC3339Nano)
 	}
 	if len(st.SeenAtMark) > 0 {
 		b, err := json.Marshal(st.SeenAtMark)
 		if err != nil {
 			return fmt.Errorf("encode notifications seen at the mark: %w", err)
 		}
-		values[KeySeenAtMark] = string(b)
+		values[keySeenAtMark] = string(b)
 	}
 	if len(st.Trail.Visits) > 0 {
 		b, err := json.Marshal(st.Trail)

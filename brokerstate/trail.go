@@ -151,7 +151,7 @@ func (t Trail) hops(route []int) []Hop {
 }
 
 // seen stamps with at, the time it was recorded, every visit that is not on the trail
-// before: a visit recorded before visits were stamped keeps its switchedAt (seenAt).
+// before: an unstamped visit already stored stays unstamped, read at its switchedAt (seenAt).
 func (t Trail) seen(at time.Time, before Trail) Trail {
 	visits := slices.Clone(t.Visits)
 	for i := range visits {
@@ -163,8 +163,8 @@ func (t Trail) seen(at time.Time, before Trail) Trail {
 	return t
 }
 
-// seenAt is when we learned of visit h, on Postgres' clock; for a visit recorded before
-// visits were stamped, the producer's switchedAt, which is the best there is.
+// seenAt is when we learned of visit h, on Postgres' clock; for a visit stored without a
+// stamp, the producer's switchedAt, which is the best there is.
 func seenAt(h Hop) time.Time {
 	if h.SeenAt.IsZero() {
 		return h.SwitchedAt

@@ -369,6 +369,6 @@ func TestAReturnAfterACancelChangesTheSparesOrder(t *testing.T) {
 	back := apply(t, canceled, hostNote(0, t0.Add(2*time.Minute)), NotificationAlreadyActive)
 	require.Nil(t, back.Pending)
 	require.Equal(t, canceled.ActiveIndex, back.ActiveIndex)
-	require.True(t, OrderChanged(canceled, back, brokers), "1 is behind 0 now")
-	require.False(t, OrderChanged(back, back, brokers))
+	require.True(t, orderChanged(canceled, back, brokers), "1 is behind 0 now")
+	require.False(t, orderChanged(back, back, brokers))
 }

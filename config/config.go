@@ -79,7 +79,7 @@ type Config struct {
 	MaxRetryCycles int
 	// LedgerRetention from LEDGER_RETENTION (default 168h, 7 days): the worker deletes
 	// ledger rows whose last attempt is older. A delivery that comes back later is applied
-	// again, so it must outlast every redelivery path; see MinLedgerRetention.
+	// again, so it must outlast every redelivery path; see minLedgerRetention.
 	LedgerRetention time.Duration
 	// Prefetch from PREFETCH (default 200, at most 500): unacknowledged messages per consumer,
 	// also the largest batch committed in one transaction; the batch settling ahead holds
@@ -166,9 +166,9 @@ type Config struct {
 // The defaults whose reason takes more than the field's line; read writes the others.
 // docs/configuration.md repeats them all, and a test holds it to FromEnv.
 const (
-	// DefaultWorkerLeaseTTL is WORKER_LEASE_TTL's default: a killed worker's queues are
+	// defaultWorkerLeaseTTL is WORKER_LEASE_TTL's default: a killed worker's queues are
 	// read again about this long after its last renewal.
-	DefaultWorkerLeaseTTL = 8 * time.Second
+	defaultWorkerLeaseTTL = 8 * time.Second
 	// DefaultAMQPHeartbeat is AMQP_HEARTBEAT's default. RabbitMQ drops a silent
 	// connection about three heartbeats later (3.10: 29 s at 10 s, 8 s at 3 s, measured
 	// against a SIGSTOPped client), and with it the exclusive consumer of a paused or
@@ -192,21 +192,21 @@ const (
 	// still be the producer's word. Two hours covers that with room for the producer's
 	// own backlog.
 	DefaultUnnotifiedBrokerGrace = 2 * time.Hour
-	// DefaultNotificationMaxClockSkew is NOTIFICATION_MAX_CLOCK_SKEW's default, the bound
+	// defaultNotificationMaxClockSkew is NOTIFICATION_MAX_CLOCK_SKEW's default, the bound
 	// on a notification's switchedAt and on an event's entity clock alike.
-	DefaultNotificationMaxClockSkew = 5 * time.Minute
+	defaultNotificationMaxClockSkew = 5 * time.Minute
 )
 
 // Getenv looks a variable up; os.Getenv fits, and tests pass a map's lookup.
 type Getenv func(string) string
 
-// FileVariables are the secrets that may instead be read from a file named by the same
+// fileVariables are the secrets that may instead be read from a file named by the same
 // variable with _FILE appended (DATABASE_URL_FILE=/run/secrets/database-url), as a
 // mounted Kubernetes or Docker secret gives them.
-var FileVariables = []string{"DATABASE_URL", "RABBITMQ_CONNECTION_STRINGS", "OPERATOR_TOKEN", "PRODUCER_TOKEN", "TEMPORAL_API_KEY",
+var fileVariables = []string{"DATABASE_URL", "RABBITMQ_CONNECTION_STRINGS", "OPERATOR_TOKEN", "PRODUCER_TOKEN", "TEMPORAL_API_KEY",
 	"HEALTHCHECKS_PING_URL", "WEBHOOK_SECRET"}
 
-// optionalFiles are the FileVariables that may be left unset: a _FILE naming a file that
+// optionalFiles are the fileVariables that may be left unset: a _FILE naming a file that
 // does not exist leaves them unset, as a key missing from an optional Secret volume does.
 var optionalFiles = []string{"TEMPORAL_API_KEY", "HEALTHCHECKS_PING_URL", "WEBHOOK_SECRET"}
 
@@ -240,11 +240,11 @@ func (r *reader) read() Config {
 		MaxRetryCycles:             r.positiveInt("MAX_RETRY_CYCLES", 10),
 		LedgerRetention:            r.duration("LEDGER_RETENTION", 168*time.Hour),
 		Prefetch:                   r.positiveInt("PREFETCH", DefaultPrefetch),
-		MaxMessageBytes:            r.intAtMost("MAX_MESSAGE_BYTES", 26214400, MaxBodyBytes),
-		MaxBatchBytes:              r.intAtMost("MAX_BATCH_BYTES", 16777216, MaxBodyBytes),
+		MaxMessageBytes:            r.intAtMost("MAX_MESSAGE_BYTES", 26214400, maxBodyBytes),
+		MaxBatchBytes:              r.intAtMost("MAX_BATCH_BYTES", 16777216, maxBodyBytes),
 		MemoryLimit:                r.bytes("MEMORY_LIMIT"),
 		DrainCheckInterval:         r.duration("DRAIN_CHECK_INTERVAL", 3*time.Second),
-		WorkerLeaseTTL:             r.duration("WORKER_LEASE_TTL", DefaultWorkerLeaseTTL),
+		WorkerLeaseTTL:             r.duration("WORKER_LEASE_TTL", defaultWorkerLeaseTTL),
 		AMQPHeartbeat:              r.duration("AMQP_HEARTBEAT", DefaultAMQPHeartbeat),
 		WorkerStopTimeout:          r.duration("WORKER_STOP_TIMEOUT", time.Minute),
 		LeftoverDrainCap:           r.positiveInt("LEFTOVER_DRAIN_CAP", 500),
@@ -257,7 +257,7 @@ func (r *reader) read() Config {
 		MetricsAddr:                r.str("METRICS_ADDR", ":9090"),
 		HealthchecksPingURL:        r.str("HEALTHCHECKS_PING_URL", ""),
 		WebhookSecret:              r.str("WEBHOOK_SECRET", ""),
-		NotificationMaxClockSkew:   r.duration("NOTIFICATION_MAX_CLOCK_SKEW", DefaultNotificationMaxClockSkew),
+		NotificationMaxClockSkew:   r.duration("NOTIFICATION_MAX_CLOCK_SKEW", defaultNotificationMaxClockSkew),
 		NotificationRate:           r.positiveFloat("NOTIFICATION_RATE", 1),
 		NotificationBurst:          r.positiveInt("NOTIFICATION_BURST", 10),
 	}
@@ -281,9 +281,9 @@ func (r *reader) validate(c Config) {
 		r.fail("PREFETCH", fmt.Sprintf("must be at most %d: CloudAMQP closes connections with more than 1000 unacknowledged messages", broker.MaxPrefetch))
 	}
 	if c.LedgerRetention > 0 && c.RetryTTL > 0 && c.MaxRetryCycles > 0 {
-		if least := MinLedgerRetention(c.RetryTTL, c.MaxRetryCycles); c.LedgerRetention < least {
+		if least := minLedgerRetention(c.RetryTTL, c.MaxRetryCycles); c.LedgerRetention < least {
 			r.fail("LEDGER_RETENTION", fmt.Sprintf("%s is shorter than the longest redelivery path: RETRY_TTL × MAX_RETRY_CYCLES + margin = %s × %d + %s = %s; a delivery still going through -retry would be applied again",
-				c.LedgerRetention, c.RetryTTL, c.MaxRetryCycles, LedgerRetentionMargin, least))
+				c.LedgerRetention, c.RetryTTL, c.MaxRetryCycles, ledgerRetentionMargin, least))
 		}
 	}
 	r.checkMemory(c)
@@ -301,17 +301,17 @@ func (r *reader) validate(c Config) {
 	}
 }
 
-// LedgerRetentionMargin is added to the -retry path in MinLedgerRetention: a delivery also
+// ledgerRetentionMargin is added to the -retry path in minLedgerRetention: a delivery also
 // waits in its queue before each attempt, behind a backlog or through a consumer outage,
 // and that wait has no bound in the configuration. A day covers an outage noticed and
 // fixed within it.
-const LedgerRetentionMargin = 24 * time.Hour
+const ledgerRetentionMargin = 24 * time.Hour
 
-// MinLedgerRetention is the shortest LEDGER_RETENTION accepted: a delivery can come back
-// through -retry for retryTTL × cycles after its first attempt, plus LedgerRetentionMargin.
+// minLedgerRetention is the shortest LEDGER_RETENTION accepted: a delivery can come back
+// through -retry for retryTTL × cycles after its first attempt, plus ledgerRetentionMargin.
 // A sum that overflows counts as the longest duration, which no LEDGER_RETENTION reaches.
-func MinLedgerRetention(retryTTL time.Duration, cycles int) time.Duration {
-	return time.Duration(addCapped(mulCapped(int64(retryTTL), int64(cycles)), int64(LedgerRetentionMargin)))
+func minLedgerRetention(retryTTL time.Duration, cycles int) time.Duration {
+	return time.Duration(addCapped(mulCapped(int64(retryTTL), int64(cycles)), int64(ledgerRetentionMargin)))
 }
 
 // mulCapped is a×b for a, b ≥ 0, or math.MaxInt64 when that overflows.
@@ -350,8 +350,8 @@ func (c Config) PlaintextBrokers() []broker.Endpoint {
 	return out
 }
 
-// MinTokenLength is the shortest token accepted: a short token can be guessed.
-const MinTokenLength = 16
+// minTokenLength is the shortest token accepted: a short token can be guessed.
+const minTokenLength = 16
 
 // ValidateAPIAuth refuses an API with no token unless development mode was asked for, and
 // tokens that are too short or equal (a Config built in code skips FromEnv's checks).
@@ -366,8 +366,8 @@ func (c Config) ValidateAPIAuth() error {
 func (c Config) tokenErrors() []error {
 	var errs []error
 	for _, t := range []struct{ name, value string }{{"OPERATOR_TOKEN", c.OperatorToken}, {"PRODUCER_TOKEN", c.ProducerToken}} {
-		if t.value != "" && len(t.value) < MinTokenLength {
-			errs = append(errs, fmt.Errorf("config: %s: is %d characters long, at least %d are required", t.name, len(t.value), MinTokenLength))
+		if t.value != "" && len(t.value) < minTokenLength {
+			errs = append(errs, fmt.Errorf("config: %s: is %d characters long, at least %d are required", t.name, len(t.value), minTokenLength))
 		}
 	}
 	if c.OperatorToken != "" && c.OperatorToken == c.ProducerToken {
@@ -383,12 +383,12 @@ type reader struct {
 	errs   []error
 }
 
-// withFiles returns getenv with each of FileVariables whose _FILE twin is set read from
+// withFiles returns getenv with each of fileVariables whose _FILE twin is set read from
 // that file. Both set is an error naming both; an unreadable file is an error naming the
 // variable. The contents, secrets, are never quoted.
 func (r *reader) withFiles(getenv Getenv) Getenv {
 	fromFile := map[string]string{}
-	for _, name := range FileVariables {
+	for _, name := range fileVariables {
 		path := strings.TrimSpace(getenv(name + "_FILE"))
 		if path == "" {
 			continue
@@ -495,18 +495,18 @@ func (r *reader) list(name, def string) []string {
 // Upper bounds of numeric settings: past them a value is a mistake, and the sums and
 // products the process makes of it could overflow.
 const (
-	// MaxDuration is the longest duration any variable accepts, about 11 years.
-	MaxDuration = 100000 * time.Hour
-	// MaxBodyBytes bounds MAX_MESSAGE_BYTES and MAX_BATCH_BYTES: 512 MiB, RabbitMQ's
+	// maxDuration is the longest duration any variable accepts, about 11 years.
+	maxDuration = 100000 * time.Hour
+	// maxBodyBytes bounds MAX_MESSAGE_BYTES and MAX_BATCH_BYTES: 512 MiB, RabbitMQ's
 	// largest max_message_size.
-	MaxBodyBytes = 512 << 20
+	maxBodyBytes = 512 << 20
 	// maxPostgresTimeout is the longest statement_timeout, lock_timeout or
 	// idle_in_transaction_session_timeout Postgres takes, INT_MAX milliseconds.
 	maxPostgresTimeout = math.MaxInt32 * time.Millisecond
 )
 
 func (r *reader) duration(name string, def time.Duration) time.Duration {
-	return r.durationAtMost(name, def, MaxDuration)
+	return r.durationAtMost(name, def, maxDuration)
 }
 
 func (r *reader) durationAtMost(name string, def, most time.Duration) time.Duration {

@@ -19,9 +19,9 @@ func env(vars map[string]string) Getenv { return func(k string) string { return 
 func TestTheExportedDefaultsAreFromEnvs(t *testing.T) {
 	c, err := FromEnv(env(nil))
 	require.NoError(t, err)
-	require.Equal(t, DefaultWorkerLeaseTTL, c.WorkerLeaseTTL)
+	require.Equal(t, defaultWorkerLeaseTTL, c.WorkerLeaseTTL)
 	require.Equal(t, DefaultUnnotifiedBrokerGrace, c.UnnotifiedBrokerGrace)
-	require.Equal(t, DefaultNotificationMaxClockSkew, c.NotificationMaxClockSkew)
+	require.Equal(t, defaultNotificationMaxClockSkew, c.NotificationMaxClockSkew)
 	require.Equal(t, DefaultAMQPHeartbeat, c.AMQPHeartbeat)
 	require.Equal(t, DefaultPrefetch, c.Prefetch)
 }

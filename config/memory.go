@@ -13,9 +13,9 @@ const (
 	// holds the costliest shape, a list of repositories that each become a row, to it
 	// (measured: 7.4 on its densest list), and TestDecodingMemoryIsBoundedByTheBody every shape's decoding to 4.
 	ApplyFactor = 10
-	// ProcessAllowance is the rest of the process: the Go runtime, the Temporal SDK's
+	// processAllowance is the rest of the process: the Go runtime, the Temporal SDK's
 	// workers and caches, the Postgres and AMQP connections and their buffers.
-	ProcessAllowance = 64 << 20
+	processAllowance = 64 << 20
 )
 
 // WorstCaseMemory is the most memory the consumers can hold at once, with the arithmetic
@@ -33,11 +33,11 @@ const (
 func (c Config) WorstCaseMemory() (int64, string) {
 	q, p, m := int64(len(c.Queues)), int64(c.Prefetch), int64(c.MaxMessageBytes)
 	part := max(int64(c.MaxBatchBytes), m)
-	total := addCapped(addCapped(mulCapped(mulCapped(q, p+1), m), mulCapped(q*ApplyFactor, part)), ProcessAllowance)
+	total := addCapped(addCapped(mulCapped(mulCapped(q, p+1), m), mulCapped(q*ApplyFactor, part)), processAllowance)
 	return total, fmt.Sprintf("QUEUES (%d) × (PREFETCH (%d) + 1) × MAX_MESSAGE_BYTES (%s) in flight"+
 		" + QUEUES (%d) × %d × max(MAX_BATCH_BYTES, MAX_MESSAGE_BYTES) (%s) being handled"+
 		" + %s for the rest of the process = %s",
-		q, p, FormatBytes(m), q, ApplyFactor, FormatBytes(part), FormatBytes(ProcessAllowance), FormatBytes(total))
+		q, p, formatBytes(m), q, ApplyFactor, formatBytes(part), formatBytes(processAllowance), formatBytes(total))
 }
 
 // SoftMemoryLimit is the Go runtime's soft memory limit for MEMORY_LIMIT, 90% of it (0
@@ -57,7 +57,7 @@ func (r *reader) checkMemory(c Config) {
 	worst, arithmetic := c.WorstCaseMemory()
 	if budget := c.SoftMemoryLimit(); worst > budget {
 		r.fail("MEMORY_LIMIT", fmt.Sprintf("is %s, whose 90%% (%s, the Go runtime's soft limit) is less than the consumers may hold, %s: %s; lower PREFETCH, MAX_MESSAGE_BYTES or MAX_BATCH_BYTES, or raise the limit",
-			FormatBytes(c.MemoryLimit), FormatBytes(budget), FormatBytes(worst), arithmetic))
+			formatBytes(c.MemoryLimit), formatBytes(budget), formatBytes(worst), arithmetic))
 	}
 }
 
@@ -89,8 +89,8 @@ func (r *reader) bytes(name string) int64 {
 	return n * factor
 }
 
-// FormatBytes writes n in the largest binary unit it reaches, to one decimal.
-func FormatBytes(n int64) string {
+// formatBytes writes n in the largest binary unit it reaches, to one decimal.
+func formatBytes(n int64) string {
 	for i := len(byteUnits) - 1; i >= 0; i-- {
 		if u := byteUnits[i]; n >= u.factor {
 			v := strconv.FormatFloat(float64(n)/float64(u.factor), 'f', 1, 64)

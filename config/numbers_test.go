@@ -75,13 +75,13 @@ func requireInRange(t *testing.T, c Config) {
 		c.LedgerRetention, c.WorkerLeaseTTL, c.AMQPHeartbeat, c.WorkerStopTimeout, c.DrainCheckInterval,
 		c.NotificationMaxClockSkew, c.UnnotifiedBrokerGrace} {
 		require.Positive(t, d)
-		require.LessOrEqual(t, d, MaxDuration)
+		require.LessOrEqual(t, d, maxDuration)
 	}
-	require.GreaterOrEqual(t, c.LedgerRetention, MinLedgerRetention(c.RetryTTL, c.MaxRetryCycles))
-	require.Positive(t, MinLedgerRetention(c.RetryTTL, c.MaxRetryCycles))
+	require.GreaterOrEqual(t, c.LedgerRetention, minLedgerRetention(c.RetryTTL, c.MaxRetryCycles))
+	require.Positive(t, minLedgerRetention(c.RetryTTL, c.MaxRetryCycles))
 	worst, _ := c.WorstCaseMemory()
 	require.Positive(t, worst)
-	require.GreaterOrEqual(t, worst, int64(ProcessAllowance))
+	require.GreaterOrEqual(t, worst, int64(processAllowance))
 	if c.MemoryLimit > 0 {
 		require.LessOrEqual(t, worst, c.SoftMemoryLimit())
 	}

@@ -122,7 +122,7 @@ func describe(d amqp.Delivery, index int, queue string, position int) Message {
 	if m.ID == "" {
 		m.ID = m.MessageID
 	}
-	m.ReasonKind = ReasonKind(m.Reason)
+	m.ReasonKind = classifyReason(m.Reason)
 	if t, err := time.Parse(time.RFC3339, headerString(d.Headers, broker.HeaderErrorAt)); err == nil {
 		m.ErrorAt = t
 	}
@@ -159,7 +159,7 @@ func headerString(h amqp.Table, key string) string {
 	return ""
 }
 
-// reasonKinds are the kinds ReasonKind gives, each with what its reasons contain; the
+// reasonKinds are the kinds classifyReason gives, each with what its reasons contain; the
 // first that matches wins.
 var reasonKinds = []struct{ kind, marker string }{
 	{"unreadable", "unreadable"},
@@ -171,7 +171,7 @@ var reasonKinds = []struct{ kind, marker string }{
 	{"retries", "retry cycles"},
 }
 
-// ReasonKinds lists every kind ReasonKind gives, "other" last.
+// ReasonKinds lists every kind classifyReason gives, "other" last.
 func ReasonKinds() []string {
 	out := make([]string, 0, len(reasonKinds)+1)
 	for _, k := range reasonKinds {
@@ -180,8 +180,8 @@ func ReasonKinds() []string {
 	return append(out, "other")
 }
 
-// ReasonKind sorts an x-error-reason into the few kinds metrics are labelled with.
-func ReasonKind(reason string) string {
+// classifyReason sorts an x-error-reason into the few kinds metrics are labelled with.
+func classifyReason(reason string) string {
 	for _, k := range reasonKinds {
 		if strings.Contains(reason, k.marker) {
 			return k.kind

@@ -174,7 +174,7 @@ func TestARefusedCopyLeavesTheOriginal(t *testing.T) {
 	run, err := e.svc.Requeue(ctx, Filter{Queue: "issues"}, RequeueOptions{})
 	require.NoError(t, err)
 	require.Len(t, run.Errors, 1)
-	require.Contains(t, run.Errors[0], ErrRefused.Error())
+	require.Contains(t, run.Errors[0], errRefused.Error())
 	require.Equal(t, []string{"a"}, e.takeAll("issues-error"))
 }
 

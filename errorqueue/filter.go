@@ -16,7 +16,7 @@ type Filter struct {
 	Queue string `json:"queue,omitempty"`
 	// Event is an x-github-event, exactly.
 	Event string `json:"event,omitempty"`
-	// Reason is a part of x-error-reason, or one of the kinds ReasonKind gives; any case.
+	// Reason is a part of x-error-reason, or one of the kinds classifyReason gives; any case.
 	Reason string `json:"reason,omitempty"`
 	// ID is a delivery id or, for a message without one, its message id.
 	ID string `json:"id,omitempty"`

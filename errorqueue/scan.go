@@ -16,8 +16,8 @@ import (
 // blocks publishers (a resource alarm) answers late.
 const confirmTimeout = 30 * time.Second
 
-// HeaderRequeuedAt is set on a message requeued from -error: when, RFC 3339 UTC.
-const HeaderRequeuedAt = "x-requeued-at"
+// headerRequeuedAt is set on a message requeued from -error: when, RFC 3339 UTC.
+const headerRequeuedAt = "x-requeued-at"
 
 // action is what a scan does with a message it got.
 type action int
@@ -177,9 +177,9 @@ func (sc *scanner) awaitReturns(ctx context.Context, held int) {
 	}
 }
 
-// ErrRefused is wrapped into the error of a copy the broker did not take: the original
+// errRefused is wrapped into the error of a copy the broker did not take: the original
 // stays in -error.
-var ErrRefused = errors.New("copy refused by the broker")
+var errRefused = errors.New("copy refused by the broker")
 
 // copyTo publishes msg to queue on the scan's broker and waits for the broker's confirm.
 // The publish is mandatory: a copy no queue takes comes back as a return, before the
@@ -201,11 +201,11 @@ func (sc *scanner) copyTo(ctx context.Context, queue string, msg amqp.Publishing
 	}
 	select {
 	case r := <-sc.returns:
-		return fmt.Errorf("copy message %s to %s on broker %d: %w: returned %d %s", msg.MessageId, queue, sc.index, ErrRefused, r.ReplyCode, r.ReplyText)
+		return fmt.Errorf("copy message %s to %s on broker %d: %w: returned %d %s", msg.MessageId, queue, sc.index, errRefused, r.ReplyCode, r.ReplyText)
 	default:
 	}
 	if !acked {
-		return fmt.Errorf("copy message %s to %s on broker %d: %w: negative confirm (is the queue full?)", msg.MessageId, queue, sc.index, ErrRefused)
+		return fmt.Errorf("copy message %s to %s on broker %d: %w: negative confirm (is the queue full?)", msg.MessageId, queue, sc.index, errRefused)
 	}
 	return nil
 }
@@ -277,6 +277,6 @@ func requeueCopy(d amqp.Delivery, now time.Time) amqp.Publishing {
 	if msg.Headers == nil {
 		msg.Headers = amqp.Table{}
 	}
-	msg.Headers[HeaderRequeuedAt] = now.UTC().Format(time.RFC3339)
+	msg.Headers[headerRequeuedAt] = now.UTC().Format(time.RFC3339)
 	return msg
 }

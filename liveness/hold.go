@@ -16,8 +16,8 @@ import (
 // when the attempt must stop because another may take its place.
 var ErrLost = errors.New("the attempt may have been given to another worker")
 
-// DefaultFenceCheck is how often a fenced attempt asks Temporal whether it still runs.
-const DefaultFenceCheck = 10 * time.Second
+// defaultFenceCheck is how often a fenced attempt asks Temporal whether it still runs.
+const defaultFenceCheck = 10 * time.Second
 
 // deadlineMargin is how long before its start-to-close deadline a fenced attempt stops,
 // so that Temporal's retry never meets it still reading.
@@ -138,7 +138,7 @@ func (k *Keeper) await(ctx context.Context) (*generation, error) {
 		select {
 		case <-changed:
 		case <-deadline.C:
-			return nil, ErrNoLease
+			return nil, errNoLease
 		case <-ctx.Done():
 			return nil, ctx.Err()
 		}
@@ -223,7 +223,7 @@ func (k *Keeper) fenceCheck() time.Duration {
 	if k.FenceCheck > 0 {
 		return k.FenceCheck
 	}
-	return DefaultFenceCheck
+	return defaultFenceCheck
 }
 
 // describe asks Temporal for the attempt info's activity; answered is false when Temporal

@@ -34,13 +34,13 @@ import (
 	"github.com/brokerswitch/brokerswitch/metrics"
 )
 
-// ErrNoLease is returned by Hold while the worker holds no live lease (Postgres or
+// errNoLease is returned by Hold while the worker holds no live lease (Postgres or
 // Temporal out of reach): the attempt fails, and Temporal retries it, here or elsewhere.
-var ErrNoLease = errors.New("this worker holds no live lease (Postgres or Temporal out of reach)")
+var errNoLease = errors.New("this worker holds no live lease (Postgres or Temporal out of reach)")
 
-// ReapedErrorType is the application error type of an attempt failed because its
+// reapedErrorType is the application error type of an attempt failed because its
 // worker's lease expired.
-const ReapedErrorType = "WorkerLeaseExpired"
+const reapedErrorType = "WorkerLeaseExpired"
 
 // temporalClient is what a Keeper needs of Temporal: a free check that it answers,
 // failing an attempt by its task token or its id, and a describe (free) of a workflow.
@@ -73,7 +73,7 @@ type Keeper struct {
 	// process never got (see Running). Nil fails none.
 	Running *Running
 	// FenceCheck is how often a fenced attempt asks Temporal whether it still runs (see
-	// Hold); 0 means DefaultFenceCheck.
+	// Hold); 0 means defaultFenceCheck.
 	FenceCheck time.Duration
 
 	// hadLease is set once a lease was taken: a later one follows a lost one. Run's alone.
@@ -303,7 +303,7 @@ func (k *Keeper) reap(ctx context.Context) {
 // failAttempt fails r's attempt, so that Temporal retries it on a live worker, within
 // cctx, and tells whether it is over: failed now, or ended already.
 func (k *Keeper) failAttempt(ctx, cctx context.Context, r expiredAttempt) bool {
-	reason := temporal.NewApplicationError(fmt.Sprintf("worker %s stopped renewing its lease: retried on a live worker", r.Identity), ReapedErrorType)
+	reason := temporal.NewApplicationError(fmt.Sprintf("worker %s stopped renewing its lease: retried on a live worker", r.Identity), reapedErrorType)
 	err := k.Temporal.CompleteActivity(cctx, r.TaskToken, nil, reason)
 	var notFound *serviceerror.NotFound
 	switch {
@@ -424,7 +424,7 @@ func (k *Keeper) startedOn(ctx context.Context, identity string) ([]pendingAttem
 // already. Temporal fails whatever attempt of the activity is current: were a's timed out
 // and retried in between, the retry fails instead, and is retried in turn.
 func (k *Keeper) failByID(ctx, cctx context.Context, a pendingAttempt, why, logged string) bool {
-	reason := temporal.NewApplicationError(why, ReapedErrorType)
+	reason := temporal.NewApplicationError(why, reapedErrorType)
 	err := k.Temporal.CompleteActivityByID(cctx, k.Namespace, a.key.WorkflowID, a.key.RunID, a.key.ActivityID, nil, reason)
 	var notFound *serviceerror.NotFound
 	switch {

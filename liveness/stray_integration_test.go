@@ -130,7 +130,7 @@ func TestALiveWorkerFailsTheAttemptItsLostPollWasHanded(t *testing.T) {
 	require.NoError(t, err)
 	require.Len(t, desc.GetPendingActivities(), 1)
 	retry := desc.GetPendingActivities()[0]
-	require.Equal(t, liveness.ReapedErrorType, retry.GetLastFailure().GetApplicationFailureInfo().GetType(), "the attempt was failed by the keeper")
+	require.Equal(t, "WorkerLeaseExpired", retry.GetLastFailure().GetApplicationFailureInfo().GetType(), "the attempt was failed by the keeper")
 	require.Equal(t, identity, retry.GetLastWorkerIdentity())
 
 	// The keeper scans on while the retry runs here, for four renewal intervals, and leaves it be.

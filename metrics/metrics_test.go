@@ -291,8 +291,8 @@ func TestServeCutsAClientThatNeverSendsItsBody(t *testing.T) {
 	_, err = conn.Write([]byte("GET /healthz HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\nab"))
 	require.NoError(t, err)
 	started := time.Now()
-	require.NoError(t, conn.SetReadDeadline(started.Add(ServerReadTimeout+10*time.Second)))
+	require.NoError(t, conn.SetReadDeadline(started.Add(serverReadTimeout+10*time.Second)))
 	_, err = io.Copy(io.Discard, conn) // the answer, then the end of the connection
 	require.NoError(t, err, "the server did not close the connection within its read timeout")
-	require.Less(t, time.Since(started), ServerReadTimeout+5*time.Second)
+	require.Less(t, time.Since(started), serverReadTimeout+5*time.Second)
 }

@@ -24,12 +24,12 @@ type Check struct {
 }
 
 // Readiness answers /readyz from its checks, run concurrently at most once per MaxAge, so
-// that probes from several places cost one round of checks, and bounded by Timeout, so a
+// that probes from several places cost one round of checks, and bounded in time, so a
 // hung dependency answers 503 before the probe gives up.
 type Readiness struct {
 	Checks  []Check
 	MaxAge  time.Duration // how long a result is served again; 0 checks every time
-	Timeout time.Duration // bounds each round, for the tests; 0 means readyTimeout
+	timeout time.Duration // bounds each round; 0 means readyTimeout, which only tests shorten
 	Logger  *slog.Logger  // logs why a check failed; the answer names only which
 	Now     func() time.Time
 
@@ -56,7 +56,7 @@ func (r *Readiness) Ready(ctx context.Context) ReadinessAnswer {
 	if !r.checked.IsZero() && now().Sub(r.checked) < r.MaxAge {
 		return r.last
 	}
-	timeout := r.Timeout
+	timeout := r.timeout
 	if timeout <= 0 {
 		timeout = readyTimeout
 	}

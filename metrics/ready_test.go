@@ -56,7 +56,7 @@ func TestReadinessTimesOutAHungCheck(t *testing.T) {
 	t.Parallel()
 	r := &Readiness{
 		Checks:  []Check{{Name: "temporal", Run: func(ctx context.Context) error { <-ctx.Done(); return ctx.Err() }}},
-		Timeout: 50 * time.Millisecond,
+		timeout: 50 * time.Millisecond,
 	}
 	start := time.Now()
 	require.Equal(t, "unavailable", r.Ready(t.Context()).Status)

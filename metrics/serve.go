@@ -14,12 +14,12 @@ import (
 // client that dribbles its request, or stops sending it, holds a goroutine and a
 // descriptor no longer than this.
 const (
-	// ServerReadHeaderTimeout bounds the reading of a request's headers.
-	ServerReadHeaderTimeout = 5 * time.Second
-	// ServerReadTimeout bounds the reading of a whole request, body included.
-	ServerReadTimeout = 15 * time.Second
-	// ServerIdleTimeout bounds how long a kept-alive connection waits for its next request.
-	ServerIdleTimeout = 60 * time.Second
+	// serverReadHeaderTimeout bounds the reading of a request's headers.
+	serverReadHeaderTimeout = 5 * time.Second
+	// serverReadTimeout bounds the reading of a whole request, body included.
+	serverReadTimeout = 15 * time.Second
+	// serverIdleTimeout bounds how long a kept-alive connection waits for its next request.
+	serverIdleTimeout = 60 * time.Second
 	// serverMaxHeaderBytes bounds a request's headers.
 	serverMaxHeaderBytes = 16 << 10
 )
@@ -29,10 +29,10 @@ const (
 func NewHTTPServer(h http.Handler, writeTimeout time.Duration) *http.Server {
 	return &http.Server{
 		Handler:           h,
-		ReadHeaderTimeout: ServerReadHeaderTimeout,
-		ReadTimeout:       ServerReadTimeout,
+		ReadHeaderTimeout: serverReadHeaderTimeout,
+		ReadTimeout:       serverReadTimeout,
 		WriteTimeout:      writeTimeout,
-		IdleTimeout:       ServerIdleTimeout,
+		IdleTimeout:       serverIdleTimeout,
 		MaxHeaderBytes:    serverMaxHeaderBytes,
 	}
 }

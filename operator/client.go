@@ -18,8 +18,8 @@ import (
 // Getenv reads an environment variable; os.Getenv fits.
 type Getenv func(string) string
 
-// DefaultAPI is the API the commands talk to unless -api or BROKERSWITCH_API says otherwise.
-const DefaultAPI = "http://127.0.0.1:8080"
+// defaultAPI is the API the commands talk to unless -api or BROKERSWITCH_API says otherwise.
+const defaultAPI = "http://127.0.0.1:8080"
 
 // requestTimeout bounds a read; a requeue or purge runs as long as it needs (its rate),
 // and Ctrl-C stops it.
@@ -40,10 +40,10 @@ type connection struct {
 func connectionFlags(fs *flag.FlagSet, getenv Getenv) connection {
 	api := getenv("BROKERSWITCH_API")
 	if api == "" {
-		api = DefaultAPI
+		api = defaultAPI
 	}
 	return connection{
-		api:    fs.String("api", api, "the API's base URL (default $BROKERSWITCH_API, else "+DefaultAPI+")"),
+		api:    fs.String("api", api, "the API's base URL (default $BROKERSWITCH_API, else "+defaultAPI+")"),
 		token:  fs.String("token", getenv("OPERATOR_TOKEN"), "operator token (default $OPERATOR_TOKEN)"),
 		output: fs.String("o", "text", "output: text for a person, json for a script (the API's answer as it is)"),
 	}

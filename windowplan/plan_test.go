@@ -235,7 +235,7 @@ func TestWhichSpareEndsAConsumingWindow(t *testing.T) {
 	behind := SpareWatch{Broker: a, Behind: true}
 	ahead := SpareWatch{Broker: c}
 	waiting := SpareWatch{Broker: d, ReadAfter: t0.Add(time.Hour)}
-	late := AheadPause
+	late := aheadPause
 	for _, tc := range []struct {
 		name   string
 		spares []SpareWatch

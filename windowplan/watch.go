@@ -39,12 +39,12 @@ func Watches(behind, ahead []int, res LeftoverDrainResult) []SpareWatch {
 	return out
 }
 
-// AheadPause is the shortest a window lasts before it ends for a spare ahead of the
+// aheadPause is the shortest a window lasts before it ends for a spare ahead of the
 // active broker: the producer may be filling such a spare (after a force or a cancel),
 // and ending on its every message would cost a window's Actions each time. Five minutes
 // holds that cost to 3 Actions per queue every five minutes while the producer fills the
 // spare, and still reads its messages minutes after the active broker's backlog.
-const AheadPause = 5 * time.Minute
+const aheadPause = 5 * time.Minute
 
 // Look is what a consumer window counted of the spares it watches, and when.
 type Look struct {
@@ -61,7 +61,7 @@ type Look struct {
 
 // Calling tells which of spares, if any, has something for a Leftover Drain now: a
 // message on one the drain left behind with nothing to read, or, once the window lasted
-// AheadPause and the active broker's backlog is empty, a message on a spare ahead of it,
+// aheadPause and the active broker's backlog is empty, a message on a spare ahead of it,
 // or held messages whose wait for a notification is over.
 func Calling(spares []SpareWatch, l Look) (int, bool) {
 	var ahead []SpareWatch
@@ -69,7 +69,7 @@ func Calling(spares []SpareWatch, l Look) (int, bool) {
 		switch {
 		case s.Behind && l.Ready[s.Broker] > 0:
 			return s.Broker, true
-		case !s.Behind && l.Lasted >= AheadPause && !l.Now.Before(s.ReadAfter):
+		case !s.Behind && l.Lasted >= aheadPause && !l.Now.Before(s.ReadAfter):
 			ahead = append(ahead, s)
 		}
 	}

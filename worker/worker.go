@@ -52,7 +52,7 @@ const ensureEvery = 5 * time.Minute
 // WorkerStopTimeout, before it returns: the caller closes the brokers, the database and
 // the client only after that.
 func Run(ctx context.Context, d Deps) error {
-	if err := CheckQueueTypes(ctx, d.Pool, topology(d.Config), d.Logger); err != nil {
+	if err := checkQueueTypes(ctx, d.Pool, topology(d.Config), d.Logger); err != nil {
 		return err
 	}
 	watchCtx, stopWatching := context.WithCancel(context.WithoutCancel(ctx))
@@ -76,7 +76,7 @@ func Run(ctx context.Context, d Deps) error {
 	}
 	// Stop waits for the activities, which read the watcher until they return.
 	defer w.Stop()
-	if err := EnsureWorkflows(ctx, d.Client, d.Config); err != nil {
+	if err := ensureWorkflows(ctx, d.Client, d.Config); err != nil {
 		if ctx.Err() != nil {
 			// Told to stop while it started the workflows: a stop, not a failure. The
 			// next worker to start ensures them.
@@ -96,7 +96,7 @@ func Run(ctx context.Context, d Deps) error {
 		case err := <-fatal:
 			return fmt.Errorf("temporal worker on task queue %s stopped polling for good: %w", d.Config.TaskQueue, err)
 		case <-tick.C:
-			if err := EnsureWorkflows(ctx, d.Client, d.Config); err != nil && ctx.Err() == nil {
+			if err := ensureWorkflows(ctx, d.Client, d.Config); err != nil && ctx.Err() == nil {
 				d.Logger.WarnContext(ctx, "workflows not ensured", "error", err)
 			}
 		}
@@ -236,11 +236,11 @@ func topology(cfg config.Config) broker.Topology {
 // not answer is a spare's trouble for its windows, not a reason to stay down.
 const topologyCheckTimeout = 10 * time.Second
 
-// CheckQueueTypes declares the topology on every broker, all at once, and fails when a
+// checkQueueTypes declares the topology on every broker, all at once, and fails when a
 // queue there is of another type than QUEUE_TYPE: every window would fail on it. A broker
 // that cannot be reached, or refuses the declaration for another reason, is a warning;
 // its windows report it.
-func CheckQueueTypes(ctx context.Context, pool *broker.Pool, t broker.Topology, logger *slog.Logger) error {
+func checkQueueTypes(ctx context.Context, pool *broker.Pool, t broker.Topology, logger *slog.Logger) error {
 	eps := pool.Endpoints()
 	errs := make([]error, len(eps))
 	var wg sync.WaitGroup
@@ -294,11 +294,11 @@ func StateReader(store *brokerstate.Store, queues []string) metrics.StateReader 
 	}
 }
 
-// EnsureWorkflows starts the window workflows and the BrokerSwitch workflow unless they
+// ensureWorkflows starts the window workflows and the BrokerSwitch workflow unless they
 // run already, so that any number of workers can start at once. It describes each one
 // first: a describe is free, while a start counts as an Action even when it finds the
 // workflow running.
-func EnsureWorkflows(ctx context.Context, c client.Client, cfg config.Config) error {
+func ensureWorkflows(ctx context.Context, c client.Client, cfg config.Config) error {
 	var errs []error
 	for _, q := range cfg.Queues {
 		opts := workflows.QueueWindowStartOptions(cfg.TaskQueue, q)

@@ -337,7 +337,7 @@ func (c *Conn) frame() (Frame, []byte, error) {
 			return f, nil, fmt.Errorf("frame of type %d and %d bytes, over the %d this client reads", f.Type, f.Size, limit)
 		}
 		p, err := c.r.Payload(f)
-		if err != nil || f.Type != FrameHeartbeat {
+		if err != nil || f.Type != frameHeartbeat {
 			return f, p, err
 		}
 	}

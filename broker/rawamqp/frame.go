@@ -16,7 +16,7 @@ const (
 	FrameMethod    = 1
 	FrameHeader    = 2 // a content header: a message's properties and body size
 	FrameBody      = 3
-	FrameHeartbeat = 8
+	frameHeartbeat = 8
 	FrameEnd       = 0xCE
 )
 
