@@ -46,7 +46,7 @@ type Ingester struct {
 	MaxMessageBytes int
 	// TransientAttempts is how many times a batch is applied while Postgres turns it away
 	// for a transient reason (see isTransient) before HandleBatch gives up and returns the
-	// error, leaving the batch unsettled; 0 means DefaultTransientAttempts.
+	// error, leaving the batch unsettled; 0 means defaultTransientAttempts.
 	TransientAttempts int
 	// MaxClockSkew is how far past Now an event's entity clock may be; a later one is
 	// taken as unreadable (applied in queue order, counted and logged); 0 means
@@ -61,16 +61,16 @@ type Ingester struct {
 	// commits a batch of a broker we left. Required for ForActive.
 	Active ActiveHolder
 	// TransientBackoff is the pause before the second attempt, doubled before each next
-	// one up to maxTransientBackoff; 0 means DefaultTransientBackoff.
+	// one up to maxTransientBackoff; 0 means defaultTransientBackoff.
 	TransientBackoff time.Duration
 }
 
 const (
-	// DefaultTransientAttempts and DefaultTransientBackoff ride out a deadlock, a lock
+	// defaultTransientAttempts and defaultTransientBackoff ride out a deadlock, a lock
 	// timeout or a full connection table for a few seconds (0.2+0.4+0.8+1.6 s) before the
 	// consumer stops and Temporal's retry of the window takes over the back-off.
-	DefaultTransientAttempts = 5
-	DefaultTransientBackoff  = 200 * time.Millisecond
+	defaultTransientAttempts = 5
+	defaultTransientBackoff  = 200 * time.Millisecond
 	// maxTransientBackoff caps one pause, whatever TransientAttempts says.
 	maxTransientBackoff = 5 * time.Second
 	// timeoutAttempts is how many times one message alone may hit statement_timeout
@@ -198,8 +198,8 @@ func (h *batchHandler) HandleBatch(ctx context.Context, queue string, deliveries
 // gone. A statement timeout is retried likewise, but only for a single message: a batch
 // that times out is isolated by the caller, which is how a costly message is found.
 func (h *batchHandler) apply(ctx context.Context, queue string, msgs []message, now time.Time) ([]broker.Verdict, error) {
-	backoff := cmp.Or(h.ingester.TransientBackoff, DefaultTransientBackoff)
-	attempts := cmp.Or(h.ingester.TransientAttempts, DefaultTransientAttempts)
+	backoff := cmp.Or(h.ingester.TransientBackoff, defaultTransientBackoff)
+	attempts := cmp.Or(h.ingester.TransientAttempts, defaultTransientAttempts)
 	timeouts := 0
 	for attempt := 1; ; attempt++ {
 		verdicts, err := h.applyInTx(ctx, queue, msgs, now)
