@@ -13,9 +13,8 @@ import (
 	"time"
 
 	"github.com/google/go-github/v75/github"
-	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 	amqp "github.com/rabbitmq/amqp091-go"
-	"gorm.io/gorm"
 
 	"github.com/brokerswitch/brokerswitch/broker"
 	"github.com/brokerswitch/brokerswitch/config"
@@ -30,8 +29,8 @@ const pingTimeout = 2 * time.Second
 // Ingester applies decoded deliveries to Postgres. Its fields are read on every batch and
 // must not change while handlers run.
 type Ingester struct {
-	// DB is the database to write to; required.
-	DB *gorm.DB
+	// DB is the pool of connections to write through; required.
+	DB *pgxpool.Pool
 	// MaxRetryCycles is how many trips through the -retry queue a message that fails on
 	// its own gets before it is rejected to -error; 0 rejects on the first failure.
 	MaxRetryCycles int
@@ -304,8 +303,8 @@ func (h *batchHandler) applyInTx(ctx context.Context, queue string, msgs []messa
 		}
 	}
 	var tx committed
-	err := onConn(ctx, h.ingester.DB, func(conn *pgx.Conn) (err error) {
-		tx, err = writeBatch(ctx, conn, b)
+	err := h.ingester.DB.AcquireFunc(ctx, func(conn *pgxpool.Conn) (err error) {
+		tx, err = writeBatch(ctx, conn.Conn(), b)
 		return err
 	})
 	if err != nil {
@@ -542,11 +541,7 @@ func (h *batchHandler) fail(ctx context.Context, queue string, m message, now ti
 	}
 	row := h.ledgerRow(queue, m, now)
 	row.Outcome, row.ErrorReason, row.AppliedAt = models.OutcomeError, cleanText(verdict.Reason), nil
-	err := onConn(ctx, h.ingester.DB, func(conn *pgx.Conn) error {
-		_, err := claimLedger(ctx, conn, []models.Delivery{row})
-		return err
-	})
-	if err != nil {
+	if _, err := claimLedger(ctx, h.ingester.DB, []models.Delivery{row}); err != nil {
 		if h.cannotDecide(ctx, err) {
 			return broker.Verdict{}, fmt.Errorf("record failure of delivery %s: %w", m.event.DeliveryID, err)
 		}
@@ -570,7 +565,7 @@ func (h *batchHandler) cannotDecide(ctx context.Context, err error) bool {
 	// A statement error can hide a server that died right after; ask it directly.
 	pingCtx, cancel := context.WithTimeout(ctx, pingTimeout)
 	defer cancel()
-	return onConn(pingCtx, h.ingester.DB, func(conn *pgx.Conn) error { return conn.Ping(pingCtx) }) != nil
+	return h.ingester.DB.Ping(pingCtx) != nil
 }
 
 func (h *batchHandler) now() time.Time {

@@ -63,11 +63,7 @@ func threeEvents(t *testing.T) []amqp.Delivery {
 // lockTimeout for a lock, pausing backoff between its attempts, with logs the test reads.
 func lockTimeoutIngester(t *testing.T, e *env, lockTimeout, backoff time.Duration, attempts int) (*Ingester, *testenv.Buffer) {
 	t.Helper()
-	db, err := models.OpenPool(context.Background(), e.dsn, models.PoolConfig{LockTimeout: lockTimeout})
-	require.NoError(t, err)
-	sqlDB, err := db.DB()
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = sqlDB.Close() })
+	db := openPool(t, e.dsn, models.PoolConfig{LockTimeout: lockTimeout})
 	logs := &testenv.Buffer{}
 	ing := *e.ing
 	ing.DB, ing.Logger, ing.TransientBackoff, ing.TransientAttempts = db, slog.New(slog.NewTextHandler(logs, nil)), backoff, attempts
