@@ -189,7 +189,7 @@ func readBody(ev *Event, body []byte) error {
 		return fmt.Errorf("%w: body is not a JSON object", ErrMalformed)
 	}
 
-	if applierFor(ev.Type) == nil {
+	if appliers[ev.Type] == nil {
 		// No table: read just enough to record it.
 		var envelope struct {
 			Action string   `json:"action"`

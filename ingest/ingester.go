@@ -43,10 +43,10 @@ type Ingester struct {
 	// MaxMessageBytes is the largest body applied; a larger message is rejected to -error
 	// without being read. 0 means no limit.
 	MaxMessageBytes int
-	// TransientAttempts is how many times a batch is applied while Postgres turns it away
+	// transientAttempts is how many times a batch is applied while Postgres turns it away
 	// for a transient reason (see isTransient) before HandleBatch gives up and returns the
 	// error, leaving the batch unsettled; 0 means defaultTransientAttempts.
-	TransientAttempts int
+	transientAttempts int
 	// MaxClockSkew is how far past Now an event's entity clock may be; a later one is
 	// taken as unreadable (applied in queue order, counted and logged); 0 means
 	// config.DefaultNotificationMaxClockSkew. The worker sets NOTIFICATION_MAX_CLOCK_SKEW.
@@ -59,9 +59,9 @@ type Ingester struct {
 	// unsettled, so that a consumer window whose view of the broker state lags never
 	// commits a batch of a broker we left. Required for ForActive.
 	Active ActiveHolder
-	// TransientBackoff is the pause before the second attempt, doubled before each next
+	// transientBackoff is the pause before the second attempt, doubled before each next
 	// one up to maxTransientBackoff; 0 means defaultTransientBackoff.
-	TransientBackoff time.Duration
+	transientBackoff time.Duration
 }
 
 const (
@@ -70,7 +70,7 @@ const (
 	// consumer stops and Temporal's retry of the window takes over the back-off.
 	defaultTransientAttempts = 5
 	defaultTransientBackoff  = 200 * time.Millisecond
-	// maxTransientBackoff caps one pause, whatever TransientAttempts says.
+	// maxTransientBackoff caps one pause, whatever transientAttempts says.
 	maxTransientBackoff = 5 * time.Second
 	// timeoutAttempts is how many times one message alone may hit statement_timeout
 	// before it is rejected to -error: once may be the server's load, twice in a row on
@@ -197,8 +197,8 @@ func (h *batchHandler) HandleBatch(ctx context.Context, queue string, deliveries
 // gone. A statement timeout is retried likewise, but only for a single message: a batch
 // that times out is isolated by the caller, which is how a costly message is found.
 func (h *batchHandler) apply(ctx context.Context, queue string, msgs []message, now time.Time) ([]broker.Verdict, error) {
-	backoff := cmp.Or(h.ingester.TransientBackoff, defaultTransientBackoff)
-	attempts := cmp.Or(h.ingester.TransientAttempts, defaultTransientAttempts)
+	backoff := cmp.Or(h.ingester.transientBackoff, defaultTransientBackoff)
+	attempts := cmp.Or(h.ingester.transientAttempts, defaultTransientAttempts)
 	timeouts := 0
 	for attempt := 1; ; attempt++ {
 		verdicts, err := h.applyInTx(ctx, queue, msgs, now)

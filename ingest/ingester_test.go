@@ -695,7 +695,7 @@ func TestEveryVendoredPayloadApplies(t *testing.T) {
 	for _, ex := range payloads.All() {
 		d := e.ledger(t, "d-"+ex.Name)
 		want := models.OutcomeApplied
-		if applierFor(ex.Event) == nil {
+		if appliers[ex.Event] == nil {
 			want = models.OutcomeIgnored
 		}
 		assert.Equal(t, want, d.Outcome, ex.Name)

@@ -51,7 +51,7 @@ func timeoutBatch(t *testing.T, e *env) (*Ingester, []amqp.Delivery) {
 	t.Helper()
 	ing := *e.ing
 	ing.DB = openPool(t, e.dsn, models.PoolConfig{StatementTimeout: 300 * time.Millisecond})
-	ing.TransientBackoff = time.Millisecond
+	ing.transientBackoff = time.Millisecond
 	slow := edit(t, example(t, "issues.opened.0"), func(p map[string]any) { object(p, "issue")["title"] = "slow" })
 	return &ing, []amqp.Delivery{
 		delivery("pull_request", "d-1", example(t, "pull_request.opened.0")),
