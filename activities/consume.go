@@ -11,7 +11,6 @@ import (
 
 	"github.com/brokerswitch/brokerswitch/broker"
 	"github.com/brokerswitch/brokerswitch/brokerstate"
-	"github.com/brokerswitch/brokerswitch/config"
 	"github.com/brokerswitch/brokerswitch/healthchecks"
 	"github.com/brokerswitch/brokerswitch/liveness"
 	"github.com/brokerswitch/brokerswitch/metrics"
@@ -198,7 +197,8 @@ func (a *Window) watchSpares(ctx context.Context, end context.CancelCauseFunc, i
 	}
 	every := a.SpareCheck
 	if every <= 0 {
-		every = config.DefaultSpareCheckInterval
+		end(errors.New("the worker has no spare-check interval (SPARE_CHECK_INTERVAL) to watch the spares with"))
+		return
 	}
 	started := time.Now()
 	tick := time.NewTicker(every)

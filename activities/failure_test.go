@@ -42,13 +42,13 @@ func TestAFailedWindowPingsOnlyTheKind(t *testing.T) {
 	require.NoError(t, ln.Close())
 	eps, err := broker.ParseEndpoints("amqp://user:pw@" + addr + "/secret-vhost")
 	require.NoError(t, err)
-	pool := broker.NewPool(eps, nil)
+	pool := broker.NewPool(eps, nil, broker.PoolSettings{})
 	t.Cleanup(func() { _ = pool.Close() })
 
 	store := &brokerstate.Store{DB: migratedDB(t), Brokers: []brokerstate.Ref{{Host: eps[0].Host, Vhost: eps[0].Vhost}}}
 
 	pings := &healthchecks.Pinger{URL: srv.URL + "/check"}
-	w := &Window{Pool: pool, State: store, Topology: broker.Topology{Queues: []string{"issues"}, RetryTTL: time.Minute}, Pings: pings}
+	w := &Window{Pool: pool, Prefetch: 10, State: store, Topology: broker.Topology{Queues: []string{"issues"}, RetryTTL: time.Minute}, Pings: pings}
 	err = w.Consume(t.Context(), ConsumeInput{Queue: "issues", BrokerIndex: 0, Window: time.Minute})
 	require.ErrorIs(t, err, broker.ErrUnreachable)
 	require.Contains(t, err.Error(), "secret-vhost", "the error itself keeps the detail for the logs")

@@ -1,7 +1,6 @@
 package activities
 
 import (
-	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -9,7 +8,6 @@ import (
 
 	"github.com/brokerswitch/brokerswitch/broker"
 	"github.com/brokerswitch/brokerswitch/brokerstate"
-	"github.com/brokerswitch/brokerswitch/config"
 	"github.com/brokerswitch/brokerswitch/liveness"
 	"github.com/brokerswitch/brokerswitch/windowplan"
 )
@@ -85,7 +83,7 @@ func (a *Window) planDrain(ctx context.Context, in LeftoverDrainInput) (windowpl
 		return windowplan.Drain{}, err
 	}
 	return windowplan.Plan(windowplan.Input{
-		State: st, Behind: in.Brokers, Ahead: in.Ahead, Marks: marks, Reached: reached, Now: now, Grace: a.grace(),
+		State: st, Behind: in.Brokers, Ahead: in.Ahead, Marks: marks, Reached: reached, Now: now, Grace: a.UnnotifiedGrace,
 	}), nil
 }
 
@@ -121,7 +119,7 @@ func (a *Window) afterDrain(ctx context.Context, queue string, s windowplan.Spar
 		err = a.hold(ctx, queue, s, now, res)
 	default:
 		if s.Reading == brokerstate.ReadUnannounced {
-			u := windowplan.Unannounced(s.Index, s.Mark.HeldSince, a.grace())
+			u := windowplan.Unannounced(s.Index, s.Mark.HeldSince, a.UnnotifiedGrace)
 			u.Read = true
 			res.Unannounced = append(res.Unannounced, u)
 		}
@@ -147,8 +145,8 @@ func (a *Window) hold(ctx context.Context, queue string, s windowplan.Spare, now
 	}
 	a.Metrics.UnannouncedHeld(queue, s.Index)
 	a.Logger.WarnContext(ctx, "leftover drain: the broker has messages the producer never announced; they wait for its notification",
-		"queue", queue, "broker", a.endpoint(s.Index), "since", mark.HeldSince, "read_after", mark.HeldSince.Add(a.grace()))
-	res.Unannounced = append(res.Unannounced, windowplan.Unannounced(s.Index, mark.HeldSince, a.grace()))
+		"queue", queue, "broker", a.endpoint(s.Index), "since", mark.HeldSince, "read_after", mark.HeldSince.Add(a.UnnotifiedGrace))
+	res.Unannounced = append(res.Unannounced, windowplan.Unannounced(s.Index, mark.HeldSince, a.UnnotifiedGrace))
 	return nil
 }
 
@@ -210,11 +208,6 @@ func (a *Window) unverified(ctx context.Context, queue string, index int, cause 
 	}
 	return fmt.Errorf("leftover drain %s on %s: failed with %s, which the active broker must not overtake: %w",
 		queue, a.endpoint(index), held, cause)
-}
-
-// grace is how long messages the producer never announced wait for its notification.
-func (a *Window) grace() time.Duration {
-	return cmp.Or(a.UnnotifiedGrace, config.DefaultUnnotifiedBrokerGrace)
 }
 
 // activeIdle tells whether queue and its -retry sibling were seen empty on the active

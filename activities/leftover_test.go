@@ -178,7 +178,7 @@ func TestASpareAheadWaitsForTheActiveBacklog(t *testing.T) {
 	active, behind, ahead := testenv.NewVhost(t), testenv.NewVhost(t), testenv.NewVhost(t)
 	eps, err := broker.ParseEndpoints(strings.Join([]string{active, behind, ahead}, ","))
 	require.NoError(t, err)
-	pool := broker.NewPool(eps, nil)
+	pool := broker.NewPool(eps, nil, broker.PoolSettings{})
 	t.Cleanup(func() { _ = pool.Close() })
 	for i := range eps {
 		require.NoError(t, pool.DeclareTopology(context.Background(), i, testTopology()))
@@ -239,7 +239,7 @@ func TestASpareAheadWaitsForTheActiveBrokersUnacknowledgedBacklog(t *testing.T) 
 	active, ahead := testenv.NewVhost(t), testenv.NewVhost(t)
 	eps, err := broker.ParseEndpoints(strings.Join([]string{active, ahead}, ","))
 	require.NoError(t, err)
-	pool := broker.NewPool(eps, nil)
+	pool := broker.NewPool(eps, nil, broker.PoolSettings{})
 	t.Cleanup(func() { _ = pool.Close() })
 	for i := range eps {
 		require.NoError(t, pool.DeclareTopology(context.Background(), i, testTopology()))

@@ -52,7 +52,7 @@ func newMarkedOn(t *testing.T, urls ...string) *marked {
 	m := &marked{urls: urls}
 	eps, err := broker.ParseEndpoints(strings.Join(m.urls, ","))
 	require.NoError(t, err)
-	pool := broker.NewPool(eps, nil)
+	pool := broker.NewPool(eps, nil, broker.PoolSettings{})
 	t.Cleanup(func() { _ = pool.Close() })
 	db, _ := modelstest.NewDB(t)
 	m.store = &brokerstate.Store{DB: db}

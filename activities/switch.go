@@ -1,7 +1,6 @@
 package activities
 
 import (
-	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -13,7 +12,6 @@ import (
 
 	"github.com/brokerswitch/brokerswitch/broker"
 	"github.com/brokerswitch/brokerswitch/brokerstate"
-	"github.com/brokerswitch/brokerswitch/config"
 	"github.com/brokerswitch/brokerswitch/liveness"
 	"github.com/brokerswitch/brokerswitch/metrics"
 )
@@ -44,8 +42,8 @@ type Switch struct {
 	Logger             *slog.Logger
 	// Watcher announces changes of the state that an idle BrokerSwitch workflow waits for.
 	Watcher stateWatcher
-	// MaxClockSkew is how far ahead of Now a notification may be (0 means
-	// config.DefaultNotificationMaxClockSkew): the API refuses it, and so does a signal sent around it.
+	// MaxClockSkew is how far ahead of Now a notification may be
+	// (NOTIFICATION_MAX_CLOCK_SKEW): the API refuses it, and so does a signal sent around it.
 	MaxClockSkew time.Duration
 	// Metrics counts drain checks and switches and observes switch lags; nil counts nothing.
 	Metrics *metrics.Metrics
@@ -53,7 +51,7 @@ type Switch struct {
 	// worker died is failed by a peer and the workflow reads the state again.
 	Leases attemptHolder
 	// UnnotifiedGrace bounds how long a spare holding messages of unknown place holds a
-	// hop's commit (UNNOTIFIED_BROKER_GRACE; 0 means its default).
+	// hop's commit (UNNOTIFIED_BROKER_GRACE; 0 means not at all).
 	UnnotifiedGrace time.Duration
 }
 
@@ -144,8 +142,13 @@ type SwitchSettings struct {
 }
 
 // Settings reports the worker's drain-check interval, so that a changed configuration
-// reaches the workflow at its next run instead of living in its input.
+// reaches the workflow at its next run instead of living in its input. A worker built
+// without one is refused: the workflow would check without a pause.
 func (a *Switch) Settings(context.Context) (SwitchSettings, error) {
+	if a.DrainCheckInterval <= 0 {
+		return SwitchSettings{}, temporal.NewNonRetryableApplicationError(
+			"the worker has no drain-check interval (DRAIN_CHECK_INTERVAL)", "NoDrainCheckInterval", nil)
+	}
 	return SwitchSettings{DrainCheckInterval: a.DrainCheckInterval}, nil
 }
 
@@ -242,7 +245,7 @@ func (a *Switch) heldBy(ctx context.Context, active int) ([]brokerstate.Held, er
 	if err != nil {
 		return nil, err
 	}
-	grace := cmp.Or(a.UnnotifiedGrace, config.DefaultUnnotifiedBrokerGrace)
+	grace := a.UnnotifiedGrace
 	var held []brokerstate.Held
 	for _, q := range a.Queues {
 		marks, reached, err := a.Store.SpareMarks(ctx, q)

@@ -88,7 +88,7 @@ func TestAStaleReadingDoesNotEndTheWatch(t *testing.T) {
 // runKeeper runs a worker lease on db, with Temporal always answering, until the test ends.
 func runKeeper(t *testing.T, db *gorm.DB) *liveness.Keeper {
 	t.Helper()
-	k := &liveness.Keeper{DB: db, Temporal: &testenv.TemporalReach{}, Identity: t.Name(), Logger: slog.New(slog.DiscardHandler)}
+	k := &liveness.Keeper{DB: db, Temporal: &testenv.TemporalReach{}, Identity: t.Name(), TTL: 8 * time.Second, Logger: slog.New(slog.DiscardHandler)}
 	testenv.RunInBackground(t, k.Run)
 	return k
 }

@@ -86,7 +86,7 @@ type Window struct {
 	Marks   spareMarks
 	Watcher stateWatcher
 	// UnnotifiedGrace is how long messages the producer never announced wait for its
-	// notification (UNNOTIFIED_BROKER_GRACE); 0 means config.DefaultUnnotifiedBrokerGrace.
+	// notification (UNNOTIFIED_BROKER_GRACE); 0 means none: they are read at once.
 	UnnotifiedGrace time.Duration
 	Topology        broker.Topology
 	Prefetch        int
@@ -94,7 +94,7 @@ type Window struct {
 	// dies has its attempts failed by a peer and retried at once, without heartbeats.
 	Leases attemptHolder
 	// SpareCheck is how often a consumer window counts the spares it watches
-	// (SPARE_CHECK_INTERVAL); 0 means config.DefaultSpareCheckInterval.
+	// (SPARE_CHECK_INTERVAL); a window with spares to watch fails without it.
 	SpareCheck time.Duration
 	// StatementTimeout is DB_STATEMENT_TIMEOUT: with Prefetch it bounds how long the batch
 	// in hand at a window's end may take to settle.

@@ -18,8 +18,8 @@ import (
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/converter"
 
+	"github.com/brokerswitch/brokerswitch/broker"
 	"github.com/brokerswitch/brokerswitch/brokerstate"
-	"github.com/brokerswitch/brokerswitch/config"
 	"github.com/brokerswitch/brokerswitch/liveness"
 	"github.com/brokerswitch/brokerswitch/metrics"
 )
@@ -54,14 +54,34 @@ type StateStore interface {
 	Now(ctx context.Context) (time.Time, error)
 }
 
+// Settings are the API's part of the configuration; they hold the tokens: never log them.
+type Settings struct {
+	// Brokers are RABBITMQ_CONNECTION_STRINGS, each at its index.
+	Brokers []broker.Endpoint
+	// TaskQueue is TEMPORAL_TASK_QUEUE, where the BrokerSwitch workflow is started.
+	TaskQueue string
+	// HTTPAddr is HTTP_ADDR, where Serve listens.
+	HTTPAddr string
+	// OperatorToken and ProducerToken are OPERATOR_TOKEN and PRODUCER_TOKEN; with both
+	// empty, Serve refuses to start unless InsecureNoAuth (API_INSECURE_NO_AUTH) is set.
+	OperatorToken, ProducerToken string
+	InsecureNoAuth               bool
+	// NotificationMaxClockSkew is NOTIFICATION_MAX_CLOCK_SKEW: how far ahead of now a
+	// notification's switchedAt may be.
+	NotificationMaxClockSkew time.Duration
+	// NotificationRate and NotificationBurst are NOTIFICATION_RATE and NOTIFICATION_BURST;
+	// a rate of 0 sets no limit.
+	NotificationRate  float64
+	NotificationBurst int
+}
+
 // Deps are what the API is built from.
 type Deps struct {
-	// Config gives the brokers, the tokens, the task queue and the workflow input.
-	Config config.Config
+	Settings Settings
 	// Temporal signals and describes the BrokerSwitch workflow. Required.
 	Temporal TemporalClient
 	// Store reads the broker state from Postgres; build it with hops resolved against
-	// Config.Brokers (brokerstate.NewStore). Required.
+	// Settings.Brokers (brokerstate.NewStore). Required.
 	Store StateStore
 	// Attempts lists what the live workers hold (liveness.Attempts over the database): which
 	// broker each queue's window reads, on which worker, since when. Nil shows none.
@@ -76,8 +96,6 @@ type Deps struct {
 	Now func() time.Time
 	// CommitWait bounds the wait for a forced switch or a cancel to commit; 0 means DefaultCommitWait.
 	CommitWait time.Duration
-	// ReadyMaxAge is how long a /readyz answer is reused; 0 means metrics.DefaultReadyMaxAge.
-	ReadyMaxAge time.Duration
 }
 
 // withDefaults fills the optional fields.
@@ -90,9 +108,6 @@ func (d Deps) withDefaults() Deps {
 	}
 	if d.CommitWait <= 0 {
 		d.CommitWait = DefaultCommitWait
-	}
-	if d.ReadyMaxAge <= 0 {
-		d.ReadyMaxAge = metrics.DefaultReadyMaxAge
 	}
 	return d
 }
@@ -113,10 +128,10 @@ func Router(deps Deps) *gin.Engine {
 	deps = deps.withDefaults()
 	s := &server{
 		deps:        deps,
-		auth:        newAuthenticator(deps.Config),
+		auth:        newAuthenticator(deps.Settings),
 		log:         deps.Logger,
 		ready:       newReadiness(deps),
-		notifyLimit: newNotificationLimiter(deps.Config.NotificationRate, deps.Config.NotificationBurst, deps.Now),
+		notifyLimit: newNotificationLimiter(deps.Settings.NotificationRate, deps.Settings.NotificationBurst, deps.Now),
 	}
 
 	// Debug mode prints every route and a warning to stdout; release mode keeps the log ours.

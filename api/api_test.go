@@ -477,7 +477,7 @@ func (c countingTemporal) CheckHealth(ctx context.Context, req *client.CheckHeal
 }
 
 // /readyz needs no token, and in `serve` its ping shares the pool with ingestion: a burst
-// of probes costs one round of checks per ReadyMaxAge, not one each.
+// of probes costs one round of checks per metrics.DefaultReadyMaxAge (5 s), not one each.
 func TestReadyzIsCached(t *testing.T) {
 	e := newEnv(t)
 	sqlDB, err := e.db.DB()
@@ -489,7 +489,6 @@ func TestReadyzIsCached(t *testing.T) {
 	deps.Ping = func(ctx context.Context) error { pings.Add(1); return sqlDB.PingContext(ctx) }
 	deps.Temporal = countingTemporal{TemporalClient: e.client, health: &health}
 	deps.Now = func() time.Time { return time.Unix(0, clock.Load()) }
-	deps.ReadyMaxAge = 5 * time.Second
 	router := Router(deps)
 
 	const probes = 100
@@ -509,15 +508,15 @@ func TestReadyzIsCached(t *testing.T) {
 	for _, status := range burst() {
 		require.Equal(t, http.StatusOK, status)
 	}
-	require.EqualValues(t, 1, pings.Load(), "database pings for %d probes within ReadyMaxAge", probes)
-	require.EqualValues(t, 1, health.Load(), "Temporal health calls for %d probes within ReadyMaxAge", probes)
+	require.EqualValues(t, 1, pings.Load(), "database pings for %d probes within the max age", probes)
+	require.EqualValues(t, 1, health.Load(), "Temporal health calls for %d probes within the max age", probes)
 
 	clock.Add(int64(4 * time.Second))
 	burst()
-	require.EqualValues(t, 1, pings.Load(), "an answer younger than ReadyMaxAge is reused")
+	require.EqualValues(t, 1, pings.Load(), "an answer younger than the max age is reused")
 	clock.Add(int64(2 * time.Second))
 	burst()
-	require.EqualValues(t, 2, pings.Load(), "an answer older than ReadyMaxAge is checked again, once")
+	require.EqualValues(t, 2, pings.Load(), "an answer older than the max age is checked again, once")
 	require.EqualValues(t, 2, health.Load())
 }
 

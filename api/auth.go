@@ -7,8 +7,6 @@ import (
 	"strings"
 
 	"github.com/gin-gonic/gin"
-
-	"github.com/brokerswitch/brokerswitch/config"
 )
 
 // role is what a caller may do; a higher role may do everything a lower one may.
@@ -31,7 +29,7 @@ type authenticator struct {
 	producer *[sha256.Size]byte
 }
 
-func newAuthenticator(cfg config.Config) authenticator {
+func newAuthenticator(cfg Settings) authenticator {
 	a := authenticator{open: cfg.InsecureNoAuth && cfg.OperatorToken == "" && cfg.ProducerToken == ""}
 	if cfg.OperatorToken != "" {
 		d := sha256.Sum256([]byte(cfg.OperatorToken))

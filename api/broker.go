@@ -68,7 +68,7 @@ func (s *server) postPendingSwitch(c *gin.Context) {
 	}
 	// Matched by endpoint, never by index: the producer's list and ours need not be in
 	// the same order.
-	ep, ok := broker.FindEndpoint(s.deps.Config.Brokers, *req.Host, vhost)
+	ep, ok := broker.FindEndpoint(s.deps.Settings.Brokers, *req.Host, vhost)
 	if !ok {
 		s.fail(c, http.StatusNotFound, fmt.Sprintf("no configured broker has host %q and vhost %q", *req.Host, vhost))
 		return
@@ -135,7 +135,7 @@ func (s *server) switchedAt(field *string, now time.Time) (time.Time, int, strin
 	}
 	// The mark of notifications taken only rises: one dated far ahead would make every
 	// real notification stale until then.
-	if err := brokerstate.CheckSwitchedAt(switchedAt, now, s.deps.Config.NotificationMaxClockSkew); err != nil {
+	if err := brokerstate.CheckSwitchedAt(switchedAt, now, s.deps.Settings.NotificationMaxClockSkew); err != nil {
 		return time.Time{}, http.StatusUnprocessableEntity, err.Error()
 	}
 	return switchedAt, 0, ""
@@ -149,7 +149,7 @@ func (s *server) fromHop(ctx context.Context, from *brokerName) *brokerstate.Hop
 	if from.Vhost != nil {
 		vhost = *from.Vhost
 	}
-	ep, ok := broker.FindEndpoint(s.deps.Config.Brokers, *from.Host, vhost)
+	ep, ok := broker.FindEndpoint(s.deps.Settings.Brokers, *from.Host, vhost)
 	if !ok {
 		s.log.WarnContext(ctx, "pending switch notification from a broker that is not configured: taken without from",
 			"from_host", *from.Host, "from_vhost", vhost)
@@ -167,9 +167,9 @@ func (s *server) postSwitch(c *gin.Context) {
 		s.fail(c, http.StatusBadRequest, fmt.Sprintf("broker index %q is not an integer", raw))
 		return
 	}
-	if index < 0 || index >= len(s.deps.Config.Brokers) {
+	if index < 0 || index >= len(s.deps.Settings.Brokers) {
 		s.fail(c, http.StatusNotFound, fmt.Sprintf("no broker %d: %d brokers are configured (0 to %d)",
-			index, len(s.deps.Config.Brokers), len(s.deps.Config.Brokers)-1))
+			index, len(s.deps.Settings.Brokers), len(s.deps.Settings.Brokers)-1))
 		return
 	}
 	ctx := c.Request.Context()
@@ -195,7 +195,7 @@ func (s *server) postSwitch(c *gin.Context) {
 		s.failInternal(c, http.StatusBadGateway, "the switch could not be handed to the workflow engine; nothing was changed, retry", err)
 		return
 	}
-	s.log.InfoContext(ctx, "forced switch sent to the workflow", "to", s.deps.Config.Brokers[index])
+	s.log.InfoContext(ctx, "forced switch sent to the workflow", "to", s.deps.Settings.Brokers[index])
 	st, ok := s.waitForState(ctx, func(st brokerstate.State) bool {
 		ls := st.LastSwitch
 		return ls != nil && ls.Forced && ls.To == index && !sameSwitch(ls, before.LastSwitch)
@@ -295,7 +295,7 @@ func (s *server) answerByUpdate(c *gin.Context, name string, arg any) bool {
 // not be lost for that.
 func (s *server) signal(ctx context.Context, name string, arg any) error {
 	_, err := s.deps.Temporal.SignalWithStartWorkflow(ctx, workflows.BrokerSwitchWorkflowID, name, arg,
-		workflows.BrokerSwitchStartOptions(s.deps.Config.TaskQueue), workflows.BrokerSwitch, workflows.BrokerSwitchInput{})
+		workflows.BrokerSwitchStartOptions(s.deps.Settings.TaskQueue), workflows.BrokerSwitch, workflows.BrokerSwitchInput{})
 	if err != nil {
 		return fmt.Errorf("signal %s to workflow %s: %w", name, workflows.BrokerSwitchWorkflowID, err)
 	}

@@ -31,7 +31,7 @@ func newErrorsEnv(t *testing.T, ids ...string) *env {
 	eps, err := broker.ParseEndpoints(amqpURL)
 	require.NoError(t, err)
 	e := newEnv(t, func(c *config.Config) { c.Brokers, c.Queues = eps, []string{"issues"} })
-	pool := broker.NewPool(eps, slog.New(slog.DiscardHandler))
+	pool := broker.NewPool(eps, slog.New(slog.DiscardHandler), broker.PoolSettings{})
 	t.Cleanup(func() { _ = pool.Close() })
 	topo := broker.Topology{Queues: []string{"issues"}, RetryTTL: time.Minute, Type: broker.QueueType(testenv.QueueType())}
 	require.NoError(t, pool.DeclareTopology(t.Context(), 0, topo))

@@ -17,15 +17,14 @@ func (s *server) healthz(c *gin.Context) {
 }
 
 // newReadiness checks that Postgres answers a ping and Temporal's frontend reports
-// healthy. The answer is reused for ReadyMaxAge: /readyz needs no token, and in `serve`
+// healthy. The answer is reused for metrics.DefaultReadyMaxAge: /readyz needs no token, and in `serve`
 // the ping shares the pool with ingestion, so a burst of probes must not become a burst
 // of pings and health calls.
 func newReadiness(deps Deps) *metrics.Readiness {
 	return &metrics.Readiness{
-		MaxAge:  deps.ReadyMaxAge,
-		Timeout: metrics.DefaultReadyTimeout,
-		Logger:  deps.Logger,
-		Now:     deps.Now,
+		MaxAge: metrics.DefaultReadyMaxAge,
+		Logger: deps.Logger,
+		Now:    deps.Now,
 		Checks: []metrics.Check{
 			{Name: "postgres", Run: deps.Ping},
 			{Name: "temporal", Run: func(ctx context.Context) error {

@@ -52,19 +52,15 @@ func newEnv(t *testing.T, modify ...func(*config.Config)) *env {
 	t.Helper()
 	eps, err := broker.ParseEndpoints(fakeBrokers)
 	require.NoError(t, err)
-	cfg := config.Config{
-		Brokers:            eps,
-		TaskQueue:          "api-test",
-		Queues:             []string{"pull_requests"},
-		DrainCheckInterval: 200 * time.Millisecond,
-		RetryTTL:           10 * time.Minute,
-		ConsumerWindow:     time.Minute,
-		Prefetch:           10,
-		MaxRetryCycles:     3,
-		LeftoverDrainCap:   10,
-		OperatorToken:      operatorToken,
-		ProducerToken:      producerToken,
-	}
+	// The service's defaults, as a worker started by a test needs them all.
+	cfg, err := config.FromEnv(func(string) string { return "" })
+	require.NoError(t, err)
+	cfg.Brokers, cfg.TaskQueue, cfg.Queues = eps, "api-test", []string{"pull_requests"}
+	cfg.DrainCheckInterval, cfg.ConsumerWindow, cfg.Prefetch = 200*time.Millisecond, time.Minute, 10
+	cfg.MaxRetryCycles, cfg.LeftoverDrainCap = 3, 10
+	cfg.OperatorToken, cfg.ProducerToken = operatorToken, producerToken
+	// No rate limit: the tests that want one set it.
+	cfg.NotificationRate = 0
 	for _, m := range modify {
 		m(&cfg)
 	}
@@ -82,7 +78,7 @@ func newEnv(t *testing.T, modify ...func(*config.Config)) *env {
 		client: c,
 	}
 	e.deps = Deps{
-		Config:     cfg,
+		Settings:   settingsOf(cfg),
 		Temporal:   c,
 		Store:      e.store,
 		Ping:       sqlDB.PingContext,
@@ -217,3 +213,13 @@ func (e *env) seed(fn func(brokerstate.State) brokerstate.State) {
 
 // jsonBody is a request body from a string.
 func jsonBody(s string) io.Reader { return bytes.NewBufferString(s) }
+
+// settingsOf are the API's part of cfg, as the service hands them over.
+func settingsOf(cfg config.Config) Settings {
+	return Settings{
+		Brokers: cfg.Brokers, TaskQueue: cfg.TaskQueue, HTTPAddr: cfg.HTTPAddr,
+		OperatorToken: cfg.OperatorToken, ProducerToken: cfg.ProducerToken, InsecureNoAuth: cfg.InsecureNoAuth,
+		NotificationMaxClockSkew: cfg.NotificationMaxClockSkew,
+		NotificationRate:         cfg.NotificationRate, NotificationBurst: cfg.NotificationBurst,
+	}
+}

@@ -29,7 +29,6 @@ import (
 	yaml "go.yaml.in/yaml/v3"
 
 	"github.com/brokerswitch/brokerswitch/brokerstate"
-	"github.com/brokerswitch/brokerswitch/config"
 	"github.com/brokerswitch/brokerswitch/errorqueue"
 	"github.com/brokerswitch/brokerswitch/metrics"
 )
@@ -67,7 +66,7 @@ var ginParam = regexp.MustCompile(`:([A-Za-z0-9_]+)`)
 
 func TestOpenAPIMatchesRoutes(t *testing.T) {
 	doc := loadOpenAPI(t)
-	r := Router(Deps{Config: config.Config{OperatorToken: "x"}})
+	r := Router(Deps{Settings: Settings{OperatorToken: "x"}})
 
 	var inCode []string
 	for _, route := range r.Routes() {

@@ -19,7 +19,6 @@ import (
 
 	"github.com/brokerswitch/brokerswitch/broker"
 	"github.com/brokerswitch/brokerswitch/brokerstate"
-	"github.com/brokerswitch/brokerswitch/config"
 )
 
 // memStore is a StateStore in memory: Update applies fn under a lock, as the
@@ -104,7 +103,8 @@ func FuzzPendingSwitchBody(f *testing.F) {
 	}
 	store := &memStore{}
 	router := Router(Deps{
-		Config:   config.Config{Brokers: eps, TaskQueue: "fuzz", Queues: []string{"issues"}, ProducerToken: producerToken, OperatorToken: operatorToken},
+		Settings: Settings{Brokers: eps, TaskQueue: "fuzz", ProducerToken: producerToken, OperatorToken: operatorToken,
+			NotificationMaxClockSkew: 5 * time.Minute},
 		Temporal: okTemporal{},
 		Store:    store,
 		Ping:     func(context.Context) error { return nil },
@@ -142,7 +142,7 @@ func FuzzPendingSwitchBody(f *testing.F) {
 			t.Fatalf("the answer shows a broker password: %s", b)
 		}
 		st, _ := store.LoadAllowingRemoved(context.Background())
-		if limit := time.Now().Add(config.DefaultNotificationMaxClockSkew); st.SeenUntil.After(limit) {
+		if limit := time.Now().Add(5 * time.Minute); st.SeenUntil.After(limit) {
 			t.Fatalf("the mark of notifications %s lies beyond the clock skew allowed", st.SeenUntil)
 		}
 		if st.Pending != nil && (st.Pending.Target().Index < 0 || st.Pending.Target().Index >= len(eps)) {

@@ -11,25 +11,24 @@ import (
 	"github.com/brokerswitch/brokerswitch/metrics"
 )
 
-// Serve runs the API on Config.HTTPAddr until ctx ends, then shuts down gracefully. It
+// Serve runs the API on Settings.HTTPAddr until ctx ends, then shuts down gracefully. It
 // refuses to start without tokens unless development mode was asked for.
 func Serve(ctx context.Context, deps Deps) error {
 	if err := checkDeps(deps); err != nil {
 		return err
 	}
-	ln, err := net.Listen("tcp", deps.Config.HTTPAddr)
+	ln, err := net.Listen("tcp", deps.Settings.HTTPAddr)
 	if err != nil {
-		return fmt.Errorf("api: listen on %s: %w", deps.Config.HTTPAddr, err)
+		return fmt.Errorf("api: listen on %s: %w", deps.Settings.HTTPAddr, err)
 	}
 	return serve(ctx, deps, ln)
 }
 
 // checkDeps refuses a configuration the API cannot run safely with.
 func checkDeps(deps Deps) error {
-	if err := deps.Config.ValidateAPIAuth(); err != nil {
-		return fmt.Errorf("api: %w", err)
-	}
 	switch {
+	case deps.Settings.OperatorToken == "" && deps.Settings.ProducerToken == "" && !deps.Settings.InsecureNoAuth:
+		return errors.New("api: OPERATOR_TOKEN and PRODUCER_TOKEN are both empty; set them, or API_INSECURE_NO_AUTH=true for local development")
 	case deps.Temporal == nil:
 		return errors.New("api: no Temporal client")
 	case deps.Store == nil:
@@ -43,7 +42,7 @@ func checkDeps(deps Deps) error {
 // serve runs the API on ln until ctx ends; ln is closed when it returns.
 func serve(ctx context.Context, deps Deps, ln net.Listener) error {
 	deps = deps.withDefaults()
-	if newAuthenticator(deps.Config).open {
+	if newAuthenticator(deps.Settings).open {
 		deps.Logger.WarnContext(ctx, "API runs WITHOUT authentication (API_INSECURE_NO_AUTH): anyone who reaches it may switch brokers; local development only")
 	}
 	// Writes must outlast a forced switch's commit wait.

@@ -18,7 +18,7 @@ import (
 func TestServeRefusesUnsafeConfig(t *testing.T) {
 	e := newEnv(t)
 	noAuth := e.deps
-	noAuth.Config.OperatorToken, noAuth.Config.ProducerToken = "", ""
+	noAuth.Settings.OperatorToken, noAuth.Settings.ProducerToken = "", ""
 	require.ErrorContains(t, Serve(t.Context(), noAuth), "OPERATOR_TOKEN and PRODUCER_TOKEN are both empty")
 
 	noTemporal := e.deps
@@ -26,7 +26,7 @@ func TestServeRefusesUnsafeConfig(t *testing.T) {
 	require.ErrorContains(t, Serve(t.Context(), noTemporal), "no Temporal client")
 
 	badAddr := e.deps
-	badAddr.Config.HTTPAddr = "256.0.0.1:http"
+	badAddr.Settings.HTTPAddr = "256.0.0.1:http"
 	require.ErrorContains(t, Serve(t.Context(), badAddr), "listen on 256.0.0.1:http")
 }
 

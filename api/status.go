@@ -29,7 +29,7 @@ func (s *server) getBroker(c *gin.Context) {
 		return
 	}
 	c.JSON(http.StatusOK, brokerStatus{
-		Brokers:   brokerViews(s.deps.Config.Brokers, st),
+		Brokers:   brokerViews(s.deps.Settings.Brokers, st),
 		stateView: newStateView(st),
 		Workflow:  s.describeWorkflow(ctx),
 		Windows:   s.windows(ctx),

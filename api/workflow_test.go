@@ -54,7 +54,7 @@ func newStoppedWorkerEnv(t *testing.T) (*workerEnv, func()) {
 		c.WorkerStopTimeout = waitFor
 	})
 
-	pool := broker.NewPool(eps, e.deps.Logger)
+	pool := broker.NewPool(eps, e.deps.Logger, broker.PoolSettings{})
 	t.Cleanup(func() { _ = pool.Close() })
 	topology := broker.Topology{Queues: e.cfg.Queues, RetryTTL: e.cfg.RetryTTL}
 	for _, ep := range eps {

@@ -15,7 +15,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/brokerswitch/brokerswitch/broker"
+	"github.com/brokerswitch/brokerswitch/config"
 	"github.com/brokerswitch/brokerswitch/internal/testenv"
 )
 
@@ -132,7 +132,7 @@ func (r *run) measure() error {
 		return r.publish(nil)
 	}
 	r.res = &results{
-		Settings: settings{Runs: r.o.runs, Events: r.o.events, RTT: r.o.rtt, RTTEvents: r.o.rttEvents, LagBurst: r.o.lagBurst, Prefetch: broker.DefaultPrefetch},
+		Settings: settings{Runs: r.o.runs, Events: r.o.events, RTT: r.o.rtt, RTTEvents: r.o.rttEvents, LagBurst: r.o.lagBurst, Prefetch: config.DefaultPrefetch},
 		Machine:  describeMachine(), Command: "go run ./bench " + strings.Join(os.Args[1:], " "),
 	}
 	res := r.res

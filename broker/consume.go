@@ -22,29 +22,25 @@ var ErrConsumerCancelled = errors.New("consumer cancelled by the broker (queue d
 
 // Errors of a poison message, wrapped into the error of Consume or Drain (see quarantine).
 var (
-	ErrOversize     = quarantine.ErrOversize   // a body over Pool.MaxMessageBytes
+	ErrOversize     = quarantine.ErrOversize   // a body over PoolSettings.MaxMessageBytes
 	ErrUnreadable   = quarantine.ErrUnreadable // headers the AMQP client cannot read
 	ErrMovedToError = quarantine.ErrMoved      // the message is in {q}-error: read on at once
 )
 
 const (
-	// DefaultPrefetch is the prefetch when ConsumeOptions.Prefetch is 0. The batch ahead,
-	// settling while the next is handled, holds its deliveries until its acks are in, so
-	// the batch in hand gets about half the prefetch: 200 keeps batches near 100.
-	DefaultPrefetch = 200
 	// MaxPrefetch caps ConsumeOptions.Prefetch. It stays far below 1000 so a
 	// window never holds more unacknowledged messages than one batch of the
 	// store can take in a reasonable time.
 	MaxPrefetch = 500
 )
 
-// ConsumeOptions tune Consume. The zero value is usable.
+// ConsumeOptions tune Consume; Prefetch is required.
 type ConsumeOptions struct {
-	// Prefetch is the most unacknowledged deliveries in flight: 0 means
-	// DefaultPrefetch, at most MaxPrefetch.
+	// Prefetch is the most unacknowledged deliveries in flight (PREFETCH), from 1 to
+	// MaxPrefetch.
 	Prefetch int
 	// MaxBatch is the most deliveries per HandleBatch call: 0 means Prefetch,
-	// which is also its upper bound. Pool.MaxBatchBytes bounds a call in bytes too.
+	// which is also its upper bound. PoolSettings.MaxBatchBytes bounds a call in bytes too.
 	MaxBatch int
 	// ConsumerTag names the consumer on the broker; empty means a random
 	// "brokerswitch-..." tag.
@@ -68,10 +64,7 @@ type ConsumeOptions struct {
 var ErrFenced = errors.New("fenced: another consumer may have taken this one's place")
 
 func (o ConsumeOptions) withDefaults() (ConsumeOptions, error) {
-	if o.Prefetch == 0 {
-		o.Prefetch = DefaultPrefetch
-	}
-	if o.Prefetch < 0 || o.Prefetch > MaxPrefetch {
+	if o.Prefetch < 1 || o.Prefetch > MaxPrefetch {
 		return o, fmt.Errorf("prefetch %d: must be between 1 and %d", o.Prefetch, MaxPrefetch)
 	}
 	if o.MaxBatch < 0 {
@@ -220,7 +213,7 @@ func (c *consumer) stop(ctx context.Context, err error) error {
 // call that hands it over once the batch is settled.
 func (c *consumer) trace(n int, received time.Time, waited bool) (*BatchTrace, func()) {
 	p := c.pool
-	if p.Trace == nil {
+	if p.settings.Trace == nil {
 		return nil, func() {}
 	}
 	trace := &BatchTrace{Queue: c.queue, Deliveries: n}
@@ -230,7 +223,7 @@ func (c *consumer) trace(n int, received time.Time, waited bool) (*BatchTrace, f
 	}
 	return trace, func() {
 		trace.Wall = time.Since(received)
-		p.Trace(trace)
+		p.settings.Trace(trace)
 	}
 }
 

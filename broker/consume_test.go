@@ -53,7 +53,7 @@ func TestConsumeSettlesMixedVerdictsInOrder(t *testing.T) {
 	var settled settleCounter
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	done := r.consume(ctx, "issues", ConsumeOptions{OnSettled: settled.add}, h)
+	done := r.consume(ctx, "issues", ConsumeOptions{Prefetch: testPrefetch, OnSettled: settled.add}, h)
 	require.Eventually(t, func() bool { return settled.get(Ack)+settled.get(Retry)+settled.get(Reject) == 6 },
 		waitFor, 10*time.Millisecond)
 	cancel()
@@ -96,7 +96,7 @@ func TestConsumeRetryComesBackAfterTheTTL(t *testing.T) {
 	}}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	done := r.consume(ctx, "issues", ConsumeOptions{}, h)
+	done := r.consume(ctx, "issues", ConsumeOptions{Prefetch: testPrefetch}, h)
 	require.Eventually(t, func() bool { return h.count() == 2 }, waitFor, 20*time.Millisecond)
 	cancel()
 	require.NoError(t, waitDone(t, done))
@@ -151,7 +151,7 @@ func TestConsumeBadVerdictsSettleNothing(t *testing.T) {
 	h := BatchHandlerFunc(func(context.Context, string, []amqp.Delivery) ([]Verdict, error) {
 		return []Verdict{{Outcome: Ack}, {Outcome: Ack}}, nil
 	})
-	err := waitDone(t, r.consume(context.Background(), "issues", ConsumeOptions{}, h))
+	err := waitDone(t, r.consume(context.Background(), "issues", ConsumeOptions{Prefetch: testPrefetch}, h))
 	assert.ErrorContains(t, err, "handler returned 2 verdicts for 1 deliveries")
 	r.eventuallyCount("issues", 1)
 }
@@ -164,7 +164,7 @@ func TestConsumeRejectWithoutErrorQueueKeepsTheMessage(t *testing.T) {
 	r.publish("solo", "a")
 
 	h := &recorder{verdict: func(amqp.Delivery) Verdict { return Verdict{Outcome: Reject, Reason: "bad"} }}
-	err = waitDone(t, r.consume(context.Background(), "solo", ConsumeOptions{}, h))
+	err = waitDone(t, r.consume(context.Background(), "solo", ConsumeOptions{Prefetch: testPrefetch}, h))
 	require.ErrorContains(t, err, "solo-error")
 	require.ErrorContains(t, err, "NOT_FOUND")
 	r.eventuallyCount("solo", 1)
@@ -177,13 +177,13 @@ func TestConsumeIsExclusive(t *testing.T) {
 
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	first := r.consume(ctx, "issues", ConsumeOptions{}, &recorder{})
+	first := r.consume(ctx, "issues", ConsumeOptions{Prefetch: testPrefetch}, &recorder{})
 	require.Eventually(t, func() bool { return consumers(r, "issues") == 1 }, waitFor, 20*time.Millisecond)
 	if testenv.QueueType() == string(Quorum) {
 		t.Skip("quorum queues ignore exclusive: TestASecondConsumerOfAQuorumQueueWaits")
 	}
 
-	err := waitDone(t, r.consume(context.Background(), "issues", ConsumeOptions{}, &recorder{}))
+	err := waitDone(t, r.consume(context.Background(), "issues", ConsumeOptions{Prefetch: testPrefetch}, &recorder{}))
 	require.ErrorIs(t, err, ErrExclusiveConsumer)
 	t.Log(err)
 	assert.Contains(t, err.Error(), "consume issues on #0 ")
@@ -197,7 +197,7 @@ func TestConsumeStopsPromptlyWhenIdle(t *testing.T) {
 	r := newRabbit(t)
 	r.declare(Topology{Queues: []string{"issues"}, RetryTTL: time.Minute})
 	ctx, cancel := context.WithCancel(context.Background())
-	done := r.consume(ctx, "issues", ConsumeOptions{}, &recorder{})
+	done := r.consume(ctx, "issues", ConsumeOptions{Prefetch: testPrefetch}, &recorder{})
 	require.Eventually(t, func() bool { return consumers(r, "issues") == 1 }, waitFor, 20*time.Millisecond)
 
 	cancel()
@@ -240,10 +240,12 @@ func TestConsumeCancelReturnsUnhandledMessages(t *testing.T) {
 func TestConsumeOptionsValidation(t *testing.T) {
 	_, err := ConsumeOptions{Prefetch: 1000}.withDefaults()
 	assert.Error(t, err)
-	o, err := ConsumeOptions{}.withDefaults()
+	_, err = ConsumeOptions{}.withDefaults()
+	assert.ErrorContains(t, err, "prefetch 0: must be between 1 and 500", "a prefetch is required")
+	o, err := ConsumeOptions{Prefetch: testPrefetch}.withDefaults()
 	require.NoError(t, err)
-	assert.Equal(t, DefaultPrefetch, o.Prefetch)
-	assert.Equal(t, DefaultPrefetch, o.MaxBatch)
+	assert.Equal(t, testPrefetch, o.Prefetch)
+	assert.Equal(t, testPrefetch, o.MaxBatch)
 	assert.Contains(t, o.ConsumerTag, "brokerswitch-")
 	o, err = ConsumeOptions{Prefetch: 10, MaxBatch: 50}.withDefaults()
 	require.NoError(t, err)
@@ -268,7 +270,7 @@ func TestConsumeSetsNoDeadlineOnABatchWhileRunning(t *testing.T) {
 		cancel()
 		return make([]Verdict, len(ds)), nil
 	})
-	require.NoError(t, waitDone(t, r.consume(ctx, "issues", ConsumeOptions{}, h)))
+	require.NoError(t, waitDone(t, r.consume(ctx, "issues", ConsumeOptions{Prefetch: testPrefetch}, h)))
 	assert.False(t, <-deadlines, "the batch had a deadline while its consumer ran")
 }
 
@@ -313,7 +315,7 @@ func TestASecondConsumerOfAQuorumQueueWaits(t *testing.T) {
 	second := &recorder{}
 	ctx2, cancel2 := context.WithCancel(context.Background())
 	defer cancel2()
-	done2 := r.consume(ctx2, "issues", ConsumeOptions{}, second)
+	done2 := r.consume(ctx2, "issues", ConsumeOptions{Prefetch: testPrefetch}, second)
 	// declare-ok counts the active consumer only; the broker's listing shows both.
 	vhost := r.url[strings.LastIndex(r.url, "/")+1:]
 	require.Eventually(t, func() bool { return len(testenv.Consumers(t, vhost)["issues"]) == 2 }, waitFor, 100*time.Millisecond)

@@ -212,11 +212,11 @@ func slowDrainRabbit(t *testing.T, delay time.Duration) (*rabbit, *Pool) {
 	t.Cleanup(proxy.Cut)
 	eps, err := ParseEndpoints(strings.Replace(url, testenv.RabbitAddr(), proxy.Addr(), 1))
 	require.NoError(t, err)
-	pool := NewPool(eps, nil)
+	pool := NewPool(eps, nil, PoolSettings{})
 	t.Cleanup(func() { _ = pool.Close() })
 	direct, err := ParseEndpoints(url)
 	require.NoError(t, err)
-	r := &rabbit{t: t, url: url, pool: NewPool(direct, nil)}
+	r := &rabbit{t: t, url: url, pool: NewPool(direct, nil, PoolSettings{})}
 	t.Cleanup(func() { _ = r.pool.Close() })
 	r.declare(Topology{Queues: []string{"issues"}, RetryTTL: time.Minute})
 	r.publish("issues", "small")
@@ -236,7 +236,7 @@ func TestBatchesAreBoundedInBytes(t *testing.T) {
 	sized := func(n int, c byte) string { return string(bytes.Repeat([]byte{c}, n)) }
 	sent := []string{sized(90, 'a'), sized(90, 'b'), sized(90, 'c'), sized(240, 'd'), sized(50, 'e')}
 	r.publish("issues", sent...)
-	r.pool.MaxBatchBytes = 200
+	r.pool.settings.MaxBatchBytes = 200
 
 	h := &recorder{}
 	taken, err := drain(context.Background(), r.pool, 0, "issues", 10, 10, h)

@@ -29,7 +29,7 @@ func publishAndReject(t *testing.T, r *rabbit, msg amqp.Publishing, reason strin
 		return Verdict{Outcome: Ack}
 	}}
 	ctx, cancel := context.WithCancel(context.Background())
-	done := r.consume(ctx, "issues", ConsumeOptions{}, h)
+	done := r.consume(ctx, "issues", ConsumeOptions{Prefetch: testPrefetch}, h)
 	r.eventuallyCount("issues-error", 1)
 	require.Eventually(t, func() bool { return h.count() == 2 }, waitFor, 20*time.Millisecond)
 	cancel()

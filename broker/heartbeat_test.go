@@ -8,7 +8,7 @@ import (
 )
 
 // Before the pool connects, the heartbeat is what it offers, negotiated as amqp091-go does
-// against RabbitMQ's default offer: the URL's parameter over Pool.Heartbeat, in whole
+// against RabbitMQ's default offer: the URL's parameter over PoolSettings.Heartbeat, in whole
 // seconds, the lower offer, and an offer of none (0) takes the broker's.
 func TestTheHeartbeatOfferedBeforeTheFirstConnection(t *testing.T) {
 	for _, c := range []struct {
@@ -16,7 +16,7 @@ func TestTheHeartbeatOfferedBeforeTheFirstConnection(t *testing.T) {
 		configured time.Duration
 		want       time.Duration
 	}{
-		{"", 0, DefaultHeartbeat},
+		{"", 0, brokerHeartbeat},
 		{"", 7 * time.Second, 7 * time.Second},
 		{"", 1500 * time.Millisecond, time.Second},
 		{"", 500 * time.Millisecond, brokerHeartbeat},
@@ -26,9 +26,8 @@ func TestTheHeartbeatOfferedBeforeTheFirstConnection(t *testing.T) {
 	} {
 		eps, err := ParseEndpoints("amqp://guest:guest@a.example.com/one" + c.query)
 		require.NoError(t, err)
-		pool := NewPool(eps, nil)
-		pool.Heartbeat = c.configured
+		pool := NewPool(eps, nil, PoolSettings{Heartbeat: c.configured})
 		require.Equal(t, c.want, pool.NegotiatedHeartbeat(0), "%q over %s", c.query, c.configured)
 	}
-	require.Zero(t, NewPool(nil, nil).NegotiatedHeartbeat(3), "no such broker")
+	require.Zero(t, NewPool(nil, nil, PoolSettings{}).NegotiatedHeartbeat(3), "no such broker")
 }

@@ -37,7 +37,7 @@ func newRabbit(t *testing.T) *rabbit {
 	eps, err := ParseEndpoints(url)
 	require.NoError(t, err)
 	logs := &testenv.Buffer{}
-	pool := NewPool(eps, slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug})))
+	pool := NewPool(eps, slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug})), PoolSettings{})
 	t.Cleanup(func() { require.NoError(t, pool.Close()) })
 	r := &rabbit{t: t, url: url, pool: pool, logs: logs}
 	t.Cleanup(func() {
@@ -177,6 +177,9 @@ func (r *rabbit) eventuallyCount(queue string, want int) {
 }
 
 // consume runs Consume in the background; the returned channel yields its result.
+// testPrefetch is the prefetch of the tests' consumers, PREFETCH's default.
+const testPrefetch = 200
+
 func (r *rabbit) consume(ctx context.Context, queue string, opts ConsumeOptions, h BatchHandler) <-chan error {
 	done := make(chan error, 1)
 	go func() { done <- r.pool.Consume(ctx, 0, queue, opts, h) }()

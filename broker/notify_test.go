@@ -19,7 +19,7 @@ func TestConsumeEndsWithTheBrokersCancel(t *testing.T) {
 	r.publish("issues", numbered(3)...)
 
 	var settled settleCounter
-	done := r.consume(context.Background(), "issues", ConsumeOptions{ConsumerTag: "bs-cancel-test", OnSettled: settled.add}, &recorder{})
+	done := r.consume(context.Background(), "issues", ConsumeOptions{Prefetch: testPrefetch, ConsumerTag: "bs-cancel-test", OnSettled: settled.add}, &recorder{})
 	require.Eventually(t, func() bool { return settled.get(Ack) == 3 }, waitFor, 10*time.Millisecond)
 
 	_, err := r.channel().QueueDelete("issues", false, false, false)

@@ -28,8 +28,7 @@ func TestDialFailureLogsNeverCarryThePassword(t *testing.T) {
 	require.NoError(t, err)
 	logs := &testenv.Buffer{}
 	m, reg := metricstest.New()
-	pool := NewPool(eps, slog.New(slog.NewJSONHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug})))
-	pool.Metrics = m
+	pool := NewPool(eps, slog.New(slog.NewJSONHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug})), PoolSettings{Metrics: m})
 	defer pool.Close()
 
 	for i := range eps {
@@ -63,7 +62,7 @@ func TestPoolMetricsCountReconnectsAndRoutes(t *testing.T) {
 	t.Parallel()
 	r := newRabbit(t)
 	m, reg := metricstest.New()
-	r.pool.Metrics = m
+	r.pool.settings.Metrics = m
 	ctx := t.Context()
 	r.declare(Topology{Queues: []string{"issues"}, RetryTTL: time.Hour})
 	require.Zero(t, metricstest.Value(t, reg, "brokerswitch_amqp_reconnects_total"), "the first connection is no reconnect")
@@ -79,7 +78,7 @@ func TestPoolMetricsCountReconnectsAndRoutes(t *testing.T) {
 		return Verdict{Outcome: Ack}
 	}}
 	consumeCtx, stop := context.WithCancel(ctx)
-	done := r.consume(consumeCtx, "issues", ConsumeOptions{}, h)
+	done := r.consume(consumeCtx, "issues", ConsumeOptions{Prefetch: testPrefetch}, h)
 	r.eventuallyCount("issues-error", 1)
 	r.eventuallyCount("issues-retry", 1)
 	stop()
@@ -111,7 +110,7 @@ func TestAProducersRiskyQuorumQueueIsCounted(t *testing.T) {
 	t.Parallel()
 	r := newRabbit(t)
 	m, reg := metricstest.New()
-	r.pool.Metrics = m
+	r.pool.settings.Metrics = m
 	conn, err := amqp.Dial(r.url)
 	require.NoError(t, err)
 	version, _ := conn.Properties["version"].(string)

@@ -61,9 +61,9 @@ func TestABodyOverMaxMessageBytesIsNeverHeldAndIsMovedToError(t *testing.T) {
 		larges = 4
 	)
 	r := newRabbit(t)
-	r.pool.MaxMessageBytes = limit
+	r.pool.settings.MaxMessageBytes = limit
 	m, reg := metricstest.New()
-	r.pool.Metrics = m
+	r.pool.settings.Metrics = m
 	queues := []string{"issues", "pushes"}
 	r.declare(Topology{Queues: queues, RetryTTL: time.Minute})
 	for _, q := range queues {
@@ -156,7 +156,7 @@ func TestABodyOverMaxMessageBytesIsNeverHeldAndIsMovedToError(t *testing.T) {
 func TestADrainMovesABodyOverMaxMessageBytesAndGoesOn(t *testing.T) {
 	const limit = 64 << 10
 	r := newRabbit(t)
-	r.pool.MaxMessageBytes = limit
+	r.pool.settings.MaxMessageBytes = limit
 	r.declare(Topology{Queues: []string{"pushes"}, RetryTTL: time.Minute})
 	for i := range 3 {
 		r.publish("pushes", fmt.Sprintf("good-%d", i))

@@ -23,21 +23,13 @@ import (
 const (
 	// dialTimeout bounds TCP connect, TLS and AMQP handshake together.
 	dialTimeout = 15 * time.Second
-	// DefaultHeartbeat is the AMQP heartbeat offered when Pool.Heartbeat is 0. RabbitMQ
-	// drops a silent connection about three heartbeats later (3.10: 29 s at 10 s, 8 s at
-	// 3 s, measured against a SIGSTOPped client), and with it the exclusive consumer of a
-	// paused or cut-off worker: at 3 s its queues are read again within the 15 s a killed
-	// worker's are. RabbitMQ advises at least 5 s against false positives; at 5 s the
-	// broker alone would take about 15 s, and a live connection dropped as silent only
-	// ends its windows, their batches back at the head of their queues.
-	DefaultHeartbeat = 3 * time.Second
 	// brokerHeartbeat is the heartbeat timeout RabbitMQ offers unless configured otherwise
 	// (heartbeat in rabbitmq.conf); the lower of both offers holds, and the broker's alone
 	// when the client offers none.
 	brokerHeartbeat = 60 * time.Second
 	// closeTimeout bounds Pool.Close on a broker that no longer answers.
 	closeTimeout = 5 * time.Second
-	// connectionName shows up in the RabbitMQ management UI, unless Pool.ConnectionName says otherwise.
+	// connectionName shows up in the RabbitMQ management UI, unless PoolSettings.ConnectionName says otherwise.
 	connectionName = "brokerswitch"
 )
 
@@ -60,41 +52,44 @@ var ErrPoolClosed = errors.New("broker pool closed")
 // on connection loss, so that unacknowledged messages go back to the head of
 // the queue and the caller starts over; that keeps the order.
 type Pool struct {
-	// Metrics counts reconnects, dial failures, lost connections and messages routed to
-	// -retry and -error; nil counts nothing. Set it before the pool is used.
-	Metrics *metrics.Metrics
-	// MaxBatchBytes bounds the bodies of one batch that Consume and Drain hand to a
-	// handler, as Prefetch bounds their count; 0 means no bound. A message larger than it
-	// is handed alone. Set it before the pool is used.
-	MaxBatchBytes int
-	// FrameSize is the largest AMQP frame the pool offers to negotiate; 0 means the
-	// library's default, 128 KiB, which is also RabbitMQ's. Tests lower it to meet the
-	// limit of a copy's headers. Set it before the pool is used.
-	FrameSize int
-	// ConnectionName names the pool's connections in RabbitMQ (rabbitmqctl, the management
-	// UI); "" means "brokerswitch". A producer built on a Pool names itself apart from the
-	// service. Set it before the pool is used.
-	ConnectionName string
-	// Heartbeat is the AMQP heartbeat timeout the pool offers (AMQP_HEARTBEAT); 0 means
-	// DefaultHeartbeat. It bounds how long a broker keeps the consumer, and the unacked
-	// batch, of a worker whose host vanished without closing its connections, or that is
-	// paused: RabbitMQ drops a connection that stays silent for about three times this.
-	// Set it before the pool is used.
-	Heartbeat time.Duration
-	// Trace, when set, receives where each batch that Consume settled spent its time
-	// (the benchmark's breakdown); called on the consumer's goroutine, it must be quick.
-	// Set it before the pool is used.
-	Trace func(*BatchTrace)
-	// MaxMessageBytes is the largest body a consumer holds (MAX_MESSAGE_BYTES); 0 means no
-	// bound. A delivery whose body is larger reaches no handler: its body is read past
-	// unheld and the message is moved to {q}-error by a client that streams it (see
-	// quarantine). Set it before the pool is used.
-	MaxMessageBytes int
-
+	settings  PoolSettings
 	logger    *slog.Logger
 	mark      quarantine.Mark
 	endpoints []Endpoint
 	brokers   map[int]*brokerConn
+}
+
+// PoolSettings are a Pool's limits and hooks, fixed when NewPool makes it.
+type PoolSettings struct {
+	// Metrics counts reconnects, dial failures, lost connections and messages routed to
+	// -retry and -error; nil counts nothing.
+	Metrics *metrics.Metrics
+	// MaxBatchBytes bounds the bodies of one batch that Consume and Drain hand to a
+	// handler, as Prefetch bounds their count; 0 means no bound. A message larger than it
+	// is handed alone.
+	MaxBatchBytes int
+	// FrameSize is the largest AMQP frame the pool offers to negotiate; 0 means the
+	// library's default, 128 KiB, which is also RabbitMQ's. Tests lower it to meet the
+	// limit of a copy's headers.
+	FrameSize int
+	// ConnectionName names the pool's connections in RabbitMQ (rabbitmqctl, the management
+	// UI); "" means "brokerswitch". A producer built on a Pool names itself apart from the
+	// service.
+	ConnectionName string
+	// Heartbeat is the AMQP heartbeat timeout the pool offers (AMQP_HEARTBEAT); 0 offers
+	// none, and the broker's own (60 s unless configured) holds. It bounds how long a
+	// broker keeps the consumer, and the unacked batch, of a worker whose host vanished
+	// without closing its connections, or that is paused: RabbitMQ drops a connection
+	// that stays silent for about three times this.
+	Heartbeat time.Duration
+	// Trace, when set, receives where each batch that Consume settled spent its time
+	// (the benchmark's breakdown); called on the consumer's goroutine, it must be quick.
+	Trace func(*BatchTrace)
+	// MaxMessageBytes is the largest body a consumer holds (MAX_MESSAGE_BYTES); 0 means no
+	// bound. A delivery whose body is larger reaches no handler: its body is read past
+	// unheld and the message is moved to {q}-error by a client that streams it (see
+	// quarantine).
+	MaxMessageBytes int
 }
 
 // brokerConn is the connection of one broker.
@@ -125,13 +120,14 @@ type brokerConn struct {
 	consumersClosed bool // guarded by consumersMu
 }
 
-// NewPool returns a pool for endpoints; nothing is dialed yet. Brokers are
-// addressed by Endpoint.Index. A nil logger discards logs.
-func NewPool(endpoints []Endpoint, logger *slog.Logger) *Pool {
+// NewPool returns a pool for endpoints with settings; nothing is dialed yet. Brokers
+// are addressed by Endpoint.Index. A nil logger discards logs.
+func NewPool(endpoints []Endpoint, logger *slog.Logger, settings PoolSettings) *Pool {
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
 	p := &Pool{
+		settings:  settings,
 		logger:    logger,
 		endpoints: append([]Endpoint(nil), endpoints...),
 		brokers:   make(map[int]*brokerConn, len(endpoints)),
@@ -162,7 +158,7 @@ func (p *Pool) NegotiatedHeartbeat(index int) time.Duration {
 	if hb := b.heartbeat.Load(); hb != nil {
 		return *hb
 	}
-	offered := cmp.Or(p.Heartbeat, DefaultHeartbeat)
+	offered := p.settings.Heartbeat
 	if u, err := neturl.Parse(b.ep.URL); err == nil && u.Query().Has("heartbeat") {
 		// As amqp091-go reads it: whole seconds, over the Config's.
 		secs, err := strconv.ParseUint(u.Query().Get("heartbeat"), 10, 16)
@@ -300,18 +296,18 @@ func (p *Pool) connection(ctx context.Context, b *brokerConn) (*amqp.Connection,
 		return b.conn, nil
 	}
 	var guard func(net.Conn) net.Conn
-	if b.queue != "" && p.MaxMessageBytes > 0 {
+	if b.queue != "" && p.settings.MaxMessageBytes > 0 {
 		guard = p.quarantine().Guard
 	}
-	conn, err := dial(ctx, b.ep, p.FrameSize, cmp.Or(p.Heartbeat, DefaultHeartbeat), cmp.Or(p.ConnectionName, connectionName), guard)
+	conn, err := dial(ctx, b.ep, p.settings.FrameSize, p.settings.Heartbeat, cmp.Or(p.settings.ConnectionName, connectionName), guard)
 	if err != nil {
-		p.Metrics.DialFailed(b.ep.Index)
+		p.settings.Metrics.DialFailed(b.ep.Index)
 		// dial never puts the URL in its errors; the endpoint logs without credentials.
 		p.logger.WarnContext(ctx, "broker dial failed", "broker", b.ep, "error", err)
 		return nil, fmt.Errorf("connect to %s: %w: %w", b.ep, ErrUnreachable, err)
 	}
 	if b.connected {
-		p.Metrics.Reconnected(b.ep.Index)
+		p.settings.Metrics.Reconnected(b.ep.Index)
 	}
 	negotiated := conn.Config.Heartbeat
 	p.brokers[b.ep.Index].heartbeat.Store(&negotiated)
@@ -321,7 +317,7 @@ func (p *Pool) connection(ctx context.Context, b *brokerConn) (*amqp.Connection,
 		logger = logger.With("consumers_of", b.queue)
 	}
 	logger.InfoContext(ctx, "broker connected", "broker", b.ep)
-	watch(logger, p.Metrics, b.ep, conn)
+	watch(logger, p.settings.Metrics, b.ep, conn)
 	return conn, nil
 }
 
@@ -460,7 +456,7 @@ func dialRaw(ctx context.Context, ep Endpoint) (*rawamqp.Conn, error) {
 
 // quarantine is where the pool's consumers move what they cannot take (see quarantine).
 func (p *Pool) quarantine() quarantine.Quarantine {
-	return quarantine.Quarantine{Limit: p.MaxMessageBytes, Mark: p.mark, Metrics: p.Metrics, Logger: p.logger}
+	return quarantine.Quarantine{Limit: p.settings.MaxMessageBytes, Mark: p.mark, Metrics: p.settings.Metrics, Logger: p.logger}
 }
 
 // quarantined is the target of quarantine's Move for the consumers of queue on ep, whose

@@ -63,7 +63,7 @@ func TestPoolRedialsAfterTheBrokerClosedTheConnection(t *testing.T) {
 	require.Equal(t, 1, r.connections())
 
 	// A consumer in progress must end with an error when the connection goes.
-	done := r.consume(ctx, "issues", ConsumeOptions{}, &recorder{})
+	done := r.consume(ctx, "issues", ConsumeOptions{Prefetch: testPrefetch}, &recorder{})
 	require.Eventually(t, func() bool { return consumers(r, "issues") == 1 }, waitFor, 20*time.Millisecond)
 
 	testenv.CloseConnections(t, r.url)
@@ -107,7 +107,7 @@ func TestPoolDialErrorHidesThePassword(t *testing.T) {
 	url := testenv.NewVhost(t)
 	eps, err := ParseEndpoints(strings.Replace(url, "guest:guest", "guest:wrongpassword", 1))
 	require.NoError(t, err)
-	pool := NewPool(eps, nil)
+	pool := NewPool(eps, nil, PoolSettings{})
 	defer pool.Close()
 
 	_, err = pool.Channel(context.Background(), 0)
@@ -127,7 +127,7 @@ func TestPoolChannelHonorsContext(t *testing.T) {
 	t.Parallel()
 	eps, err := ParseEndpoints("amqp://u:p@127.0.0.1:5672/")
 	require.NoError(t, err)
-	pool := NewPool(eps, nil)
+	pool := NewPool(eps, nil, PoolSettings{})
 	defer pool.Close()
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
@@ -164,7 +164,7 @@ func TestPoolClosesTheSocketOfAFailedHandshake(t *testing.T) {
 	}()
 	eps, err := ParseEndpoints("amqp://guest:guest@" + l.Addr().String() + "/")
 	require.NoError(t, err)
-	pool := NewPool(eps, nil)
+	pool := NewPool(eps, nil, PoolSettings{})
 	defer pool.Close()
 
 	_, err = pool.Channel(context.Background(), 0)
@@ -195,7 +195,7 @@ func connectionStart(mechanisms string) []byte {
 }
 
 // Once connected, the heartbeat is the one the broker agreed to: the URL's parameter over
-// Pool.Heartbeat, the lower of the two offers.
+// PoolSettings.Heartbeat, the lower of the two offers.
 func TestPoolKnowsTheHeartbeatItNegotiated(t *testing.T) {
 	t.Parallel()
 	url := testenv.NewVhost(t)
@@ -205,8 +205,7 @@ func TestPoolKnowsTheHeartbeatItNegotiated(t *testing.T) {
 	}
 	eps, err := ParseEndpoints(url + "," + testenv.NewVhost(t) + sep + "heartbeat=7")
 	require.NoError(t, err)
-	pool := NewPool(eps, nil)
-	pool.Heartbeat = 4 * time.Second
+	pool := NewPool(eps, nil, PoolSettings{Heartbeat: 4 * time.Second})
 	t.Cleanup(func() { _ = pool.Close() })
 	for i := range eps {
 		ch, err := pool.Channel(context.Background(), i)

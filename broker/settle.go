@@ -72,17 +72,17 @@ func newSettler(p *Pool, ep Endpoint, ch *amqp.Channel, frameMax int, queue stri
 // ConsumeOptions.SettleTimeout says otherwise.
 const handleTimeout = time.Minute
 
-// handleThen runs h on batch, in parts of at most Pool.MaxBatchBytes, for a drain, whose
+// handleThen runs h on batch, in parts of at most PoolSettings.MaxBatchBytes, for a drain, whose
 // consumer must stay until the batch is applied: it applies every part, then calls
 // release (when not nil), then settles the parts in order, and returns how many
 // deliveries it settled. It stops before a delivery whose body was over
-// Pool.MaxMessageBytes, and returns its error (quarantine's Cut). Settling uses a context
+// PoolSettings.MaxMessageBytes, and returns its error (quarantine's Cut). Settling uses a context
 // that the end of ctx does not cancel: a handled batch is always settled, every part of it. Nothing of the batch is acknowledged before all of it was applied, so
 // while its consumer is there no delivery beyond the batch can come. release is called
 // for an empty batch too, and not when h fails: the caller closes the channel then.
 func (s *settler) handleThen(ctx context.Context, h BatchHandler, batch []amqp.Delivery, release func() error) (int, error) {
 	batch, oversize := s.pool.quarantine().Cut(batch)
-	parts := splitByBytes(batch, s.pool.MaxBatchBytes)
+	parts := splitByBytes(batch, s.pool.settings.MaxBatchBytes)
 	verdicts := make([][]Verdict, len(parts))
 	for i, part := range parts {
 		v, err := s.apply(ctx, h, part)
@@ -196,7 +196,7 @@ type settling struct {
 // settled.
 func (s *settler) handleAhead(ctx context.Context, h BatchHandler, batch []amqp.Delivery, batchSettled func()) error {
 	batch, oversize := s.pool.quarantine().Cut(batch)
-	parts := splitByBytes(batch, s.pool.MaxBatchBytes)
+	parts := splitByBytes(batch, s.pool.settings.MaxBatchBytes)
 	for i, part := range parts {
 		if s.settleFailed() {
 			// The channel is closed or unusable: applying more would only be undone by the
@@ -303,9 +303,9 @@ func (s *settler) settle(ctx context.Context, batch []amqp.Delivery, verdicts []
 	for _, v := range verdicts {
 		switch v.Outcome {
 		case Retry:
-			s.pool.Metrics.Routed(s.queue, metrics.RouteRetry)
+			s.pool.settings.Metrics.Routed(s.queue, metrics.RouteRetry)
 		case Reject:
-			s.pool.Metrics.Routed(s.queue, metrics.RouteError)
+			s.pool.settings.Metrics.Routed(s.queue, metrics.RouteError)
 		}
 		s.notify(v)
 	}

@@ -95,8 +95,7 @@ func newProxiedRabbit(t *testing.T, copy testenv.Copy, frameSize int) *rabbit {
 	eps, err := ParseEndpoints(strings.Replace(url, testenv.RabbitAddr(), proxy.Addr(), 1))
 	require.NoError(t, err)
 	logs := &testenv.Buffer{}
-	pool := NewPool(eps, slog.New(slog.NewTextHandler(logs, nil)))
-	pool.FrameSize = frameSize
+	pool := NewPool(eps, slog.New(slog.NewTextHandler(logs, nil)), PoolSettings{FrameSize: frameSize})
 	t.Cleanup(func() { _ = pool.Close() })
 	return &rabbit{t: t, url: url, pool: pool, logs: logs}
 }
@@ -118,13 +117,13 @@ func TestRejectCopiesOnceWhenTheConnectionDropsBeforeTheAck(t *testing.T) {
 		}
 		return Verdict{Outcome: Ack}
 	}}
-	err := waitDone(t, r.consume(context.Background(), "issues", ConsumeOptions{}, h))
+	err := waitDone(t, r.consume(context.Background(), "issues", ConsumeOptions{Prefetch: testPrefetch}, h))
 	require.Error(t, err, "the connection was dropped at the ack")
 	require.True(t, dropped.Load())
 
 	ctx, cancel := context.WithCancel(context.Background())
 	before := h.count()
-	done := r.consume(ctx, "issues", ConsumeOptions{}, h)
+	done := r.consume(ctx, "issues", ConsumeOptions{Prefetch: testPrefetch}, h)
 	// The ready count reaches 0 once both are delivered, before they are settled: wait
 	// for "good", the last, to be handled again instead.
 	require.Eventually(t, func() bool { return slices.Contains(h.bodies()[before:], "good") }, waitFor, 20*time.Millisecond)
@@ -197,7 +196,7 @@ func TestRejectCopyIsCutToFitFrameMax(t *testing.T) {
 		return Verdict{Outcome: Ack}
 	}}
 	ctx, cancel := context.WithCancel(context.Background())
-	done := r.consume(ctx, "issues", ConsumeOptions{}, h)
+	done := r.consume(ctx, "issues", ConsumeOptions{Prefetch: testPrefetch}, h)
 	// The ready count reaches 0 once both are delivered, before they are handled.
 	require.Eventually(t, func() bool { return h.count() == 2 }, waitFor, 20*time.Millisecond)
 	r.eventuallyCount("issues-error", 1)
@@ -247,7 +246,7 @@ func TestARejectAtTheBrokersMessageSizeLimitReachesError(t *testing.T) {
 		return Verdict{Outcome: Reject, Reason: "invalid JSON: " + strings.Repeat("why ", 100)}
 	}}
 	ctx, cancel := context.WithCancel(context.Background())
-	done := r.consume(ctx, "issues", ConsumeOptions{}, h)
+	done := r.consume(ctx, "issues", ConsumeOptions{Prefetch: testPrefetch}, h)
 	r.eventuallyCount("issues-error", 1)
 	cancel()
 	require.NoError(t, waitDone(t, done))

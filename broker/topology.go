@@ -250,7 +250,7 @@ func (p *Pool) weighQuorumQueue(ctx context.Context, chans *reopener, conn *amqp
 				risky = true
 			}
 		}
-		p.Metrics.QuorumQueueRisk(index, d.name, probe.risk, risky)
+		p.settings.Metrics.QuorumQueueRisk(index, d.name, probe.risk, risky)
 		if risky {
 			p.logger.WarnContext(ctx, "the producer's quorum queue may lose order or messages: declare it as docs/design.md says, or set a policy",
 				"broker", index, "queue", d.name, "risk", probe.risk)

@@ -69,7 +69,7 @@ func TestDeclareTopologyValidates(t *testing.T) {
 	t.Parallel()
 	eps, err := ParseEndpoints("amqp://u:p@127.0.0.1:1/")
 	require.NoError(t, err)
-	pool := NewPool(eps, nil)
+	pool := NewPool(eps, nil, PoolSettings{})
 	assert.ErrorContains(t, pool.DeclareTopology(context.Background(), 0, Topology{Queues: []string{"q"}}), "retry TTL")
 	assert.ErrorContains(t, pool.DeclareTopology(context.Background(), 0, Topology{Queues: []string{""}, RetryTTL: time.Second}), "empty queue name")
 }
@@ -118,7 +118,7 @@ func TestReadyCountsFailsWithoutBroker(t *testing.T) {
 	t.Parallel()
 	eps, err := ParseEndpoints("amqp://u:p@127.0.0.1:1/")
 	require.NoError(t, err)
-	pool := NewPool(eps, nil)
+	pool := NewPool(eps, nil, PoolSettings{})
 	_, err = pool.ReadyCounts(context.Background(), 0, []string{"issues"})
 	assert.ErrorContains(t, err, "connect to #0 127.0.0.1:1/")
 }
@@ -145,7 +145,7 @@ func TestDeclareTopologyOncePerConnection(t *testing.T) {
 	assert.False(t, exists("issues-error"), "declared again on the same connection")
 
 	deleteQueue("issues")
-	err := r.pool.Consume(context.Background(), 0, "issues", ConsumeOptions{}, &recorder{})
+	err := r.pool.Consume(context.Background(), 0, "issues", ConsumeOptions{Prefetch: testPrefetch}, &recorder{})
 	require.Error(t, err)
 	r.declare(topo)
 	assert.True(t, exists("issues"), "a consume that found the queue missing did not make the pool declare again")

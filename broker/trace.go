@@ -52,7 +52,7 @@ func (p Phase) String() string {
 }
 
 // BatchTrace is where one consumed batch's time went and how many round trips it took;
-// Pool.Trace receives one per batch settled. Handlers add their phases with Add, through
+// PoolSettings.Trace receives one per batch settled. Handlers add their phases with Add, through
 // TraceOf of the context Consume hands them.
 type BatchTrace struct {
 	// Queue is the queue consumed; Deliveries the batch's size.

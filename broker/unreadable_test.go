@@ -70,7 +70,7 @@ func TestAnUnreadableMessageIsMovedToErrorAndCutsNoOtherQueue(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
 			r := newRabbit(t)
-			r.pool.FrameSize = c.frameSize
+			r.pool.settings.FrameSize = c.frameSize
 			r.declare(Topology{Queues: []string{"issues", "pushes"}, RetryTTL: time.Minute})
 			r.publish("issues", "good-1", "good-2")
 			headers := amqp.Table{"x-github-event": "issues", "x-github-delivery": "d-poison"}

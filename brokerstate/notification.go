@@ -3,18 +3,13 @@ package brokerstate
 import (
 	"fmt"
 	"time"
-
-	"github.com/brokerswitch/brokerswitch/config"
 )
 
-// CheckSwitchedAt refuses a switchedAt more than maxSkew ahead of now (0 means
-// config.DefaultNotificationMaxClockSkew); the error says why, for the producer. The mark
+// CheckSwitchedAt refuses a switchedAt more than maxSkew (NOTIFICATION_MAX_CLOCK_SKEW)
+// ahead of now; the error says why, for the producer. The mark
 // of notifications taken only rises, so one dated far ahead would make every real
 // notification stale until then.
 func CheckSwitchedAt(at, now time.Time, maxSkew time.Duration) error {
-	if maxSkew <= 0 {
-		maxSkew = config.DefaultNotificationMaxClockSkew
-	}
 	if ahead := at.Sub(now); ahead > maxSkew {
 		return fmt.Errorf("switchedAt %s is %s ahead of this server's clock (%s), more than the %s allowed (NOTIFICATION_MAX_CLOCK_SKEW): check the producer's clock",
 			at.UTC().Format(time.RFC3339), ahead.Round(time.Second), now.UTC().Format(time.RFC3339), maxSkew)

@@ -180,8 +180,8 @@ func TestAFutureMarkIsClearedByAnOrder(t *testing.T) {
 	past := st.Force(0, future.Add(time.Hour), future.Add(time.Hour))
 	require.Equal(t, future, past.SeenUntil, "a mark that is not ahead stays")
 
-	require.NoError(t, CheckSwitchedAt(t0.Add(5*time.Minute), t0, 0))
-	err := CheckSwitchedAt(t0.Add(59*time.Minute), t0, 0)
+	require.NoError(t, CheckSwitchedAt(t0.Add(5*time.Minute), t0, 5*time.Minute))
+	err := CheckSwitchedAt(t0.Add(59*time.Minute), t0, 5*time.Minute)
 	require.ErrorContains(t, err, "59m0s ahead")
 	require.ErrorContains(t, err, "NOTIFICATION_MAX_CLOCK_SKEW")
 	require.Error(t, CheckSwitchedAt(t0.Add(2*time.Minute), t0, time.Minute))

@@ -15,10 +15,10 @@ import (
 // the broker state is announced (Store.Update sends it in its transaction).
 const StateChannel = "brokerswitch_state"
 
-// DefaultRefresh is how often a StateWatcher re-reads the state although no notification
+// defaultRefresh is how often a StateWatcher re-reads the state although no notification
 // came: a lost LISTEN connection, or a pooler that does not pass LISTEN on, then delays a
 // window's end by this much at most.
-const DefaultRefresh = 10 * time.Second
+const defaultRefresh = 10 * time.Second
 
 // StateWatcher keeps one process's view of the broker state fresh without a Temporal
 // round trip: it LISTENs on StateChannel over one connection of its own and re-reads the
@@ -30,7 +30,7 @@ type StateWatcher struct {
 	Store *Store
 	// DSN opens the LISTEN connection (DATABASE_URL).
 	DSN string
-	// Refresh is the fallback re-read interval; 0 means DefaultRefresh.
+	// Refresh is the fallback re-read interval; 0 means defaultRefresh.
 	Refresh time.Duration
 	Logger  *slog.Logger
 
@@ -45,7 +45,7 @@ type StateWatcher struct {
 func (w *StateWatcher) Run(ctx context.Context) {
 	refresh := w.Refresh
 	if refresh <= 0 {
-		refresh = DefaultRefresh
+		refresh = defaultRefresh
 	}
 	announced := make(chan struct{}, 1)
 	go w.listen(ctx, announced, refresh)

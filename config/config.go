@@ -163,17 +163,24 @@ type Config struct {
 	WebhookSecret string `secret:"true"`
 }
 
-// The defaults that code outside FromEnv needs as well, for a field left zero in a struct
-// built in code: each is written here, once. The others are written in FromEnv only;
+// The defaults whose reason takes more than the field's line; read writes the others.
 // docs/configuration.md repeats them all, and a test holds it to FromEnv.
 const (
-	// DefaultDrainCheckInterval is DRAIN_CHECK_INTERVAL's default.
-	DefaultDrainCheckInterval = 3 * time.Second
-	// DefaultSpareCheckInterval is SPARE_CHECK_INTERVAL's default.
-	DefaultSpareCheckInterval = 15 * time.Second
 	// DefaultWorkerLeaseTTL is WORKER_LEASE_TTL's default: a killed worker's queues are
 	// read again about this long after its last renewal.
 	DefaultWorkerLeaseTTL = 8 * time.Second
+	// DefaultAMQPHeartbeat is AMQP_HEARTBEAT's default. RabbitMQ drops a silent
+	// connection about three heartbeats later (3.10: 29 s at 10 s, 8 s at 3 s, measured
+	// against a SIGSTOPped client), and with it the exclusive consumer of a paused or
+	// cut-off worker: at 3 s its queues are read again within the 15 s a killed worker's
+	// are. RabbitMQ advises at least 5 s against false positives; at 5 s the broker alone
+	// would take about 15 s, and a live connection dropped as silent only ends its
+	// windows, their batches back at the head of their queues.
+	DefaultAMQPHeartbeat = 3 * time.Second
+	// DefaultPrefetch is PREFETCH's default. The batch ahead, settling while the next is
+	// handled, holds its deliveries until its acks are in, so the batch in hand gets
+	// about half the prefetch: 200 keeps batches near 100.
+	DefaultPrefetch = 200
 	// DBSilentSessionTimeout is about how soon either end of a Postgres connection gives a
 	// silent link up (TCP keepalives, tcp_user_timeout): the session of a worker cut off
 	// mid-batch, and its ledger claims and row locks, are gone within it, before its lease
@@ -203,30 +210,42 @@ var FileVariables = []string{"DATABASE_URL", "RABBITMQ_CONNECTION_STRINGS", "OPE
 // does not exist leaves them unset, as a key missing from an optional Secret volume does.
 var optionalFiles = []string{"TEMPORAL_API_KEY", "HEALTHCHECKS_PING_URL", "WEBHOOK_SECRET"}
 
-// FromEnv reads and validates the configuration.
+// FromEnv reads the configuration, each variable left unset taking its default, and
+// validates it; the error names every bad variable.
 func FromEnv(getenv Getenv) (Config, error) {
 	r := reader{}
 	r.getenv = r.withFiles(getenv)
+	c := r.read()
+	r.validate(c)
+	return c, errors.Join(r.errs...)
+}
+
+// read reads every variable, or its default: the one place a default is written.
+// A value it cannot parse is named and read as zero.
+func (r *reader) read() Config {
 	c := Config{
+		Brokers:                    r.brokers("RABBITMQ_CONNECTION_STRINGS", "amqp://guest:guest@127.0.0.1:5672/"),
 		DatabaseURL:                r.str("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/brokerswitch?sslmode=disable"),
 		DBMaxOpenConns:             r.positiveInt("DB_MAX_OPEN_CONNS", 10),
 		DBStatementTimeout:         r.durationAtMost("DB_STATEMENT_TIMEOUT", 30*time.Second, maxPostgresTimeout),
 		DBLockTimeout:              r.durationAtMost("DB_LOCK_TIMEOUT", 10*time.Second, maxPostgresTimeout),
 		DBIdleInTransactionTimeout: r.durationAtMost("DB_IDLE_IN_TRANSACTION_TIMEOUT", 5*time.Second, maxPostgresTimeout),
+		Temporal:                   r.temporal(r.getenv),
 		TaskQueue:                  r.str("TEMPORAL_TASK_QUEUE", "brokerswitch"),
 		Queues:                     r.list("QUEUES", "pull_requests,issues,pushes,installations"),
 		ConsumerWindow:             r.duration("CONSUMER_WINDOW", 2*time.Hour),
-		SpareCheckInterval:         r.duration("SPARE_CHECK_INTERVAL", DefaultSpareCheckInterval),
+		SpareCheckInterval:         r.duration("SPARE_CHECK_INTERVAL", 15*time.Second),
 		RetryTTL:                   r.duration("RETRY_TTL", 10*time.Minute),
+		QueueType:                  r.queueType("QUEUE_TYPE", broker.Classic),
 		MaxRetryCycles:             r.positiveInt("MAX_RETRY_CYCLES", 10),
 		LedgerRetention:            r.duration("LEDGER_RETENTION", 168*time.Hour),
-		Prefetch:                   r.positiveInt("PREFETCH", broker.DefaultPrefetch),
+		Prefetch:                   r.positiveInt("PREFETCH", DefaultPrefetch),
 		MaxMessageBytes:            r.intAtMost("MAX_MESSAGE_BYTES", 26214400, MaxBodyBytes),
 		MaxBatchBytes:              r.intAtMost("MAX_BATCH_BYTES", 16777216, MaxBodyBytes),
 		MemoryLimit:                r.bytes("MEMORY_LIMIT"),
-		DrainCheckInterval:         r.duration("DRAIN_CHECK_INTERVAL", DefaultDrainCheckInterval),
+		DrainCheckInterval:         r.duration("DRAIN_CHECK_INTERVAL", 3*time.Second),
 		WorkerLeaseTTL:             r.duration("WORKER_LEASE_TTL", DefaultWorkerLeaseTTL),
-		AMQPHeartbeat:              r.duration("AMQP_HEARTBEAT", broker.DefaultHeartbeat),
+		AMQPHeartbeat:              r.duration("AMQP_HEARTBEAT", DefaultAMQPHeartbeat),
 		WorkerStopTimeout:          r.duration("WORKER_STOP_TIMEOUT", time.Minute),
 		LeftoverDrainCap:           r.positiveInt("LEFTOVER_DRAIN_CAP", 500),
 		UnnotifiedBrokerGrace:      r.duration("UNNOTIFIED_BROKER_GRACE", DefaultUnnotifiedBrokerGrace),
@@ -242,25 +261,18 @@ func FromEnv(getenv Getenv) (Config, error) {
 		NotificationRate:           r.positiveFloat("NOTIFICATION_RATE", 1),
 		NotificationBurst:          r.positiveInt("NOTIFICATION_BURST", 10),
 	}
-	c.Temporal = r.temporal(r.getenv)
 	c.TemporalAddress, c.TemporalNamespace = c.Temporal.HostPort, c.Temporal.Namespace
-	brokers, err := broker.ParseEndpoints(r.str("RABBITMQ_CONNECTION_STRINGS", "amqp://guest:guest@127.0.0.1:5672/"))
-	if err != nil {
-		r.fail("RABBITMQ_CONNECTION_STRINGS", err.Error())
-	} else if len(brokers) == 0 {
-		r.fail("RABBITMQ_CONNECTION_STRINGS", "no broker configured")
-	}
-	c.Brokers = brokers
-	if qt, err := broker.ParseQueueType(r.str("QUEUE_TYPE", string(broker.Classic))); err != nil {
-		r.fail("QUEUE_TYPE", err.Error())
-	} else {
-		c.QueueType = qt
-	}
-	if len(c.Queues) == 0 {
-		r.fail("QUEUES", "no queue configured")
-	}
 	if r.getenv("WINDOW_HEARTBEAT_TIMEOUT") != "" {
 		r.fail("WINDOW_HEARTBEAT_TIMEOUT", "is no longer read: windows send no heartbeats, a worker's liveness is its lease in Postgres (WORKER_LEASE_TTL); remove the variable")
+	}
+	return c
+}
+
+// validate names each value read that the service cannot use, alone or with another.
+// A value already refused by read is zero and not checked again.
+func (r *reader) validate(c Config) {
+	if len(c.Queues) == 0 {
+		r.fail("QUEUES", "no queue configured")
 	}
 	if c.WorkerLeaseTTL > 0 && c.WorkerLeaseTTL < 2*time.Second {
 		r.fail("WORKER_LEASE_TTL", "must be at least 2s: the lease is renewed every quarter of it")
@@ -287,7 +299,6 @@ func FromEnv(getenv Getenv) (Config, error) {
 	default:
 		r.fail("LOG_LEVEL", "must be debug, info, warn or error")
 	}
-	return c, errors.Join(r.errs...)
 }
 
 // LedgerRetentionMargin is added to the -retry path in MinLedgerRetention: a delivery also
@@ -414,6 +425,25 @@ func (r *reader) str(name, def string) string {
 		return v
 	}
 	return def
+}
+
+// brokers reads the broker URLs, at least one.
+func (r *reader) brokers(name, def string) []broker.Endpoint {
+	eps, err := broker.ParseEndpoints(r.str(name, def))
+	if err != nil {
+		r.fail(name, err.Error())
+	} else if len(eps) == 0 {
+		r.fail(name, "no broker configured")
+	}
+	return eps
+}
+
+func (r *reader) queueType(name string, def broker.QueueType) broker.QueueType {
+	qt, err := broker.ParseQueueType(r.str(name, string(def)))
+	if err != nil {
+		r.fail(name, err.Error())
+	}
+	return qt
 }
 
 // temporal reads the Temporal client options with the SDK's envconfig, the conventions

@@ -15,15 +15,15 @@ func env(vars map[string]string) Getenv { return func(k string) string { return 
 
 // The default values are written once, in docs/configuration.md, which
 // TestTheDocumentedDefaultsAreFromEnvs holds to FromEnv; here the exported constants
-// other packages fall back on are held to FromEnv too.
+// are held to FromEnv too.
 func TestTheExportedDefaultsAreFromEnvs(t *testing.T) {
 	c, err := FromEnv(env(nil))
 	require.NoError(t, err)
-	require.Equal(t, DefaultDrainCheckInterval, c.DrainCheckInterval)
-	require.Equal(t, DefaultSpareCheckInterval, c.SpareCheckInterval)
 	require.Equal(t, DefaultWorkerLeaseTTL, c.WorkerLeaseTTL)
 	require.Equal(t, DefaultUnnotifiedBrokerGrace, c.UnnotifiedBrokerGrace)
 	require.Equal(t, DefaultNotificationMaxClockSkew, c.NotificationMaxClockSkew)
+	require.Equal(t, DefaultAMQPHeartbeat, c.AMQPHeartbeat)
+	require.Equal(t, DefaultPrefetch, c.Prefetch)
 }
 
 func TestQueueType(t *testing.T) {

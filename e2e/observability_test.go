@@ -24,6 +24,7 @@ import (
 	"github.com/brokerswitch/brokerswitch/api"
 	"github.com/brokerswitch/brokerswitch/broker"
 	"github.com/brokerswitch/brokerswitch/healthchecks"
+	"github.com/brokerswitch/brokerswitch/internal/stacktest"
 	"github.com/brokerswitch/brokerswitch/internal/testenv"
 	"github.com/brokerswitch/brokerswitch/metrics"
 	"github.com/brokerswitch/brokerswitch/metrics/metricstest"
@@ -86,12 +87,11 @@ func (s *stack) startObservedWorker() *observed {
 	require.NoError(t, err)
 	logger := slog.New(activities.LogHandler(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError})))
 	o.api = httptest.NewServer(api.Router(api.Deps{
-		Config: s.Config, Temporal: tc, Store: s.Store, Ping: sqlDB.PingContext, Logger: logger,
+		Settings: stacktest.APISettings(s.Config), Temporal: tc, Store: s.Store, Ping: sqlDB.PingContext, Logger: logger,
 	}))
 	t.Cleanup(o.api.Close)
 
-	pool := broker.NewPool(s.Config.Brokers, logger)
-	pool.Metrics = o.m
+	pool := broker.NewPool(s.Config.Brokers, logger, broker.PoolSettings{Metrics: o.m})
 	pinger := &healthchecks.Pinger{URL: o.pings.URL + "/check", OnFailure: o.m.PingFailed}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)

@@ -25,7 +25,7 @@ func TestAStartAgainstQueuesOfTheOtherTypeFails(t *testing.T) {
 	if s.Config.QueueType == broker.Quorum {
 		cfg.QueueType = broker.Classic
 	}
-	pool := broker.NewPool(cfg.Brokers, nil)
+	pool := broker.NewPool(cfg.Brokers, nil, broker.PoolSettings{})
 	t.Cleanup(func() { pool.Close() })
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()

@@ -49,7 +49,7 @@ func newEnv(t *testing.T, extraURLs ...string) *env {
 	require.NoError(t, err)
 	logs := &testenv.Buffer{}
 	logger := slog.New(slog.NewTextHandler(logs, nil))
-	pool := broker.NewPool(eps, logger)
+	pool := broker.NewPool(eps, logger, broker.PoolSettings{})
 	t.Cleanup(func() { _ = pool.Close() })
 	topo := broker.Topology{Queues: queues, RetryTTL: time.Minute, Type: broker.QueueType(testenv.QueueType())}
 	require.NoError(t, pool.DeclareTopology(context.Background(), 0, topo))

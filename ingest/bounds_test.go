@@ -75,6 +75,17 @@ func allocated(t *testing.T, event string, body []byte) uint64 {
 	return least
 }
 
+// allocationBound is the most a decode may allocate, in bodies. The short repositories
+// take the most: 3.36 bodies, and 3.73 to 4.05 under the race detector, where sync.Pool
+// drops what it would have handed back (make test runs under it), so the bound is 4.5
+// there: a small multiple either way, where the shape that took 150 would still fail.
+func allocationBound() float64 {
+	if raceDetector {
+		return 4.5
+	}
+	return 4
+}
+
 // Decoding allocates a small multiple of the body, whatever its shape: a list of empty
 // repositories took 150 times its size before, 3.8 GB for a 25 MB message.
 func TestDecodingMemoryIsBoundedByTheBody(t *testing.T) {
@@ -106,7 +117,7 @@ func TestDecodingMemoryIsBoundedByTheBody(t *testing.T) {
 			}
 			got := allocated(t, tc.event, []byte(tc.body))
 			// 176/64 for a kept repository, and the decoder's copies of strings.
-			assert.LessOrEqual(t, got, uint64(4*len(tc.body)+1<<16), "allocated %d bytes for a body of %d", got, len(tc.body))
+			assert.LessOrEqual(t, got, uint64(allocationBound()*float64(len(tc.body)))+1<<16, "allocated %d bytes for a body of %d", got, len(tc.body))
 		})
 	}
 }

@@ -17,7 +17,6 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/brokerswitch/brokerswitch/broker"
-	"github.com/brokerswitch/brokerswitch/config"
 	"github.com/brokerswitch/brokerswitch/metrics"
 	"github.com/brokerswitch/brokerswitch/models"
 )
@@ -48,8 +47,8 @@ type Ingester struct {
 	// error, leaving the batch unsettled; 0 means defaultTransientAttempts.
 	transientAttempts int
 	// MaxClockSkew is how far past Now an event's entity clock may be; a later one is
-	// taken as unreadable (applied in queue order, counted and logged); 0 means
-	// config.DefaultNotificationMaxClockSkew. The worker sets NOTIFICATION_MAX_CLOCK_SKEW.
+	// taken as unreadable (applied in queue order, counted and logged). The worker sets
+	// NOTIFICATION_MAX_CLOCK_SKEW; 0 trusts no clock ahead of Now.
 	MaxClockSkew time.Duration
 	// WebhookSecret, when set, is the GitHub webhook's secret: every message must carry
 	// the HMAC of its body in headerSignature, or it is malformed. Empty verifies nothing.
@@ -163,7 +162,7 @@ func (h *batchHandler) HandleBatch(ctx context.Context, queue string, deliveries
 	}
 	decoding := time.Now()
 	msgs := decodeAll(queue, deliveries, h.ingester.MaxMessageBytes, decode)
-	limit := now.Add(cmp.Or(h.ingester.MaxClockSkew, config.DefaultNotificationMaxClockSkew))
+	limit := now.Add(h.ingester.MaxClockSkew)
 	for i := range msgs {
 		if msgs[i].malformed == nil {
 			msgs[i].ahead = distrustFuture(msgs[i].event, limit)

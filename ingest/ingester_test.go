@@ -59,6 +59,7 @@ func newEnv(t testing.TB) *env {
 	return &env{db: db, dsn: dsn, clock: c, ing: &Ingester{
 		DB:             openPool(t, dsn, models.PoolConfig{}),
 		MaxRetryCycles: 2,
+		MaxClockSkew:   5 * time.Minute,
 		Logger:         slog.New(slog.DiscardHandler),
 		Now:            c.Now,
 	}}

@@ -16,23 +16,23 @@ import (
 // errRetentionUnset keeps a Retention built without After from deleting every row.
 var errRetentionUnset = errors.New("ledger retention: After is not set")
 
-// Retention defaults: small batches keep every row lock the sweep holds to a few
-// milliseconds, so a redelivery of a row being deleted waits no longer than that.
+// Small batches keep every row lock the sweep holds to a few milliseconds, so a
+// redelivery of a row being deleted waits no longer than that.
 const (
-	DefaultRetentionBatch = 1000
-	DefaultRetentionEvery = 10 * time.Minute
+	// retentionBatch is the most rows one DELETE removes, unless Retention.Batch says less.
+	retentionBatch = 1000
+	// retentionEvery is the pause between sweeps.
+	retentionEvery = 10 * time.Minute
 )
 
 // Retention deletes the ledger rows whose last attempt (received_at) is older than After.
 // A delivery that comes back after its row is gone is applied again: After must outlast
-// every way a delivery comes back (config.MinLedgerRetention).
+// every way a delivery comes back (the configuration refuses a shorter LEDGER_RETENTION).
 type Retention struct {
 	DB *gorm.DB
 	// After is LEDGER_RETENTION.
 	After time.Duration
-	// Every is the pause between sweeps; DefaultRetentionEvery when zero.
-	Every time.Duration
-	// Batch is the most rows one DELETE removes; DefaultRetentionBatch when zero.
+	// Batch is the most rows one DELETE removes, for the tests; retentionBatch when zero.
 	Batch int
 	// Now is the clock; time.Now when nil.
 	Now     func() time.Time
@@ -42,19 +42,15 @@ type Retention struct {
 	BatchDone func(took time.Duration, rows int64)
 }
 
-// Run sweeps at once, then every Every, until ctx ends; with no After it does nothing. A failed sweep is logged and
+// Run sweeps at once, then every retentionEvery, until ctx ends; with no After it does nothing. A failed sweep is logged and
 // tried again at the next one; the brokerswitch_ledger_oldest_row_timestamp_seconds
 // alert tells when sweeps fall behind.
 func (r *Retention) Run(ctx context.Context) {
 	if r.After <= 0 {
-		// A Config built in code without LEDGER_RETENTION keeps every row.
+		// Without LEDGER_RETENTION every row is kept, rather than a guess deleting them.
 		return
 	}
 	r.Metrics.LedgerRetention(r.After)
-	every := r.Every
-	if every <= 0 {
-		every = DefaultRetentionEvery
-	}
 	for {
 		deleted, err := r.sweep(ctx)
 		switch {
@@ -68,7 +64,7 @@ func (r *Retention) Run(ctx context.Context) {
 		select {
 		case <-ctx.Done():
 			return
-		case <-time.After(every):
+		case <-time.After(retentionEvery):
 		}
 	}
 }
@@ -88,7 +84,7 @@ func (r *Retention) sweep(ctx context.Context) (int64, error) {
 	}
 	batch := r.Batch
 	if batch <= 0 {
-		batch = DefaultRetentionBatch
+		batch = retentionBatch
 	}
 	cutoff := now().Add(-r.After)
 	var total int64

@@ -31,7 +31,6 @@ import (
 	"go.temporal.io/sdk/temporal"
 	"gorm.io/gorm"
 
-	"github.com/brokerswitch/brokerswitch/config"
 	"github.com/brokerswitch/brokerswitch/metrics"
 )
 
@@ -64,7 +63,7 @@ type Keeper struct {
 	// workflows, described when a lease expires.
 	Namespace string
 	Workflows []string
-	// TTL is WORKER_LEASE_TTL; 0 means config.DefaultWorkerLeaseTTL.
+	// TTL is WORKER_LEASE_TTL; Run refuses to start without it.
 	TTL    time.Duration
 	Logger *slog.Logger
 	// Metrics counts lost and reaped leases; nil counts nothing.
@@ -100,20 +99,16 @@ type generation struct {
 
 func (g *generation) lose() { g.lostOnce.Do(func() { close(g.lost) }) }
 
-func (k *Keeper) ttl() time.Duration {
-	if k.TTL > 0 {
-		return k.TTL
-	}
-	return config.DefaultWorkerLeaseTTL
-}
-
 // renewEvery is how often the lease is renewed; the holder gives up after TTL − renewEvery
 // without a renewal, and peers scan twice as often.
-func (k *Keeper) renewEvery() time.Duration { return k.ttl() / 4 }
+func (k *Keeper) renewEvery() time.Duration { return k.TTL / 4 }
 
 // Run keeps the lease until ctx ends, then deletes it: a worker that stops cleanly holds
 // nothing. Call it before the worker takes tasks, and end it after the worker stopped.
 func (k *Keeper) Run(ctx context.Context) {
+	if k.TTL <= 0 {
+		panic("lease: a Keeper runs with a TTL (WORKER_LEASE_TTL)")
+	}
 	k.began = time.Now()
 	renew := time.NewTicker(k.renewEvery())
 	defer renew.Stop()
@@ -187,17 +182,17 @@ func (k *Keeper) step(ctx context.Context, giveUp *time.Timer) {
 		}
 		g = &generation{id: rand.Text(), lost: make(chan struct{})}
 		err := k.DB.WithContext(cctx).Exec(`INSERT INTO worker_leases (lease_id, identity, expires_at)
-			VALUES (?, ?, now() + make_interval(secs => ?))`, g.id, k.Identity, k.ttl().Seconds()).Error
+			VALUES (?, ?, now() + make_interval(secs => ?))`, g.id, k.Identity, k.TTL.Seconds()).Error
 		if err != nil {
 			k.Logger.DebugContext(ctx, "no lease taken: Postgres does not answer", "error", err)
 			return
 		}
 		k.set(g)
 		k.hadLease = true
-		k.Logger.InfoContext(ctx, "worker lease taken", "ttl", k.ttl().String())
+		k.Logger.InfoContext(ctx, "worker lease taken", "ttl", k.TTL.String())
 	} else {
 		res := k.DB.WithContext(cctx).Exec(`UPDATE worker_leases SET renewed_at = now(), expires_at = now() + make_interval(secs => ?)
-			WHERE lease_id = ? AND expires_at > now()`, k.ttl().Seconds(), g.id)
+			WHERE lease_id = ? AND expires_at > now()`, k.TTL.Seconds(), g.id)
 		switch {
 		case res.Error != nil:
 			k.Logger.DebugContext(ctx, "lease not renewed: Postgres does not answer", "error", res.Error)
@@ -208,7 +203,7 @@ func (k *Keeper) step(ctx context.Context, giveUp *time.Timer) {
 		}
 	}
 	// Measured from before the checks: the row's expiry, on Postgres' clock, is later.
-	giveUp.Reset(k.ttl() - k.renewEvery() - time.Since(started))
+	giveUp.Reset(k.TTL - k.renewEvery() - time.Since(started))
 }
 
 // lose gives the current lease up: everything it holds stops.
@@ -274,7 +269,7 @@ type expiredAttempt struct {
 // reap fails the attempts of every expired lease, then deletes the lease. A lease whose
 // attempts could not all be failed (Temporal away) is kept for the next scan.
 func (k *Keeper) reap(ctx context.Context) {
-	cctx, cancel := context.WithTimeout(ctx, k.ttl())
+	cctx, cancel := context.WithTimeout(ctx, k.TTL)
 	defer cancel()
 	var rows []expiredAttempt
 	err := k.DB.WithContext(cctx).Raw(`SELECT l.lease_id, l.identity, a.workflow_id, a.activity_id, a.activity_type, a.attempt, a.task_token

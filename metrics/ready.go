@@ -13,9 +13,9 @@ import (
 // kubelet and Compose cost one round of checks per period, not one each.
 const DefaultReadyMaxAge = 5 * time.Second
 
-// DefaultReadyTimeout bounds a round of checks by default, so that a hung dependency
-// answers 503 before the orchestrator's probe gives up.
-const DefaultReadyTimeout = 3 * time.Second
+// readyTimeout bounds a round of checks, so that a hung dependency answers 503 before the
+// orchestrator's probe gives up.
+const readyTimeout = 3 * time.Second
 
 // Check is one dependency of readiness: Run returns nil when the dependency answers.
 type Check struct {
@@ -29,7 +29,7 @@ type Check struct {
 type Readiness struct {
 	Checks  []Check
 	MaxAge  time.Duration // how long a result is served again; 0 checks every time
-	Timeout time.Duration // bounds each round; 0 means 3s
+	Timeout time.Duration // bounds each round, for the tests; 0 means readyTimeout
 	Logger  *slog.Logger  // logs why a check failed; the answer names only which
 	Now     func() time.Time
 
@@ -58,7 +58,7 @@ func (r *Readiness) Ready(ctx context.Context) ReadinessAnswer {
 	}
 	timeout := r.Timeout
 	if timeout <= 0 {
-		timeout = DefaultReadyTimeout
+		timeout = readyTimeout
 	}
 	// A probe that disconnects must not cut the round short for the callers waiting on it.
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), timeout)

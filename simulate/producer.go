@@ -16,6 +16,7 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/brokerswitch/brokerswitch/broker"
+	"github.com/brokerswitch/brokerswitch/config"
 )
 
 // DefaultQueues are the logical queues of the message contract.
@@ -160,8 +161,11 @@ func New(cfg Config) (*Producer, error) {
 	if hc == nil {
 		hc = &http.Client{Timeout: 30 * time.Second}
 	}
-	pool := broker.NewPool(cfg.Brokers, cfg.Logger)
-	pool.ConnectionName = cfg.ConnectionName
+	pool := broker.NewPool(cfg.Brokers, cfg.Logger, broker.PoolSettings{
+		ConnectionName: cfg.ConnectionName,
+		// The service's heartbeat: a producer on a broker that stops answering notices as soon.
+		Heartbeat: config.DefaultAMQPHeartbeat,
+	})
 	p := &Producer{
 		cfg:      cfg,
 		pool:     pool,

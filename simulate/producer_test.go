@@ -104,7 +104,7 @@ func TestProducerPublishesTheMessageContract(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, p.Publish(ctx, msgs...))
 
-	pool := broker.NewPool(eps, nil)
+	pool := broker.NewPool(eps, nil, broker.PoolSettings{})
 	defer pool.Close()
 	// The same topology declares again; another RETRY_TTL is a mismatch.
 	require.NoError(t, pool.DeclareTopology(ctx, 0, broker.Topology{Queues: DefaultQueues, RetryTTL: 2 * time.Second}))
@@ -182,7 +182,7 @@ func TestProducerNamesItsConnectionsAndAddsHeaders(t *testing.T) {
 	require.Contains(t, names[0], `"simulate-test"`)
 	require.NotContains(t, names[0], `"brokerswitch"`)
 
-	pool := broker.NewPool(eps, nil)
+	pool := broker.NewPool(eps, nil, broker.PoolSettings{})
 	defer pool.Close()
 	ch, err := pool.Channel(ctx, 0)
 	require.NoError(t, err)

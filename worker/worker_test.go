@@ -14,6 +14,7 @@ import (
 	"go.temporal.io/api/operatorservice/v1"
 	"go.temporal.io/api/serviceerror"
 
+	"github.com/brokerswitch/brokerswitch/broker"
 	"github.com/brokerswitch/brokerswitch/internal/stacktest"
 	"github.com/brokerswitch/brokerswitch/internal/testenv"
 	"github.com/brokerswitch/brokerswitch/worker"
@@ -31,7 +32,7 @@ func TestMain(m *testing.M) { testenv.MainWithTemporal(m, &server) }
 // while nothing polls.
 func TestAWorkerWhoseNamespaceIsDeletedStops(t *testing.T) {
 	s := stacktest.New(t, stacktest.Options{Brokers: 1, Server: server})
-	pool := worker.NewPool(s.Config, nil, nil)
+	pool := broker.NewPool(s.Config.Brokers, nil, worker.PoolSettings(s.Config, nil))
 	t.Cleanup(func() { _ = pool.Close() })
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)

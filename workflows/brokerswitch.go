@@ -11,7 +11,6 @@ import (
 
 	"github.com/brokerswitch/brokerswitch/activities"
 	"github.com/brokerswitch/brokerswitch/brokerstate"
-	"github.com/brokerswitch/brokerswitch/config"
 )
 
 // BrokerSwitchInput is what a BrokerSwitch run hands to the next one when it continues
@@ -48,7 +47,8 @@ func BrokerSwitch(ctx workflow.Context, in BrokerSwitchInput) error {
 type switchRun struct {
 	status Status
 	orders *orderQueue
-	// drainCheckInterval is the longest pause between drain checks (DRAIN_CHECK_INTERVAL).
+	// drainCheckInterval is the longest pause between drain checks (DRAIN_CHECK_INTERVAL),
+	// as the worker's Settings report it at the start of the run.
 	drainCheckInterval time.Duration
 	// watching is the running watch of an idle workflow, if any.
 	watching *idleWatch
@@ -77,7 +77,7 @@ func newSwitchRun(ctx workflow.Context, in BrokerSwitchInput) (*switchRun, error
 	}
 	// What the last run left comes before what reached this one.
 	orders.orders = append(in.Orders, orders.orders...)
-	r := &switchRun{orders: orders, status: Status{Checks: in.Checks}, drainCheckInterval: config.DefaultDrainCheckInterval}
+	r := &switchRun{orders: orders, status: Status{Checks: in.Checks}}
 	// Remove once no run started before release 1.1 is open: before it, every order and
 	// commit wrote the memo, unchanged or not, and every change a watch saw was read
 	// again, so a switch cost a memo write and a read more.
@@ -104,9 +104,7 @@ func (r *switchRun) run(ctx workflow.Context) error {
 	if err := r.runLocal(ctx, "read the worker's settings", a.Settings, nil, &settings); err != nil {
 		return err
 	}
-	if settings.DrainCheckInterval > 0 {
-		r.drainCheckInterval = settings.DrainCheckInterval
-	}
+	r.drainCheckInterval = settings.DrainCheckInterval
 	r.showState(ctx)
 	for ctx.Err() == nil {
 		if err := r.applyOrders(ctx); err != nil {

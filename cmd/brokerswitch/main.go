@@ -265,7 +265,7 @@ func withServices(ctx context.Context, cfg config.Config, logger *slog.Logger, f
 			cfg.TemporalAddress, cfg.TemporalNamespace, err)
 	}
 	defer tc.Close()
-	pool := worker.NewPool(cfg, logger, m)
+	pool := broker.NewPool(cfg.Brokers, logger, worker.PoolSettings(cfg, m))
 	defer pool.Close()
 	err = fn(ctx, services{db: db, dbPool: dbPool, temporal: tc, pool: pool, metrics: m, errorQueues: eq})
 	if errors.Is(err, context.Canceled) {
@@ -309,12 +309,22 @@ func (s services) workerDeps(cfg config.Config, logger *slog.Logger) worker.Deps
 
 func (s services) apiDeps(cfg config.Config, logger *slog.Logger) api.Deps {
 	return api.Deps{
-		Config:   cfg,
+		Settings: apiSettings(cfg),
 		Temporal: s.temporal,
 		Store:    brokerstate.NewStore(s.db, cfg.Brokers),
 		Ping:     s.dbPool.Ping,
 		Attempts: func(ctx context.Context) ([]liveness.Attempt, error) { return liveness.Attempts(ctx, s.db) },
 		Errors:   &errorqueue.Service{Brokers: s.pool, DB: s.db, Queues: cfg.Queues, Logger: logger, Metrics: s.errorQueues},
 		Logger:   logger,
+	}
+}
+
+// apiSettings are the API's part of cfg.
+func apiSettings(cfg config.Config) api.Settings {
+	return api.Settings{
+		Brokers: cfg.Brokers, TaskQueue: cfg.TaskQueue, HTTPAddr: cfg.HTTPAddr,
+		OperatorToken: cfg.OperatorToken, ProducerToken: cfg.ProducerToken, InsecureNoAuth: cfg.InsecureNoAuth,
+		NotificationMaxClockSkew: cfg.NotificationMaxClockSkew,
+		NotificationRate:         cfg.NotificationRate, NotificationBurst: cfg.NotificationBurst,
 	}
 }

@@ -193,12 +193,11 @@ func New(t testenv.T, o Options) *Stack {
 
 	eps, err := broker.ParseEndpoints(strings.Join(s.DirectURLs, ","))
 	check(t, err, "endpoints")
-	s.Direct = broker.NewPool(eps, nil)
 	// Named apart from the service's connections, which the benchmark counts.
-	s.Direct.ConnectionName = "stacktest"
+	s.Direct = broker.NewPool(eps, nil, broker.PoolSettings{ConnectionName: "stacktest", Heartbeat: config.DefaultAMQPHeartbeat})
 	t.Cleanup(func() { _ = s.Direct.Close() })
 	s.API = httptest.NewServer(api.Router(api.Deps{
-		Config: s.Config, Temporal: s.Temporal, Store: s.Store, Ping: sqlDB.PingContext,
+		Settings: APISettings(s.Config), Temporal: s.Temporal, Store: s.Store, Ping: sqlDB.PingContext,
 		Logger: s.logger, CommitWait: o.CommitWait,
 	}))
 	t.Cleanup(s.API.Close)
@@ -241,5 +240,15 @@ func check(t testenv.T, err error, what string) {
 	t.Helper()
 	if err != nil {
 		t.Fatalf("stacktest: %s: %v", what, err)
+	}
+}
+
+// APISettings are the API's part of cfg, as the service hands them over.
+func APISettings(cfg config.Config) api.Settings {
+	return api.Settings{
+		Brokers: cfg.Brokers, TaskQueue: cfg.TaskQueue, HTTPAddr: cfg.HTTPAddr,
+		OperatorToken: cfg.OperatorToken, ProducerToken: cfg.ProducerToken, InsecureNoAuth: cfg.InsecureNoAuth,
+		NotificationMaxClockSkew: cfg.NotificationMaxClockSkew,
+		NotificationRate:         cfg.NotificationRate, NotificationBurst: cfg.NotificationBurst,
 	}
 }

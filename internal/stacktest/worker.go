@@ -6,6 +6,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/brokerswitch/brokerswitch/broker"
 	"github.com/brokerswitch/brokerswitch/internal/testenv"
 	"github.com/brokerswitch/brokerswitch/worker"
 )
@@ -14,8 +15,9 @@ import (
 // test ends or stop.
 func (s *Stack) StartWorker() (stop func()) {
 	ctx, cancel := context.WithCancel(context.Background())
-	pool := worker.NewPool(s.Config, nil, nil)
-	pool.Trace = s.trace
+	settings := worker.PoolSettings(s.Config, nil)
+	settings.Trace = s.trace
+	pool := broker.NewPool(s.Config.Brokers, nil, settings)
 	done := make(chan error, 1)
 	go func() {
 		done <- worker.Run(ctx, worker.Deps{Config: s.Config, Client: s.Temporal, Pool: pool, DB: s.WorkerDB, DBPool: s.WorkerPool, Logger: s.logger})
