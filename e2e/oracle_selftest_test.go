@@ -24,7 +24,7 @@ import (
 func TestOracleSeesWhatGoesWrong(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	db := auditedDatabase(t)
+	db, dsn := auditedDatabase(t)
 
 	msgs, err := simulate.Workload{PullRequests: 2, Issues: 2, Pushes: 3, Branches: 1, Installations: 1, Ignored: 1, Seed: 5}.Messages()
 	require.NoError(t, err)
@@ -36,7 +36,7 @@ func TestOracleSeesWhatGoesWrong(t *testing.T) {
 	e := expect(records)
 
 	// Applied as published, the oracle finds nothing.
-	h := (&ingest.Ingester{DB: db, MaxRetryCycles: 1}).ForBroker(0)
+	h := (&ingest.Ingester{DB: modelstest.NewPool(t, dsn), MaxRetryCycles: 1}).ForBroker(0)
 	apply := func(ms ...simulate.Message) {
 		for _, m := range ms {
 			_, err := h.HandleBatch(ctx, m.Queue, []amqp.Delivery{{Headers: m.Headers(), Body: m.Body}})
@@ -104,11 +104,11 @@ func TestOracleSeesWhatGoesWrong(t *testing.T) {
 }
 
 // auditedDatabase is a database of the test's own, migrated, with the audit installed.
-func auditedDatabase(t *testing.T) *gorm.DB {
+func auditedDatabase(t *testing.T) (*gorm.DB, string) {
 	t.Helper()
-	db, _ := modelstest.NewDB(t)
+	db, dsn := modelstest.NewDB(t)
 	installAudit(t, db)
-	return db
+	return db, dsn
 }
 
 // freshSchema empties the database and migrates it again, with the audit installed.
@@ -136,7 +136,8 @@ func firstOf(msgs []simulate.Message, event string) int {
 // or among the spare's, still fails.
 func TestOracleExcusesOnlyWhatTheScheduleSays(t *testing.T) {
 	ctx := context.Background()
-	db := auditedDatabase(t)
+	db, dsn := auditedDatabase(t)
+	pool := modelstest.NewPool(t, dsn)
 
 	msgs, err := simulate.Workload{PullRequests: 3, Issues: 3, Pushes: 4, Branches: 2, Installations: 1, Seed: 11}.Messages()
 	require.NoError(t, err)
@@ -158,7 +159,7 @@ func TestOracleExcusesOnlyWhatTheScheduleSays(t *testing.T) {
 		freshSchema(t, db)
 		for _, i := range order {
 			m := msgs[i]
-			h := (&ingest.Ingester{DB: db, MaxRetryCycles: 1}).ForBroker(records[i].Broker)
+			h := (&ingest.Ingester{DB: pool, MaxRetryCycles: 1}).ForBroker(records[i].Broker)
 			_, err := h.HandleBatch(ctx, m.Queue, []amqp.Delivery{{Headers: m.Headers(), Body: m.Body}})
 			require.NoError(t, err)
 		}

@@ -30,7 +30,7 @@ func TestAStartAgainstQueuesOfTheOtherTypeFails(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	err := worker.Run(ctx, worker.Deps{Config: cfg, Client: s.Temporal, Pool: pool, DB: s.WorkerDB, Logger: logger})
+	err := worker.Run(ctx, worker.Deps{Config: cfg, Client: s.Temporal, Pool: pool, DB: s.WorkerDB, DBPool: s.WorkerPool, Logger: logger})
 	require.ErrorIs(t, err, broker.ErrQueueType)
 	require.ErrorContains(t, err, "queue "+cfg.Queues[0]+" is a "+string(s.Config.QueueType)+" queue, but QUEUE_TYPE is "+string(cfg.QueueType))
 	t.Log(err)

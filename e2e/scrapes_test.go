@@ -34,14 +34,17 @@ func TestABurstOfScrapesDuringConsumption(t *testing.T) {
 	ctx := t.Context()
 	// The process's pool as `brokerswitch worker` opens it, tagged so that its
 	// connections can be counted apart from the test's own.
-	db, err := models.OpenPool(ctx, s.Env["DATABASE_URL"]+"&application_name=capped-process", models.PoolConfig{
+	pool, err := models.Connect(ctx, s.Env["DATABASE_URL"]+"&application_name=capped-process", models.PoolConfig{
 		MaxOpenConns: s.Config.DBMaxOpenConns, StatementTimeout: s.Config.DBStatementTimeout, LockTimeout: s.Config.DBLockTimeout,
 	})
+	require.NoError(t, err)
+	t.Cleanup(pool.Close)
+	db, err := models.OnPool(pool)
 	require.NoError(t, err)
 	sqlDB, err := db.DB()
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = sqlDB.Close() })
-	s.WorkerDB = db
+	s.WorkerPool, s.WorkerDB = pool, db
 	m := metrics.New(prometheus.NewRegistry())
 	require.NoError(t, m.WatchState(worker.StateReader(brokerstate.NewStore(db, s.Config.Brokers), s.Config.Queues)))
 	scrape := httptest.NewServer(m.Handler())

@@ -29,6 +29,8 @@ type env struct {
 	url  string
 	pool *broker.Pool
 	db   *gorm.DB
+	// dsn is db's, for a pool of its own.
+	dsn  string
 	svc  *Service
 	conn *amqp.Connection
 	logs *testenv.Buffer
@@ -51,11 +53,11 @@ func newEnv(t *testing.T, extraURLs ...string) *env {
 	t.Cleanup(func() { _ = pool.Close() })
 	topo := broker.Topology{Queues: queues, RetryTTL: time.Minute, Type: broker.QueueType(testenv.QueueType())}
 	require.NoError(t, pool.DeclareTopology(context.Background(), 0, topo))
-	db, _ := modelstest.NewDB(t)
+	db, dsn := modelstest.NewDB(t)
 	conn, err := amqp.Dial(url)
 	require.NoError(t, err)
 	t.Cleanup(func() { conn.Close() })
-	return &env{t: t, url: url, pool: pool, db: db, conn: conn, logs: logs,
+	return &env{t: t, url: url, pool: pool, db: db, dsn: dsn, conn: conn, logs: logs,
 		svc: &Service{Brokers: pool, DB: db, Queues: queues, Logger: logger}}
 }
 

@@ -13,6 +13,7 @@ import (
 	"github.com/brokerswitch/brokerswitch/broker"
 	"github.com/brokerswitch/brokerswitch/ingest"
 	"github.com/brokerswitch/brokerswitch/models"
+	"github.com/brokerswitch/brokerswitch/models/modelstest"
 )
 
 // A poison message fixed by a release: an issue whose title the schema of the day
@@ -35,7 +36,7 @@ func TestARequeuedPoisonMessageIsAppliedOnceTheReleaseFixedIt(t *testing.T) {
 	require.True(t, dc.Wait())
 	ch.Close()
 
-	apply := (&ingest.Ingester{DB: e.db, MaxRetryCycles: 3}).ForBroker(0)
+	apply := (&ingest.Ingester{DB: modelstest.NewPool(t, e.dsn), MaxRetryCycles: 3}).ForBroker(0)
 	drained, err := e.pool.DrainWith(ctx, 0, "issues", broker.DrainOptions{Max: 1, Batch: 1}, apply)
 	require.NoError(t, err)
 	require.Equal(t, 1, drained.Taken)

@@ -139,7 +139,7 @@ func benchDeliveries(t testing.TB, round, n int) []amqp.Delivery {
 func BenchmarkDecode(b *testing.B) {
 	var ds []amqp.Delivery
 	for _, e := range payloads.All() {
-		if applierFor(e.Event) != nil {
+		if appliers[e.Event] != nil {
 			ds = append(ds, delivery(e.Event, "d-"+e.Name, e.Body))
 		}
 	}

@@ -58,7 +58,7 @@ type Event struct {
 	// Sender is the payload's sender, nil when it has none.
 	Sender *account
 	// Deaths are the x-death entries RabbitMQ added on dead-lettering.
-	Deaths []Death
+	Deaths []death
 	// RecordedRetryCycles is broker.HeaderRetryCycles: the cycles counted when the
 	// message was last sent to -error, 0 if it never was.
 	RecordedRetryCycles int
@@ -69,8 +69,8 @@ type Event struct {
 // next failure, instead of retrying forever or wrapping around.
 const maxRetryCount = 1 << 20
 
-// Death is one x-death entry: how often the message died on Queue for Reason.
-type Death struct {
+// death is one x-death entry: how often the message died on Queue for Reason.
+type death struct {
 	// Queue is the queue the message was dead-lettered from.
 	Queue string
 	// Reason is RabbitMQ's reason, e.g. "rejected" or "expired".
@@ -189,7 +189,7 @@ func readBody(ev *Event, body []byte) error {
 		return fmt.Errorf("%w: body is not a JSON object", ErrMalformed)
 	}
 
-	if applierFor(ev.Type) == nil {
+	if appliers[ev.Type] == nil {
 		// No table: read just enough to record it.
 		var envelope struct {
 			Action string   `json:"action"`
@@ -301,7 +301,7 @@ func checkEventType(t string) error {
 
 // deaths reads RabbitMQ's x-death header. It is written by the broker, not the producer,
 // so entries that do not parse are skipped rather than making the delivery malformed.
-func deaths(h amqp.Table) []Death {
+func deaths(h amqp.Table) []death {
 	var entries []any
 	switch v := h[headerDeath].(type) {
 	case []any:
@@ -313,7 +313,7 @@ func deaths(h amqp.Table) []Death {
 	default:
 		return nil
 	}
-	out := make([]Death, 0, len(entries))
+	out := make([]death, 0, len(entries))
 	for _, e := range entries {
 		var t amqp.Table
 		switch e := e.(type) {
@@ -330,7 +330,7 @@ func deaths(h amqp.Table) []Death {
 		if !ok {
 			continue
 		}
-		out = append(out, Death{Queue: queue, Reason: reason, Count: count})
+		out = append(out, death{Queue: queue, Reason: reason, Count: count})
 	}
 	return out
 }

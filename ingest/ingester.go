@@ -13,9 +13,8 @@ import (
 	"time"
 
 	"github.com/google/go-github/v75/github"
-	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 	amqp "github.com/rabbitmq/amqp091-go"
-	"gorm.io/gorm"
 
 	"github.com/brokerswitch/brokerswitch/broker"
 	"github.com/brokerswitch/brokerswitch/metrics"
@@ -29,8 +28,8 @@ const pingTimeout = 2 * time.Second
 // Ingester applies decoded deliveries to Postgres. Its fields are read on every batch and
 // must not change while handlers run.
 type Ingester struct {
-	// DB is the database to write to; required.
-	DB *gorm.DB
+	// DB is the pool of connections to write through; required.
+	DB *pgxpool.Pool
 	// MaxRetryCycles is how many trips through the -retry queue a message that fails on
 	// its own gets before it is rejected to -error; 0 rejects on the first failure.
 	MaxRetryCycles int
@@ -43,10 +42,10 @@ type Ingester struct {
 	// MaxMessageBytes is the largest body applied; a larger message is rejected to -error
 	// without being read. 0 means no limit.
 	MaxMessageBytes int
-	// TransientAttempts is how many times a batch is applied while Postgres turns it away
+	// transientAttempts is how many times a batch is applied while Postgres turns it away
 	// for a transient reason (see isTransient) before HandleBatch gives up and returns the
 	// error, leaving the batch unsettled; 0 means defaultTransientAttempts.
-	TransientAttempts int
+	transientAttempts int
 	// MaxClockSkew is how far past Now an event's entity clock may be; a later one is
 	// taken as unreadable (applied in queue order, counted and logged). The worker sets
 	// NOTIFICATION_MAX_CLOCK_SKEW; 0 trusts no clock ahead of Now.
@@ -59,9 +58,9 @@ type Ingester struct {
 	// unsettled, so that a consumer window whose view of the broker state lags never
 	// commits a batch of a broker we left. Required for ForActive.
 	Active ActiveHolder
-	// TransientBackoff is the pause before the second attempt, doubled before each next
+	// transientBackoff is the pause before the second attempt, doubled before each next
 	// one up to maxTransientBackoff; 0 means defaultTransientBackoff.
-	TransientBackoff time.Duration
+	transientBackoff time.Duration
 }
 
 const (
@@ -70,7 +69,7 @@ const (
 	// consumer stops and Temporal's retry of the window takes over the back-off.
 	defaultTransientAttempts = 5
 	defaultTransientBackoff  = 200 * time.Millisecond
-	// maxTransientBackoff caps one pause, whatever TransientAttempts says.
+	// maxTransientBackoff caps one pause, whatever transientAttempts says.
 	maxTransientBackoff = 5 * time.Second
 	// timeoutAttempts is how many times one message alone may hit statement_timeout
 	// before it is rejected to -error: once may be the server's load, twice in a row on
@@ -197,8 +196,8 @@ func (h *batchHandler) HandleBatch(ctx context.Context, queue string, deliveries
 // gone. A statement timeout is retried likewise, but only for a single message: a batch
 // that times out is isolated by the caller, which is how a costly message is found.
 func (h *batchHandler) apply(ctx context.Context, queue string, msgs []message, now time.Time) ([]broker.Verdict, error) {
-	backoff := cmp.Or(h.ingester.TransientBackoff, defaultTransientBackoff)
-	attempts := cmp.Or(h.ingester.TransientAttempts, defaultTransientAttempts)
+	backoff := cmp.Or(h.ingester.transientBackoff, defaultTransientBackoff)
+	attempts := cmp.Or(h.ingester.transientAttempts, defaultTransientAttempts)
 	timeouts := 0
 	for attempt := 1; ; attempt++ {
 		verdicts, err := h.applyInTx(ctx, queue, msgs, now)
@@ -303,8 +302,8 @@ func (h *batchHandler) applyInTx(ctx context.Context, queue string, msgs []messa
 		}
 	}
 	var tx committed
-	err := onConn(ctx, h.ingester.DB, func(conn *pgx.Conn) (err error) {
-		tx, err = writeBatch(ctx, conn, b)
+	err := h.ingester.DB.AcquireFunc(ctx, func(conn *pgxpool.Conn) (err error) {
+		tx, err = writeBatch(ctx, conn.Conn(), b)
 		return err
 	})
 	if err != nil {
@@ -541,11 +540,7 @@ func (h *batchHandler) fail(ctx context.Context, queue string, m message, now ti
 	}
 	row := h.ledgerRow(queue, m, now)
 	row.Outcome, row.ErrorReason, row.AppliedAt = models.OutcomeError, cleanText(verdict.Reason), nil
-	err := onConn(ctx, h.ingester.DB, func(conn *pgx.Conn) error {
-		_, err := claimLedger(ctx, conn, []models.Delivery{row})
-		return err
-	})
-	if err != nil {
+	if _, err := claimLedger(ctx, h.ingester.DB, []models.Delivery{row}); err != nil {
 		if h.cannotDecide(ctx, err) {
 			return broker.Verdict{}, fmt.Errorf("record failure of delivery %s: %w", m.event.DeliveryID, err)
 		}
@@ -569,7 +564,7 @@ func (h *batchHandler) cannotDecide(ctx context.Context, err error) bool {
 	// A statement error can hide a server that died right after; ask it directly.
 	pingCtx, cancel := context.WithTimeout(ctx, pingTimeout)
 	defer cancel()
-	return onConn(pingCtx, h.ingester.DB, func(conn *pgx.Conn) error { return conn.Ping(pingCtx) }) != nil
+	return h.ingester.DB.Ping(pingCtx) != nil
 }
 
 func (h *batchHandler) now() time.Time {

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 	amqp "github.com/rabbitmq/amqp091-go"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -56,7 +57,7 @@ func newEnv(t testing.TB) *env {
 	db, dsn := modelstest.NewDB(t)
 	c := &clock{now: time.Date(2025, 1, 2, 3, 0, 0, 0, time.UTC)}
 	return &env{db: db, dsn: dsn, clock: c, ing: &Ingester{
-		DB:             db,
+		DB:             openPool(t, dsn, models.PoolConfig{}),
 		MaxRetryCycles: 2,
 		MaxClockSkew:   5 * time.Minute,
 		Logger:         slog.New(slog.DiscardHandler),
@@ -64,14 +65,13 @@ func newEnv(t testing.TB) *env {
 	}}
 }
 
-func openDB(t testing.TB, dsn string) *gorm.DB {
+// openPool is a pool on dsn with pool's settings, closed when the test ends.
+func openPool(t testing.TB, dsn string, pool models.PoolConfig) *pgxpool.Pool {
 	t.Helper()
-	db, err := models.Open(context.Background(), dsn)
+	p, err := models.Connect(context.Background(), dsn, pool)
 	require.NoError(t, err)
-	sqlDB, err := db.DB()
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = sqlDB.Close() })
-	return db
+	t.Cleanup(p.Close)
+	return p
 }
 
 // handle runs one batch on broker 0 and fails the test on an error.
@@ -493,11 +493,10 @@ func TestUnreachablePostgresReturnsError(t *testing.T) {
 	q := u.Query()
 	q.Set("connect_timeout", "2")
 	u.RawQuery = q.Encode()
-	dead, err := gorm.Open(gormDialector(u.String()), &gorm.Config{DisableAutomaticPing: true, SkipDefaultTransaction: true})
+	// pgxpool connects on first use: nothing answers before the batch.
+	dead, err := pgxpool.New(context.Background(), u.String())
 	require.NoError(t, err)
-	sqlDead, err := dead.DB()
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = sqlDead.Close() })
+	t.Cleanup(dead.Close)
 
 	ing := *e.ing
 	ing.DB = dead
@@ -582,7 +581,7 @@ func victim(t *testing.T, e *env) *Ingester {
 	q.Set("application_name", victimApp)
 	u.RawQuery = q.Encode()
 	ing := *e.ing
-	ing.DB = openDB(t, u.String())
+	ing.DB = openPool(t, u.String(), models.PoolConfig{})
 	return &ing
 }
 
@@ -697,7 +696,7 @@ func TestEveryVendoredPayloadApplies(t *testing.T) {
 	for _, ex := range payloads.All() {
 		d := e.ledger(t, "d-"+ex.Name)
 		want := models.OutcomeApplied
-		if applierFor(ex.Event) == nil {
+		if appliers[ex.Event] == nil {
 			want = models.OutcomeIgnored
 		}
 		assert.Equal(t, want, d.Outcome, ex.Name)

@@ -49,14 +49,9 @@ func slowIssues(t *testing.T, e *env, times int) {
 // statements time out after 300 ms.
 func timeoutBatch(t *testing.T, e *env) (*Ingester, []amqp.Delivery) {
 	t.Helper()
-	db, err := models.OpenPool(context.Background(), e.dsn, models.PoolConfig{StatementTimeout: 300 * time.Millisecond})
-	require.NoError(t, err)
-	sqlDB, err := db.DB()
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = sqlDB.Close() })
 	ing := *e.ing
-	ing.DB = db
-	ing.TransientBackoff = time.Millisecond
+	ing.DB = openPool(t, e.dsn, models.PoolConfig{StatementTimeout: 300 * time.Millisecond})
+	ing.transientBackoff = time.Millisecond
 	slow := edit(t, example(t, "issues.opened.0"), func(p map[string]any) { object(p, "issue")["title"] = "slow" })
 	return &ing, []amqp.Delivery{
 		delivery("pull_request", "d-1", example(t, "pull_request.opened.0")),

@@ -5,9 +5,11 @@ import (
 	"reflect"
 	"slices"
 	"strings"
+	"sync"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/segmentio/encoding/json"
+	"gorm.io/gorm/schema"
 )
 
 // change is what one event does to one row. cur is the row as stored and as the batch's
@@ -21,8 +23,8 @@ type change[R any] func(cur *R) *R
 // order they were added, which is queue order, so the result is what applying the events
 // one by one would leave.
 type rowSet[K comparable, R any] struct {
-	// name is the table.
-	name string
+	// model is R as gorm reads its tags: the table's name and its columns.
+	model *schema.Schema
 	// key is the row's key, which conflict names in the table.
 	key func(*R) K
 	// compare orders keys, so that concurrent consumers lock rows in the same order.
@@ -77,14 +79,14 @@ func (s *rowSet[K, R]) queueRead(p *pipeline) any {
 
 // queueReadOf adds the read of the rows of keys, in key order, to p.
 func (s *rowSet[K, R]) queueReadOf(p *pipeline, keys []K) *readRows[K, R] {
-	columns := columnsOf[R]()
-	names := columnNames(columns)
+	columns := columnsOf(s.model)
+	names := strings.Join(s.model.DBNames, ", ")
 	read := &readRows[K, R]{rows: make(map[K]*R, len(keys))}
 	if s.unlocked {
 		names += ", xmin::text"
 		read.versions = make(map[K]string, len(keys))
 	}
-	query, args := s.read(s.name, names, keys)
+	query, args := s.read(s.model.Table, names, keys)
 	p.queue(query, args, func(rows pgx.Rows) error {
 		var version string
 		for rows.Next() {
@@ -94,7 +96,7 @@ func (s *rowSet[K, R]) queueReadOf(p *pipeline, keys []K) *readRows[K, R] {
 				dest = append(dest, &version)
 			}
 			if err := rows.Scan(dest...); err != nil {
-				return fmt.Errorf("read %d rows of %s: %w", len(keys), s.name, err)
+				return fmt.Errorf("read %d rows of %s: %w", len(keys), s.model.Table, err)
 			}
 			read.rows[s.key(row)] = row
 			if s.unlocked {
@@ -110,7 +112,7 @@ func (s *rowSet[K, R]) queueReadOf(p *pipeline, keys []K) *readRows[K, R] {
 // writes of the rows that changed to p, one statement per maxRowsPerStatement keys, in key
 // order. It folds a statement's worth of keys at a time and lets go of their changes once
 // the statement is encoded: one event can list tens of thousands of rows (an
-// installation's repositories), and folding them all before encoding any held every row
+// installation's repositories), and folding them all before encoding any would hold every row
 // two or three times over at once.
 //
 // When queueRead read nothing because there were more keys than one statement takes, each
@@ -189,7 +191,7 @@ func (s *rowSet[K, R]) queueCheckUnchanged(p *pipeline, rows []*R, stored *readR
 		}
 	}
 	if len(keys) > 0 {
-		p.queue("SELECT brokerswitch_lock_unchanged($1::regclass, $2::bigint[], $3::text[])", []any{s.name, keys, versions}, nil)
+		p.queue("SELECT brokerswitch_lock_unchanged($1::regclass, $2::bigint[], $3::text[])", []any{s.model.Table, keys, versions}, nil)
 	}
 }
 
@@ -198,10 +200,10 @@ func (s *rowSet[K, R]) queueUpsert(p *pipeline, rows []*R) error {
 	if len(rows) == 0 {
 		return nil
 	}
-	columns := columnsOf[R]()
+	columns := columnsOf(s.model)
 	body, err := rowsJSON(rows, columns)
 	if err != nil {
-		return fmt.Errorf("encode %d rows of %s: %w", len(rows), s.name, err)
+		return fmt.Errorf("encode %d rows of %s: %w", len(rows), s.model.Table, err)
 	}
 	p.queue(s.upsert(columns), []any{string(body)}, nil)
 	return nil
@@ -219,8 +221,8 @@ func (s *rowSet[K, R]) queueUpsert(p *pipeline, rows []*R) error {
 // for a row that was absent at the read and that another consumer inserted since, which
 // no lock could hold: its newer payload stays. The text is the same for every batch, so
 // the driver prepares it once per connection.
-func (s *rowSet[K, R]) upsert(columns []column) string {
-	insert := fmt.Sprintf("INSERT INTO %[1]s SELECT * FROM jsonb_populate_recordset(NULL::%[1]s, $1::jsonb)", s.name)
+func (s *rowSet[K, R]) upsert(columns []*schema.Field) string {
+	insert := fmt.Sprintf("INSERT INTO %[1]s SELECT * FROM jsonb_populate_recordset(NULL::%[1]s, $1::jsonb)", s.model.Table)
 	if s.conflict == "" {
 		// The ledger already makes each insert happen once; DO NOTHING only keeps a manual
 		// replay from failing.
@@ -229,12 +231,12 @@ func (s *rowSet[K, R]) upsert(columns []column) string {
 	var sets []string
 	for _, c := range columns {
 		switch {
-		case c.key || c.name == "created_at":
-		case s.clocked && c.name == clockColumn:
+		case c.PrimaryKey || c.DBName == "created_at":
+		case s.clocked && c.DBName == clockColumn:
 			// An event without a clock leaves the stored one in place.
-			sets = append(sets, fmt.Sprintf("%[2]s = COALESCE(excluded.%[2]s, %[1]s.%[2]s)", s.name, clockColumn))
+			sets = append(sets, fmt.Sprintf("%[2]s = COALESCE(excluded.%[2]s, %[1]s.%[2]s)", s.model.Table, clockColumn))
 		default:
-			sets = append(sets, fmt.Sprintf("%[1]s = excluded.%[1]s", c.name))
+			sets = append(sets, fmt.Sprintf("%[1]s = excluded.%[1]s", c.DBName))
 		}
 	}
 	upsert := fmt.Sprintf("%s ON CONFLICT (%s) DO UPDATE SET %s", insert, s.conflict, strings.Join(sets, ", "))
@@ -242,60 +244,38 @@ func (s *rowSet[K, R]) upsert(columns []column) string {
 		return upsert
 	}
 	return fmt.Sprintf("%[1]s WHERE %[2]s.%[3]s IS NULL OR excluded.%[3]s IS NULL OR excluded.%[3]s >= %[2]s.%[3]s",
-		upsert, s.name, clockColumn)
+		upsert, s.model.Table, clockColumn)
 }
 
-// column is a field of a model as its table stores it.
-type column struct {
-	// name is the column, as the field's gorm tag names it.
-	name string
-	// index is the field's index path in the model (reflect.Value.FieldByIndex).
-	index []int
-	// key is set for a column of the table's primary key.
-	key bool
+// modelSchemas caches the models' schemas, which gorm reads from their tags.
+var modelSchemas sync.Map
+
+// modelOf is model R as gorm reads it. The models are this program's own, so a model gorm
+// cannot read is a bug that every write of its table would meet: it panics.
+func modelOf[R any]() *schema.Schema {
+	s, err := schema.Parse(new(R), &modelSchemas, schema.NamingStrategy{})
+	if err != nil {
+		panic(fmt.Sprintf("ingest: model %T: %v", *new(R), err))
+	}
+	return s
 }
 
-// columnsOf lists the columns of model R in field order, embedded structs (Tracking)
+// columnsOf lists the columns of model, in field order, embedded structs (Tracking)
 // included.
-func columnsOf[R any]() []column { return structColumns(reflect.TypeFor[R](), nil) }
-
-func structColumns(t reflect.Type, at []int) []column {
-	var out []column
-	for i := range t.NumField() {
-		f := t.Field(i)
-		index := append(slices.Clip(at), i)
-		if f.Anonymous {
-			out = append(out, structColumns(f.Type, index)...)
-			continue
-		}
-		c := column{index: index}
-		for _, setting := range strings.Split(f.Tag.Get("gorm"), ";") {
-			if name, ok := strings.CutPrefix(setting, "column:"); ok {
-				c.name = name
-			}
-			c.key = c.key || setting == "primaryKey"
-		}
-		if c.name != "" {
-			out = append(out, c)
-		}
+func columnsOf(model *schema.Schema) []*schema.Field {
+	columns := make([]*schema.Field, len(model.DBNames))
+	for i, name := range model.DBNames {
+		columns[i] = model.FieldsByDBName[name]
 	}
-	return out
-}
-
-func columnNames(columns []column) string {
-	names := make([]string, len(columns))
-	for i, c := range columns {
-		names[i] = c.name
-	}
-	return strings.Join(names, ", ")
+	return columns
 }
 
 // fieldsOf returns the addresses of row's fields of columns, for a scan.
-func fieldsOf[R any](row *R, columns []column) []any {
+func fieldsOf[R any](row *R, columns []*schema.Field) []any {
 	rv := reflect.ValueOf(row).Elem()
 	dest := make([]any, len(columns), len(columns)+1)
 	for i, c := range columns {
-		dest[i] = rv.FieldByIndex(c.index).Addr().Interface()
+		dest[i] = rv.FieldByIndex(c.StructField.Index).Addr().Interface()
 	}
 	return dest
 }
@@ -305,7 +285,7 @@ func fieldsOf[R any](row *R, columns []column) []any {
 // column order, which needs no map per row and no sorting of its keys. Each value is
 // encoded as Go holds it, not as its driver.Value: a column type that is a driver.Valuer
 // without a JSON form of its own (sql.NullString, say) would need one first.
-func rowsJSON[R any](rows []*R, columns []column) ([]byte, error) {
+func rowsJSON[R any](rows []*R, columns []*schema.Field) ([]byte, error) {
 	b := make([]byte, 0, 1024*len(rows))
 	b = append(b, '[')
 	for i, row := range rows {
@@ -319,10 +299,10 @@ func rowsJSON[R any](rows []*R, columns []column) ([]byte, error) {
 			} else {
 				b = append(b, ',')
 			}
-			b = append(json.AppendEscape(b, c.name, 0), ':')
+			b = append(json.AppendEscape(b, c.DBName, 0), ':')
 			var err error
-			if b, err = json.Append(b, rv.FieldByIndex(c.index).Interface(), 0); err != nil {
-				return nil, fmt.Errorf("column %s: %w", c.name, err)
+			if b, err = json.Append(b, rv.FieldByIndex(c.StructField.Index).Interface(), 0); err != nil {
+				return nil, fmt.Errorf("column %s: %w", c.DBName, err)
 			}
 		}
 		b = append(b, '}')

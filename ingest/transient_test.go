@@ -63,14 +63,10 @@ func threeEvents(t *testing.T) []amqp.Delivery {
 // lockTimeout for a lock, pausing backoff between its attempts, with logs the test reads.
 func lockTimeoutIngester(t *testing.T, e *env, lockTimeout, backoff time.Duration, attempts int) (*Ingester, *testenv.Buffer) {
 	t.Helper()
-	db, err := models.OpenPool(context.Background(), e.dsn, models.PoolConfig{LockTimeout: lockTimeout})
-	require.NoError(t, err)
-	sqlDB, err := db.DB()
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = sqlDB.Close() })
+	db := openPool(t, e.dsn, models.PoolConfig{LockTimeout: lockTimeout})
 	logs := &testenv.Buffer{}
 	ing := *e.ing
-	ing.DB, ing.Logger, ing.TransientBackoff, ing.TransientAttempts = db, slog.New(slog.NewTextHandler(logs, nil)), backoff, attempts
+	ing.DB, ing.Logger, ing.transientBackoff, ing.transientAttempts = db, slog.New(slog.NewTextHandler(logs, nil)), backoff, attempts
 	return &ing, logs
 }
 
@@ -81,7 +77,7 @@ func TestTransientErrorsApplyTheBatchAgain(t *testing.T) {
 	for _, code := range []string{"40001", "40P01", "55P03", "53300"} {
 		t.Run(code, func(t *testing.T) {
 			e := newEnv(t)
-			e.ing.TransientBackoff = time.Millisecond
+			e.ing.transientBackoff = time.Millisecond
 			injectFault(t, e, "github_pushes", code, 2)
 
 			assert.Equal(t, acks(3), e.handle(t, threeEvents(t)...))
@@ -99,8 +95,8 @@ func TestTransientErrorsApplyTheBatchAgain(t *testing.T) {
 // unsettled, so it comes back to the head of the queue in order; it is never isolated.
 func TestTransientErrorThatLastsLeavesTheBatchUnsettled(t *testing.T) {
 	e := newEnv(t)
-	e.ing.TransientBackoff = time.Millisecond
-	e.ing.TransientAttempts = 3
+	e.ing.transientBackoff = time.Millisecond
+	e.ing.transientAttempts = 3
 	injectFault(t, e, "github_pushes", "40P01", -1)
 
 	verdicts, err := e.ing.ForBroker(0).HandleBatch(context.Background(), queue, threeEvents(t))
@@ -110,7 +106,7 @@ func TestTransientErrorThatLastsLeavesTheBatchUnsettled(t *testing.T) {
 	assert.Zero(t, e.count(t, "github_deliveries"), "nothing committed, not even a failure row")
 	var attempts int64
 	require.NoError(t, e.db.Raw("SELECT last_value FROM inject_fault_seq").Scan(&attempts).Error)
-	assert.Equal(t, int64(3), attempts, "the batch was applied TransientAttempts times, never one by one")
+	assert.Equal(t, int64(3), attempts, "the batch was applied transientAttempts times, never one by one")
 }
 
 // Ledger rows are claimed in delivery id order, not queue order. Here the test's

@@ -6,8 +6,6 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/stdlib"
-	"gorm.io/gorm"
 
 	"github.com/brokerswitch/brokerswitch/broker"
 	"github.com/brokerswitch/brokerswitch/models"
@@ -164,25 +162,4 @@ func inTx(ctx context.Context, conn *pgx.Conn, f func(*pipeline) error) error {
 		_ = conn.Close(rctx)
 	}
 	return err
-}
-
-// onConn runs f on a connection of db's pool, its own until f returns. The pool is the
-// process's one pool, which gorm shares, so that DB_MAX_OPEN_CONNS bounds both.
-func onConn(ctx context.Context, db *gorm.DB, f func(*pgx.Conn) error) error {
-	sqlDB, err := db.DB()
-	if err != nil {
-		return fmt.Errorf("database handle: %w", err)
-	}
-	conn, err := sqlDB.Conn(ctx)
-	if err != nil {
-		return err
-	}
-	defer conn.Close()
-	return conn.Raw(func(driverConn any) error {
-		c, ok := driverConn.(*stdlib.Conn)
-		if !ok {
-			return fmt.Errorf("database driver %T is not pgx's", driverConn)
-		}
-		return f(c.Conn())
-	})
 }

@@ -38,26 +38,26 @@ const clockColumn = "entity_clock"
 func newWrites(now time.Time) *writes {
 	return &writes{
 		now:          now,
-		pullRequests: clockedTable("github_pull_requests", "node_id", func(r *models.PullRequest) string { return r.NodeID }),
-		issues:       clockedTable("github_issues", "node_id", func(r *models.Issue) string { return r.NodeID }),
-		comments:     clockedTable("github_comments", "node_id", func(r *models.Comment) string { return r.NodeID }),
+		pullRequests: clockedTable("node_id", func(r *models.PullRequest) string { return r.NodeID }),
+		issues:       clockedTable("node_id", func(r *models.Issue) string { return r.NodeID }),
+		comments:     clockedTable("node_id", func(r *models.Comment) string { return r.NodeID }),
 		// Each push is its own row, keyed by its delivery: only ever inserted, never read.
-		pushes: &rowSet[string, models.Push]{name: "github_pushes", key: func(r *models.Push) string { return r.DeliveryID },
+		pushes: &rowSet[string, models.Push]{model: modelOf[models.Push](), key: func(r *models.Push) string { return r.DeliveryID },
 			compare: strings.Compare},
-		branches: &rowSet[branchKey, models.Branch]{name: "github_branches", key: func(r *models.Branch) branchKey {
+		branches: &rowSet[branchKey, models.Branch]{model: modelOf[models.Branch](), key: func(r *models.Branch) branchKey {
 			return branchKey{repositoryID: r.RepositoryID, refType: r.RefType, ref: r.Ref}
 		}, compare: compareBranchKeys, read: lockBranches, conflict: branchConflict},
-		installations: clockedTable("github_installations", "id", func(r *models.Installation) int64 { return r.ID }),
-		repositories:  clockedTable("github_repositories", "id", func(r *models.Repository) int64 { return r.ID }),
+		installations: clockedTable("id", func(r *models.Installation) int64 { return r.ID }),
+		repositories:  clockedTable("id", func(r *models.Repository) int64 { return r.ID }),
 		// Every event carries its sender, so every queue's batches read the same few accounts.
-		users: &rowSet[int64, models.User]{name: "github_users", key: func(r *models.User) int64 { return r.ID },
+		users: &rowSet[int64, models.User]{model: modelOf[models.User](), key: func(r *models.User) int64 { return r.ID },
 			compare: cmp.Compare[int64], read: readUsers, conflict: "id", unlocked: true},
 	}
 }
 
 // clockedTable is a table whose rows follow GitHub's clock and whose key is column.
-func clockedTable[K cmp.Ordered, R any](name, column string, key func(*R) K) *rowSet[K, R] {
-	return &rowSet[K, R]{name: name, key: key, compare: cmp.Compare[K], read: lockByKey[K](column), conflict: column, clocked: true}
+func clockedTable[K cmp.Ordered, R any](column string, key func(*R) K) *rowSet[K, R] {
+	return &rowSet[K, R]{model: modelOf[R](), key: key, compare: cmp.Compare[K], read: lockByKey[K](column), conflict: column, clocked: true}
 }
 
 // writesOf is what events do to the typed tables, in their order.

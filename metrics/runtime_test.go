@@ -3,10 +3,9 @@
 package metrics_test
 
 import (
-	"database/sql"
 	"testing"
 
-	_ "github.com/jackc/pgx/v5/stdlib" // the database/sql driver "pgx"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/require"
 
@@ -17,10 +16,10 @@ import (
 
 func TestRuntimeCollectorsShowTheBuildAndThePool(t *testing.T) {
 	t.Parallel()
-	db, err := sql.Open("pgx", testenv.NewDatabase(t))
+	db, err := pgxpool.New(t.Context(), testenv.NewDatabase(t))
 	require.NoError(t, err)
-	t.Cleanup(func() { _ = db.Close() })
-	require.NoError(t, db.PingContext(t.Context())) // one connection, now idle in the pool
+	t.Cleanup(db.Close)
+	require.NoError(t, db.Ping(t.Context())) // one connection, now idle in the pool
 
 	reg := prometheus.NewRegistry()
 	info := metrics.BuildInfo{Version: "v1.2.3", Revision: "abc123-dirty", GoVersion: "go1.26.8"}
@@ -30,6 +29,8 @@ func TestRuntimeCollectorsShowTheBuildAndThePool(t *testing.T) {
 		"version", "v1.2.3", "revision", "abc123-dirty", "goversion", "go1.26.8"), 0)
 	require.InDelta(t, 1, metricstest.Value(t, reg, "go_sql_open_connections", "db_name", "brokerswitch"), 0)
 	require.InDelta(t, 1, metricstest.Value(t, reg, "go_sql_idle_connections", "db_name", "brokerswitch"), 0)
+	require.InDelta(t, 0, metricstest.Value(t, reg, "go_sql_in_use_connections", "db_name", "brokerswitch"), 0)
+	require.InDelta(t, float64(db.Config().MaxConns), metricstest.Value(t, reg, "go_sql_max_open_connections", "db_name", "brokerswitch"), 0)
 	require.Positive(t, metricstest.Value(t, reg, "go_goroutines"))
 
 	// A second registration in the same registry is an error, not a panic.

@@ -5,12 +5,15 @@ package models
 
 import (
 	"context"
+	"database/sql"
 	"fmt"
+	"math"
 	"net"
 	"strconv"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/jackc/pgx/v5/stdlib"
 	"gorm.io/driver/postgres"
 	"gorm.io/gorm"
@@ -51,14 +54,74 @@ func Open(ctx context.Context, dsn string) (*gorm.DB, error) {
 	return OpenPool(ctx, dsn, PoolConfig{})
 }
 
-// OpenPool connects to Postgres through gorm with the pool's bounds, and checks the
-// connection with ctx. The timeouts are session settings of every connection.
+// OpenPool connects to Postgres through gorm with the pool's bounds, on a database/sql
+// pool of its own, and checks the connection with ctx. The timeouts are session settings
+// of every connection.
 func OpenPool(ctx context.Context, dsn string, pool PoolConfig) (*gorm.DB, error) {
 	cfg, err := pgx.ParseConfig(dsn)
 	if err != nil {
 		// pgx quotes the DSN, password included, in its parse errors.
 		return nil, fmt.Errorf("open postgres: the URL cannot be parsed")
 	}
+	pool.applyTo(cfg)
+	sqlDB := stdlib.OpenDB(*cfg)
+	if pool.MaxOpenConns > 0 {
+		sqlDB.SetMaxOpenConns(pool.MaxOpenConns)
+		sqlDB.SetMaxIdleConns(pool.MaxOpenConns)
+	}
+	db, err := onSQL(sqlDB)
+	if err != nil {
+		_ = sqlDB.Close()
+		return nil, err
+	}
+	if err := sqlDB.PingContext(ctx); err != nil {
+		_ = sqlDB.Close()
+		return nil, fmt.Errorf("ping postgres: %w", err)
+	}
+	return db, nil
+}
+
+// Connect opens a pgx pool to Postgres with the pool's bounds and checks it with ctx. A
+// process opens one: package ingest writes through it, and gorm through OnPool, so that
+// MaxOpenConns bounds both. The timeouts are session settings of every connection.
+func Connect(ctx context.Context, dsn string, pool PoolConfig) (*pgxpool.Pool, error) {
+	cfg, err := pgxpool.ParseConfig(dsn)
+	if err != nil {
+		// pgx quotes the DSN, password included, in its parse errors.
+		return nil, fmt.Errorf("open postgres: the URL cannot be parsed")
+	}
+	pool.applyTo(cfg.ConnConfig)
+	cfg.MaxConns = math.MaxInt32
+	if pool.MaxOpenConns > 0 {
+		cfg.MaxConns = int32(min(pool.MaxOpenConns, math.MaxInt32)) //nolint:gosec // bounded just before
+	}
+	// Connections stay open until the pool closes, as database/sql keeps them: each one
+	// holds the statements pgx prepared on it.
+	cfg.MaxConnLifetime, cfg.MaxConnIdleTime = 0, math.MaxInt64
+	p, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("open postgres: %w", err)
+	}
+	if err := p.Ping(ctx); err != nil {
+		p.Close()
+		return nil, fmt.Errorf("ping postgres: %w", err)
+	}
+	return p, nil
+}
+
+// OnPool is gorm on the connections of p. Closing its *sql.DB leaves p open.
+func OnPool(p *pgxpool.Pool) (*gorm.DB, error) {
+	sqlDB := stdlib.OpenDBFromPool(p)
+	db, err := onSQL(sqlDB)
+	if err != nil {
+		_ = sqlDB.Close()
+		return nil, err
+	}
+	return db, nil
+}
+
+// applyTo sets the pool's session settings and dialer on every connection of cfg.
+func (pool PoolConfig) applyTo(cfg *pgx.ConnConfig) {
 	if pool.StatementTimeout > 0 {
 		cfg.RuntimeParams["statement_timeout"] = strconv.FormatInt(pool.StatementTimeout.Milliseconds(), 10)
 	}
@@ -72,28 +135,22 @@ func OpenPool(ctx context.Context, dsn string, pool PoolConfig) (*gorm.DB, error
 		detectDeadPeers(cfg, pool.DeadPeerTimeout)
 	}
 	cfg.Tracer = pool.Tracer
-	sqlDB := stdlib.OpenDB(*cfg)
-	if pool.MaxOpenConns > 0 {
-		sqlDB.SetMaxOpenConns(pool.MaxOpenConns)
-		sqlDB.SetMaxIdleConns(pool.MaxOpenConns)
-	}
+}
+
+// onSQL is gorm on sqlDB.
+func onSQL(sqlDB *sql.DB) (*gorm.DB, error) {
 	db, err := gorm.Open(postgres.New(postgres.Config{Conn: sqlDB}), &gorm.Config{
 		Logger: logger.Discard,
 		// Callers run their own transactions; gorm's implicit one per write only adds
 		// round trips.
 		SkipDefaultTransaction: true,
-		// gorm's own ping ignores ctx; ping below instead.
+		// gorm's own ping ignores ctx; callers ping with theirs.
 		DisableAutomaticPing: true,
 		// PrepareStmt stays off: pgx already prepares and caches every statement per
 		// connection, so gorm's cache would only prepare twice.
 	})
 	if err != nil {
-		_ = sqlDB.Close()
 		return nil, fmt.Errorf("open postgres: %w", err)
-	}
-	if err := sqlDB.PingContext(ctx); err != nil {
-		_ = sqlDB.Close()
-		return nil, fmt.Errorf("ping postgres: %w", err)
 	}
 	return db, nil
 }

@@ -19,9 +19,13 @@ import (
 func TestASessionIdleInATransactionLosesItsLocks(t *testing.T) {
 	ctx := context.Background()
 	dsn := testenv.NewDatabase(t)
-	paused, err := models.OpenPool(ctx, dsn, models.PoolConfig{
+	// The paused one is opened as the service opens its pool: gorm on pgx's pool.
+	pool, err := models.Connect(ctx, dsn, models.PoolConfig{
 		IdleInTransactionTimeout: time.Second, DeadPeerTimeout: 6 * time.Second,
 	})
+	require.NoError(t, err)
+	t.Cleanup(pool.Close)
+	paused, err := models.OnPool(pool)
 	require.NoError(t, err)
 	sqlDB, err := paused.DB()
 	require.NoError(t, err)
@@ -46,4 +50,38 @@ func TestASessionIdleInATransactionLosesItsLocks(t *testing.T) {
 	// 5 s lock timeout is the bound: it gets the lock only once Postgres ended the other.
 	require.NoError(t, live.Exec(`SELECT pg_advisory_xact_lock(42)`).Error, "the live session waited past its lock timeout")
 	require.Error(t, tx.Commit().Error, "the paused session's late commit is refused")
+}
+
+// The pgx pool takes the cap and the session settings of PoolConfig, and gorm on it stays
+// within the cap.
+func TestConnectBoundsThePoolAndItsSessions(t *testing.T) {
+	ctx := context.Background()
+	pool, err := models.Connect(ctx, testenv.NewDatabase(t), models.PoolConfig{
+		MaxOpenConns: 2, StatementTimeout: 3 * time.Second, LockTimeout: 2 * time.Second,
+	})
+	require.NoError(t, err)
+	t.Cleanup(pool.Close)
+	require.EqualValues(t, 2, pool.Config().MaxConns)
+	var statement, lock string
+	require.NoError(t, pool.QueryRow(ctx, `SELECT current_setting('statement_timeout'), current_setting('lock_timeout')`).Scan(&statement, &lock))
+	require.Equal(t, "3s", statement)
+	require.Equal(t, "2s", lock)
+
+	db, err := models.OnPool(pool)
+	require.NoError(t, err)
+	sqlDB, err := db.DB()
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = sqlDB.Close() })
+	held, err := pool.Acquire(ctx)
+	require.NoError(t, err)
+	defer held.Release()
+	var one int
+	require.NoError(t, db.WithContext(ctx).Raw("SELECT 1").Scan(&one).Error)
+	require.EqualValues(t, 2, pool.Stat().TotalConns(), "gorm took the pool's second connection")
+	tx := db.WithContext(ctx).Begin()
+	require.NoError(t, tx.Error)
+	defer tx.Rollback()
+	short, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
+	defer cancel()
+	require.Error(t, db.WithContext(short).Raw("SELECT 1").Scan(&one).Error, "a third connection past the cap")
 }

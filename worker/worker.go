@@ -11,6 +11,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
 	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/api/serviceerror"
 	"go.temporal.io/sdk/client"
@@ -35,6 +36,8 @@ type Deps struct {
 	Client client.Client
 	Pool   *broker.Pool
 	DB     *gorm.DB
+	// DBPool is the pool DB runs on (models.OnPool): the ingest handler writes through it.
+	DBPool *pgxpool.Pool
 	Logger *slog.Logger
 	// Metrics is handed to the activities and the ingest handler; nil counts nothing. The
 	// pool gets it from its builder (broker.Pool.Metrics).
@@ -192,7 +195,7 @@ func Register(w sdkworker.Registry, d Deps, watcher *brokerstate.StateWatcher, k
 	w.RegisterActivity(&activities.Window{
 		Pool: d.Pool,
 		Handlers: &ingest.Ingester{
-			DB: d.DB, MaxRetryCycles: d.Config.MaxRetryCycles, Logger: d.Logger, Now: time.Now, Metrics: d.Metrics,
+			DB: d.DBPool, MaxRetryCycles: d.Config.MaxRetryCycles, Logger: d.Logger, Now: time.Now, Metrics: d.Metrics,
 			MaxMessageBytes: d.Config.MaxMessageBytes, MaxClockSkew: d.Config.NotificationMaxClockSkew,
 			WebhookSecret: []byte(d.Config.WebhookSecret), Active: store,
 		},

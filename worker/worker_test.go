@@ -38,7 +38,7 @@ func TestAWorkerWhoseNamespaceIsDeletedStops(t *testing.T) {
 	t.Cleanup(cancel)
 	done := make(chan error, 1)
 	go func() {
-		done <- worker.Run(ctx, worker.Deps{Config: s.Config, Client: s.Temporal, Pool: pool, DB: s.WorkerDB,
+		done <- worker.Run(ctx, worker.Deps{Config: s.Config, Client: s.Temporal, Pool: pool, DB: s.WorkerDB, DBPool: s.WorkerPool,
 			Logger: slog.New(slog.DiscardHandler)})
 	}()
 	leases := func() (n int64) {

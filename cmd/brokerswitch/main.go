@@ -4,7 +4,6 @@ package main
 
 import (
 	"context"
-	"database/sql"
 	"errors"
 	"fmt"
 	"io"
@@ -14,6 +13,7 @@ import (
 	"runtime/debug"
 	"syscall"
 
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 	"go.temporal.io/sdk/client"
 	temporallog "go.temporal.io/sdk/log"
@@ -205,8 +205,9 @@ func migrate(ctx context.Context, cfg config.Config) error {
 // services are the connections one process shares: Postgres, Temporal and the brokers,
 // and its one metrics registry.
 type services struct {
-	db       *gorm.DB
-	sqlDB    *sql.DB
+	db *gorm.DB
+	// dbPool is the pool db runs on, which the ingest handler writes through.
+	dbPool   *pgxpool.Pool
 	temporal client.Client
 	pool     *broker.Pool
 	metrics  *metrics.Metrics
@@ -215,12 +216,17 @@ type services struct {
 }
 
 func withServices(ctx context.Context, cfg config.Config, logger *slog.Logger, fn func(context.Context, services) error) error {
-	db, err := models.OpenPool(ctx, cfg.DatabaseURL, models.PoolConfig{
+	dbPool, err := models.Connect(ctx, cfg.DatabaseURL, models.PoolConfig{
 		MaxOpenConns: cfg.DBMaxOpenConns, StatementTimeout: cfg.DBStatementTimeout, LockTimeout: cfg.DBLockTimeout,
 		IdleInTransactionTimeout: cfg.DBIdleInTransactionTimeout, DeadPeerTimeout: config.DBSilentSessionTimeout,
 	})
 	if err != nil {
 		return fmt.Errorf("DATABASE_URL: %w", err)
+	}
+	defer dbPool.Close()
+	db, err := models.OnPool(dbPool)
+	if err != nil {
+		return fmt.Errorf("database: %w", err)
 	}
 	sqlDB, err := db.DB()
 	if err != nil {
@@ -228,7 +234,7 @@ func withServices(ctx context.Context, cfg config.Config, logger *slog.Logger, f
 	}
 	defer sqlDB.Close()
 	reg := prometheus.NewRegistry()
-	if err := metrics.RegisterRuntime(reg, buildInfo(), sqlDB); err != nil {
+	if err := metrics.RegisterRuntime(reg, buildInfo(), dbPool); err != nil {
 		return err
 	}
 	m := metrics.New(reg)
@@ -261,7 +267,7 @@ func withServices(ctx context.Context, cfg config.Config, logger *slog.Logger, f
 	defer tc.Close()
 	pool := broker.NewPool(cfg.Brokers, logger, worker.PoolSettings(cfg, m))
 	defer pool.Close()
-	err = fn(ctx, services{db: db, sqlDB: sqlDB, temporal: tc, pool: pool, metrics: m, errorQueues: eq})
+	err = fn(ctx, services{db: db, dbPool: dbPool, temporal: tc, pool: pool, metrics: m, errorQueues: eq})
 	if errors.Is(err, context.Canceled) {
 		return nil
 	}
@@ -276,7 +282,7 @@ func (s services) readiness(cfg config.Config, logger *slog.Logger) *metrics.Rea
 		MaxAge: metrics.DefaultReadyMaxAge,
 		Logger: logger,
 		Checks: []metrics.Check{
-			{Name: "postgres", Run: s.sqlDB.PingContext},
+			{Name: "postgres", Run: s.dbPool.Ping},
 			{Name: "temporal", Run: func(ctx context.Context) error {
 				_, err := s.temporal.CheckHealth(ctx, &client.CheckHealthRequest{})
 				return err
@@ -298,7 +304,7 @@ func (s services) readiness(cfg config.Config, logger *slog.Logger) *metrics.Rea
 
 func (s services) workerDeps(cfg config.Config, logger *slog.Logger) worker.Deps {
 	pings := &healthchecks.Pinger{URL: cfg.HealthchecksPingURL, Logger: logger, OnFailure: s.metrics.PingFailed}
-	return worker.Deps{Config: cfg, Client: s.temporal, Pool: s.pool, DB: s.db, Logger: logger, Metrics: s.metrics, Pings: pings}
+	return worker.Deps{Config: cfg, Client: s.temporal, Pool: s.pool, DB: s.db, DBPool: s.dbPool, Logger: logger, Metrics: s.metrics, Pings: pings}
 }
 
 func (s services) apiDeps(cfg config.Config, logger *slog.Logger) api.Deps {
@@ -306,7 +312,7 @@ func (s services) apiDeps(cfg config.Config, logger *slog.Logger) api.Deps {
 		Settings: apiSettings(cfg),
 		Temporal: s.temporal,
 		Store:    brokerstate.NewStore(s.db, cfg.Brokers),
-		Ping:     s.sqlDB.PingContext,
+		Ping:     s.dbPool.Ping,
 		Attempts: func(ctx context.Context) ([]liveness.Attempt, error) { return liveness.Attempts(ctx, s.db) },
 		Errors:   &errorqueue.Service{Brokers: s.pool, DB: s.db, Queues: cfg.Queues, Logger: logger, Metrics: s.errorQueues},
 		Logger:   logger,

@@ -28,11 +28,11 @@ import (
 func setup(t *testing.T) (dsn string, pool *pgxpool.Pool, apply func(...amqp.Delivery)) {
 	t.Helper()
 	ctx := context.Background()
-	db, dsn := modelstest.NewDB(t)
+	_, dsn = modelstest.NewDB(t)
 	pool, err := pgxpool.New(ctx, dsn)
 	require.NoError(t, err)
 	t.Cleanup(pool.Close)
-	ing := (&ingest.Ingester{DB: db, Logger: slog.New(slog.DiscardHandler)}).ForBroker(0)
+	ing := (&ingest.Ingester{DB: modelstest.NewPool(t, dsn), Logger: slog.New(slog.DiscardHandler)}).ForBroker(0)
 	apply = func(ds ...amqp.Delivery) {
 		verdicts, err := ing.HandleBatch(ctx, "pull_requests", ds)
 		require.NoError(t, err)

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"go.temporal.io/sdk/client"
 	"gorm.io/gorm"
 
@@ -92,8 +93,10 @@ type Stack struct {
 	// WorkerDB is the in-process workers' database connection: through PGProxy when there
 	// is one.
 	WorkerDB *gorm.DB
-	Store    *brokerstate.Store
-	Temporal client.Client
+	// WorkerPool is the pool WorkerDB runs on, which the workers' ingest writes through.
+	WorkerPool *pgxpool.Pool
+	Store      *brokerstate.Store
+	Temporal   client.Client
 	// Direct reaches each broker without its proxy: the producer's and the test's view.
 	Direct *broker.Pool
 	// DirectURLs are the brokers' URLs without proxy.
@@ -185,7 +188,7 @@ func New(t testenv.T, o Options) *Stack {
 	maps.Copy(s.Env, o.Env)
 	s.Config, err = config.FromEnv(func(k string) string { return s.Env[k] })
 	check(t, err, "config")
-	s.WorkerDB = s.openWorkerDB(o, workerDSN)
+	s.WorkerPool, s.WorkerDB = s.openWorkerDB(o, workerDSN)
 	s.Store = brokerstate.NewStore(s.DB, s.Config.Brokers)
 
 	eps, err := broker.ParseEndpoints(strings.Join(s.DirectURLs, ","))
@@ -208,25 +211,23 @@ func New(t testenv.T, o Options) *Stack {
 	return s
 }
 
-// openWorkerDB is the in-process workers' database: the test's own unless it goes
-// through the proxy or is bounded as the service bounds it.
-func (s *Stack) openWorkerDB(o Options, dsn string) *gorm.DB {
-	if !o.ServicePool && dsn == s.DSN {
-		return s.DB
-	}
-	var pool models.PoolConfig
+// openWorkerDB is the in-process workers' pool, and gorm on it: as the service bounds it
+// when o says so, unbounded otherwise.
+func (s *Stack) openWorkerDB(o Options, dsn string) (*pgxpool.Pool, *gorm.DB) {
+	var bounds models.PoolConfig
 	if o.ServicePool {
-		// An unbounded pool keeps two idle connections, so the consumers would connect, and
-		// prepare their statements, again and again.
-		pool = models.PoolConfig{MaxOpenConns: s.Config.DBMaxOpenConns, StatementTimeout: s.Config.DBStatementTimeout,
+		bounds = models.PoolConfig{MaxOpenConns: s.Config.DBMaxOpenConns, StatementTimeout: s.Config.DBStatementTimeout,
 			LockTimeout: s.Config.DBLockTimeout, Tracer: o.PGTracer}
 	}
-	db, err := models.OpenPool(context.Background(), dsn, pool)
-	check(s.T, err, "open the workers' database")
+	pool, err := models.Connect(context.Background(), dsn, bounds)
+	check(s.T, err, "open the workers' pool")
+	s.T.Cleanup(pool.Close)
+	db, err := models.OnPool(pool)
+	check(s.T, err, "the workers' database")
 	sqlDB, err := db.DB()
 	check(s.T, err, "the workers' database")
 	s.T.Cleanup(func() { _ = sqlDB.Close() })
-	return db
+	return pool, db
 }
 
 // Topology is the queues the service declares on every broker.

@@ -20,7 +20,7 @@ func (s *Stack) StartWorker() (stop func()) {
 	pool := broker.NewPool(s.Config.Brokers, nil, settings)
 	done := make(chan error, 1)
 	go func() {
-		done <- worker.Run(ctx, worker.Deps{Config: s.Config, Client: s.Temporal, Pool: pool, DB: s.WorkerDB, Logger: s.logger})
+		done <- worker.Run(ctx, worker.Deps{Config: s.Config, Client: s.Temporal, Pool: pool, DB: s.WorkerDB, DBPool: s.WorkerPool, Logger: s.logger})
 	}()
 	var once sync.Once
 	stop = func() {

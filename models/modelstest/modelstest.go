@@ -5,6 +5,7 @@ package modelstest
 import (
 	"context"
 
+	"github.com/jackc/pgx/v5/pgxpool"
 	"gorm.io/gorm"
 
 	"github.com/brokerswitch/brokerswitch/internal/testenv"
@@ -31,6 +32,18 @@ func NewDB(t testenv.T) (*gorm.DB, string) {
 		t.Fatalf("migrate the test database: %v", err)
 	}
 	return db, dsn
+}
+
+// NewPool opens an unbounded pgx pool on dsn, the kind an ingest.Ingester writes
+// through; it is closed when the test ends.
+func NewPool(t testenv.T, dsn string) *pgxpool.Pool {
+	t.Helper()
+	pool, err := models.Connect(context.Background(), dsn, models.PoolConfig{})
+	if err != nil {
+		t.Fatalf("open a pool on the test database: %v", err)
+	}
+	t.Cleanup(pool.Close)
+	return pool
 }
 
 // GitHubTables are the tables written from GitHub's events: the ledger first, then the
