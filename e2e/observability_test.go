@@ -91,13 +91,13 @@ func (s *stack) startObservedWorker() *observed {
 	}))
 	t.Cleanup(o.api.Close)
 
-	pool := broker.NewPool(s.Config.Brokers, logger, broker.PoolSettings{Metrics: o.m})
+	pool := broker.NewPool(s.Config.Brokers, logger, worker.PoolSettings(s.Config, o.m))
 	pinger := &healthchecks.Pinger{URL: o.pings.URL + "/check", OnFailure: o.m.PingFailed}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() {
 		done <- worker.Run(ctx, worker.Deps{
-			Config: s.Config, Client: tc, Pool: pool, DB: s.DB, Logger: logger, Metrics: o.m, Pings: pinger,
+			Config: s.Config, Client: tc, Pool: pool, DB: s.WorkerDB, DBPool: s.WorkerPool, Logger: logger, Metrics: o.m, Pings: pinger,
 		})
 	}()
 	t.Cleanup(func() {

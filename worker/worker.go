@@ -55,6 +55,10 @@ const ensureEvery = 5 * time.Minute
 // WorkerStopTimeout, before it returns: the caller closes the brokers, the database and
 // the client only after that.
 func Run(ctx context.Context, d Deps) error {
+	if d.DB == nil || d.DBPool == nil {
+		// Without them every batch would fail, one by one, forever.
+		return errors.New("worker: Deps.DB and Deps.DBPool are both needed (models.Connect, models.OnPool)")
+	}
 	if err := checkQueueTypes(ctx, d.Pool, topology(d.Config), d.Logger); err != nil {
 		return err
 	}
