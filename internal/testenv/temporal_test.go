@@ -21,9 +21,7 @@ import (
 func TestNamespacesAreHandedOutWithoutBound(t *testing.T) {
 	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
 	defer cancel()
-	srv, err := StartTemporal(ctx)
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = srv.Stop() })
+	srv := startTemporal(ctx, t)
 
 	seen := map[string]bool{}
 	var last client.Client
@@ -69,11 +67,9 @@ func TestTheDevServerKeepsItsStateInAFile(t *testing.T) {
 func TestAStuckDevServerIsRestartedWithItsState(t *testing.T) {
 	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
 	defer cancel()
-	srv, err := StartTemporal(ctx)
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = srv.Stop() })
+	srv := startTemporal(ctx, t)
 	_, c := srv.Namespace(t)
-	_, err = c.ExecuteWorkflow(ctx, client.StartWorkflowOptions{ID: "kept", TaskQueue: "nobody"}, "Nothing")
+	_, err := c.ExecuteWorkflow(ctx, client.StartWorkflowOptions{ID: "kept", TaskQueue: "nobody"}, "Nothing")
 	require.NoError(t, err)
 
 	for range stuckInterrupts {
@@ -89,4 +85,13 @@ func TestAStuckDevServerIsRestartedWithItsState(t *testing.T) {
 		_, err := c.DescribeWorkflowExecution(ctx, "kept", "")
 		return err == nil, err
 	}))
+}
+
+// startTemporal starts a dev server of the test's own, stopped when the test ends.
+func startTemporal(ctx context.Context, t *testing.T) *Temporal {
+	t.Helper()
+	srv, err := StartTemporal(ctx)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = srv.Stop() })
+	return srv
 }
