@@ -13,11 +13,8 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
-	"net"
 	"net/http"
 	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -25,7 +22,6 @@ import (
 
 	"github.com/stretchr/testify/require"
 	"go.temporal.io/sdk/client"
-	"go.temporal.io/sdk/testsuite"
 
 	"github.com/brokerswitch/brokerswitch/brokerstate"
 	"github.com/brokerswitch/brokerswitch/internal/stacktest"
@@ -664,59 +660,39 @@ func requireLagUnder(t *testing.T, lag string, limit time.Duration) {
 	require.Less(t, d, limit, "the flip follows the drain within seconds")
 }
 
-// dedicatedTemporal is a Temporal dev server of one test, persisted to a file so that it
-// can be stopped and started again on the same port with its workflows intact.
-type dedicatedTemporal struct {
-	opts   testsuite.DevServerOptions
-	server *testsuite.DevServer
-}
+// dedicatedTemporal is a Temporal dev server of one test, which the test stops and starts
+// again on the same port with its workflows intact. It is testenv's: its database sits in
+// a file, its errors reach the test's output, and a database that sticks is restarted
+// (internal/testenv/devserver.go says why).
+type dedicatedTemporal struct{ *testenv.Temporal }
 
 func startDedicatedTemporal(t *testing.T) *dedicatedTemporal {
 	t.Helper()
-	exe, err := testenv.TemporalCLI()
-	require.NoError(t, err)
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	addr := l.Addr().String()
-	require.NoError(t, l.Close())
-	d := &dedicatedTemporal{opts: testsuite.DevServerOptions{
-		ExistingPath:  exe,
-		ClientOptions: &client.Options{HostPort: addr, Namespace: "default", Logger: testenv.QuietLogger{}},
-		DBFilename:    filepath.Join(t.TempDir(), "temporal.db"),
-		LogLevel:      "error",
-		Stdout:        io.Discard,
-		Stderr:        io.Discard,
-	}}
-	d.start(t)
-	t.Cleanup(func() {
-		if d.server != nil {
-			_ = d.server.Stop()
-		}
-	})
-	return d
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	srv, err := testenv.StartTemporal(ctx)
+	require.NoError(t, err, "start the dedicated Temporal dev server")
+	t.Cleanup(func() { _ = srv.Stop() })
+	return &dedicatedTemporal{srv}
 }
 
 func (d *dedicatedTemporal) start(t *testing.T) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	srv, err := testsuite.StartDevServer(ctx, d.opts)
-	require.NoError(t, err, "start the dedicated Temporal dev server")
-	srv.Client().Close()
-	d.server = srv
+	require.NoError(t, d.StartServer(ctx), "start the dedicated Temporal dev server again")
 }
 
 func (d *dedicatedTemporal) stop(t *testing.T) {
 	t.Helper()
-	require.NoError(t, d.server.Stop())
-	d.server = nil
+	require.NoError(t, d.StopServer())
 }
 
 // target is the server's default namespace and a client for it that outlives restarts.
 func (d *dedicatedTemporal) target(t *testing.T) *stacktest.Target {
 	t.Helper()
-	c, err := client.Dial(client.Options{HostPort: d.opts.ClientOptions.HostPort, Namespace: "default", Logger: testenv.QuietLogger{}})
+	c, err := client.Dial(client.Options{HostPort: d.Address(), Namespace: "default", Logger: testenv.QuietLogger{}})
 	require.NoError(t, err)
 	t.Cleanup(c.Close)
-	return &stacktest.Target{Address: d.opts.ClientOptions.HostPort, Namespace: "default", Client: c}
+	return &stacktest.Target{Address: d.Address(), Namespace: "default", Client: c}
 }

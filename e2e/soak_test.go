@@ -318,7 +318,7 @@ func playSchedule(t *testing.T, sc schedule, tally *soakTally) {
 	// The stack's cleanups replay the histories: Temporal must run, whatever the schedule
 	// left when it failed.
 	t.Cleanup(func() {
-		if dev.server == nil {
+		if !dev.Up() {
 			dev.start(t)
 		}
 	})
@@ -330,7 +330,7 @@ func playSchedule(t *testing.T, sc schedule, tally *soakTally) {
 		if !t.Failed() {
 			return
 		}
-		if r.dev.server != nil {
+		if r.dev.Up() {
 			t.Logf("pending activities as the schedule failed:\n%s", r.pendingActivities())
 		}
 		if dir := os.Getenv("SOAK_KEEP"); dir != "" {
@@ -557,7 +557,7 @@ func (r *soakRun) rotate(to int) simulate.Notice {
 func (r *soakRun) notify(n simulate.Notice) {
 	r.t.Helper()
 	res, err := r.p.Notify(context.Background(), n)
-	if err != nil && res.Status == http.StatusBadGateway && r.dev.server == nil {
+	if err != nil && res.Status == http.StatusBadGateway && !r.dev.Up() {
 		r.t.Logf("notification recorded while Temporal is down: %s", res.Body)
 		return
 	}
@@ -758,7 +758,7 @@ func (r *soakRun) keep(dir string) {
 	dump("switches.tsv", "SELECT id, value FROM test_switches ORDER BY id")
 	dump("settings.tsv", "SELECT * FROM settings")
 	dump("spare_marks.tsv", "SELECT * FROM spare_marks")
-	if r.dev.server != nil {
+	if r.dev.Up() {
 		var trails strings.Builder
 		for _, q := range r.s.Config.Queues {
 			fmt.Fprintf(&trails, "%s:\n  %s\n", q, strings.Join(r.s.windowTrail(q), "\n  "))

@@ -10,8 +10,6 @@ import (
 	"sync"
 	"syscall"
 	"time"
-
-	"go.temporal.io/sdk/testsuite"
 )
 
 // The pinned dev server (server 1.29.1 on modernc.org/sqlite v1.34.1) keeps its whole
@@ -87,20 +85,19 @@ func (w *stuckWatch) Write(b []byte) (int, error) {
 func (t *Temporal) restart() error {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if t.stopped {
-		return nil
+	if t.stopped || t.server == nil {
+		return nil // stopped on purpose: nothing to restart
 	}
 	fmt.Fprintf(os.Stderr, "testenv: the dev server at %s answers every database call %q; restarting it on the same port and database file\n", t.addr, interruptedMark)
 	t.server.Client().Close()
 	killDevServer(t.addr)
 	_ = t.server.Stop() // reaps the killed process
+	t.server = nil
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	srv, err := testsuite.StartDevServer(ctx, t.opts)
-	if err != nil {
-		return fmt.Errorf("restart temporal dev server: %w", err)
+	if err := t.startLocked(ctx); err != nil {
+		return fmt.Errorf("restart: %w", err)
 	}
-	t.server = srv
 	t.restarts++
 	return nil
 }

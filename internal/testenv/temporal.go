@@ -6,6 +6,7 @@ package testenv
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -31,7 +32,7 @@ type Temporal struct {
 	next    atomic.Int32
 
 	mu       sync.Mutex
-	server   *testsuite.DevServer // replaced by restart
+	server   *testsuite.DevServer // replaced by restart; nil while StopServer holds it down
 	restarts int
 	stopped  bool
 }
@@ -69,10 +70,9 @@ func StartTemporal(ctx context.Context) (*Temporal, error) {
 		Stdout:        io.Discard,
 		Stderr:        &stuckWatch{out: os.Stderr, stuck: func() { t.restartOrSay() }},
 	}
-	t.server, err = testsuite.StartDevServer(ctx, t.opts)
-	if err != nil {
+	if err := t.startLocked(ctx); err != nil {
 		_ = os.RemoveAll(dir)
-		return nil, fmt.Errorf("start temporal dev server: %w", err)
+		return nil, err
 	}
 	return t, nil
 }
@@ -143,9 +143,54 @@ func (t *Temporal) Stop() error {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	t.stopped = true
-	t.server.Client().Close()
 	defer os.RemoveAll(t.dir)
+	if t.server == nil {
+		return nil
+	}
+	t.server.Client().Close()
 	return t.server.Stop()
+}
+
+// StopServer stops the dev server as an outage would, and keeps its database file:
+// StartServer brings it back on the same port with every namespace and workflow.
+func (t *Temporal) StopServer() error {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.server == nil {
+		return errors.New("testenv: the dev server is stopped already")
+	}
+	t.server.Client().Close()
+	err := t.server.Stop()
+	t.server = nil
+	return err
+}
+
+// StartServer starts the dev server that StopServer stopped, on the same port and
+// database file.
+func (t *Temporal) StartServer(ctx context.Context) error {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.server != nil {
+		return errors.New("testenv: the dev server runs already")
+	}
+	return t.startLocked(ctx)
+}
+
+// Up tells whether the dev server runs: false between StopServer and StartServer.
+func (t *Temporal) Up() bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.server != nil
+}
+
+// startLocked starts the server process on t's port and database file; t.mu is held.
+func (t *Temporal) startLocked(ctx context.Context) error {
+	srv, err := testsuite.StartDevServer(ctx, t.opts)
+	if err != nil {
+		return fmt.Errorf("start temporal dev server: %w", err)
+	}
+	t.server = srv
+	return nil
 }
 
 // Namespace hands a test a namespace of its own, registered for it, and a client for it.

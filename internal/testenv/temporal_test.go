@@ -87,6 +87,39 @@ func TestAStuckDevServerIsRestartedWithItsState(t *testing.T) {
 	}))
 }
 
+// A server a test stopped, as an outage, stays down whatever its log said until the test
+// starts it again, on the same address with its workflows.
+func TestAStoppedDevServerStaysDownUntilStartedWithItsState(t *testing.T) {
+	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
+	defer cancel()
+	srv := startTemporal(ctx, t)
+	_, c := srv.Namespace(t)
+	_, err := c.ExecuteWorkflow(ctx, client.StartWorkflowOptions{ID: "kept", TaskQueue: "nobody"}, "Nothing")
+	require.NoError(t, err)
+
+	require.NoError(t, srv.StopServer())
+	require.False(t, srv.Up())
+	require.Error(t, srv.StopServer(), "a stopped server cannot be stopped again")
+	for range stuckInterrupts {
+		_, err := srv.opts.Stderr.Write([]byte("error=\"GetTasks operation failed. Error: interrupted (9)\"\n"))
+		require.NoError(t, err)
+	}
+	require.NoError(t, srv.restart(), "the watch's restart of a stopped server does nothing")
+	require.False(t, srv.Up(), "the watch does not start a server the test stopped")
+	short, cancelShort := context.WithTimeout(ctx, 2*time.Second)
+	_, err = c.DescribeWorkflowExecution(short, "kept", "")
+	cancelShort()
+	require.Error(t, err, "nothing answers while the server is stopped")
+
+	require.NoError(t, srv.StartServer(ctx))
+	require.True(t, srv.Up())
+	require.Error(t, srv.StartServer(ctx), "a running server cannot be started again")
+	require.NoError(t, WaitUntil(ctx, time.Minute, "the workflow started before the stop", func() (bool, error) {
+		_, err := c.DescribeWorkflowExecution(ctx, "kept", "")
+		return err == nil, err
+	}))
+}
+
 // startTemporal starts a dev server of the test's own, stopped when the test ends.
 func startTemporal(ctx context.Context, t *testing.T) *Temporal {
 	t.Helper()
