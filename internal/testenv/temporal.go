@@ -44,11 +44,17 @@ func StartTemporal(ctx context.Context) (*Temporal, error) {
 	if err != nil {
 		return nil, err
 	}
-	// The server's own metrics hold its `action` counter: what Temporal Cloud would bill.
-	metricsPort, err := freePort()
+	// Every port the server opens is named, and the three are free at once: left to
+	// itself the CLI picks its HTTP API's port at random among the free ones, and once
+	// picked the gRPC port given to it, freed a moment before (a soak's own server failed
+	// to start so: "failed listening for HTTP API on 127.0.0.1:41715: address already in
+	// use"). The server's own metrics hold its `action` counter: what Temporal Cloud would
+	// bill.
+	ports, err := freePorts(3)
 	if err != nil {
 		return nil, err
 	}
+	addr, metricsPort, httpPort := ports[0], ports[1], ports[2]
 	// The database is a file so that a restart keeps it (devserver.go says why the
 	// harness restarts a server). Write-ahead logging without fsync costs what memory did
 	// (measured: the same burst of requests in 25 s against 27 s).
@@ -56,17 +62,13 @@ func StartTemporal(ctx context.Context) (*Temporal, error) {
 	if err != nil {
 		return nil, fmt.Errorf("temporal dev server's database folder: %w", err)
 	}
-	addr, err := freePort()
-	if err != nil {
-		return nil, err
-	}
 	t := &Temporal{addr: "127.0.0.1:" + addr, metrics: "http://127.0.0.1:" + metricsPort + "/metrics", dir: dir}
 	t.opts = testsuite.DevServerOptions{
 		ExistingPath:  exe,
 		ClientOptions: &client.Options{HostPort: t.addr},
 		DBFilename:    filepath.Join(dir, "temporal.db"),
 		LogLevel:      "error",
-		ExtraArgs:     []string{"--metrics-port", metricsPort, "--sqlite-pragma", "journal_mode=wal", "--sqlite-pragma", "synchronous=off"},
+		ExtraArgs:     []string{"--metrics-port", metricsPort, "--http-port", httpPort, "--sqlite-pragma", "journal_mode=wal", "--sqlite-pragma", "synchronous=off"},
 		Stdout:        io.Discard,
 		Stderr:        &stuckWatch{out: os.Stderr, stuck: func() { t.restartOrSay() }},
 	}
@@ -123,15 +125,23 @@ func MainWithTemporal(m *testing.M, srv **Temporal) {
 // MetricsURL is where the dev server serves its own Prometheus metrics.
 func (t *Temporal) MetricsURL() string { return t.metrics }
 
-// freePort finds a loopback port nobody listens on.
-func freePort() (string, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return "", fmt.Errorf("free port: %w", err)
+// freePorts finds n distinct loopback ports nobody listens on: each is held until all are
+// found.
+func freePorts(n int) ([]string, error) {
+	var ports []string
+	for range n {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return nil, fmt.Errorf("free port: %w", err)
+		}
+		defer l.Close()
+		_, port, err := net.SplitHostPort(l.Addr().String())
+		if err != nil {
+			return nil, err
+		}
+		ports = append(ports, port)
 	}
-	defer l.Close()
-	_, port, err := net.SplitHostPort(l.Addr().String())
-	return port, err
+	return ports, nil
 }
 
 // Address is the dev server's frontend host:port.
