@@ -129,12 +129,18 @@ func (t *Temporal) MetricsURL() string { return t.metrics }
 // found.
 func freePorts(n int) ([]string, error) {
 	var ports []string
+	var held []net.Listener
+	defer func() {
+		for _, l := range held {
+			_ = l.Close()
+		}
+	}()
 	for range n {
 		l, err := net.Listen("tcp", "127.0.0.1:0")
 		if err != nil {
 			return nil, fmt.Errorf("free port: %w", err)
 		}
-		defer l.Close()
+		held = append(held, l)
 		_, port, err := net.SplitHostPort(l.Addr().String())
 		if err != nil {
 			return nil, err
