@@ -89,10 +89,8 @@ func (t *Temporal) restart() error {
 		return nil // stopped on purpose: nothing to restart
 	}
 	fmt.Fprintf(os.Stderr, "testenv: the dev server at %s answers every database call %q; restarting it on the same port and database file\n", t.addr, interruptedMark)
-	t.server.Client().Close()
 	killDevServer(t.addr)
-	_ = t.server.Stop() // reaps the killed process
-	t.server = nil
+	_ = t.stopLocked() // reaps the killed process
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	if err := t.startLocked(ctx); err != nil {

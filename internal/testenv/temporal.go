@@ -153,18 +153,13 @@ func freePorts(n int) ([]string, error) {
 // Address is the dev server's frontend host:port.
 func (t *Temporal) Address() string { return t.addr }
 
-// Stop ends the dev server, and closes the client the SDK dialed to wait for it to be
-// ready: the DevServer's own Stop leaves that client's connection redialing.
+// Stop ends the dev server for good and removes its database.
 func (t *Temporal) Stop() error {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	t.stopped = true
 	defer os.RemoveAll(t.dir)
-	if t.server == nil {
-		return nil
-	}
-	t.server.Client().Close()
-	return t.server.Stop()
+	return t.stopLocked()
 }
 
 // StopServer stops the dev server as an outage would, and keeps its database file:
@@ -175,10 +170,7 @@ func (t *Temporal) StopServer() error {
 	if t.server == nil {
 		return errors.New("testenv: the dev server is stopped already")
 	}
-	t.server.Client().Close()
-	err := t.server.Stop()
-	t.server = nil
-	return err
+	return t.stopLocked()
 }
 
 // StartServer starts the dev server that StopServer stopped, on the same port and
@@ -199,7 +191,21 @@ func (t *Temporal) Up() bool {
 	return t.server != nil
 }
 
-// startLocked starts the server process on t's port and database file; t.mu is held.
+// stopLocked stops the server process, if one runs, and closes the client the SDK dialed
+// to wait for it to be ready (the DevServer's own Stop leaves that client redialing);
+// t.mu is held.
+func (t *Temporal) stopLocked() error {
+	if t.server == nil {
+		return nil
+	}
+	t.server.Client().Close()
+	err := t.server.Stop()
+	t.server = nil
+	return err
+}
+
+// startLocked starts the server process on t's port and database file; t.mu is held, or
+// t is not shared yet.
 func (t *Temporal) startLocked(ctx context.Context) error {
 	srv, err := testsuite.StartDevServer(ctx, t.opts)
 	if err != nil {

@@ -67,24 +67,15 @@ func TestTheDevServerKeepsItsStateInAFile(t *testing.T) {
 func TestAStuckDevServerIsRestartedWithItsState(t *testing.T) {
 	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
 	defer cancel()
-	srv := startTemporal(ctx, t)
-	_, c := srv.Namespace(t)
-	_, err := c.ExecuteWorkflow(ctx, client.StartWorkflowOptions{ID: "kept", TaskQueue: "nobody"}, "Nothing")
-	require.NoError(t, err)
+	srv, c := startWithAWorkflow(ctx, t)
 
-	for range stuckInterrupts {
-		_, err := srv.opts.Stderr.Write([]byte("error=\"GetTasks operation failed. Error: interrupted (9)\"\n"))
-		require.NoError(t, err)
-	}
+	logStuck(t, srv)
 	require.NoError(t, WaitUntil(ctx, 2*time.Minute, "the restart", func() (bool, error) {
 		srv.mu.Lock()
 		defer srv.mu.Unlock()
 		return srv.restarts == 1, nil
 	}))
-	require.NoError(t, WaitUntil(ctx, time.Minute, "the workflow started before the restart", func() (bool, error) {
-		_, err := c.DescribeWorkflowExecution(ctx, "kept", "")
-		return err == nil, err
-	}))
+	requireKept(ctx, t, c)
 }
 
 // A server a test stopped, as an outage, stays down whatever its log said until the test
@@ -92,29 +83,50 @@ func TestAStuckDevServerIsRestartedWithItsState(t *testing.T) {
 func TestAStoppedDevServerStaysDownUntilStartedWithItsState(t *testing.T) {
 	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
 	defer cancel()
-	srv := startTemporal(ctx, t)
-	_, c := srv.Namespace(t)
-	_, err := c.ExecuteWorkflow(ctx, client.StartWorkflowOptions{ID: "kept", TaskQueue: "nobody"}, "Nothing")
-	require.NoError(t, err)
+	srv, c := startWithAWorkflow(ctx, t)
 
 	require.NoError(t, srv.StopServer())
 	require.False(t, srv.Up())
 	require.Error(t, srv.StopServer(), "a stopped server cannot be stopped again")
-	for range stuckInterrupts {
-		_, err := srv.opts.Stderr.Write([]byte("error=\"GetTasks operation failed. Error: interrupted (9)\"\n"))
-		require.NoError(t, err)
-	}
+	logStuck(t, srv)
 	require.NoError(t, srv.restart(), "the watch's restart of a stopped server does nothing")
 	require.False(t, srv.Up(), "the watch does not start a server the test stopped")
 	short, cancelShort := context.WithTimeout(ctx, 2*time.Second)
-	_, err = c.DescribeWorkflowExecution(short, "kept", "")
+	_, err := c.DescribeWorkflowExecution(short, "kept", "")
 	cancelShort()
 	require.Error(t, err, "nothing answers while the server is stopped")
 
 	require.NoError(t, srv.StartServer(ctx))
 	require.True(t, srv.Up())
 	require.Error(t, srv.StartServer(ctx), "a running server cannot be started again")
-	require.NoError(t, WaitUntil(ctx, time.Minute, "the workflow started before the stop", func() (bool, error) {
+	requireKept(ctx, t, c)
+}
+
+// startWithAWorkflow starts a dev server of the test's own and, in a namespace of its
+// own, a workflow "kept" that nobody runs; it returns the namespace's client.
+func startWithAWorkflow(ctx context.Context, t *testing.T) (*Temporal, client.Client) {
+	t.Helper()
+	srv := startTemporal(ctx, t)
+	_, c := srv.Namespace(t)
+	_, err := c.ExecuteWorkflow(ctx, client.StartWorkflowOptions{ID: "kept", TaskQueue: "nobody"}, "Nothing")
+	require.NoError(t, err)
+	return srv, c
+}
+
+// logStuck writes to srv's log what a stuck database logs, as many times as the watch
+// needs to see it stuck.
+func logStuck(t *testing.T, srv *Temporal) {
+	t.Helper()
+	for range stuckInterrupts {
+		_, err := srv.opts.Stderr.Write([]byte("error=\"GetTasks operation failed. Error: interrupted (9)\"\n"))
+		require.NoError(t, err)
+	}
+}
+
+// requireKept waits until the server answers for the workflow startWithAWorkflow started.
+func requireKept(ctx context.Context, t *testing.T, c client.Client) {
+	t.Helper()
+	require.NoError(t, WaitUntil(ctx, time.Minute, "the workflow started before", func() (bool, error) {
 		_, err := c.DescribeWorkflowExecution(ctx, "kept", "")
 		return err == nil, err
 	}))
