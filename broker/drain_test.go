@@ -209,7 +209,7 @@ func slowDrainRabbit(t *testing.T, delay time.Duration) (*rabbit, *Pool) {
 	url := testenv.NewVhost(t)
 	proxy, err := testenv.ListenProxy(testenv.RabbitAddr(), testenv.SlowLargeFrames(delay))
 	require.NoError(t, err)
-	t.Cleanup(proxy.Cut)
+	t.Cleanup(proxy.Close)
 	eps, err := ParseEndpoints(strings.Replace(url, testenv.RabbitAddr(), proxy.Addr(), 1))
 	require.NoError(t, err)
 	pool := NewPool(eps, nil, PoolSettings{})

@@ -91,7 +91,7 @@ func newProxiedRabbit(t *testing.T, copy testenv.Copy, frameSize int) *rabbit {
 	url := testenv.NewVhost(t)
 	proxy, err := testenv.ListenProxy(testenv.RabbitAddr(), copy)
 	require.NoError(t, err)
-	t.Cleanup(proxy.Cut)
+	t.Cleanup(proxy.Close)
 	eps, err := ParseEndpoints(strings.Replace(url, testenv.RabbitAddr(), proxy.Addr(), 1))
 	require.NoError(t, err)
 	logs := &testenv.Buffer{}

@@ -138,7 +138,7 @@ func New(t testenv.T, o Options) *Stack {
 		}
 		p, err := testenv.ListenProxy(testenv.RabbitAddr(), c)
 		check(t, err, "broker proxy")
-		t.Cleanup(p.Cut)
+		t.Cleanup(p.Close)
 		s.Proxies = append(s.Proxies, p)
 		urls = append(urls, strings.Replace(u, testenv.RabbitAddr(), p.Addr(), 1))
 	}
@@ -161,7 +161,7 @@ func New(t testenv.T, o Options) *Stack {
 		check(t, err, "parse the DSN")
 		p, err := testenv.ListenProxy(u.Host, o.PGCopy)
 		check(t, err, "Postgres proxy")
-		t.Cleanup(p.Cut)
+		t.Cleanup(p.Close)
 		s.PGProxy = p
 		u.Host = p.Addr()
 		q := u.Query()

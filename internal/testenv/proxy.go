@@ -10,6 +10,7 @@ import (
 	"net"
 	"os"
 	"slices"
+	"strconv"
 	"sync"
 	"syscall"
 	"time"
@@ -24,11 +25,13 @@ type Copy func(dst, src net.Conn, toServer bool)
 // test can make a broker unreachable and bring it back on the same address.
 type Proxy struct {
 	target string
+	port   int
 	addr   string
 	copy   Copy
 
 	mu       sync.Mutex
 	listener net.Listener
+	held     []portHold         // the port while cut (ports.go says why)
 	stopDial context.CancelFunc // ends the dials of the clients listener accepted
 	// conns are the sockets the proxy holds, both sides of every connection, each with
 	// its inode, by which a description of the process's descriptors names the proxy.
@@ -48,22 +51,25 @@ func NewProxy(tb T, target string) *Proxy {
 	if err != nil {
 		tb.Fatalf("testenv: %v", err)
 	}
-	tb.Cleanup(p.Cut)
+	tb.Cleanup(p.Close)
 	return p
 }
 
 // ListenProxy listens on a free loopback port and forwards to target through copy (nil
-// copies bytes as they come) until Cut; the caller cuts it when done.
+// copies bytes as they come) until Cut; the caller closes it when done.
 func ListenProxy(target string, copy Copy) (*Proxy, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	held, err := holdPorts(1)
 	if err != nil {
 		return nil, fmt.Errorf("proxy listen: %w", err)
 	}
 	if copy == nil {
 		copy = func(dst, src net.Conn, _ bool) { _, _ = io.Copy(dst, src) }
 	}
-	p := &Proxy{target: target, addr: l.Addr().String(), copy: copy, conns: map[net.Conn]uint64{}}
-	p.serve(l)
+	port := held[0].port
+	p := &Proxy{target: target, port: port, addr: "127.0.0.1:" + strconv.Itoa(port), copy: copy, conns: map[net.Conn]uint64{}, held: held}
+	if err := p.listen(); err != nil {
+		return nil, err
+	}
 	return p, nil
 }
 
@@ -118,7 +124,7 @@ func (p *Proxy) awaitSpeaking() {
 	}
 }
 
-// Cut closes every connection and refuses new ones.
+// Cut closes every connection and refuses new ones, keeping the port for Restore.
 func (p *Proxy) Cut() {
 	defer proxies.forget(p)
 	p.mu.Lock()
@@ -128,6 +134,9 @@ func (p *Proxy) Cut() {
 		p.listener.Close()
 		p.listener = nil
 		p.stopDial()
+		if h, err := holdPort(p.port, true); err == nil {
+			p.held = []portHold{h} // else Restore says the port was taken
+		}
 	}
 	for c := range p.conns {
 		c.Close()
@@ -135,14 +144,35 @@ func (p *Proxy) Cut() {
 	clear(p.conns)
 }
 
+// Close cuts the proxy for good and lets its port go.
+func (p *Proxy) Close() {
+	p.Cut()
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	releasePorts(p.held)
+	p.held = nil
+}
+
 // Restore accepts connections again on the same address.
 func (p *Proxy) Restore(tb T) {
 	tb.Helper()
+	if err := p.listen(); err != nil {
+		tb.Fatalf("testenv: %v", err)
+	}
+}
+
+// listen lets the held port go and listens on it.
+func (p *Proxy) listen() error {
+	p.mu.Lock()
+	releasePorts(p.held)
+	p.held = nil
+	p.mu.Unlock()
 	l, err := net.Listen("tcp", p.addr)
 	if err != nil {
-		tb.Fatalf("testenv: proxy restore on %s: %v", p.addr, err)
+		return fmt.Errorf("proxy listen on %s: %w", p.addr, err)
 	}
 	p.serve(l)
+	return nil
 }
 
 func (p *Proxy) serve(l net.Listener) {

@@ -19,7 +19,7 @@ func TestACutClosesAClientWhoseTargetDoesNotAnswer(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer p.Cut()
+	defer p.Close()
 	var clients []net.Conn
 	defer func() {
 		for _, c := range clients {
@@ -76,4 +76,46 @@ func unansweringTarget(t *testing.T) string {
 		t.Fatal(err)
 	}
 	return "127.0.0.1:" + strconv.Itoa(sa.(*syscall.SockaddrInet4).Port)
+}
+
+// A cut proxy keeps its port, refusing clients, so that Restore finds it free; Close lets
+// it go.
+func TestACutProxyKeepsItsPortUntilClosed(t *testing.T) {
+	target, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer target.Close()
+	listen := func() *Proxy {
+		p, err := ListenProxy(target.Addr().String(), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+
+	p := listen()
+	p.Cut()
+	if _, err := holdPort(p.port, false); !errors.Is(err, syscall.EADDRINUSE) {
+		t.Fatalf("the port of a cut proxy was free to take: %v", err)
+	}
+	if _, err := net.Dial("tcp", p.Addr()); !errors.Is(err, syscall.ECONNREFUSED) {
+		t.Fatalf("a cut proxy should refuse: %v", err)
+	}
+	p.Close()
+	h, err := holdPort(p.port, false) // no connection was made that could linger on it
+	if err != nil {
+		t.Fatalf("a closed proxy kept its port: %v", err)
+	}
+	releasePorts([]portHold{h})
+
+	q := listen()
+	defer q.Close()
+	q.Cut()
+	q.Restore(t)
+	c, err := net.Dial("tcp", q.Addr())
+	if err != nil {
+		t.Fatalf("a restored proxy should accept: %v", err)
+	}
+	c.Close()
 }

@@ -9,9 +9,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"os"
 	"path/filepath"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -31,8 +31,12 @@ type Temporal struct {
 	opts    testsuite.DevServerOptions
 	next    atomic.Int32
 
+	ports     []int // gRPC, metrics, HTTP API
+	lastWords tail  // of the server's log, for a start that fails
+
 	mu       sync.Mutex
 	server   *testsuite.DevServer // replaced by restart; nil while StopServer holds it down
+	held     []portHold           // t.ports while no server listens on them
 	restarts int
 	stopped  bool
 }
@@ -44,25 +48,29 @@ func StartTemporal(ctx context.Context) (*Temporal, error) {
 	if err != nil {
 		return nil, err
 	}
-	// Every port the server opens is named, and the three are free at once: left to
-	// itself the CLI picks its HTTP API's port at random among the free ones, and once
-	// picked the gRPC port given to it, freed a moment before (a soak's own server failed
-	// to start so: "failed listening for HTTP API on 127.0.0.1:41715: address already in
+	// Every port the server opens is named, chosen together and held while no server
+	// listens on them (ports.go says why): left to itself the CLI picks its HTTP API's port
+	// at random among the free ones, and once picked the gRPC port given to it, freed a
+	// moment before ("failed listening for HTTP API on 127.0.0.1:41715: address already in
 	// use"). The server's own metrics hold its `action` counter: what Temporal Cloud would
 	// bill.
-	ports, err := freePorts(3)
+	held, err := holdPorts(3)
 	if err != nil {
 		return nil, err
 	}
-	addr, metricsPort, httpPort := ports[0], ports[1], ports[2]
+	grpcPort, metricsPort, httpPort := strconv.Itoa(held[0].port), strconv.Itoa(held[1].port), strconv.Itoa(held[2].port)
 	// The database is a file so that a restart keeps it (devserver.go says why the
 	// harness restarts a server). Write-ahead logging without fsync costs what memory did
 	// (measured: the same burst of requests in 25 s against 27 s).
 	dir, err := os.MkdirTemp("", "brokerswitch-temporal-")
 	if err != nil {
+		releasePorts(held)
 		return nil, fmt.Errorf("temporal dev server's database folder: %w", err)
 	}
-	t := &Temporal{addr: "127.0.0.1:" + addr, metrics: "http://127.0.0.1:" + metricsPort + "/metrics", dir: dir}
+	t := &Temporal{addr: "127.0.0.1:" + grpcPort, metrics: "http://127.0.0.1:" + metricsPort + "/metrics", dir: dir, held: held}
+	for _, h := range held {
+		t.ports = append(t.ports, h.port)
+	}
 	t.opts = testsuite.DevServerOptions{
 		ExistingPath:  exe,
 		ClientOptions: &client.Options{HostPort: t.addr},
@@ -70,9 +78,10 @@ func StartTemporal(ctx context.Context) (*Temporal, error) {
 		LogLevel:      "error",
 		ExtraArgs:     []string{"--metrics-port", metricsPort, "--http-port", httpPort, "--sqlite-pragma", "journal_mode=wal", "--sqlite-pragma", "synchronous=off"},
 		Stdout:        io.Discard,
-		Stderr:        &stuckWatch{out: os.Stderr, stuck: func() { t.restartOrSay() }},
+		Stderr:        &stuckWatch{out: io.MultiWriter(os.Stderr, &t.lastWords), stuck: func() { t.restartOrSay() }},
 	}
 	if err := t.startLocked(ctx); err != nil {
+		releasePorts(t.held)
 		_ = os.RemoveAll(dir)
 		return nil, err
 	}
@@ -125,31 +134,6 @@ func MainWithTemporal(m *testing.M, srv **Temporal) {
 // MetricsURL is where the dev server serves its own Prometheus metrics.
 func (t *Temporal) MetricsURL() string { return t.metrics }
 
-// freePorts finds n distinct loopback ports nobody listens on: each is held until all are
-// found.
-func freePorts(n int) ([]string, error) {
-	var ports []string
-	var held []net.Listener
-	defer func() {
-		for _, l := range held {
-			_ = l.Close()
-		}
-	}()
-	for range n {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			return nil, fmt.Errorf("free port: %w", err)
-		}
-		held = append(held, l)
-		_, port, err := net.SplitHostPort(l.Addr().String())
-		if err != nil {
-			return nil, err
-		}
-		ports = append(ports, port)
-	}
-	return ports, nil
-}
-
 // Address is the dev server's frontend host:port.
 func (t *Temporal) Address() string { return t.addr }
 
@@ -159,7 +143,10 @@ func (t *Temporal) Stop() error {
 	defer t.mu.Unlock()
 	t.stopped = true
 	defer os.RemoveAll(t.dir)
-	return t.stopLocked()
+	err := t.stopLocked()
+	releasePorts(t.held)
+	t.held = nil
+	return err
 }
 
 // StopServer stops the dev server as an outage would, and keeps its database file:
@@ -191,9 +178,9 @@ func (t *Temporal) Up() bool {
 	return t.server != nil
 }
 
-// stopLocked stops the server process, if one runs, and closes the client the SDK dialed
-// to wait for it to be ready (the DevServer's own Stop leaves that client redialing);
-// t.mu is held.
+// stopLocked stops the server process, if one runs, closes the client the SDK dialed to
+// wait for it to be ready (the DevServer's own Stop leaves that client redialing) and
+// holds the server's ports until it starts again; t.mu is held.
 func (t *Temporal) stopLocked() error {
 	if t.server == nil {
 		return nil
@@ -201,15 +188,38 @@ func (t *Temporal) stopLocked() error {
 	t.server.Client().Close()
 	err := t.server.Stop()
 	t.server = nil
-	return err
+	return errors.Join(err, t.holdLocked())
 }
 
-// startLocked starts the server process on t's port and database file; t.mu is held, or
-// t is not shared yet.
+// holdLocked holds every port of t that it can and is not held yet, as its server has
+// just stopped; t.mu is held.
+func (t *Temporal) holdLocked() error {
+	var errs []error
+	for _, port := range t.ports {
+		if holds(t.held, port) {
+			continue
+		}
+		h, err := holdPort(port, true)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		t.held = append(t.held, h)
+	}
+	return errors.Join(errs...)
+}
+
+// startLocked starts the server process on t's ports and database file; t.mu is held, or
+// t is not shared yet. A start that fails kills what it started, holds the ports again and
+// says what the server said last: the SDK waits a minute for a server that has exited.
 func (t *Temporal) startLocked(ctx context.Context) error {
+	releasePorts(t.held)
+	t.held = nil
+	t.lastWords.Reset()
 	srv, err := testsuite.StartDevServer(ctx, t.opts)
 	if err != nil {
-		return fmt.Errorf("start temporal dev server: %w", err)
+		killDevServer(t.addr)
+		return errors.Join(fmt.Errorf("start temporal dev server: %w; its last words:\n%s", err, t.lastWords.String()), t.holdLocked())
 	}
 	t.server = srv
 	return nil

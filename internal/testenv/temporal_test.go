@@ -5,8 +5,11 @@ package testenv
 import (
 	"bytes"
 	"context"
+	"net"
 	"os"
 	"path/filepath"
+	"strconv"
+	"syscall"
 	"testing"
 	"time"
 
@@ -87,6 +90,7 @@ func TestAStoppedDevServerStaysDownUntilStartedWithItsState(t *testing.T) {
 
 	require.NoError(t, srv.StopServer())
 	require.False(t, srv.Up())
+	requireHeld(t, srv)
 	require.Error(t, srv.StopServer(), "a stopped server cannot be stopped again")
 	logStuck(t, srv)
 	require.NoError(t, srv.restart(), "the watch's restart of a stopped server does nothing")
@@ -100,6 +104,46 @@ func TestAStoppedDevServerStaysDownUntilStartedWithItsState(t *testing.T) {
 	require.True(t, srv.Up())
 	require.Error(t, srv.StartServer(ctx), "a running server cannot be started again")
 	requireKept(ctx, t, c)
+}
+
+// A start that fails says why in the server's own words and leaves no server behind, so
+// that the next start can succeed.
+func TestAFailedStartSaysWhyAndLeavesNoServer(t *testing.T) {
+	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
+	defer cancel()
+	srv, c := startWithAWorkflow(ctx, t)
+	require.NoError(t, srv.StopServer())
+
+	// Something takes the HTTP API's port as the server starts.
+	srv.mu.Lock()
+	releasePorts(srv.held)
+	srv.held = nil
+	taken, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(srv.ports[2]))
+	srv.mu.Unlock()
+	require.NoError(t, err)
+	short, cancelShort := context.WithTimeout(ctx, 15*time.Second)
+	err = srv.StartServer(short)
+	cancelShort()
+	require.ErrorContains(t, err, "address already in use", "the server's last words")
+	require.False(t, srv.Up())
+	require.NoError(t, taken.Close())
+	_, err = net.Dial("tcp", srv.Address())
+	require.ErrorIs(t, err, syscall.ECONNREFUSED, "no server is left listening")
+
+	require.NoError(t, srv.StartServer(ctx))
+	requireKept(ctx, t, c)
+}
+
+// requireHeld checks that every port of srv is held, as while no server listens on them.
+func requireHeld(t *testing.T, srv *Temporal) {
+	t.Helper()
+	srv.mu.Lock()
+	defer srv.mu.Unlock()
+	var held []int
+	for _, h := range srv.held {
+		held = append(held, h.port)
+	}
+	require.ElementsMatch(t, srv.ports, held)
 }
 
 // startWithAWorkflow starts a dev server of the test's own and, in a namespace of its
