@@ -197,7 +197,7 @@ func runCatchUp(s *figure, backlog, onNew int) catchUpResult {
 
 	meter := startCPU()
 	began = time.Now()
-	w := st.startWorkerProcess()
+	w := st.startWorkerProcess(nil)
 	total := int64(backlog + onNew)
 	var switchSeen time.Time
 	s.check(testenv.WaitUntil(ctx, 10*time.Minute, "the catch-up", func() (bool, error) {

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"strconv"
@@ -42,6 +43,10 @@ type rssResult struct {
 type rssCase struct {
 	name string
 	env  map[string]string
+	// fitLimit sets MEMORY_LIMIT to the least that start-up accepts for env's settings:
+	// the worst case under the Go runtime's soft limit. Derived, not written down, so that
+	// a change to the worst case's arithmetic cannot make the worker refuse the case.
+	fitLimit bool
 	// rtt, when set, is the round trip added between the worker and RabbitMQ and Postgres:
 	// what arrives while a client waits for the broker's answer grows with it.
 	rtt time.Duration
@@ -57,7 +62,7 @@ func kubernetesSample() map[string]string {
 }
 
 // rssCases are the peak-RSS figure's cases: 25 MB pushes with the defaults and with a
-// prefetch of 2 under a MEMORY_LIMIT its worst case fits; then, with the Kubernetes
+// prefetch of 2 under the least MEMORY_LIMIT its worst case fits; then, with the Kubernetes
 // sample's settings, bodies as large as a broker at its defaults takes on every queue, and
 // the costliest bodies to apply.
 func rssCases(n int) []rssCase {
@@ -71,7 +76,7 @@ func rssCases(n int) []rssCase {
 	}
 	return []rssCase{
 		{name: fmt.Sprintf("%d pushes of 25 MB, defaults", n), fill: pushes},
-		{name: fmt.Sprintf("%d pushes of 25 MB, PREFETCH 2", n), env: map[string]string{"PREFETCH": "2", "MEMORY_LIMIT": strconv.Itoa(1300 << 20)}, fill: pushes},
+		{name: fmt.Sprintf("%d pushes of 25 MB, PREFETCH 2", n), env: map[string]string{"PREFETCH": "2"}, fitLimit: true, fill: pushes},
 		{name: "Kubernetes sample, 20 bodies of 16 MiB on each queue, each followed by a small event", env: kubernetesSample(),
 			fill: func(s *figure, p *simulate.Producer) (int, int) {
 				for range 20 {
@@ -161,10 +166,15 @@ func runRSS(s *figure, c rssCase) rssResult {
 	_ = p.Close()
 
 	worst, _ := st.Config.WorstCaseMemory()
-	res := rssResult{Case: c.name, Messages: applied, ToError: toError, Prefetch: st.Config.Prefetch, MemoryLimit: c.env["MEMORY_LIMIT"],
-		LimitMB: float64(st.Config.MemoryLimit) / (1 << 20), WorstCaseMB: float64(worst) / (1 << 20)}
+	limit, env := st.Config.MemoryLimit, map[string]string{}
+	if c.fitLimit {
+		limit = fittedMemoryLimit(worst)
+		env["MEMORY_LIMIT"] = strconv.FormatInt(limit, 10)
+	}
+	res := rssResult{Case: c.name, Messages: applied, ToError: toError, Prefetch: st.Config.Prefetch, MemoryLimit: cmp.Or(env["MEMORY_LIMIT"], c.env["MEMORY_LIMIT"]),
+		LimitMB: float64(limit) / (1 << 20), WorstCaseMB: float64(worst) / (1 << 20)}
 	began := time.Now()
-	w := st.startWorkerProcess()
+	w := st.startWorkerProcess(env)
 	s.check(st.waitApplied(int64(applied), 10*time.Minute), "apply the messages (worker log: "+w.Log+")")
 	s.check(testenv.WaitUntil(ctx, 5*time.Minute, fmt.Sprintf("%d messages in -error", toError), func() (bool, error) {
 		n, err := st.Ready(0, st.ErrorQueues()...)
@@ -177,6 +187,13 @@ func runRSS(s *figure, c rssCase) rssResult {
 		s.Fatalf("%d messages ended in error in the ledger (worker log: %s)", e, w.Log)
 	}
 	return res
+}
+
+// fittedMemoryLimit is the least MEMORY_LIMIT, in whole MiB, whose soft limit (90%,
+// config.SoftMemoryLimit) holds worst.
+func fittedMemoryLimit(worst int64) int64 {
+	limit := (worst + 8) / 9 * 10
+	return (limit + 1<<20 - 1) >> 20 << 20
 }
 
 // rssRows are the peak-RSS figure's rows: each case's peak beside its worst case, and

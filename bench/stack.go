@@ -91,11 +91,11 @@ func (st *stack) terminateWorkflows() {
 	}
 }
 
-// startWorkerProcess runs the built binary with the stack's configuration as its
-// environment, its memory sampled, its log in the run's log folder.
-func (st *stack) startWorkerProcess() *testenv.Process {
+// startWorkerProcess runs the built binary with the stack's configuration, and env over
+// it, as its environment, its memory sampled, its log in the run's log folder.
+func (st *stack) startWorkerProcess(env map[string]string) *testenv.Process {
 	logPath := filepath.Join(st.s.logDir, fmt.Sprintf("worker-%s-%d.log", st.Config.TemporalNamespace, st.processes.Add(1)))
-	return st.StartWorkerProcess(st.s.workerBinary(), logPath, nil)
+	return st.StartWorkerProcess(st.s.workerBinary(), logPath, env)
 }
 
 // waitApplied waits until n deliveries are applied.
