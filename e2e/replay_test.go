@@ -18,6 +18,7 @@ import (
 	"go.temporal.io/api/workflowservice/v1"
 	sdkworker "go.temporal.io/sdk/worker"
 
+	"github.com/brokerswitch/brokerswitch/config"
 	"github.com/brokerswitch/brokerswitch/internal/testenv"
 	"github.com/brokerswitch/brokerswitch/worker"
 	"github.com/brokerswitch/brokerswitch/workflows"
@@ -38,7 +39,7 @@ func (s *stack) replayHistories() {
 	s.t.Helper()
 	ctx := context.Background()
 	// As the workers run it: with the interceptor that queues the orders as they arrive.
-	replayer, err := sdkworker.NewWorkflowReplayerWithOptions(worker.ReplayerOptions())
+	replayer, err := sdkworker.NewWorkflowReplayerWithOptions(sdkworker.WorkflowReplayerOptions{Interceptors: worker.Options(config.Config{}).Interceptors})
 	require.NoError(s.t, err)
 	replayer.RegisterWorkflow(workflows.QueueWindow)
 	replayer.RegisterWorkflow(workflows.BrokerSwitch)

@@ -619,19 +619,42 @@ func (r *soakRun) cancel(st step) {
 func (r *soakRun) cutActive(drawn int) (active int, already bool) {
 	r.t.Helper()
 	for {
-		active = r.s.State().ActiveIndex
+		before := r.s.State()
+		active = before.ActiveIndex
 		already = r.cut[active]
 		r.cutBroker(active)
-		if r.s.State().ActiveIndex == active {
+		if r.holdsSwitch(active, before.LastDrainCheck) {
 			if active != drawn {
 				r.t.Logf("the service reads broker %d, not broker %d as drawn: the switch away from %d committed", active, drawn, drawn)
 			}
 			return active, already
 		}
+		r.t.Logf("the switch away from broker %d committed as it was cut (on a drain check that counted it before); cutting the broker it moved to", active)
 		if !already {
-			r.restoreBroker(active) // the switch committed meanwhile
+			r.restoreBroker(active)
 		}
 	}
+}
+
+// holdsSwitch waits until the cut broker active holds the switch away from it, and says
+// whether it does (false: the switch committed meanwhile). A drain check that counted the
+// broker empty before the cut still commits after it, so the cut holds only once nothing
+// is pending or a drain check newer than prev found the broker unreachable: the workflow
+// checks and commits one hop at a time, so no earlier count is still on its way.
+func (r *soakRun) holdsSwitch(active int, prev *brokerstate.DrainCheck) bool {
+	r.t.Helper()
+	r.s.waitUntil(fmt.Sprintf("a drain check of cut broker %d", active), time.Minute, func() (bool, string) {
+		st := r.s.State()
+		c := st.LastDrainCheck
+		switch {
+		case st.ActiveIndex != active, st.Pending == nil:
+			return true, ""
+		case c != nil && c.BrokerIndex == active && !c.Reachable && (prev == nil || !c.CheckedAt.Equal(prev.CheckedAt)):
+			return true, ""
+		}
+		return false, fmt.Sprintf("last drain check %+v", c)
+	})
+	return r.s.State().ActiveIndex == active
 }
 
 // cutBroker cuts broker b's proxy, noting it; restoreBroker restores it.
@@ -955,7 +978,8 @@ func soakRegressions() []soakRegression {
 		bug: "the harness, not the service: a cancel with a backlog cut the broker the model took for the active " +
 			"one, but the switch away from it had committed meanwhile (the model cannot know how fast a backlog " +
 			"drains), so the pending switch was not held and the cancel 'moved'; the cancel now cuts the broker the " +
-			"service reads",
+			"service reads, and then waits for a drain check that finds it cut: a check that counted it empty just " +
+			"before the cut committed the hop just after it (seen on a fresh machine's CI, 2026-12-07)",
 		schedule: `schedule of seed 835 (8 steps):
    1. publish 83 events
    2. let it run for 1.147s

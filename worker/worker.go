@@ -159,11 +159,6 @@ func runOptions(cfg config.Config, keeper *liveness.Keeper, fatal chan<- error) 
 	return opts
 }
 
-// ReplayerOptions replay histories with the interceptors of Options.
-func ReplayerOptions() sdkworker.WorkflowReplayerOptions {
-	return sdkworker.WorkflowReplayerOptions{Interceptors: Options(config.Config{}).Interceptors}
-}
-
 // NewKeeper builds the worker's lease keeper (see package liveness).
 func NewKeeper(d Deps) *liveness.Keeper {
 	workflowIDs := []string{workflows.BrokerSwitchWorkflowID}

@@ -9,6 +9,7 @@ import (
 	"go.temporal.io/sdk/client"
 	sdkworker "go.temporal.io/sdk/worker"
 
+	"github.com/brokerswitch/brokerswitch/config"
 	"github.com/brokerswitch/brokerswitch/worker"
 	"github.com/brokerswitch/brokerswitch/workflows"
 )
@@ -32,7 +33,7 @@ func TestReplayRecordedHistories(t *testing.T) {
 			history, err := client.HistoryFromJSON(f, client.HistoryJSONOptions{})
 			require.NoError(t, err)
 			seen[history.GetEvents()[0].GetWorkflowExecutionStartedEventAttributes().GetWorkflowType().GetName()] = true
-			replayer, err := sdkworker.NewWorkflowReplayerWithOptions(worker.ReplayerOptions())
+			replayer, err := sdkworker.NewWorkflowReplayerWithOptions(sdkworker.WorkflowReplayerOptions{Interceptors: worker.Options(config.Config{}).Interceptors})
 			require.NoError(t, err)
 			replayer.RegisterWorkflow(workflows.BrokerSwitch)
 			replayer.RegisterWorkflow(workflows.QueueWindow)
