@@ -60,6 +60,10 @@ func TestABodyOverMaxMessageBytesIsNeverHeldAndIsMovedToError(t *testing.T) {
 		limit  = 1 << 20
 		large  = 8 << 20
 		larges = 4
+		// stoppedConsumerWait is how long a move may wait for the cut consumer to be gone
+		// from the queue (quarantine's busy): a loaded RabbitMQ 4.0 took it whole for
+		// each large body, 40 s for four, past waitFor alone.
+		stoppedConsumerWait = 10 * time.Second
 	)
 	r := newRabbit(t)
 	r.pool.settings.MaxMessageBytes = limit
@@ -101,7 +105,7 @@ func TestABodyOverMaxMessageBytesIsNeverHeldAndIsMovedToError(t *testing.T) {
 			require.Eventually(t, func() bool {
 				short, _ := logs[q].seen()
 				return slices.Contains(short, q+"-good-4")
-			}, waitFor, 20*time.Millisecond, "the good messages of %s behind the large ones were never consumed", q)
+			}, waitFor+larges*stoppedConsumerWait, 20*time.Millisecond, "the good messages of %s behind the large ones were never consumed", q)
 			r.eventuallyCount(ErrorQueue(q), larges)
 		}
 		cancel()
