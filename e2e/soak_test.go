@@ -643,8 +643,9 @@ func (r *soakRun) cutActive(drawn int) (active int, already bool) {
 // checks and commits one hop at a time, so no earlier count is still on its way.
 func (r *soakRun) holdsSwitch(active int, prev *brokerstate.DrainCheck) bool {
 	r.t.Helper()
+	var st brokerstate.State
 	r.s.waitUntil(fmt.Sprintf("a drain check of cut broker %d", active), time.Minute, func() (bool, string) {
-		st := r.s.State()
+		st = r.s.State()
 		c := st.LastDrainCheck
 		switch {
 		case st.ActiveIndex != active, st.Pending == nil:
@@ -654,7 +655,9 @@ func (r *soakRun) holdsSwitch(active int, prev *brokerstate.DrainCheck) bool {
 		}
 		return false, fmt.Sprintf("last drain check %+v", c)
 	})
-	return r.s.State().ActiveIndex == active
+	// Read once with the condition: once it holds, nothing can commit the hop while the
+	// broker stays cut, so a later read would say the same.
+	return st.ActiveIndex == active
 }
 
 // cutBroker cuts broker b's proxy, noting it; restoreBroker restores it.
