@@ -70,7 +70,7 @@ func (a *Window) Consume(ctx context.Context, in ConsumeInput) (err error) {
 	go a.endEarly(windowCtx, end, in, planned)
 	go a.watchSpares(windowCtx, end, in)
 
-	err = a.consume(windowCtx, in, h)
+	err = a.consume(windowCtx, in, planned, h)
 	if endedWhileAsking(windowCtx, err) {
 		err = nil
 	}
@@ -92,15 +92,28 @@ func (a *Window) Consume(ctx context.Context, in ConsumeInput) (err error) {
 }
 
 // consume reads in's queue until windowCtx ends, h is lost or reading fails, and returns
-// why it stopped.
-func (a *Window) consume(windowCtx context.Context, in ConsumeInput, h *liveness.Held) error {
+// why it stopped. Once the producer has left the broker it lets go of its consumer while
+// the queue is quiet (release.go).
+func (a *Window) consume(windowCtx context.Context, in ConsumeInput, planned brokerstate.State, h *liveness.Held) error {
 	opts := broker.ConsumeOptions{Prefetch: a.Prefetch, ConsumerTag: consumerTag(windowCtx), Fence: h.Lost(), SettleTimeout: a.settle()}
+	rel := a.watchRelease(windowCtx, in, planned)
 	taken := time.Now().Add(a.consumerWait(in.BrokerIndex))
 	for {
-		err := a.Pool.Consume(windowCtx, in.BrokerIndex, in.Queue, opts, a.Handlers.ForActive(in.BrokerIndex, h.Checks()...))
+		if !rel.awaitWork(windowCtx) {
+			return nil
+		}
+		consumerCtx, handler, stop := rel.consuming(windowCtx, a.Handlers.ForActive(in.BrokerIndex, h.Checks()...))
+		err := a.Pool.Consume(consumerCtx, in.BrokerIndex, in.Queue, opts, handler)
+		let := released(consumerCtx) && windowCtx.Err() == nil
+		stop()
+		switch {
 		// A message no consumer can hold has been moved to -error: reading on in this
 		// attempt costs the queue nothing, where failing it would wait out a retry's backoff.
-		if errors.Is(err, broker.ErrMovedToError) {
+		case errors.Is(err, broker.ErrMovedToError):
+			continue
+		case let && err == nil:
+			// Asked again later: a consumer left on a silent connection is waited for anew.
+			taken = time.Now().Add(a.consumerWait(in.BrokerIndex))
 			continue
 		}
 		// The attempt this one replaces may hold the exclusive consumer on a connection
@@ -201,7 +214,20 @@ func (a *Window) watchSpares(ctx context.Context, end context.CancelCauseFunc, i
 		return
 	}
 	started := time.Now()
-	tick := time.NewTicker(every)
+	tickUntil(ctx, every, func() bool {
+		spare, ok := windowplan.Calling(in.Spares, a.look(ctx, in, time.Since(started)))
+		if ok {
+			a.Logger.InfoContext(ctx, "a spare has messages for a Leftover Drain: the window ends",
+				"queue", in.Queue, "spare", a.endpoint(spare))
+			end(errStraggler)
+		}
+		return ok
+	})
+}
+
+// tickUntil calls done every d until it returns true or ctx ends.
+func tickUntil(ctx context.Context, d time.Duration, done func() bool) {
+	tick := time.NewTicker(d)
 	defer tick.Stop()
 	for {
 		select {
@@ -209,10 +235,7 @@ func (a *Window) watchSpares(ctx context.Context, end context.CancelCauseFunc, i
 			return
 		case <-tick.C:
 		}
-		if spare, ok := windowplan.Calling(in.Spares, a.look(ctx, in, time.Since(started))); ok {
-			a.Logger.InfoContext(ctx, "a spare has messages for a Leftover Drain: the window ends",
-				"queue", in.Queue, "spare", a.endpoint(spare))
-			end(errStraggler)
+		if done() {
 			return
 		}
 	}

@@ -29,6 +29,7 @@ import (
 type marked struct {
 	urls  []string
 	store *brokerstate.Store
+	dsn   string
 	w     *Window
 }
 
@@ -54,8 +55,8 @@ func newMarkedOn(t *testing.T, urls ...string) *marked {
 	require.NoError(t, err)
 	pool := broker.NewPool(eps, nil, broker.PoolSettings{})
 	t.Cleanup(func() { _ = pool.Close() })
-	db, _ := modelstest.NewDB(t)
-	m.store = &brokerstate.Store{DB: db}
+	db, dsn := modelstest.NewDB(t)
+	m.store, m.dsn = &brokerstate.Store{DB: db}, dsn
 	for _, ep := range eps {
 		m.store.Brokers = append(m.store.Brokers, brokerstate.Ref{Host: ep.Host, Vhost: ep.Vhost})
 	}
@@ -344,4 +345,131 @@ func TestADrainStopsReadingASpareOnceItsNotificationIsRecorded(t *testing.T) {
 	q, err := channel(t, m.urls[a]).QueueDeclarePassive("issues", true, false, false, false, nil)
 	require.NoError(t, err)
 	require.Equal(t, 2, q.Messages, "the rest waits on A")
+}
+
+// switchOn is the BrokerSwitch workflow's activities on m's brokers and store.
+func (m *marked) switchOn() *Switch {
+	return &Switch{Pool: m.w.Pool.(*broker.Pool), Store: m.store, Queues: []string{"issues"}, Now: time.Now,
+		Logger: slog.New(slog.DiscardHandler), UnnotifiedGrace: time.Hour}
+}
+
+// A → B: the drain check finds A drained, with no consumer on its queue, and the hop
+// commits. The producer goes on to C and comes back to A before either word is recorded:
+// its first event on A is its future, newer than what it left on C, and a Leftover Drain
+// that comes before the words holds it, rather than take it for a straggler of A.
+func TestAnUnannouncedReturnToTheBrokerAHopLeftWaits(t *testing.T) {
+	const a, b = 0, 1
+	m := newMarked(t, 3)
+	m.notify(t, b)
+	check, err := m.switchOn().DrainCheck(t.Context(), DrainCheckInput{BrokerIndex: a})
+	require.NoError(t, err)
+	require.True(t, check.Drained())
+	require.Equal(t, []string{"issues"}, check.Idle)
+	m.commit(t)
+
+	m.publish(t, a)
+	res := m.prepare(t)
+	require.Zero(t, res.Taken[a], "A was seen idle when the hop left it: this is the producer's future")
+	require.Len(t, res.Unannounced, 1)
+	require.Equal(t, a, res.Unannounced[0].Broker)
+}
+
+// A → B, but a consumer still holds a delivery of A's queue when the drain check finds A
+// drained: the check does not name the queue idle, and the delivery, given back after the
+// commit, is read as the straggler it is.
+func TestWhatAConsumerHeldWhenTheHopCommittedIsAStraggler(t *testing.T) {
+	const a, b = 0, 1
+	m := newMarked(t, 2)
+	m.notify(t, b)
+	m.publish(t, a)
+	ch := channel(t, m.urls[a])
+	ds, err := ch.Consume("issues", "window-on-a", false, false, false, false, nil)
+	require.NoError(t, err)
+	select {
+	case <-ds:
+	case <-t.Context().Done():
+		t.Fatal("no delivery")
+	}
+	check, err := m.switchOn().DrainCheck(t.Context(), DrainCheckInput{BrokerIndex: a})
+	require.NoError(t, err)
+	require.True(t, check.Drained(), "nothing ready")
+	require.Empty(t, check.Idle, "a consumer holds the queue")
+	m.commit(t)
+	require.NoError(t, ch.Close()) // the delivery goes back to A's queue
+
+	res := m.prepare(t)
+	require.Equal(t, 1, res.Taken[a])
+	require.Empty(t, res.Unannounced)
+}
+
+// A window consumes A; once the producer's word that it left A is recorded, the window
+// lets go of its consumer while A's queue is quiet, so that a drain check sees the queue
+// idle, and takes the consumer again when a message comes (a retry coming back, say).
+func TestAWindowOnTheBrokerTheProducerLeftLetsGoOfItsConsumerWhileItIsQuiet(t *testing.T) {
+	const a, b = 0, 1
+	m := newMarked(t, 2)
+	watcher := &brokerstate.StateWatcher{Store: m.store, DSN: m.dsn}
+	testenv.RunInBackground(t, watcher.Run)
+	m.w.Watcher = watcher
+	handled := make(chan int, 10)
+	m.w.Handlers = counting{handled}
+	planned, err := m.store.Load(t.Context())
+	require.NoError(t, err)
+
+	var suite testsuite.WorkflowTestSuite
+	env := suite.NewTestActivityEnvironment()
+	stop := make(chan struct{})
+	env.RegisterActivityWithOptions(func(ctx context.Context) error {
+		ctx, cancel := context.WithCancel(ctx)
+		defer cancel()
+		go func() {
+			select {
+			case <-stop:
+			case <-ctx.Done():
+			}
+			cancel()
+		}()
+		return m.w.consume(ctx, ConsumeInput{Queue: "issues", BrokerIndex: a, Window: time.Hour}, planned, nil)
+	}, activity.RegisterOptions{Name: "Consume"})
+	ended := make(chan error, 1)
+	go func() {
+		_, err := env.ExecuteActivity("Consume")
+		ended <- err
+	}()
+
+	consumers := func(want int) func() (bool, error) {
+		return func() (bool, error) {
+			c, err := m.w.Pool.QueueCounts(t.Context(), a, []string{"issues"})
+			return err == nil && c["issues"].Consumers == want, err
+		}
+	}
+	require.NoError(t, testenv.WaitUntil(t.Context(), time.Minute, "the window's consumer", consumers(1)))
+	m.notify(t, b) // the watcher hears of it from Postgres
+	require.NoError(t, testenv.WaitUntil(t.Context(), time.Minute, "the window to let go", consumers(0)))
+
+	m.publish(t, a)
+	select {
+	case n := <-handled:
+		require.Equal(t, 1, n)
+	case <-time.After(time.Minute):
+		t.Fatal("the message that came was not read")
+	}
+	require.NoError(t, testenv.WaitUntil(t.Context(), time.Minute, "the window to let go again", consumers(0)))
+
+	close(stop)
+	require.NoError(t, <-ended)
+}
+
+// counting acknowledges everything and says how many deliveries each batch had.
+type counting struct{ batches chan<- int }
+
+func (c counting) ForActive(index int, _ ...models.Check) broker.BatchHandler {
+	return c.ForBroker(index)
+}
+
+func (c counting) ForBroker(int, ...models.Check) broker.BatchHandler {
+	return broker.BatchHandlerFunc(func(_ context.Context, _ string, ds []amqp.Delivery) ([]broker.Verdict, error) {
+		c.batches <- len(ds)
+		return make([]broker.Verdict, len(ds)), nil
+	})
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"time"
 
 	"go.temporal.io/sdk/activity"
@@ -202,6 +203,7 @@ func (a *Switch) DrainCheck(ctx context.Context, in DrainCheckInput) (brokerstat
 		check.Counts = counts
 	}
 	if check.Drained() {
+		check.Idle = a.idleQueues(ctx, in.BrokerIndex)
 		held, err := a.heldBy(ctx, in.BrokerIndex)
 		if err != nil {
 			return check, fmt.Errorf("drain check %d: %w", in.BrokerIndex, err)
@@ -221,6 +223,45 @@ func (a *Switch) DrainCheck(ctx context.Context, in DrainCheckInput) (brokerstat
 	}
 	return check, nil
 }
+
+// consumersLeave bounds how long a drain check that found its broker drained waits for
+// the windows there to let go of their consumers: a window on a broker the producer left
+// lets go once its queue is quiet (Window.Consume), well within it. A queue whose consumer
+// stays (a worker paused with it, a window still applying its last batch) is left
+// undated by the commit, as before the windows let go.
+const consumersLeave = 3 * time.Second
+
+// idleQueues names the logical queues of a drained broker seen idle (nothing ready, no
+// consumer) within consumersLeave, each at least once: nothing of theirs was then in
+// a consumer's hands, so what they hold after the commit is the producer's future or
+// came back from -retry or -error (brokerstate.DrainCheck.Idle). A count that fails
+// names nothing more: the queue stays undated.
+func (a *Switch) idleQueues(ctx context.Context, index int) []string {
+	var idle []string
+	waiting := slices.Clone(a.Queues)
+	deadline := time.Now().Add(consumersLeave)
+	for len(waiting) > 0 {
+		counts, err := a.Pool.QueueCounts(ctx, index, waiting)
+		if err != nil {
+			break
+		}
+		waiting = slices.DeleteFunc(waiting, func(q string) bool {
+			if counts[q].Idle() {
+				idle = append(idle, q)
+				return true
+			}
+			return false
+		})
+		if len(waiting) == 0 || !time.Now().Before(deadline) || !pause(ctx, idleRecount) {
+			break
+		}
+	}
+	slices.Sort(idle)
+	return idle
+}
+
+// idleRecount is how often idleQueues counts the queues whose consumer is still there.
+const idleRecount = 100 * time.Millisecond
 
 // heldBy counts the logical queues of the spares outside the route once the active
 // broker is drained, and names those whose messages hold the hop's commit

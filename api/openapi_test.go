@@ -104,7 +104,7 @@ func TestOpenAPISchemasMatchAnswers(t *testing.T) {
 		ActiveIndex:    1,
 		PendingSwitch:  &brokerstate.PendingSwitch{Route: []brokerstate.Hop{{Index: 1, SwitchedAt: now}}, RecordedAt: now},
 		LastSwitch:     &brokerstate.LastSwitch{SwitchedAt: now, CompletedAt: now, Forced: true},
-		LastDrainCheck: &brokerstate.DrainCheck{Error: "x", Counts: map[string]int{"q": 1}, HeldBy: []brokerstate.Held{{Broker: 2}}},
+		LastDrainCheck: &brokerstate.DrainCheck{Error: "x", Counts: map[string]int{"q": 1}, HeldBy: []brokerstate.Held{{Broker: 2}}, Idle: []string{"q"}},
 		SeenUntil:      &now,
 	}
 	checks := 1

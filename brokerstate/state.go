@@ -26,6 +26,11 @@ type DrainCheck struct {
 	// HeldBy are the spares' queues whose messages hold the hop's commit although the
 	// broker is drained (State.CommitHold); counted only once it is.
 	HeldBy []Held `json:"heldBy,omitempty"`
+	// Idle are the logical queues seen, once the broker was drained, with nothing ready
+	// and no consumer: nothing of theirs was in a consumer's hands, so what they hold after
+	// the hop's commit is the producer's future, or came back from -retry or -error. The
+	// commit dates them seen empty (Store.Update); counted only once the broker is drained.
+	Idle []string `json:"idle,omitempty"`
 }
 
 // Held is a spare's queue that holds a hop's commit: it holds messages whose place in the

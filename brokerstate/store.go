@@ -111,7 +111,7 @@ func (s *Store) Update(ctx context.Context, fn func(State) (State, error)) (Stat
 		if err := s.save(tx, next); err != nil {
 			return err
 		}
-		if err := s.markLeft(tx, cur, next); err != nil {
+		if err := s.markLeft(tx, cur, next, at); err != nil {
 			return err
 		}
 		// Delivered on commit, and only then: every StateWatcher re-reads the state, so a
@@ -468,14 +468,21 @@ func (s *Store) HoldSpare(ctx context.Context, index int, queue string, read tim
 	return since[0].UTC(), nil
 }
 
-// markLeft records, in the transaction that moves the active broker away from cur, that
-// we were active there: what it holds from now on is older than the next one's backlog,
-// whether or not the producer's trail has a visit to it. What its queues' marks said of
-// them from before (seen empty, holding messages never announced) is over: we read them
-// since, and what our windows gave back comes without x-death. A force adds no visit to
-// the trail, so without this a broker forced and left again would be read by a mark
-// made before the force.
-func (s *Store) markLeft(db *gorm.DB, cur, next State) error {
+// markLeft records, in the transaction that moves the active broker away from cur at at,
+// that we were active there: what it holds from now on is older than the next one's
+// backlog, whether or not the producer's trail has a visit to it. What its queues' marks
+// said of them from before (seen empty, holding messages never announced) is over: we
+// read them since, and what our windows gave back comes without x-death. A force adds no
+// visit to the trail, so without this a broker forced and left again would be read by a
+// mark made before the force.
+//
+// A hop's commit then dates as seen empty the queues its drain check saw idle
+// (DrainCheck.Idle): no window held any of their messages, so nothing comes back to them
+// but from -retry or -error, and what else they hold later is the producer's future, a
+// return it has not announced yet. Left undated, its first event there would read as a
+// straggler to a Leftover Drain that came before the word. A force dates nothing: the
+// producer may still be on the broker it leaves.
+func (s *Store) markLeft(db *gorm.DB, cur, next State, at time.Time) error {
 	from := cur.ActiveIndex
 	if from == next.ActiveIndex || from < 0 || from >= len(s.Brokers) {
 		return nil
@@ -485,8 +492,24 @@ func (s *Store) markLeft(db *gorm.DB, cur, next State) error {
 		WHERE host = ? AND vhost = ? AND queue <> ''`, strings.ToLower(b.Host), b.Vhost).Error; err != nil {
 		return fmt.Errorf("clear the marks of broker %d: %w", from, err)
 	}
-	at, _ := next.lastVisitAt(from)
-	return s.markSpare(db, from, "", SpareMark{LastVisit: at, Reached: true})
+	visit, _ := next.lastVisitAt(from)
+	for _, q := range seenIdleAtCommit(cur, next) {
+		if err := s.markSpare(db, from, q, SpareMark{LastVisit: visit, DrainedAt: at}); err != nil {
+			return err
+		}
+	}
+	return s.markSpare(db, from, "", SpareMark{LastVisit: visit, Reached: true})
+}
+
+// seenIdleAtCommit is the queues the drain check that let next's hop commit saw idle: none
+// unless next committed a hop from cur's active broker on a drain check of it.
+func seenIdleAtCommit(cur, next State) []string {
+	ls, check := next.LastSwitch, cur.LastDrainCheck
+	if ls == nil || ls.Forced || ls.From != cur.ActiveIndex || ls.To != next.ActiveIndex ||
+		check == nil || check.BrokerIndex != cur.ActiveIndex || !check.Drained() {
+		return nil
+	}
+	return check.Idle
 }
 
 // Now is the time on Postgres' clock, the one the spares' marks and the trail's visits

@@ -1,0 +1,149 @@
+package activities
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/brokerswitch/brokerswitch/broker"
+	"github.com/brokerswitch/brokerswitch/brokerstate"
+)
+
+// A window on a broker the producer has left (a Pending Switch away from it is recorded)
+// lets go of its consumer whenever its queue is quiet, and takes it again when something
+// comes: retries coming back, or the producer returning. The drain check that lets the
+// hop commit can then see each queue idle, nothing ready and no consumer, so that nothing
+// of it was in a window's hands; the commit dates it seen empty, and what comes to it
+// afterwards is read as the producer's future (brokerstate.DrainCheck.Idle).
+const (
+	// releaseAfter is how long a leaving window's queue stays quiet before it lets go.
+	releaseAfter = 250 * time.Millisecond
+	// releasedRecount is how often a window that let go counts its queue.
+	releasedRecount = 250 * time.Millisecond
+)
+
+// errQuiet ends a leaving window's consumer, not the window.
+var errQuiet = errors.New("the broker the producer left is quiet: the window lets go of its consumer")
+
+// release is one window's watch over whether, and when, it lets go of its consumer.
+type release struct {
+	queue string
+	index int
+	pool  interface {
+		ReadyCounts(ctx context.Context, index int, queues []string) (map[string]int, error)
+	}
+
+	mu        sync.Mutex
+	isLeaving bool
+	changed   chan struct{} // closed and replaced when isLeaving changes
+	busy      int           // batches in the handler
+	last      time.Time     // when the last batch ended, or the consumer was taken
+}
+
+// watchRelease starts watching the state for in's broker being left, until ctx ends.
+func (a *Window) watchRelease(ctx context.Context, in ConsumeInput, planned brokerstate.State) *release {
+	r := &release{queue: in.Queue, index: in.BrokerIndex, pool: a.Pool, changed: make(chan struct{})}
+	r.set(leaves(planned, in.BrokerIndex))
+	go func() {
+		var gen uint64
+		for {
+			st, g, ok := a.Watcher.Next(ctx, gen)
+			if !ok {
+				return
+			}
+			gen = g
+			r.set(leaves(st, in.BrokerIndex)) // a view that may lag: it only says when to let go
+		}
+	}()
+	return r
+}
+
+// leaves tells whether st has the producer gone from active broker index.
+func leaves(st brokerstate.State, index int) bool {
+	return st.Pending != nil && st.ActiveIndex == index
+}
+
+func (r *release) set(leaving bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.isLeaving != leaving {
+		r.isLeaving = leaving
+		close(r.changed)
+		r.changed = make(chan struct{})
+	}
+}
+
+func (r *release) leaving() (bool, <-chan struct{}) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.isLeaving, r.changed
+}
+
+// awaitWork returns once the window should hold a consumer: the producer has not left
+// the broker, or the queue has something ready (or cannot be counted: the consumer says
+// why); false when ctx ended first.
+func (r *release) awaitWork(ctx context.Context) bool {
+	for {
+		leaving, changed := r.leaving()
+		if !leaving {
+			return true
+		}
+		if counts, err := r.pool.ReadyCounts(ctx, r.index, []string{r.queue}); err != nil || counts[r.queue] > 0 {
+			return ctx.Err() == nil
+		}
+		t := time.NewTimer(releasedRecount)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return false
+		case <-changed:
+		case <-t.C:
+		}
+		t.Stop()
+	}
+}
+
+// consuming is ctx for one consumer, which ends with errQuiet once the producer has left
+// the broker and no batch came for releaseAfter, and h, which tells it of each batch.
+// stop ends the watch.
+func (r *release) consuming(ctx context.Context, h broker.BatchHandler) (_ context.Context, _ broker.BatchHandler, stop func()) {
+	ctx, end := context.WithCancelCause(ctx)
+	r.mu.Lock()
+	r.last = time.Now()
+	r.mu.Unlock()
+	go tickUntil(ctx, releaseAfter/4, func() bool {
+		if r.quiet() {
+			end(errQuiet)
+			return true
+		}
+		return false
+	})
+	counted := broker.BatchHandlerFunc(func(ctx context.Context, queue string, ds []amqp.Delivery) ([]broker.Verdict, error) {
+		r.mu.Lock()
+		r.busy++
+		r.mu.Unlock()
+		defer func() {
+			r.mu.Lock()
+			r.busy--
+			r.last = time.Now()
+			r.mu.Unlock()
+		}()
+		return h.HandleBatch(ctx, queue, ds)
+	})
+	return ctx, counted, func() { end(nil) }
+}
+
+// quiet tells whether a leaving window's consumer has had nothing for releaseAfter.
+func (r *release) quiet() bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.isLeaving && r.busy == 0 && time.Since(r.last) >= releaseAfter
+}
+
+// released tells whether ctx, from consuming, ended because the window let go.
+func released(ctx context.Context) bool {
+	return errors.Is(context.Cause(ctx), errQuiet)
+}
