@@ -209,6 +209,8 @@ func (a *Switch) DrainCheck(ctx context.Context, in DrainCheckInput) (brokerstat
 			return check, fmt.Errorf("drain check %d: %w", in.BrokerIndex, err)
 		}
 		check.HeldBy = held
+		// Which queues the commit will date seen empty: one left out had a consumer still.
+		a.Logger.InfoContext(ctx, "drain check: broker drained", "broker", in.BrokerIndex, "idle", check.Idle, "held", len(held))
 	}
 	if err := a.Store.RecordDrainCheck(ctx, check); err != nil {
 		return check, fmt.Errorf("drain check %d: %w", in.BrokerIndex, err)
