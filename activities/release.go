@@ -21,8 +21,11 @@ import (
 const (
 	// releaseAfter is how long a leaving window's queue stays quiet before it lets go.
 	releaseAfter = 250 * time.Millisecond
-	// releasedRecount is how often a window that let go counts its queue.
-	releasedRecount = 250 * time.Millisecond
+	// releasedRecount is how soon a window that let go first counts its queue; the pause
+	// doubles up to releasedRecountMax while nothing comes, since a hop may be held for
+	// long (UNNOTIFIED_BROKER_GRACE), and each count opens a channel.
+	releasedRecount    = 250 * time.Millisecond
+	releasedRecountMax = 2 * time.Second
 )
 
 // errQuiet ends a leaving window's consumer, not the window.
@@ -86,7 +89,7 @@ func (r *release) leaving() (bool, <-chan struct{}) {
 // the broker, or the queue has something ready (or cannot be counted: the consumer says
 // why); false when ctx ended first.
 func (r *release) awaitWork(ctx context.Context) bool {
-	for {
+	for wait := releasedRecount; ; wait = min(2*wait, releasedRecountMax) {
 		leaving, changed := r.leaving()
 		if !leaving {
 			return true
@@ -94,7 +97,7 @@ func (r *release) awaitWork(ctx context.Context) bool {
 		if counts, err := r.pool.ReadyCounts(ctx, r.index, []string{r.queue}); err != nil || counts[r.queue] > 0 {
 			return ctx.Err() == nil
 		}
-		t := time.NewTimer(releasedRecount)
+		t := time.NewTimer(wait)
 		select {
 		case <-ctx.Done():
 			t.Stop()
