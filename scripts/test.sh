@@ -32,10 +32,10 @@ RABBITMQ4_PACKAGES=(./broker/ ./broker/quarantine/ ./errorqueue/)
 RABBITMQ4_E2E='^(TestScenario02RotationWithABacklog|TestScenario05DoubleRotationHopByHop|TestScenario13TwoWorkerProcesses|TestScenario13bTwoWorkersOnAProducersQuorumQueues|TestScenario14ReversedNotificationsKeepTheMiddleBroker|TestARollingRestartOfTwoWorkersLosesNothing|TestAStartAgainstQueuesOfTheOtherTypeFails|TestAKilledWorkersQueuesAreTakenOverWithinSeconds|TestAStragglerOnASpareIsAppliedWithinAMinute)$'
 # On quorum queues only, where deliveries come back and consumers go in the queue's own
 # time: the forced switch with a backlog, a force with a hop out and a return, the
-# un-notified hold, the window and the Leftover Drain cut off from Temporal, and the
-# Leftover Drain's tests against real marks.
+# un-notified hold, the window and the Leftover Drain cut off from Temporal, the Leftover
+# Drain's tests against real marks, and a window letting go of the broker the producer left.
 RABBITMQ4_QUORUM_E2E='^(TestScenario07ForcedSwitchMidDrainAndCancel|TestScenario20AForceAHopOutAndAReturn|TestScenario18aPublishBeforeANotificationLateBySeconds|TestScenario18cPublishWithoutANotification|TestAWindowCutOffFromTemporalGivesItsBatchBack|TestALeftoverDrainCutOffFromTemporalGivesItsBatchBack)$'
-RABBITMQ4_QUORUM_ACTIVITIES='^(TestASpareAheadWaitsForTheActiveBacklog|TestASpareAheadWaitsForTheActiveBrokersUnacknowledgedBacklog|TestAReturnToASpareSeenEmptyAfterTheProducerLeftWaits|TestWhatAForcedBrokerHoldsWhenWeLeaveItIsAStraggler)$'
+RABBITMQ4_QUORUM_ACTIVITIES='^(TestASpareAheadWaitsForTheActiveBacklog|TestASpareAheadWaitsForTheActiveBrokersUnacknowledgedBacklog|TestAReturnToASpareSeenEmptyAfterTheProducerLeftWaits|TestWhatAForcedBrokerHoldsWhenWeLeaveItIsAStraggler|TestAnUnannouncedReturnToTheBrokerAHopLeftWaits|TestWhatAConsumerHeldWhenTheHopCommittedIsAStraggler|TestAWindowOnTheBrokerTheProducerLeftLetsGoOfItsConsumerWhileItIsQuiet)$'
 
 gotest() { "$GO" test -tags integration -race -count=1 -timeout 20m "$@"; }
 # r4 TYPE COMMAND...: COMMAND against the 4.0 node, declaring TYPE queues.
