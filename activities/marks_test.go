@@ -402,50 +402,64 @@ func TestWhatAConsumerHeldWhenTheHopCommittedIsAStraggler(t *testing.T) {
 	require.Empty(t, res.Unannounced)
 }
 
-// A window consumes A; once the producer's word that it left A is recorded, the window
-// lets go of its consumer while A's queue is quiet, so that a drain check sees the queue
-// idle, and takes the consumer again when a message comes (a retry coming back, say).
-func TestAWindowOnTheBrokerTheProducerLeftLetsGoOfItsConsumerWhileItIsQuiet(t *testing.T) {
-	const a, b = 0, 1
-	m := newMarked(t, 2)
+// consuming runs m's window on broker index, with the process's state watcher, as an
+// activity until the test ends or the returned stop is called, which returns its error;
+// handled receives each batch's size.
+func (m *marked) consuming(t *testing.T, index int, handled chan<- int) (stop func() error) {
+	t.Helper()
 	watcher := &brokerstate.StateWatcher{Store: m.store, DSN: m.dsn}
 	testenv.RunInBackground(t, watcher.Run)
 	m.w.Watcher = watcher
-	handled := make(chan int, 10)
 	m.w.Handlers = counting{handled}
 	planned, err := m.store.Load(t.Context())
 	require.NoError(t, err)
 
 	var suite testsuite.WorkflowTestSuite
 	env := suite.NewTestActivityEnvironment()
-	stop := make(chan struct{})
+	stopping := make(chan struct{})
 	env.RegisterActivityWithOptions(func(ctx context.Context) error {
 		ctx, cancel := context.WithCancel(ctx)
 		defer cancel()
 		go func() {
 			select {
-			case <-stop:
+			case <-stopping:
 			case <-ctx.Done():
 			}
 			cancel()
 		}()
-		return m.w.consume(ctx, ConsumeInput{Queue: "issues", BrokerIndex: a, Window: time.Hour}, planned, nil)
+		return m.w.consume(ctx, ConsumeInput{Queue: "issues", BrokerIndex: index, Window: time.Hour}, planned, nil)
 	}, activity.RegisterOptions{Name: "Consume"})
 	ended := make(chan error, 1)
 	go func() {
 		_, err := env.ExecuteActivity("Consume")
 		ended <- err
 	}()
-
-	consumers := func(want int) func() (bool, error) {
-		return func() (bool, error) {
-			c, err := m.w.Pool.QueueCounts(t.Context(), a, []string{"issues"})
-			return err == nil && c["issues"].Consumers == want, err
-		}
+	return func() error {
+		close(stopping)
+		return <-ended
 	}
-	require.NoError(t, testenv.WaitUntil(t.Context(), time.Minute, "the window's consumer", consumers(1)))
+}
+
+// consumers waits until broker index's queue has want consumers.
+func (m *marked) consumers(t *testing.T, index, want int, what string) {
+	t.Helper()
+	require.NoError(t, testenv.WaitUntil(t.Context(), time.Minute, what, func() (bool, error) {
+		c, err := m.w.Pool.QueueCounts(t.Context(), index, []string{"issues"})
+		return err == nil && c["issues"].Consumers == want, err
+	}))
+}
+
+// A window consumes A; once the producer's word that it left A is recorded, the window
+// lets go of its consumer while A's queue is quiet, so that a drain check sees the queue
+// idle, and takes the consumer again when a message comes (a retry coming back, say).
+func TestAWindowOnTheBrokerTheProducerLeftLetsGoOfItsConsumerWhileItIsQuiet(t *testing.T) {
+	const a, b = 0, 1
+	m := newMarked(t, 2)
+	handled := make(chan int, 10)
+	stop := m.consuming(t, a, handled)
+	m.consumers(t, a, 1, "the window's consumer")
 	m.notify(t, b) // the watcher hears of it from Postgres
-	require.NoError(t, testenv.WaitUntil(t.Context(), time.Minute, "the window to let go", consumers(0)))
+	m.consumers(t, a, 0, "the window to let go")
 
 	m.publish(t, a)
 	select {
@@ -454,10 +468,38 @@ func TestAWindowOnTheBrokerTheProducerLeftLetsGoOfItsConsumerWhileItIsQuiet(t *t
 	case <-time.After(time.Minute):
 		t.Fatal("the message that came was not read")
 	}
-	require.NoError(t, testenv.WaitUntil(t.Context(), time.Minute, "the window to let go again", consumers(0)))
+	m.consumers(t, a, 0, "the window to let go again")
+	require.NoError(t, stop())
+}
 
-	close(stop)
-	require.NoError(t, <-ended)
+// The producer has left A, whose backlog a window starts to read over a slow link: its
+// consumer takes longer than the quiet time to get its first delivery, yet it does not
+// let go while the queue holds messages for it (it would ask again and again, and read
+// nothing), and reads the whole backlog.
+func TestALeavingWindowKeepsItsConsumerWhileItsQueueHoldsWork(t *testing.T) {
+	const a, b = 0, 1
+	fast := []string{testenv.NewVhost(t), testenv.NewVhost(t)}
+	m := newMarkedOn(t, testenv.ThroughDelay(t, fast[a], 2*releaseAfter), fast[b])
+	for i := range fast {
+		require.NoError(t, m.w.Pool.DeclareTopology(t.Context(), i, m.w.Topology))
+	}
+	const backlog = 5
+	ch := channel(t, fast[a])
+	for range backlog {
+		publishOne(t, ch, "issues")
+	}
+	m.notify(t, b)
+	handled := make(chan int, backlog)
+	stop := m.consuming(t, a, handled)
+	for read := 0; read < backlog; {
+		select {
+		case n := <-handled:
+			read += n
+		case <-time.After(time.Minute):
+			t.Fatalf("the window read %d of the backlog of %d", read, backlog)
+		}
+	}
+	require.NoError(t, stop())
 }
 
 // counting acknowledges everything and says how many deliveries each batch had.

@@ -118,7 +118,7 @@ func (r *release) consuming(ctx context.Context, h broker.BatchHandler) (_ conte
 	r.last = time.Now()
 	r.mu.Unlock()
 	go tickUntil(ctx, releaseAfter/4, func() bool {
-		if r.quiet() {
+		if r.quiet() && r.empty(ctx) {
 			end(errQuiet)
 			return true
 		}
@@ -144,6 +144,22 @@ func (r *release) quiet() bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return r.isLeaving && r.busy == 0 && time.Since(r.last) >= releaseAfter
+}
+
+// empty tells whether the queue has nothing ready, so that letting go leaves nothing the
+// consumer was about to take: a consumer slow to subscribe, or to be sent its first
+// deliveries (a loaded machine, a quorum queue), has had no batch for a while, yet the
+// queue holds work for it. A count that fails keeps the consumer; either way the next
+// count waits another releaseAfter.
+func (r *release) empty(ctx context.Context) bool {
+	counts, err := r.pool.ReadyCounts(ctx, r.index, []string{r.queue})
+	if err == nil && counts[r.queue] == 0 {
+		return true
+	}
+	r.mu.Lock()
+	r.last = time.Now()
+	r.mu.Unlock()
+	return false
 }
 
 // released tells whether ctx, from consuming, ended because the window let go.
