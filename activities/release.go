@@ -44,6 +44,10 @@ type release struct {
 	changed   chan struct{} // closed and replaced when isLeaving changes
 	busy      int           // batches in the handler
 	last      time.Time     // when the last batch ended, or the consumer was taken
+	// owed is true while a consumer taken because a count showed work has had no batch:
+	// a delivery already sent to it is no longer ready, yet may still be on its way (a
+	// large body on a slow link), and letting go would send it back, again and again.
+	owed bool
 }
 
 // watchRelease starts watching the state for in's broker being left, until ctx ends.
@@ -64,9 +68,11 @@ func (a *Window) watchRelease(ctx context.Context, in ConsumeInput, planned brok
 	return r
 }
 
-// leaves tells whether st has the producer gone from active broker index.
+// leaves tells whether st has the producer gone from broker index: a Pending Switch
+// away from it, or another broker active (the window ends then; it takes no consumer
+// on the way).
 func leaves(st brokerstate.State, index int) bool {
-	return st.Pending != nil && st.ActiveIndex == index
+	return st.Pending != nil || st.ActiveIndex != index
 }
 
 func (r *release) set(leaving bool) {
@@ -92,9 +98,15 @@ func (r *release) awaitWork(ctx context.Context) bool {
 	for wait := releasedRecount; ; wait = min(2*wait, releasedRecountMax) {
 		leaving, changed := r.leaving()
 		if !leaving {
+			r.mu.Lock()
+			r.owed = false
+			r.mu.Unlock()
 			return true
 		}
 		if counts, err := r.pool.ReadyCounts(ctx, r.index, []string{r.queue}); err != nil || counts[r.queue] > 0 {
+			r.mu.Lock()
+			r.owed = err == nil
+			r.mu.Unlock()
 			return ctx.Err() == nil
 		}
 		t := time.NewTimer(wait)
@@ -118,7 +130,8 @@ func (r *release) consuming(ctx context.Context, h broker.BatchHandler) (_ conte
 	r.last = time.Now()
 	r.mu.Unlock()
 	go tickUntil(ctx, releaseAfter/4, func() bool {
-		if r.quiet() && r.empty(ctx) {
+		// Quiet again after the count: a batch that began meanwhile keeps the consumer.
+		if r.quiet() && r.empty(ctx) && r.quiet() {
 			end(errQuiet)
 			return true
 		}
@@ -131,7 +144,7 @@ func (r *release) consuming(ctx context.Context, h broker.BatchHandler) (_ conte
 		defer func() {
 			r.mu.Lock()
 			r.busy--
-			r.last = time.Now()
+			r.last, r.owed = time.Now(), false
 			r.mu.Unlock()
 		}()
 		return h.HandleBatch(ctx, queue, ds)
@@ -143,13 +156,12 @@ func (r *release) consuming(ctx context.Context, h broker.BatchHandler) (_ conte
 func (r *release) quiet() bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return r.isLeaving && r.busy == 0 && time.Since(r.last) >= releaseAfter
+	return r.isLeaving && r.busy == 0 && !r.owed && time.Since(r.last) >= releaseAfter
 }
 
 // empty tells whether the queue has nothing ready, so that letting go leaves nothing the
-// consumer was about to take: a consumer slow to subscribe, or to be sent its first
-// deliveries (a loaded machine, a quorum queue), has had no batch for a while, yet the
-// queue holds work for it. A count that fails keeps the consumer; either way the next
+// consumer was about to take: a consumer slow to subscribe (a loaded machine, a quorum
+// queue) has had no batch for a while, yet the queue holds work for it. A count that fails keeps the consumer; either way the next
 // count waits another releaseAfter.
 func (r *release) empty(ctx context.Context) bool {
 	counts, err := r.pool.ReadyCounts(ctx, r.index, []string{r.queue})
