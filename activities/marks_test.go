@@ -230,8 +230,9 @@ func holdingSpare(t *testing.T, store stateStore) (*marked, *Switch) {
 	if store == nil {
 		store = m.store
 	}
-	return m, &Switch{Pool: m.w.Pool.(*broker.Pool), Store: store, Queues: []string{"issues"}, Now: time.Now,
-		Logger: slog.New(slog.DiscardHandler), UnnotifiedGrace: time.Hour}
+	s := m.switchOn()
+	s.Store = store
+	return m, s
 }
 
 // A drain check reads B's mark; a Leftover Drain marks B seen empty before the check dates
