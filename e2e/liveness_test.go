@@ -20,6 +20,12 @@ import (
 // retries them at once on the peer.
 const takeoverBound = 15 * time.Second
 
+// outlastEveryTimeout is how long a paused or cut-off worker stays so before it wakes: about
+// three times the longest of what it must outlast, its lease (WORKER_LEASE_TTL, 8 s), RabbitMQ's
+// drop of its silent connections (about 9 s at AMQP_HEARTBEAT's 3 s) and Postgres' end of
+// its session (DB_IDLE_IN_TRANSACTION_TIMEOUT and the silent-link timeouts, 5 s).
+const outlastEveryTimeout = 30 * time.Second
+
 // A worker killed with SIGKILL in the middle of a backlog holds its windows' attempts in
 // Temporal's eyes; no heartbeat timeout frees them. The survivor sees the dead worker's
 // lease expire, fails those attempts by task token, and Temporal retries them on the
@@ -225,7 +231,7 @@ func TestAPausedWorkersQueuesAreTakenOverWithinSeconds(t *testing.T) {
 
 	// Paused for longer than its lease, its transaction and its connections last: when it
 	// wakes, what it still holds is given back or refused.
-	r.s.waitFor("the pause to outlast every timeout", time.Minute, func() bool { return time.Since(paused) > 3*takeoverBound })
+	r.s.waitFor("the pause to outlast every timeout", time.Minute, func() bool { return time.Since(paused) > outlastEveryTimeout })
 	victim.Resume()
 	r.s.report(r.s.verify(r.log, 2*time.Minute), "-")
 	r.s.requireWindowsRunning()
@@ -262,7 +268,7 @@ func TestACutOffWorkersQueuesAreTakenOverWithinSeconds(t *testing.T) {
 	r.publishRest()
 	r.readAgainWithin(cutQueues, silenced, "cut-off")
 
-	r.s.waitFor("the silence to outlast every timeout", time.Minute, func() bool { return time.Since(silenced) > 3*takeoverBound })
+	r.s.waitFor("the silence to outlast every timeout", time.Minute, func() bool { return time.Since(silenced) > outlastEveryTimeout })
 	for _, l := range links {
 		l.Speak()
 	}
