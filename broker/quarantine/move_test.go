@@ -56,11 +56,14 @@ func (v *vhost) publish(queue string, msgs ...amqp.Publishing) {
 // them all. A move's connection is closed when it returns, but a quorum queue hands the
 // deliveries it held back in its own time: a get before that reads the rest first.
 func (v *vhost) getAll(queue string, n int) []amqp.Delivery {
-	require.Eventually(v.t, func() bool {
-		q, err := v.ch.QueueDeclarePassive(queue, true, false, false, false, nil)
-		require.NoError(v.t, err)
-		return q.Consumers == 0 && q.Messages == n
-	}, 30*time.Second, 20*time.Millisecond, "%s to hold %d messages and no consumer", queue, n)
+	require.NoError(v.t, testenv.WaitUntil(v.t.Context(), 30*time.Second, fmt.Sprintf("%s to hold %d messages and no consumer", queue, n),
+		func() (bool, error) {
+			q, err := v.ch.QueueDeclarePassive(queue, true, false, false, false, nil)
+			if err != nil {
+				return false, err
+			}
+			return q.Consumers == 0 && q.Messages == n, fmt.Errorf("%d messages, %d consumers", q.Messages, q.Consumers)
+		}))
 	var out []amqp.Delivery
 	for range n {
 		d, ok, err := v.ch.Get(queue, true)
